@@ -1,0 +1,1 @@
+"""annotate subpackage of solm."""

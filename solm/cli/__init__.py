@@ -1,0 +1,1 @@
+"""typer apps: flags in, one call, rich output."""

@@ -1,0 +1,1 @@
+"""Core: models, control tokens, languages and structure(), JSONL I/O, sampling."""

@@ -1,0 +1,103 @@
+"""Streaming JSONL reading and crash-safe appending writers.
+
+Writers append and flush after every record, so a killed job loses at most the record in
+flight; `done_ids` lets a rerun skip what was already written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from solm.core.errors import DataError
+
+
+def read_jsonl(path: str | os.PathLike, skip_partial_last_line: bool = False) -> Iterator[dict]:
+    """Yield one dict per non-empty line; a malformed line raises DataError naming file and line.
+
+    With `skip_partial_last_line`, a last line without a trailing newline that does not parse is
+    ignored: that is what a writer killed mid-record leaves behind.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataError("file not found", path=str(path))
+    with open(path, "r", encoding="utf-8") as f:
+        lines = f.readlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            is_partial_tail = number == len(lines) and not line.endswith("\n")
+            if skip_partial_last_line and is_partial_tail:
+                return
+            raise DataError(f"malformed JSON ({e.msg} at column {e.colno})", path=str(path),
+                            line=number) from None
+        if not isinstance(record, dict):
+            raise DataError(f"expected a JSON object, got {type(record).__name__}",
+                            path=str(path), line=number)
+        yield record
+
+
+def _repair_tail(path: Path) -> None:
+    """Drop a trailing partial line left by a killed writer so appends start on a fresh line."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return
+        data = f.seek(0) or f.read()
+        cut = data.rfind(b"\n") + 1
+        f.truncate(cut)
+
+
+class JsonlWriter:
+    """Append records to a JSONL file, one flushed (and fsynced) line per record."""
+
+    def __init__(self, path: str | os.PathLike, fsync: bool = True):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _repair_tail(self.path)
+        self._file = open(self.path, "a", encoding="utf-8")
+        self._fsync = fsync
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._file.flush()
+        if self._fsync:
+            os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> "JsonlWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> None:
+    """Write all records to a fresh file (atomically replaced)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def done_ids(*paths: str | os.PathLike, key: str = "id") -> set[str]:
+    """Ids already written to any of these files (missing files count as empty)."""
+    seen: set[str] = set()
+    for p in paths:
+        if Path(p).exists():
+            for r in read_jsonl(p, skip_partial_last_line=True):
+                if key in r:
+                    seen.add(str(r[key]))
+    return seen

@@ -1,0 +1,78 @@
+"""Pasta-Lang metrics from a tokenized annotated response, via the runtime's schedule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from solm.core.structure import MAIN, PastaVocab, walk_training_order
+
+
+@dataclass
+class PastaMetrics:
+    content_tokens: int  # tokens outside control tags
+    total_tokens: int  # every token the runtime decodes (tags included)
+    critical_path: int  # forward passes the parallel runtime needs (after prefill)
+    promises: int
+
+    @property
+    def parallelism(self) -> float:
+        return self.content_tokens / max(1, self.critical_path)
+
+    def theoretical_speedup(self, baseline_tokens: int) -> float:
+        """Sequential forward passes for the baseline response / parallel forward passes."""
+        return baseline_tokens / max(1, self.critical_path)
+
+
+def thread_streams(token_ids: Sequence[int], vocab: PastaVocab
+                   ) -> tuple[list[int], dict[int, list[int]], dict[int, int]]:
+    """Split a training-order response into the main stream, each block's stream, and for
+    each block the main-stream index of its promise's closing token."""
+    attrs, _ = walk_training_order(token_ids, vocab)
+    main: list[int] = []
+    forks: dict[int, list[int]] = {}
+    anchors: dict[int, int] = {}
+    for tok, a in zip(token_ids, attrs):
+        if a.thread == MAIN:
+            main.append(int(tok))
+        else:
+            forks.setdefault(a.thread, []).append(int(tok))
+            anchors[a.thread] = a.anchor
+    return main, forks, anchors
+
+
+def schedule_steps(token_ids: Sequence[int], vocab: PastaVocab) -> int:
+    """Forward passes the runtime takes to feed every token of this response.
+
+    Each step feeds one token per active thread; a block starts in the step that feeds its
+    promise's closing token; `<sync/>` is fed in the step where every open block feeds its
+    final token (or later). This mirrors solm.decode.pasta_runtime exactly (tested).
+    """
+    main, forks, anchors = thread_streams(token_ids, vocab)
+    starts = {anchor: fid for fid, anchor in anchors.items()}
+    active: dict[int, int] = {}  # block id -> index of its next token
+    i = steps = 0
+    while i < len(main) or active:
+        feed_main = i < len(main)
+        if feed_main and main[i] == vocab.sync and active:
+            feed_main = all(idx == len(forks[f]) - 1 for f, idx in active.items())
+        steps += 1
+        for f in list(active):
+            active[f] += 1
+            if active[f] >= len(forks[f]):
+                del active[f]
+        if feed_main:
+            if i in starts:
+                f = starts[i]
+                if len(forks[f]) > 1:
+                    active[f] = 1
+            i += 1
+    return steps
+
+
+def pasta_metrics(token_ids: Sequence[int], vocab: PastaVocab) -> PastaMetrics:
+    attrs, _ = walk_training_order(token_ids, vocab)
+    content = sum(1 for a in attrs if not a.is_tag)
+    n_promises = sum(1 for t in token_ids if int(t) in vocab.close_tens)
+    return PastaMetrics(content_tokens=content, total_tokens=len(token_ids),
+                        critical_path=schedule_steps(token_ids, vocab), promises=n_promises)

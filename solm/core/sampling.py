@@ -1,0 +1,37 @@
+"""Next-token choice from logits: greedy, temperature, top-p, seeded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    seed: int = 0
+
+
+class Sampler:
+    def __init__(self, config: SamplingConfig, device: str | torch.device = "cpu"):
+        self.config = config
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(config.seed)
+
+    def __call__(self, logits: torch.Tensor, banned: torch.Tensor | None = None) -> int:
+        """Choose one token from a 1-D logits row; `banned` is a bool mask of forbidden ids."""
+        logits = logits.float()
+        if banned is not None:
+            logits = logits.masked_fill(banned[: logits.shape[-1]], float("-inf"))
+        t = self.config.temperature
+        if t <= 0:
+            return int(torch.argmax(logits))
+        probs = torch.softmax(logits / t, dim=-1)
+        if self.config.top_p < 1.0:
+            sorted_p, idx = torch.sort(probs, descending=True)
+            keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < self.config.top_p
+            keep[0] = True
+            probs = torch.zeros_like(probs).scatter_(0, idx[keep], sorted_p[keep])
+        return int(torch.multinomial(probs, 1, generator=self.generator))

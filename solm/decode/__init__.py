@@ -1,0 +1,1 @@
+"""Runtimes that act on control tags: PASTA threads, TIP paging, diffusion."""

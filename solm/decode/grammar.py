@@ -1,0 +1,60 @@
+"""Pasta-Lang grammar as logit masks: which tokens a thread may emit in its current state."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+
+from solm.core.structure import PastaVocab
+
+
+class PastaGrammar:
+    """Precomputed bool masks over the vocabulary (True = banned)."""
+
+    def __init__(self, vocab: PastaVocab, tokenizer, vocab_size: int, max_topic_tokens: int = 24):
+        self.vocab = vocab
+        self.max_topic_tokens = max_topic_tokens
+        n = vocab_size
+        close = torch.zeros(n, dtype=torch.bool)
+        close[list(vocab.close_tens)] = True
+        control = torch.zeros(n, dtype=torch.bool)
+        control[vocab.control_ids] = True
+        bad_topic = _unsafe_in_attribute(tokenizer, n).clone()
+        bad_topic |= control
+        bad_topic[list(vocab.close_tens)] = False
+        for e in vocab.eos:
+            if e < n:
+                bad_topic[e] = True
+
+        def ban(*ids: int) -> torch.Tensor:
+            m = torch.zeros(n, dtype=torch.bool)
+            m[list(ids)] = True
+            return m
+
+        self.sequential = control
+        # main thread, outside a tag: anything but block tokens and promise closers
+        self.main = ban(vocab.async_open, vocab.async_close) | close
+        self.main_no_sync = self.main | ban(vocab.sync)
+        # inside a topic: plain text without quotes/newlines, or a closer
+        self.topic = bad_topic
+        self.topic_must_close = ~close
+        # a block: no promises, no sync, no nested blocks
+        self.fork = close | ban(vocab.promise_open, vocab.async_open, vocab.sync)
+
+
+@lru_cache(maxsize=8)
+def _unsafe_cache(key: int, n: int, tokenizer) -> torch.Tensor:
+    mask = torch.zeros(n, dtype=torch.bool)
+    m = min(n, len(tokenizer))
+    pieces = tokenizer.batch_decode([[i] for i in range(m)])
+    for i, piece in enumerate(pieces):
+        if '"' in piece or "\n" in piece or "<" in piece or ">" in piece:
+            mask[i] = True
+    mask[len(tokenizer):] = True
+    return mask
+
+
+def _unsafe_in_attribute(tokenizer, n: int) -> torch.Tensor:
+    """Tokens that would break a topic attribute (quotes, newlines, angle brackets)."""
+    return _unsafe_cache(id(tokenizer), n, tokenizer)

@@ -1,0 +1,1 @@
+"""eval subpackage of solm."""

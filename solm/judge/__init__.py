@@ -1,0 +1,1 @@
+"""judge subpackage of solm."""
