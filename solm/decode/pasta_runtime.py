@@ -75,6 +75,7 @@ class _Thread:
     in_topic: bool = False
     topic_len: int = 0
     script: Sequence[int] | None = None  # replay: the recorded stream
+    closed_by_stop: bool = False  # decoding stopped early; `</async>` added to the output only
     logits: list[torch.Tensor] = field(default_factory=list)
 
 
@@ -284,8 +285,14 @@ class PastaRuntime:
                 flags.add(FLAG_MAX_NEW_TOKENS)
                 break
         decode_s = time.perf_counter() - t1
+        if flags & {FLAG_POOL_FULL, FLAG_MAX_NEW_TOKENS}:
+            # close blocks cut short so the output stays well-formed Pasta-Lang (flagged above)
+            for tid, th in threads.items():
+                if tid != MAIN and th.fed and not th.done and th.fed[-1] != v.async_close:
+                    th.closed_by_stop = True
 
-        ids, logit_rows = self._training_order(threads, fork_anchor, config.record_logits)
+        ids, logit_rows = self._training_order(threads, fork_anchor, config.record_logits,
+                                                  v.async_close)
         return DecodeResult(ids=ids, forward_passes=steps, threads=len(threads) - 1,
                             tokens_fed=fed_total, prefill_s=prefill_s, decode_s=decode_s,
                             flags=sorted(flags),
@@ -293,7 +300,7 @@ class PastaRuntime:
 
     @staticmethod
     def _training_order(threads: dict[int, _Thread], fork_anchor: dict[int, int],
-                        with_logits: bool) -> tuple[list[int], list[torch.Tensor]]:
+                        with_logits: bool, async_close: int) -> tuple[list[int], list[torch.Tensor]]:
         main = threads[MAIN]
         after: dict[int, list[int]] = {}
         for fid, idx in fork_anchor.items():
@@ -305,8 +312,11 @@ class PastaRuntime:
             if with_logits:
                 rows.append(main.logits[i])
             for fid in after.get(i, []):
-                ids.extend(threads[fid].fed)
+                fork = threads[fid]
+                ids.extend(fork.fed)
                 if with_logits:
-                    rows.extend(threads[fid].logits)
+                    rows.extend(fork.logits)
+                if fork.closed_by_stop:
+                    ids.append(async_close)
         return ids, rows
 

@@ -1,0 +1,63 @@
+"""The resumable annotation job shared by every annotator: read, annotate, check, append."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from solm.annotate.rules import annotate_rules
+from solm.core.jsonl import JsonlWriter, done_ids
+from solm.core.pasta_lang import faithful, validate
+from solm.core.records import Record
+
+
+@dataclass
+class AnnotateSummary:
+    rows: int = 0
+    skipped_done: int = 0
+    annotated: int = 0
+    unannotated: int = 0
+    no_response: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    promises: int = 0
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def annotate_rules_job(records: Iterable[Record], output: Path, rejects: Path,
+                       count_tokens: Callable[[str], int], min_chunk_tokens: int = 8,
+                       on_row: Callable[[AnnotateSummary], None] | None = None) -> AnnotateSummary:
+    """Annotate with the syntactic rules; appends to `output`, skips ids already there."""
+    summary = AnnotateSummary()
+    seen = done_ids(output, rejects)
+    with JsonlWriter(output) as out, JsonlWriter(rejects) as rej:
+        for rec in records:
+            summary.rows += 1
+            if rec.id in seen:
+                summary.skipped_done += 1
+            elif not rec.response:
+                summary.no_response += 1
+                rej.write({"id": rec.id, "reason": "no_response"})
+                summary.rejected["no_response"] = summary.rejected.get("no_response", 0) + 1
+            else:
+                annotated, n = annotate_rules(rec.response, count_tokens, min_chunk_tokens)
+                problems = validate(annotated) if n else []
+                if problems or (n and not faithful(annotated, rec.response)):
+                    reason = "invalid" if problems else "unfaithful"
+                    summary.rejected[reason] = summary.rejected.get(reason, 0) + 1
+                    rej.write({"id": rec.id, "reason": reason, "detail": problems[:1]})
+                else:
+                    out.write({"id": rec.id, "prompt": rec.prompt, "system": rec.system,
+                               "response": rec.response, "annotated": annotated if n else None,
+                               "promises": n, "annotator": "rules"})
+                    summary.promises += n
+                    if n:
+                        summary.annotated += 1
+                    else:
+                        summary.unannotated += 1
+                seen.add(rec.id)
+            if on_row:
+                on_row(summary)
+    return summary

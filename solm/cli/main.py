@@ -1,0 +1,39 @@
+"""`solm`: the umbrella app; `solm pasta ...` is the same as `pasta ...`."""
+
+from __future__ import annotations
+
+import typer
+
+from solm.cli import pasta, pdiff, tip
+from solm.cli.common import DebugOption, handle_errors, out_console
+
+app = typer.Typer(
+    name="solm", no_args_is_help=True, rich_markup_mode="markdown",
+    help="Self-orchestrating language models: PASTA, TIP (Thinking in Place), Planned Diffusion.")
+app.add_typer(pasta.app, name="pasta")
+app.add_typer(tip.app, name="tip")
+app.add_typer(pdiff.app, name="pdiff")
+
+
+@app.command()
+@handle_errors
+def models(debug: bool = DebugOption) -> None:
+    """List model aliases and whether their converted copy is cached."""
+    from solm.core.models import ALIASES, cache_root, is_complete_folder
+
+    for name, spec in ALIASES.items():
+        folder = cache_root() / "models" / name
+        state = f"cached at {folder}" if is_complete_folder(folder) else "not converted yet"
+        out_console.print(f"[bold]{name}[/]: {spec.description} — {state}")
+
+
+@app.command()
+@handle_errors
+def prepare(
+    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Alias or .gguf file."),
+    debug: bool = DebugOption,
+) -> None:
+    """Convert a GGUF model (alias or file) once into the safetensors cache."""
+    from solm.core.models import resolve_model_path
+
+    out_console.print(resolve_model_path(model))

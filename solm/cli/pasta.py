@@ -1,0 +1,205 @@
+"""`pasta`: annotate responses with Pasta-Lang, decode with the asynchronous runtime, benchmark."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from solm.cli.common import (ConfigOption, DebugOption, QuietOption, handle_errors, info,
+                             out_console, progress, settings_from)
+
+app = typer.Typer(
+    name="pasta", no_args_is_help=True, rich_markup_mode="markdown",
+    help="PASTA: models that promise independent chunks, decoded as parallel threads.\n\n"
+         "Pipeline: `annotate` -> `sft` -> `prefs` -> `bonbon`; run with `decode`, "
+         "measure with `bench`.")
+
+
+@app.command()
+@handle_errors
+def annotate(
+    input: Path = typer.Option(..., "--input", "-i", help="JSONL of responses (ShareGPT, Alpaca, "
+                               "OpenAI messages or prompt/response), or a hub dataset name."),
+    output: Path = typer.Option(..., "--output", "-o", help="Accepted rows are appended here."),
+    annotator: str = typer.Option("rules", help="`rules`: APAR-style syntactic rules (lists, "
+                                  "paragraphs); no model needed."),
+    rejects: Optional[Path] = typer.Option(None, help="Rejected rows with a reason "
+                                           "(default: OUTPUT with .rejects.jsonl)."),
+    tokenizer: str = typer.Option("smollm2-135m", help="Tokenizer that counts chunk lengths."),
+    limit: Optional[int] = typer.Option(None, help="Only the first N rows."),
+    min_chunk_tokens: int = typer.Option(8, help="Shorter descriptions stay in the main thread."),
+    split: str = typer.Option("train", help="Split, for hub datasets."),
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+) -> None:
+    """Annotate plain responses with Pasta-Lang; resumable (rerun skips ids already written).
+
+    Example: `pasta annotate -i ../shared/data/instruct/dolly_5k.jsonl -o ann.jsonl --limit 500`
+    """
+    from solm.annotate.pipeline import annotate_rules_job
+    from solm.core.errors import SolmError
+    from solm.core.models import load_tokenizer
+    from solm.core.provenance import write_manifest
+    from solm.core.records import load_records
+
+    if annotator != "rules":
+        raise SolmError(f"unknown annotator '{annotator}': available here: rules")
+    rejects = rejects or output.with_name(output.stem + ".rejects.jsonl")
+    tok = load_tokenizer(tokenizer)
+    count = lambda s: len(tok(s, add_special_tokens=False).input_ids)  # noqa: E731
+    records = list(load_records(str(input), split=split, limit=limit))
+    with progress("annotating", len(records)) as advance:
+        summary = annotate_rules_job(
+            records, output, rejects, count, min_chunk_tokens,
+            on_row=lambda s: advance(status=f"annotated {s.annotated} plain {s.unannotated} "
+                                            f"rejected {sum(s.rejected.values())}"))
+    write_manifest(output, "pasta annotate", settings_from(locals()),
+                   inputs=[input], model=tokenizer, extra={"summary": summary.to_dict()})
+    out_console.print_json(json.dumps(summary.to_dict()))
+
+
+@app.command()
+@handle_errors
+def decode(
+    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Alias, HF folder, hub id "
+                              "or .gguf file."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", "-p", help="JSONL of prompts "
+                                           "(default: two built-in demo prompts)."),
+    out: Path = typer.Option(Path("runs/decode.jsonl"), "--out", "-o",
+                             help="Results are appended here; rerun resumes."),
+    mode: str = typer.Option("parallel", help="`parallel` acts on the tags; `sequential` "
+                             "decodes one token at a time with the same runtime (baseline)."),
+    max_new_tokens: int = typer.Option(512, help="Cap on generated tokens (all threads)."),
+    temperature: float = typer.Option(0.0, help="0 = greedy."),
+    top_p: float = typer.Option(1.0, help="Nucleus sampling mass."),
+    seed: int = typer.Option(0),
+    pool_size: int = typer.Option(2048, help="KV pool slots shared by all threads."),
+    max_fork_tokens: int = typer.Option(512, help="A block longer than this is closed (flagged)."),
+    dtype: str = typer.Option("auto", help="auto (bf16 where fast, else fp32), fp32, bf16."),
+    device: Optional[str] = typer.Option(None, help="cpu, cuda, cuda:1 ... (default: best)."),
+    limit: Optional[int] = typer.Option(None, help="Only the first N prompts."),
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+) -> None:
+    """Decode prompts; promised chunks run as parallel threads in one shared KV pool."""
+    from solm.core.control_tokens import add_control_tokens
+    from solm.core.models import load_model
+    from solm.core.provenance import write_manifest
+    from solm.core.records import load_records
+    from solm.core.sampling import SamplingConfig
+    from solm.decode.pasta_decode import DEMO_PROMPTS, decode_file
+    from solm.decode.pasta_runtime import MODES, DecodeConfig, PastaRuntime
+
+    if mode not in MODES:
+        raise ValueError(f"--mode must be one of {', '.join(MODES)}")
+    source = prompts or DEMO_PROMPTS
+    records = list(load_records(str(source), limit=limit))
+    info(f"loading {model} ...")
+    m, tok = load_model(model, dtype=dtype, device=device)
+    add_control_tokens(m, tok, "pasta")
+    rt = PastaRuntime(m, tok, pool_size=pool_size)
+    cfg = DecodeConfig(mode=mode, max_new_tokens=max_new_tokens, max_fork_tokens=max_fork_tokens,
+                       sampling=SamplingConfig(temperature, top_p, seed))
+    with progress(f"decoding ({mode})", len(records)) as advance:
+        summary = decode_file(rt, records, out, cfg, on_row=lambda s, r: advance(
+            status=f"{s.content_tokens / max(s.decode_s, 1e-9):.1f} tok/s"))
+    write_manifest(out, "pasta decode", settings_from(locals()), inputs=[source], model=model,
+                   extra={"summary": summary.to_dict()})
+    if not quiet:
+        from solm.core.jsonl import read_jsonl
+        for row in list(read_jsonl(out))[-min(len(records), 3):]:
+            info(f"[bold cyan]{row['id']}[/] [dim]({row['content_tokens']} tokens, "
+                 f"{row['forward_passes']} passes, {row['threads']} threads"
+                 f"{', ' + ','.join(row['flags']) if row['flags'] else ''})[/]\n{row['response']}")
+    out_console.print_json(json.dumps(summary.to_dict()))
+
+
+@app.command()
+@handle_errors
+def bench(
+    annotated: Path = typer.Option(..., "--annotated", "-a", help="JSONL with `prompt` and "
+                                   "`annotated` (e.g. from `pasta annotate`)."),
+    model: str = typer.Option("smollm2-135m", "--model", "-m"),
+    rows: int = typer.Option(40, help="How many annotated rows to replay."),
+    min_promises: int = typer.Option(2, help="Only rows with at least this many promises."),
+    max_tokens: Optional[int] = typer.Option(None, help="Only rows whose plain response has at "
+                                             "most this many tokens."),
+    repeats: int = typer.Option(2, help="Decode each row this many times; time the last "
+                                "(the paper: 2)."),
+    generate_rows: Optional[int] = typer.Option(None, help="Compare with model.generate on the "
+                                                "first N rows only (default: all)."),
+    pool_size: int = typer.Option(2048),
+    dtype: str = typer.Option("auto"),
+    device: Optional[str] = typer.Option(None),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Per-row results (JSONL) and a "
+                                       "summary next to it."),
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+) -> None:
+    """Replay annotated responses: realized vs theoretical speedup, efficiency, vs generate.
+
+    Prints a JSON summary with `realized_speedup`, `theoretical_speedup`, `efficiency`
+    (geometric means) and `seq_vs_generate`; warm-up time is reported separately.
+    """
+    from dataclasses import asdict
+
+    from solm.core.chat import text_ids
+    from solm.core.control_tokens import add_control_tokens
+    from solm.core.jsonl import read_jsonl, write_jsonl
+    from solm.core.models import load_model
+    from solm.core.pasta_lang import promises, strip
+    from solm.core.provenance import write_manifest
+    from solm.decode.pasta_runtime import PastaRuntime
+    from solm.eval.pasta_bench import run_bench
+
+    m, tok = load_model(model, dtype=dtype, device=device)
+    add_control_tokens(m, tok, "pasta")
+    chosen = []
+    for row in read_jsonl(annotated):
+        text = row.get("annotated")
+        if not text or len(promises(text)) < min_promises:
+            continue
+        if max_tokens is not None and len(text_ids(tok, strip(text))) > max_tokens:
+            continue
+        chosen.append(row)
+        if len(chosen) >= rows:
+            break
+    info(f"replaying {len(chosen)} rows from {annotated} (dtype {m.dtype})")
+    rt = PastaRuntime(m, tok, pool_size=pool_size)
+    with progress("replaying", len(chosen)) as advance:
+        results, summary = run_bench(rt, chosen, repeats=repeats, generate_rows=generate_rows,
+                                     on_row=lambda r: advance(
+                                         status=f"{r.id}: {r.realized_speedup:.2f}x of "
+                                                f"{r.theoretical_speedup:.2f}x"))
+    summary.update({"model": model, "dtype": str(m.dtype).replace("torch.", ""),
+                    "repeats": repeats})
+    if out:
+        write_jsonl(out, [asdict(r) for r in results])
+        Path(str(out) + ".summary.json").write_text(json.dumps(summary, indent=2))
+        write_manifest(out, "pasta bench", settings_from(locals()),
+                       inputs=[annotated], model=model, extra={"summary": summary})
+    out_console.print_json(json.dumps(summary))
+
+
+@app.command()
+@handle_errors
+def tokens(
+    model: str = typer.Option("smollm2-135m", "--model", "-m"),
+    text: Optional[str] = typer.Option(None, help="Also show how this text tokenizes."),
+    debug: bool = DebugOption,
+) -> None:
+    """Show Pasta-Lang's control tokens and their ids in a model's tokenizer."""
+    from solm.core.control_tokens import add_control_tokens, pasta_tokens
+    from solm.core.models import load_tokenizer
+
+    tok = load_tokenizer(model)
+    added = add_control_tokens(None, tok, "pasta")
+    ids = tok.convert_tokens_to_ids(pasta_tokens())
+    out_console.print(f"{added} tokens added to {model}'s tokenizer ({len(tok)} total)")
+    for t, i in list(zip(pasta_tokens(), ids))[:6]:
+        out_console.print(f"  {i:>6}  {t}")
+    out_console.print(f"  ... and {len(ids) - 6} more promise closers up to "
+                      f"{pasta_tokens()[-1]}")
+    if text:
+        pieces = tok.convert_ids_to_tokens(tok(text, add_special_tokens=False).input_ids)
+        out_console.print(pieces)

@@ -1,0 +1,29 @@
+"""`pdiff`: Planned Diffusion — plan promises autoregressively, denoise chunks in parallel."""
+
+from __future__ import annotations
+
+import typer
+
+from solm.cli.common import DebugOption, handle_errors, out_console
+
+app = typer.Typer(
+    name="pdiff", no_args_is_help=True, rich_markup_mode="markdown",
+    help="Planned Diffusion: the model writes a plan of promises, then every planned chunk is "
+         "denoised in parallel by masked diffusion, then decoding continues.")
+
+
+@app.command()
+@handle_errors
+def tokens(
+    model: str = typer.Option("smollm2-135m", "--model", "-m"),
+    debug: bool = DebugOption,
+) -> None:
+    """Show Planned Diffusion's control tokens (Pasta-Lang plus the mask token)."""
+    from solm.core.control_tokens import MASK_TOKEN, add_control_tokens, pasta_tokens
+    from solm.core.models import load_tokenizer
+
+    tok = load_tokenizer(model)
+    added = add_control_tokens(None, tok, "pdiff")
+    out_console.print(f"{added} tokens added to {model}'s tokenizer ({len(tok)} total)")
+    for t in pasta_tokens()[:5] + [MASK_TOKEN]:
+        out_console.print(f"  {tok.convert_tokens_to_ids(t):>6}  {t}")

@@ -1,0 +1,20 @@
+"""Prompt formatting with the model's own chat template."""
+
+from __future__ import annotations
+
+
+def prompt_ids(tokenizer, prompt: str, system: str | None = None) -> list[int]:
+    """Token ids of a user turn plus the assistant header, ready for decoding."""
+    messages = ([{"role": "system", "content": system}] if system else []) + [
+        {"role": "user", "content": prompt}]
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return [int(t) for t in ids]
+    text = (f"{system}\n\n" if system else "") + f"User: {prompt}\nAssistant:"
+    return tokenizer(text, add_special_tokens=False).input_ids
+
+
+def text_ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False).input_ids

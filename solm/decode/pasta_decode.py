@@ -1,0 +1,73 @@
+"""Decode a file of prompts with the PASTA runtime, appending one record per prompt."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from solm.core.chat import prompt_ids
+from solm.core.jsonl import JsonlWriter, done_ids
+from solm.core.metrics import pasta_metrics
+from solm.core.records import Record
+from solm.core.structure import walk_training_order
+from solm.decode.pasta_runtime import DecodeConfig, DecodeResult, PastaRuntime
+
+DEMO_PROMPTS = Path(__file__).with_name("demo_prompts.jsonl")
+
+
+@dataclass
+class DecodeSummary:
+    done: int = 0
+    skipped: int = 0
+    flagged: dict[str, int] = field(default_factory=dict)
+    content_tokens: int = 0
+    forward_passes: int = 0
+    decode_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["tokens_per_s"] = self.content_tokens / self.decode_s if self.decode_s else 0.0
+        return d
+
+
+def result_record(rt: PastaRuntime, rec: Record, res: DecodeResult, mode: str) -> dict:
+    tok = rt.tokenizer
+    attrs, _ = walk_training_order(res.ids, rt.vocab) if mode == "parallel" else (None, None)
+    content_ids = ([t for t, a in zip(res.ids, attrs) if not a.is_tag] if attrs is not None
+                   else res.ids)
+    metrics = pasta_metrics(res.ids, rt.vocab) if mode == "parallel" else None
+    return {
+        "id": rec.id, "prompt": rec.prompt, "mode": mode,
+        "response": tok.decode(content_ids, skip_special_tokens=True),
+        "annotated": tok.decode(res.ids, skip_special_tokens=True),
+        "content_tokens": len(content_ids),
+        "critical_path": metrics.critical_path if metrics else len(res.ids),
+        "forward_passes": res.forward_passes, "threads": res.threads,
+        "wall_s": round(res.wall_s, 4), "prefill_s": round(res.prefill_s, 4),
+        "decode_s": round(res.decode_s, 4), "flags": res.flags,
+    }
+
+
+def decode_file(rt: PastaRuntime, records: Iterable[Record], out: Path, config: DecodeConfig,
+                on_row: Callable[[DecodeSummary, dict], None] | None = None) -> DecodeSummary:
+    summary = DecodeSummary()
+    seen = done_ids(out)
+    with JsonlWriter(out) as writer:
+        for rec in records:
+            if rec.id in seen:
+                summary.skipped += 1
+                continue
+            ids = prompt_ids(rt.tokenizer, rec.prompt, rec.system)
+            res = rt.generate(ids, config)
+            row = result_record(rt, rec, res, config.mode)
+            writer.write(row)
+            summary.done += 1
+            summary.content_tokens += row["content_tokens"]
+            summary.forward_passes += res.forward_passes
+            summary.decode_s += res.decode_s
+            for f in res.flags:
+                summary.flagged[f] = summary.flagged.get(f, 0) + 1
+            if on_row:
+                on_row(summary, row)
+    return summary

@@ -1,0 +1,137 @@
+"""Replay benchmark: realized vs theoretical speedup of the PASTA runtime, measured side by side.
+
+For each annotated response, the runtime teacher-forces the recorded tokens on the real
+schedule: the stripped response sequentially, the annotated one in parallel (each decoded
+`repeats` times, the last timed). Speedups are ratios of decode time (prefill excluded; it is
+the same prompt in both). `seq_vs_generate` compares the sequential runtime's tokens/s with
+`model.generate` (static cache, same dtype) producing the same number of tokens from the
+same prompt, prefill included in both.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import torch
+
+from solm.core.chat import prompt_ids, text_ids
+from solm.core.metrics import pasta_metrics
+from solm.core.pasta_lang import strip
+from solm.decode.pasta_runtime import PastaRuntime
+
+
+def geomean(values: list[float]) -> float:
+    values = [v for v in values if v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+@dataclass
+class BenchRow:
+    id: str
+    content_tokens: int
+    sequential_tokens: int
+    critical_path: int
+    forward_passes: int
+    promises: int
+    seq_s: float
+    par_s: float
+    realized_speedup: float
+    theoretical_speedup: float
+    efficiency: float
+    replay_exact: bool
+    seq_tokens_per_s: float | None = None
+    generate_tokens_per_s: float | None = None
+
+
+def time_generate(model, ids: list[int], n_tokens: int) -> float:
+    """Seconds for model.generate to produce exactly n_tokens greedily with a static cache."""
+    device = next(model.parameters()).device
+    inputs = torch.tensor([ids], device=device)
+    t = time.perf_counter()
+    with torch.no_grad():
+        model.generate(inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=n_tokens,
+                       min_new_tokens=n_tokens, do_sample=False, cache_implementation="static",
+                       pad_token_id=model.config.eos_token_id)
+    return time.perf_counter() - t
+
+
+def bench_row(rt: PastaRuntime, row: dict, repeats: int = 2, compare_generate: bool = False
+              ) -> BenchRow:
+    tok = rt.tokenizer
+    prompt = prompt_ids(tok, row["prompt"], row.get("system"))
+    annotated = text_ids(tok, row["annotated"])
+    plain = text_ids(tok, strip(row["annotated"]))
+    metrics = pasta_metrics(annotated, rt.vocab)
+    seq = par = None
+    for _ in range(max(1, repeats)):  # interleaved, so drift hits both modes alike
+        seq = rt.replay(prompt, plain, mode="sequential")
+        par = rt.replay(prompt, annotated, mode="parallel")
+    realized = seq.decode_s / par.decode_s
+    theoretical = metrics.theoretical_speedup(len(plain))
+    out = BenchRow(
+        id=str(row["id"]), content_tokens=metrics.content_tokens, sequential_tokens=len(plain),
+        critical_path=metrics.critical_path, forward_passes=par.forward_passes,
+        promises=metrics.promises, seq_s=seq.decode_s, par_s=par.decode_s,
+        realized_speedup=realized, theoretical_speedup=theoretical,
+        efficiency=realized / theoretical,
+        replay_exact=par.ids == annotated and seq.ids == plain)
+    if compare_generate:
+        out.seq_tokens_per_s = len(plain) / seq.wall_s
+        gen_s = time_generate(rt.model, prompt, len(plain))
+        out.generate_tokens_per_s = len(plain) / gen_s
+    return out
+
+
+def warm_up(rt: PastaRuntime, row: dict, compare_generate: bool) -> float:
+    """One untimed pass of every code path (first-call costs, allocator growth)."""
+    t = time.perf_counter()
+    tok = rt.tokenizer
+    prompt = prompt_ids(tok, row["prompt"], row.get("system"))
+    annotated = text_ids(tok, row["annotated"])[:64]
+    rt.replay(prompt, annotated[:32], mode="sequential")
+    rt.replay(prompt, text_ids(tok, row["annotated"]), mode="parallel", max_new_tokens=64)
+    if compare_generate:
+        time_generate(rt.model, prompt, 8)
+    return time.perf_counter() - t
+
+
+def summarize(rows: list[BenchRow], warmup_s: float) -> dict:
+    gen_rows = [r for r in rows if r.generate_tokens_per_s]
+    return {
+        "rows": len(rows),
+        "realized_speedup": geomean([r.realized_speedup for r in rows]),
+        "theoretical_speedup": geomean([r.theoretical_speedup for r in rows]),
+        "efficiency": geomean([r.efficiency for r in rows]),
+        "seq_vs_generate": geomean([r.seq_tokens_per_s / r.generate_tokens_per_s
+                                    for r in gen_rows]) if gen_rows else None,
+        "generate_rows": len(gen_rows),
+        "replay_exact": all(r.replay_exact for r in rows),
+        "mean_promises": sum(r.promises for r in rows) / max(1, len(rows)),
+        "mean_sequential_tokens": sum(r.sequential_tokens for r in rows) / max(1, len(rows)),
+        "seq_ms_per_token": 1000 * sum(r.seq_s for r in rows) / max(1, sum(
+            r.sequential_tokens for r in rows)),
+        "par_ms_per_step": 1000 * sum(r.par_s for r in rows) / max(1, sum(
+            r.forward_passes for r in rows)),
+        "warmup_s": warmup_s,
+    }
+
+
+def run_bench(rt: PastaRuntime, rows: Iterable[dict], repeats: int = 2,
+              generate_rows: int | None = None,
+              on_row: Callable[[BenchRow], None] | None = None) -> tuple[list[BenchRow], dict]:
+    rows = list(rows)
+    if not rows:
+        raise ValueError("no annotated rows to benchmark")
+    want_generate = generate_rows is None or generate_rows > 0
+    warmup_s = warm_up(rt, rows[0], want_generate)
+    results = []
+    for i, row in enumerate(rows):
+        compare = generate_rows is None or i < generate_rows
+        r = bench_row(rt, row, repeats=repeats, compare_generate=compare)
+        results.append(r)
+        if on_row:
+            on_row(r)
+    return results, summarize(results, warmup_s)

@@ -1,0 +1,42 @@
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import pytest  # noqa: E402
+
+SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+
+
+@pytest.fixture(scope="session")
+def pasta_tokenizer():
+    from solm.core.control_tokens import add_control_tokens
+    from solm.core.models import load_tokenizer
+
+    tok = load_tokenizer("smollm2-135m")
+    add_control_tokens(None, tok, "pasta")
+    return tok
+
+
+@pytest.fixture(scope="session")
+def vocab(pasta_tokenizer):
+    from solm.core.structure import PastaVocab
+
+    return PastaVocab.from_tokenizer(pasta_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def tiny(pasta_tokenizer):
+    from solm.core.models import tiny_model
+
+    model, _ = tiny_model(pasta_tokenizer, seed=0)
+    return model
+
+
+def shared_path(*parts: str) -> str:
+    return os.path.join(SHARED, *parts)
+
+
+def needs_shared(*parts: str):
+    return pytest.mark.skipif(not os.path.exists(shared_path(*parts)),
+                              reason="../shared/data not available")

@@ -1,0 +1,114 @@
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from solm.core import models
+from solm.core.errors import SolmError
+
+
+class _FakeLoaded:
+    """Stands in for a dequantized GGUF model: saving writes a file, optionally slowly or failing."""
+
+    def __init__(self, fail=False, delay=0.0):
+        self.fail, self.delay = fail, delay
+        self.hf_quantizer = object()
+        self.config = type("C", (), {"quantization_config": {}})()
+
+    def save_pretrained(self, folder, safe_serialization=True):
+        Path(folder, "model.safetensors").write_bytes(b"\0" * 1024)
+        time.sleep(self.delay)
+        if self.fail:
+            raise RuntimeError("disk full")
+        Path(folder, "config.json").write_text("{}")
+
+
+def _patch(monkeypatch, fake):
+    import transformers
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: fake)
+    tok = type("T", (), {"save_pretrained": lambda self, f: Path(f, "tokenizer.json")
+                         .write_text("{}")})()
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: tok)
+
+
+def test_interrupted_conversion_leaves_no_loadable_folder(tmp_path, monkeypatch):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    target = tmp_path / "cache" / "m"
+    target.parent.mkdir()
+    _patch(monkeypatch, _FakeLoaded(fail=True))
+    with pytest.raises(RuntimeError):
+        models.convert_gguf(gguf, target)
+    assert not target.exists()
+    assert not [p for p in target.parent.iterdir() if ".tmp-" in p.name]
+    _patch(monkeypatch, _FakeLoaded())
+    models.convert_gguf(gguf, target)
+    assert models.is_complete_folder(target)
+
+
+def test_killed_conversion_process_is_redone(tmp_path):
+    """A conversion process killed mid-write; the folder is not complete, and a rerun fixes it."""
+    target = tmp_path / "cache" / "m"
+    target.parent.mkdir()
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    script = textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        import transformers
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_models import _FakeLoaded
+        from solm.core import models
+        fake = _FakeLoaded(delay=float(sys.argv[1]))
+        transformers.AutoModelForCausalLM.from_pretrained = lambda *a, **k: fake
+        tok = type("T", (), {{"save_pretrained": lambda self, f: Path(f, "tokenizer.json").write_text("{{}}")}})()
+        transformers.AutoTokenizer.from_pretrained = lambda *a, **k: tok
+        models.convert_gguf(Path({str(gguf)!r}), Path({str(target)!r}))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script, "30"])
+    deadline = time.time() + 60
+    while time.time() < deadline and not any(".tmp-" in p.name for p in target.parent.iterdir()):
+        time.sleep(0.1)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not models.is_complete_folder(target)
+    subprocess.run([sys.executable, "-c", script, "0"], check=True)
+    assert models.is_complete_folder(target)
+
+
+def test_unknown_model_gives_clear_offline_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(SolmError, match="no-such-org/no-such-model"):
+        models.load_model("no-such-org/no-such-model")
+
+
+def test_dtype_policy():
+    assert models.resolve_dtype("fp32") is torch.float32
+    assert models.resolve_dtype("bf16") is torch.bfloat16
+    auto = models.resolve_dtype("auto", "cpu")
+    assert auto is (torch.bfloat16 if models.cpu_has_fast_bf16() else torch.float32)
+    with pytest.raises(SolmError):
+        models.resolve_dtype("int3")
+
+
+@pytest.mark.slow
+def test_embedded_model_answers_paris_and_reloads_fast():
+    from solm.core.chat import prompt_ids
+    models.resolve_model_path("smollm2-135m")  # first conversion, if any, is not timed
+    t = time.perf_counter()
+    model, tok = models.load_model("smollm2-135m", dtype="fp32")
+    load_s = time.perf_counter() - t
+    ids = torch.tensor([prompt_ids(tok, "What is the capital of France?")])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=20,
+                         do_sample=False)
+    answer = tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+    assert "Paris" in answer
+    assert load_s < 5.0, f"cached load took {load_s:.1f}s"

@@ -1,0 +1,234 @@
+"""The PASTA runtime: train/decode consistency, replay fidelity, grammar and clean stops."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from solm.core.chat import text_ids
+from solm.core.metrics import schedule_steps
+from solm.core.models import tiny_model
+from solm.core.pasta_lang import strip
+from solm.core.sampling import SamplingConfig
+from solm.core.structure import model_mask, structure
+from solm.decode import pasta_runtime as pr
+from solm.decode.pasta_runtime import DecodeConfig, PastaRuntime
+
+PROMPT = "User: give me some tips\nAssistant:"
+ANNOTATED = [
+    # one promise
+    'Sure:<promise topic="sleep" tokens="1"/><async> Get eight hours of sleep.</async>\n'
+    '<sync/>That is all.',
+    # two promises, sync, then a third whose block may see the first two
+    'Tips:\n1. Sleep:<promise topic="sleep" tokens="1"/><async> Get 8 hours.</async>\n'
+    '2. Eat:<promise topic="eat" tokens="2"/><async> Eat vegetables and fruit daily, '
+    'and drink water.</async>\n<sync/>Also:<promise topic="move" tokens="1"/><async> Walk '
+    'every day.</async><sync/> Done.',
+    # three promises with blocks of very different lengths, no final text
+    'A<promise topic="x" tokens="3"/><async> one two three four five six seven eight nine ten '
+    'eleven twelve</async>B<promise topic="y" tokens="1"/><async> short</async>'
+    'C<promise topic="z" tokens="1"/><async> mid length block here</async><sync/>',
+]
+
+
+def full_forward_logits(model, ids, vocab):
+    s = structure(ids, vocab)
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids]), position_ids=s.position_ids[None],
+                    attention_mask=model_mask(s.visible, model))
+    return out.logits[0]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("text", ANNOTATED)
+def test_parallel_decode_logits_equal_one_forward_under_structure(pasta_tokenizer, text, seed):
+    model, tok = tiny_model(pasta_tokenizer, seed=seed, num_layers=3)
+    rt = PastaRuntime(model, tok, pool_size=512)
+    prompt, resp = text_ids(tok, PROMPT), text_ids(tok, text)
+    res = rt.replay(prompt, resp, record_logits=True)
+    ref = full_forward_logits(model, prompt + resp, rt.vocab)[len(prompt):]
+    assert res.ids == resp
+    assert res.logits.shape == ref.shape
+    assert (res.logits - ref).abs().max().item() < 1e-4
+
+
+def test_parallel_and_sequential_differ_where_the_mask_says(pasta_tokenizer):
+    """Sanity: a plain causal forward pass does NOT reproduce the parallel logits."""
+    model, tok = tiny_model(pasta_tokenizer, seed=0)
+    rt = PastaRuntime(model, tok, pool_size=512)
+    prompt, resp = text_ids(tok, PROMPT), text_ids(tok, ANNOTATED[1])
+    res = rt.replay(prompt, resp, record_logits=True)
+    with torch.no_grad():
+        causal = model(input_ids=torch.tensor([prompt + resp])).logits[0, len(prompt):]
+    assert (res.logits - causal).abs().max().item() > 1e-3
+
+
+@pytest.mark.parametrize("text", ANNOTATED)
+def test_replay_reproduces_tokens_schedule_and_text(pasta_tokenizer, tiny, text):
+    rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=512)
+    prompt, resp = text_ids(pasta_tokenizer, PROMPT), text_ids(pasta_tokenizer, text)
+    res = rt.replay(prompt, resp)
+    assert res.ids == resp and not res.flags
+    assert res.forward_passes == schedule_steps(resp, rt.vocab) < len(resp)
+    assert res.threads == text.count("<async>")
+    from solm.decode.pasta_decode import result_record
+    from solm.core.records import Record
+    row = result_record(rt, Record("r", PROMPT), res, "parallel")
+    assert row["response"] == strip(text)
+    seq = rt.replay(prompt, text_ids(pasta_tokenizer, strip(text)), mode="sequential")
+    assert seq.forward_passes == len(text_ids(pasta_tokenizer, strip(text)))
+
+
+class Steered(torch.nn.Module):
+    """Wraps a model and rewrites its logits so the next token after token X is rule[X]."""
+
+    def __init__(self, model, rule):
+        super().__init__()
+        self.inner, self.rule, self.config = model, rule, model.config
+
+    def get_output_embeddings(self):
+        return self.inner.get_output_embeddings()
+
+    def forward(self, input_ids, **kw):
+        out = self.inner(input_ids=input_ids, **kw)
+        logits = out.logits.clone()
+        for j, tok in enumerate(input_ids[0].tolist()):
+            want = self.rule(tok)
+            if want is not None:
+                logits[0, j] = -1e4
+                logits[0, j, want] = 1e4
+        out.logits = logits
+        return out
+
+
+def steered_runtime(pasta_tokenizer, tiny, rule, pool_size=256):
+    return PastaRuntime(Steered(tiny, rule), pasta_tokenizer, pool_size=pool_size)
+
+
+def ids_of(tok, *words):
+    return [tok.convert_tokens_to_ids(w) for w in words]
+
+
+def test_fork_cap_and_eos_with_open_forks_end_cleanly(pasta_tokenizer, tiny, vocab):
+    v, tok = vocab, pasta_tokenizer
+    word, other = ids_of(tok, "Ġhello", "Ġworld")
+    c1 = next(k for k, n in v.close_tens.items() if n == 1)
+    prompt = text_ids(tok, PROMPT)
+    rule = {prompt[-1]: v.promise_open, v.promise_open: word, word: c1, c1: v.eos[0],
+            v.async_open: other, other: other}.get
+    rt = steered_runtime(tok, tiny, rule)
+    res = rt.generate(prompt, DecodeConfig(max_fork_tokens=6, max_new_tokens=100))
+    assert pr.FLAG_FORK_CAPPED in res.flags and pr.FLAG_EOS_WITH_OPEN_FORKS in res.flags
+    assert res.ids[-1] == v.async_close and res.ids.count(other) == 5
+    assert res.threads == 1
+
+
+def test_eos_inside_a_fork_closes_it(pasta_tokenizer, tiny, vocab):
+    v, tok = vocab, pasta_tokenizer
+    word, = ids_of(tok, "Ġhello")
+    c1 = next(k for k, n in v.close_tens.items() if n == 1)
+    prompt = text_ids(tok, PROMPT)
+    rule = {prompt[-1]: v.promise_open, v.promise_open: word, word: c1, c1: v.sync,
+            v.async_open: v.eos[0], v.sync: v.eos[0]}.get
+    res = steered_runtime(tok, tiny, rule).generate(prompt, DecodeConfig())
+    assert pr.FLAG_FORK_EOS in res.flags
+    assert res.ids == [v.promise_open, word, c1, v.async_open, v.async_close, v.sync]
+
+
+def test_full_pool_and_token_cap_stop_with_a_flag(pasta_tokenizer, tiny):
+    tok = pasta_tokenizer
+    prompt = text_ids(tok, PROMPT)
+    word, = ids_of(tok, "Ġhello")
+    rule = lambda t: word  # noqa: E731  (never ends)
+    rt = steered_runtime(tok, tiny, rule, pool_size=len(prompt) + 20)
+    res = rt.generate(prompt, DecodeConfig(max_new_tokens=1000))
+    assert res.flags == [pr.FLAG_POOL_FULL] and rt.used <= rt.pool_size
+    res = steered_runtime(tok, tiny, rule).generate(prompt, DecodeConfig(max_new_tokens=7))
+    assert pr.FLAG_MAX_NEW_TOKENS in res.flags and len(res.ids) == 7
+
+
+def test_grammar_keeps_forks_from_promising_or_syncing(pasta_tokenizer, tiny, vocab):
+    """Even when the model prefers a promise or sync inside a block, the grammar forbids it."""
+    v, tok = vocab, pasta_tokenizer
+    word, = ids_of(tok, "Ġhello")
+    c1 = next(k for k, n in v.close_tens.items() if n == 1)
+    prompt = text_ids(tok, PROMPT)
+
+    class Prefers(Steered):
+        def forward(self, input_ids, **kw):
+            out = self.inner(input_ids=input_ids, **kw)
+            logits = out.logits.clone()
+            logits[..., v.promise_open] += 50  # the model "wants" promises everywhere
+            logits[..., v.sync] += 40
+            for j, t in enumerate(input_ids[0].tolist()):
+                if t == v.promise_open:
+                    logits[0, j, c1] += 100
+            out.logits = logits
+            return out
+
+    rt = PastaRuntime(Prefers(tiny, None), tok, pool_size=256)
+    res = rt.generate(prompt, DecodeConfig(max_new_tokens=40, max_fork_tokens=5))
+    from solm.core.metrics import thread_streams
+    main, forks, _ = thread_streams(res.ids, v)
+    assert forks, "main thread should have opened blocks"
+    for stream in forks.values():
+        assert v.promise_open not in stream[1:] and v.sync not in stream
+
+
+def test_sequential_mode_never_emits_control_tokens(pasta_tokenizer, tiny, vocab):
+    tok = pasta_tokenizer
+    prompt = text_ids(tok, PROMPT)
+    rt = steered_runtime(tok, tiny, lambda t: vocab.promise_open)
+    res = rt.generate(prompt, DecodeConfig(mode="sequential", max_new_tokens=10))
+    assert not set(res.ids) & set(vocab.control_ids)
+
+
+def test_sampling_is_seeded(pasta_tokenizer, tiny):
+    rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=256)
+    prompt = text_ids(pasta_tokenizer, PROMPT)
+    cfg = lambda s: DecodeConfig(max_new_tokens=12, sampling=SamplingConfig(1.0, 0.9, s))  # noqa
+    assert rt.generate(prompt, cfg(1)).ids == rt.generate(prompt, cfg(1)).ids
+    assert rt.generate(prompt, cfg(1)).ids != rt.generate(prompt, cfg(2)).ids
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_arbitrary_streams_replay_without_crash_or_overrun(pasta_tokenizer, tiny, vocab, data):
+    v = vocab
+    alphabet = [100, 101, 102, v.promise_open, v.async_open, v.async_close, v.sync,
+                *list(v.close_tens)[:2]]
+    resp = data.draw(st.lists(st.sampled_from(alphabet), min_size=1, max_size=40))
+    pool = data.draw(st.integers(min_value=8, max_value=60))
+    prompt = [1, 2, 3]
+    rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=pool)
+    res = rt.replay(prompt, resp, record_logits=True)
+    assert rt.used <= pool
+    if not res.flags:
+        assert res.ids == resp
+        ref = full_forward_logits(tiny, prompt + resp, v)[len(prompt):]
+        assert (res.logits - ref).abs().max().item() < 1e-4
+    else:
+        assert res.flags == [pr.FLAG_POOL_FULL]
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), pool=st.integers(12, 80))
+def test_free_sampling_with_tag_happy_model_never_crashes(pasta_tokenizer, tiny, vocab, seed,
+                                                          pool):
+    v = vocab
+
+    class TagHappy(Steered):
+        def forward(self, input_ids, **kw):
+            out = self.inner(input_ids=input_ids, **kw)
+            logits = out.logits.clone()
+            logits[..., v.control_ids] += 8.0
+            out.logits = logits
+            return out
+
+    rt = PastaRuntime(TagHappy(tiny, None), pasta_tokenizer, pool_size=pool)
+    res = rt.generate([1, 2, 3], DecodeConfig(max_new_tokens=60, max_fork_tokens=8,
+                                              sampling=SamplingConfig(1.5, 1.0, seed)))
+    assert rt.used <= pool
+    assert set(res.flags) <= {pr.FLAG_POOL_FULL, pr.FLAG_MAX_NEW_TOKENS, pr.FLAG_FORK_CAPPED,
+                              pr.FLAG_FORK_EOS, pr.FLAG_EOS_WITH_OPEN_FORKS,
+                              pr.FLAG_TOPIC_CAPPED}
