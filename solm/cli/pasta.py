@@ -145,12 +145,12 @@ def bench(
 
     from solm.core.chat import text_ids
     from solm.core.control_tokens import add_control_tokens
-    from solm.core.jsonl import read_jsonl, write_jsonl
+    from solm.core.jsonl import JsonlWriter, read_jsonl
     from solm.core.models import load_model
     from solm.core.pasta_lang import promises, strip
     from solm.core.provenance import write_manifest
     from solm.decode.pasta_runtime import PastaRuntime
-    from solm.eval.pasta_bench import run_bench
+    from solm.eval.pasta_bench import plot_speedups, run_bench
 
     m, tok = load_model(model, dtype=dtype, device=device)
     add_control_tokens(m, tok, "pasta")
@@ -166,18 +166,29 @@ def bench(
             break
     info(f"replaying {len(chosen)} rows from {annotated} (dtype {m.dtype})")
     rt = PastaRuntime(m, tok, pool_size=pool_size)
+    writer = None
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.unlink(missing_ok=True)  # timings from an earlier run are not comparable
+        writer = JsonlWriter(out)
+
+    def on_row(r, advance):
+        if writer:
+            writer.write(asdict(r))
+        advance(status=f"{r.id}: {r.realized_speedup:.2f}x of {r.theoretical_speedup:.2f}x")
+
     with progress("replaying", len(chosen)) as advance:
         results, summary = run_bench(rt, chosen, repeats=repeats, generate_rows=generate_rows,
-                                     on_row=lambda r: advance(
-                                         status=f"{r.id}: {r.realized_speedup:.2f}x of "
-                                                f"{r.theoretical_speedup:.2f}x"))
+                                     on_row=lambda r: on_row(r, advance))
     summary.update({"model": model, "dtype": str(m.dtype).replace("torch.", ""),
-                    "repeats": repeats})
+                    "repeats": repeats, "max_tokens": max_tokens})
     if out:
-        write_jsonl(out, [asdict(r) for r in results])
+        writer.close()
         Path(str(out) + ".summary.json").write_text(json.dumps(summary, indent=2))
-        write_manifest(out, "pasta bench", settings_from(locals()),
-                       inputs=[annotated], model=model, extra={"summary": summary})
+        plot_speedups(results, Path(str(out) + ".png"))
+        write_manifest(out, "pasta bench", settings_from(locals()), inputs=[annotated],
+                       model=model, extra={"summary": summary})
+        info(f"per-row results: {out}; plot: {out}.png")
     out_console.print_json(json.dumps(summary))
 
 

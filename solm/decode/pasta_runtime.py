@@ -26,9 +26,11 @@ import torch
 
 from solm.core.metrics import schedule_steps
 from solm.core.sampling import Sampler, SamplingConfig
-from solm.core.structure import (EMPTY, MAIN, PastaTracker, PastaVocab, TokenAttrs, model_mask,
+from solm.core.structure import (EMPTY, MAIN, PastaTracker, PastaVocab, TokenAttrs,
                                  pasta_visible, walk_training_order)
+from solm.decode.attention import attention_implementation
 from solm.decode.grammar import PastaGrammar
+from solm.decode.head import OutputHead
 from solm.decode.pool import PoolCache, num_layers_of
 
 FLAG_MAX_NEW_TOKENS = "max_new_tokens"
@@ -91,6 +93,7 @@ class PastaRuntime:
         self.cache = PoolCache(num_layers_of(model), pool_size)
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self._grammar: PastaGrammar | None = None
+        self.head = OutputHead(model)
         names = ("thread", "order", "anchor", "epoch", "join")
         self._slots = {n: torch.empty(pool_size, dtype=torch.long) for n in names}
 
@@ -144,12 +147,14 @@ class PastaRuntime:
         k = {name: s[name][:self.used] for name in s}
         visible = pasta_visible(q, k).to(self.device)
         self.cache.set_step(first, n, device=self.device)
-        out = self.model(
-            input_ids=torch.tensor([tokens], device=self.device),
-            position_ids=torch.tensor([[a.pos for a in attrs]], device=self.device),
-            attention_mask=model_mask(visible, self.model),
-            cache=self.cache, use_cache=True)
-        return out.logits[0]
+        inputs = dict(input_ids=torch.tensor([tokens], device=self.device),
+                      position_ids=torch.tensor([[a.pos for a in attrs]], device=self.device),
+                      attention_mask=visible[None, None], cache=self.cache, use_cache=True)
+        with attention_implementation(self.model):
+            if self.head.usable:
+                hidden = self.model.base_model(**inputs).last_hidden_state
+                return self.head(hidden[0])
+            return self.model(**inputs).logits[0]
 
     def _sampling_chooser(self, sampler: Sampler, config: DecodeConfig) -> Callable:
         g = self.grammar if config.mode == "parallel" else None

@@ -135,3 +135,26 @@ def run_bench(rt: PastaRuntime, rows: Iterable[dict], repeats: int = 2,
         if on_row:
             on_row(r)
     return results, summarize(results, warmup_s)
+
+
+def plot_speedups(rows: list[BenchRow], path) -> None:
+    """Realized vs theoretical speedup per row, with the efficiency = 1 diagonal."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 5))
+    th = [r.theoretical_speedup for r in rows]
+    re = [r.realized_speedup for r in rows]
+    ax.scatter(th, re, s=18, alpha=0.7)
+    top = max(th + re + [1.0]) * 1.05
+    ax.plot([1, top], [1, top], "k--", lw=1, label="efficiency 1.0")
+    ax.plot([1, top], [0.85, 0.85 * top], ":", color="gray", lw=1, label="efficiency 0.85")
+    ax.set_xlabel("theoretical speedup (sequential tokens / critical path)")
+    ax.set_ylabel("realized speedup (sequential / parallel decode time)")
+    ax.set_title(f"PASTA replay, {len(rows)} rows: efficiency "
+                 f"{geomean([r.efficiency for r in rows]):.2f} (geomean)")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
