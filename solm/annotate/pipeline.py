@@ -27,7 +27,7 @@ class AnnotateSummary:
 
 
 def annotate_rules_job(records: Iterable[Record], output: Path, rejects: Path,
-                       count_tokens: Callable[[str], int], min_chunk_tokens: int = 8,
+                       count_tokens: Callable[[str], int], min_chunk_tokens: int = 12,
                        on_row: Callable[[AnnotateSummary], None] | None = None) -> AnnotateSummary:
     """Annotate with the syntactic rules; appends to `output`, skips ids already there."""
     summary = AnnotateSummary()

@@ -106,7 +106,7 @@ def _paragraph_head_length(core: str) -> int:
     return m.end() if m else len(core)
 
 
-def make_topic(head: str, body: str, max_words: int = 5) -> str:
+def make_topic(head: str, body: str, max_words: int = 4) -> str:
     text = re.sub(r"^\s*(\d{1,3}[.)]|[-*•+])\s+", "", head)
     text = re.sub(r"[*_`#\"<>\n\r\t]", " ", text).strip(" :-–—.,;")
     if len(text.split()) < 1:
@@ -124,7 +124,7 @@ def promise_tag(topic: str, tens: int) -> str:
 
 
 def annotate_rules(response: str, count_tokens: Callable[[str], int],
-                   min_chunk_tokens: int = 8) -> tuple[str, int]:
+                   min_chunk_tokens: int = 12) -> tuple[str, int]:
     """Return (annotated text, number of promises); 0 promises means nothing to annotate."""
     out: list[str] = []
     open_blocks = 0

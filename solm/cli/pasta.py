@@ -18,45 +18,100 @@ app = typer.Typer(
          "measure with `bench`.")
 
 
-@app.command()
+ANNOTATE_HELP = """Annotate plain responses with Pasta-Lang; resumable, faithful.
+
+Rerunning the same command skips every id already in the output or the rejects file, so a
+killed run loses at most the requests in flight. Each LLM annotation is checked: it parses,
+has no nesting, `strip()` gives back the response (whitespace aside), and each `tokens="N"`
+matches its block (`--fix-lengths` recomputes N instead of rejecting).
+
+**Annotators** (`--annotator`):
+
+- `rules`: APAR-style syntactic rules (list items, paragraphs); no model, no key.
+  `pasta annotate -i dolly.jsonl -o ann.jsonl --limit 500`
+- `gemini:MODEL[@URL]`: Gemini via google-genai; key from `GEMINI_API_KEY` or `GOOGLE_API_KEY`.
+  `pasta annotate -i slimorca.jsonl -o ann.jsonl --annotator gemini:gemini-1.5-flash --concurrency 32 --rpm 1000`
+- `openai:MODEL[@URL]`: any OpenAI-compatible server (OpenAI, vLLM, llama.cpp server, Ollama);
+  key from `OPENAI_API_KEY` (local servers need none), URL also from `--base-url` / `OPENAI_BASE_URL`.
+  `pasta annotate -i data.jsonl -o ann.jsonl --annotator openai:Qwen2.5-72B-Instruct@http://gpu-box:8000/v1`
+- `hf:MODEL`: a local Hugging Face model through transformers (batched).
+  `pasta annotate -i data.jsonl -o ann.jsonl --annotator hf:smollm2-135m --limit 20`
+"""
+
+
+@app.command(help=ANNOTATE_HELP)
 @handle_errors
 def annotate(
-    input: Path = typer.Option(..., "--input", "-i", help="JSONL of responses (ShareGPT, Alpaca, "
-                               "OpenAI messages or prompt/response), or a hub dataset name."),
+    input: str = typer.Option(..., "--input", "-i", help="JSONL of responses (ShareGPT, Alpaca, "
+                              "OpenAI messages or prompt/response), or a hub dataset name."),
     output: Path = typer.Option(..., "--output", "-o", help="Accepted rows are appended here."),
-    annotator: str = typer.Option("rules", help="`rules`: APAR-style syntactic rules (lists, "
-                                  "paragraphs); no model needed."),
+    annotator: str = typer.Option("rules", help="`rules`, `gemini:MODEL[@URL]`, "
+                                  "`openai:MODEL[@URL]` or `hf:MODEL` (see above)."),
     rejects: Optional[Path] = typer.Option(None, help="Rejected rows with a reason "
                                            "(default: OUTPUT with .rejects.jsonl)."),
     tokenizer: str = typer.Option("smollm2-135m", help="Tokenizer that counts chunk lengths."),
-    limit: Optional[int] = typer.Option(None, help="Only the first N rows."),
-    min_chunk_tokens: int = typer.Option(8, help="Shorter descriptions stay in the main thread."),
+    limit: Optional[int] = typer.Option(None, help="Only N rows (the first N, or a random N "
+                                        "with --seed)."),
+    seed: Optional[int] = typer.Option(None, help="With --limit: a seeded random subset."),
+    min_chunk_tokens: int = typer.Option(12, help="rules: shorter descriptions stay in the "
+                                         "main thread."),
+    concurrency: int = typer.Option(8, help="LLM: requests in flight."),
+    rpm: Optional[float] = typer.Option(None, help="LLM: requests per minute (token bucket)."),
+    max_tries: int = typer.Option(4, help="LLM: tries per row (429/5xx/timeouts/bad replies)."),
+    timeout: float = typer.Option(120.0, help="LLM: seconds per request."),
+    base_url: Optional[str] = typer.Option(None, help="LLM: server URL (overrides the spec's)."),
+    fix_lengths: bool = typer.Option(False, help="LLM: recompute tokens=N from the real block."),
+    temperature: float = typer.Option(0.0, help="LLM: sampling temperature."),
+    max_output_tokens: int = typer.Option(4096, help="LLM: cap on each reply's length."),
     split: str = typer.Option("train", help="Split, for hub datasets."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
-    """Annotate plain responses with Pasta-Lang; resumable (rerun skips ids already written).
+    import asyncio
 
-    Example: `pasta annotate -i ../shared/data/instruct/dolly_5k.jsonl -o ann.jsonl --limit 500`
-    """
     from solm.annotate.pipeline import annotate_rules_job
-    from solm.core.errors import SolmError
     from solm.core.models import load_tokenizer
     from solm.core.provenance import write_manifest
-    from solm.core.records import load_records
+    from solm.core.records import load_records, sample_records
 
-    if annotator != "rules":
-        raise SolmError(f"unknown annotator '{annotator}': available here: rules")
     rejects = rejects or output.with_name(output.stem + ".rejects.jsonl")
     tok = load_tokenizer(tokenizer)
     count = lambda s: len(tok(s, add_special_tokens=False).input_ids)  # noqa: E731
-    records = list(load_records(str(input), split=split, limit=limit))
-    with progress("annotating", len(records)) as advance:
-        summary = annotate_rules_job(
-            records, output, rejects, count, min_chunk_tokens,
-            on_row=lambda s: advance(status=f"annotated {s.annotated} plain {s.unannotated} "
-                                            f"rejected {sum(s.rejected.values())}"))
-    write_manifest(output, "pasta annotate", settings_from(locals()),
-                   inputs=[input], model=tokenizer, extra={"summary": summary.to_dict()})
+    if seed is not None and limit is not None:
+        records = sample_records(load_records(input, split=split), limit, seed)
+    else:
+        records = list(load_records(input, split=split, limit=limit))
+    extra: dict = {}
+    if annotator == "rules":
+        with progress("annotating", len(records)) as advance:
+            summary = annotate_rules_job(
+                records, output, rejects, count, min_chunk_tokens,
+                on_row=lambda s: advance(status=f"annotated {s.annotated} plain "
+                                                f"{s.unannotated} rejected "
+                                                f"{sum(s.rejected.values())}"))
+    else:
+        from solm.annotate.llm_job import LLMAnnotateConfig, annotate_with_llm
+        from solm.annotate.prompt import prompt_version
+        from solm.core.llm import make_client
+
+        client = make_client(annotator, base_url=base_url, timeout=timeout,
+                             batch_size=concurrency)
+        cfg = LLMAnnotateConfig(concurrency=concurrency, rpm=rpm, max_tries=max_tries,
+                                fix_lengths=fix_lengths, temperature=temperature,
+                                max_output_tokens=max_output_tokens)
+        extra["prompt_version"] = prompt_version()
+        with progress(f"annotating with {client.spec}", len(records)) as advance:
+            done = [0]
+
+            def update(s):
+                n = s.skipped_done + s.accepted + sum(s.rejected.values())
+                advance(n - done[0], status=f"accepted {s.accepted} rejected "
+                                            f"{sum(s.rejected.values())} retrying {s.retrying}")
+                done[0] = n
+
+            summary = asyncio.run(annotate_with_llm(records, client, output, rejects, count,
+                                                    cfg, on_update=update))
+    write_manifest(output, "pasta annotate", settings_from(locals()), inputs=[input],
+                   model=tokenizer, extra={"summary": summary.to_dict(), **extra})
     out_console.print_json(json.dumps(summary.to_dict()))
 
 
@@ -214,3 +269,7 @@ def tokens(
     if text:
         pieces = tok.convert_ids_to_tokens(tok(text, add_special_tokens=False).input_ids)
         out_console.print(pieces)
+
+
+if __name__ == "__main__":
+    app()

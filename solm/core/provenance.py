@@ -43,6 +43,24 @@ def _scrub(settings: dict[str, Any]) -> dict[str, Any]:
     return clean
 
 
+def redacted_argv(argv: list[str]) -> list[str]:
+    """argv with the values of secret-looking flags (--api-key, --token...) replaced."""
+    out, hide_next = [], False
+    for a in argv:
+        flag = a.split("=", 1)[0].lower()
+        secret_flag = a.startswith("--") and any(h in flag for h in ("key", "secret", "password",
+                                                                      "auth"))
+        if hide_next:
+            out.append("***")
+            hide_next = False
+        elif secret_flag and "=" in a:
+            out.append(a.split("=", 1)[0] + "=***")
+        else:
+            out.append(a)
+            hide_next = secret_flag
+    return out
+
+
 def manifest_path(output: str | os.PathLike) -> Path:
     """`out.jsonl` -> `out.jsonl.manifest.json`; a folder -> `folder/solm_manifest.json`."""
     output = Path(output)
@@ -57,7 +75,7 @@ def write_manifest(output: str | os.PathLike, command: str, settings: dict[str, 
     """Write the manifest next to `output` (never containing secrets) and return its path."""
     record = {
         "command": command,
-        "argv": [a for a in sys.argv],
+        "argv": redacted_argv(sys.argv),
         "settings": _scrub(settings),
         "model": model,
         "inputs": {str(p): file_sha256(p) for p in inputs if p and Path(p).is_file()},

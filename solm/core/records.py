@@ -118,3 +118,19 @@ def _load_hub(name: str, split: str):
             f"could not load dataset '{name}' from the Hugging Face hub ({type(e).__name__}). "
             f"If this machine is offline, download it elsewhere and pass a local JSONL file "
             f"(ShareGPT, Alpaca or prompt/response form) instead.") from None
+
+
+def sample_records(records: Iterator[Record], k: int, seed: int) -> list[Record]:
+    """A seeded uniform random subset of k records (reservoir sampling), in input order."""
+    import random
+
+    rng = random.Random(seed)
+    reservoir: list[tuple[int, Record]] = []
+    for i, rec in enumerate(records):
+        if len(reservoir) < k:
+            reservoir.append((i, rec))
+        else:
+            j = rng.randint(0, i)
+            if j < k:
+                reservoir[j] = (i, rec)
+    return [rec for _, rec in sorted(reservoir, key=lambda t: t[0])]

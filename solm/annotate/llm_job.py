@@ -1,0 +1,216 @@
+"""LLM annotation at scale: concurrent, rate-limited, retried, validated, resumable.
+
+Every row ends in exactly one of two files: accepted annotations in the output, everything
+else in the rejects file with a reason. Both are appended one flushed line per row as soon as
+the row is decided, so a killed run loses at most the requests in flight, and a rerun of the
+same command skips every id already in either file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from solm.annotate.prompt import extract_annotation, prompt_version, system_prompt, user_prompt
+from solm.annotate.rules import tens_for
+from solm.core.jsonl import JsonlWriter, done_ids
+from solm.core.llm.base import ChatClient, LLMError
+from solm.core.llm.spec import cost_usd
+from solm.core.pasta_lang import (PastaSyntaxError, Promise, faithful, parse, promises,
+                                  serialize)
+from solm.core.records import Record
+
+
+@dataclass
+class LLMAnnotateConfig:
+    concurrency: int = 8
+    rpm: float | None = None  # requests per minute; None = unlimited
+    max_tries: int = 4
+    base_delay: float = 1.0
+    max_delay: float = 60.0
+    fix_lengths: bool = False
+    length_tolerance: float = 0.5  # |N - real tens| allowed: max(1, tolerance * real tens)
+    max_output_tokens: int = 4096
+    temperature: float = 0.0
+
+
+@dataclass
+class LLMAnnotateSummary:
+    rows: int = 0
+    skipped_done: int = 0
+    accepted: int = 0
+    unannotated: int = 0  # accepted, but the annotator found nothing to parallelise
+    rejected: dict[str, int] = field(default_factory=dict)
+    retries: dict[str, int] = field(default_factory=dict)
+    retrying: int = 0  # rows waiting to retry right now
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+    elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d.pop("retrying")
+        return d
+
+
+class TokenBucket:
+    """At most `rate_per_minute` acquisitions per minute, with bursts up to `burst`."""
+
+    def __init__(self, rate_per_minute: float, burst: float | None = None):
+        self.rate = rate_per_minute / 60.0
+        self.capacity = burst if burst is not None else max(1.0, self.rate)
+        self.tokens = self.capacity
+        self.updated = time.monotonic()
+        self._lock = asyncio.Lock()
+
+    async def acquire(self) -> None:
+        async with self._lock:
+            while True:
+                now = time.monotonic()
+                self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
+                self.updated = now
+                if self.tokens >= 1:
+                    self.tokens -= 1
+                    return
+                await asyncio.sleep((1 - self.tokens) / self.rate)
+
+
+def backoff_delay(attempt: int, cfg: LLMAnnotateConfig, retry_after: float | None,
+                  rng: random.Random) -> float:
+    """Exponential back-off with full jitter; a server's retry hint is a lower bound."""
+    delay = rng.uniform(0, min(cfg.max_delay, cfg.base_delay * 2 ** attempt))
+    if retry_after is not None:
+        delay = max(delay, min(retry_after, cfg.max_delay))
+    return delay
+
+
+class Rejection(Exception):
+    def __init__(self, reason: str, detail: str = "", retryable: bool = True):
+        self.reason, self.detail, self.retryable = reason, detail, retryable
+        super().__init__(f"{reason}: {detail}")
+
+
+def check_annotation(annotated: str, source: str, count_tokens: Callable[[str], int],
+                     cfg: LLMAnnotateConfig) -> str:
+    """Validate (and with fix_lengths, repair) one annotation; raises Rejection."""
+    try:
+        items = parse(annotated)
+    except PastaSyntaxError as e:
+        raise Rejection("invalid", str(e)) from None
+    if not faithful(annotated, source):
+        raise Rejection("unfaithful", "strip(annotation) differs from the response")
+    for it in items:
+        if isinstance(it, Promise) and it.body is not None:
+            real = tens_for(count_tokens(it.body))
+            if cfg.fix_lengths:
+                it.tens = real
+            elif abs(it.tens - real) > max(1, cfg.length_tolerance * real):
+                raise Rejection("length_mismatch", f"tokens={it.tens} but the block is ~{real}0 "
+                                f"tokens (use --fix-lengths to recompute)")
+    return serialize(items)
+
+
+async def annotate_with_llm(records: Iterable[Record], client: ChatClient, output: Path,
+                            rejects: Path, count_tokens: Callable[[str], int],
+                            cfg: LLMAnnotateConfig,
+                            on_update: Callable[[LLMAnnotateSummary], None] | None = None,
+                            seed: int = 0) -> LLMAnnotateSummary:
+    summary = LLMAnnotateSummary()
+    started = time.perf_counter()
+    seen = done_ids(output, rejects)
+    version, system = prompt_version(), system_prompt()
+    limiter = TokenBucket(cfg.rpm, burst=max(1.0, min(cfg.concurrency, cfg.rpm / 60))) \
+        if cfg.rpm else None
+    rng = random.Random(seed)
+    queue: asyncio.Queue = asyncio.Queue()
+    for rec in records:
+        summary.rows += 1
+        if rec.id in seen:
+            summary.skipped_done += 1
+            continue
+        seen.add(rec.id)  # duplicate ids in the input are annotated once
+        queue.put_nowait(rec)
+    out, rej = JsonlWriter(output), JsonlWriter(rejects)
+
+    def notify():
+        summary.elapsed_s = time.perf_counter() - started
+        if on_update:
+            on_update(summary)
+
+    def reject(rec: Record, reason: str, detail: str, tries: int):
+        summary.rejected[reason] = summary.rejected.get(reason, 0) + 1
+        rej.write({"id": rec.id, "reason": reason, "detail": detail[:500], "tries": tries,
+                   "annotator": client.spec, "prompt_version": version})
+        notify()
+
+    async def handle(rec: Record) -> None:
+        if not rec.response:
+            reject(rec, "no_response", "record has no response", 0)
+            return
+        last_reason, last_detail = "unknown", ""
+        for attempt in range(cfg.max_tries):
+            if attempt:
+                summary.retrying += 1
+                notify()
+                await asyncio.sleep(backoff_delay(attempt - 1, cfg, retry_after, rng))
+                summary.retrying -= 1
+            retry_after = None
+            if limiter:
+                await limiter.acquire()
+            summary.requests += 1
+            try:
+                reply = await client.complete(system, user_prompt(rec.prompt, rec.response),
+                                              max_tokens=cfg.max_output_tokens,
+                                              temperature=cfg.temperature)
+            except LLMError as e:
+                last_reason, last_detail, retry_after = e.kind, str(e), e.retry_after
+                summary.retries[e.kind] = summary.retries.get(e.kind, 0) + 1
+                if not e.retryable:
+                    reject(rec, e.kind, str(e), attempt + 1)
+                    return
+                continue
+            summary.input_tokens += reply.input_tokens or 0
+            summary.output_tokens += reply.output_tokens or 0
+            try:
+                annotated = extract_annotation(reply.text)
+                if annotated is None:
+                    raise Rejection("unparsable_reply", reply.text[:200])
+                annotated = check_annotation(annotated, rec.response, count_tokens, cfg)
+            except Rejection as e:
+                last_reason, last_detail = e.reason, e.detail
+                summary.retries[e.reason] = summary.retries.get(e.reason, 0) + 1
+                continue
+            n = len(promises(annotated))
+            out.write({"id": rec.id, "prompt": rec.prompt, "system": rec.system,
+                       "response": rec.response, "annotated": annotated if n else None,
+                       "promises": n, "annotator": client.spec, "prompt_version": version,
+                       "tries": attempt + 1})
+            summary.accepted += 1
+            summary.unannotated += n == 0
+            notify()
+            return
+        reject(rec, last_reason, last_detail, cfg.max_tries)
+
+    async def worker() -> None:
+        while True:
+            try:
+                rec = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            await handle(rec)
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(max(1, cfg.concurrency))))
+    finally:
+        out.close()
+        rej.close()
+        await client.aclose()
+    summary.elapsed_s = time.perf_counter() - started
+    summary.cost_usd = cost_usd(client.model, summary.input_tokens, summary.output_tokens)
+    return summary

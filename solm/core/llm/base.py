@@ -1,0 +1,53 @@
+"""The client interface, its error type, and secret redaction."""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+
+@dataclass
+class Completion:
+    text: str
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+class LLMError(Exception):
+    """A failed request. `retryable` for 429 / 5xx / timeouts / broken replies."""
+
+    def __init__(self, kind: str, message: str, retryable: bool, retry_after: float | None = None,
+                 status: int | None = None):
+        self.kind, self.retryable, self.retry_after, self.status = kind, retryable, retry_after, status
+        super().__init__(f"{kind}: {message}")
+
+
+class ChatClient(ABC):
+    """One system + one user message in, one completion out."""
+
+    spec: str = ""
+    model: str = ""
+
+    @abstractmethod
+    async def complete(self, system: str, user: str, *, max_tokens: int = 4096,
+                       temperature: float = 0.0) -> Completion: ...
+
+    async def aclose(self) -> None:
+        return None
+
+
+_SECRETS: set[str] = set()
+
+
+def register_secret(value: str | None) -> None:
+    if value and len(value) >= 6:
+        _SECRETS.add(value)
+
+
+def redact(text: str) -> str:
+    """Remove any registered secret (and anything that looks like `key=...`) from a message."""
+    for s in _SECRETS:
+        text = text.replace(s, "***")
+    return re.sub(r"(?i)(api[_-]?key|x-goog-api-key|authorization)([=:\s]+)[^\s&,'\"]+",
+                  r"\1\2***", text)

@@ -1,0 +1,204 @@
+"""The LLM annotation pipeline against a local fake server, through the real SDK clients."""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import needs_shared, shared_path
+from fake_llm_server import FakeLLM
+from solm.annotate.llm_job import (LLMAnnotateConfig, Rejection, TokenBucket, annotate_with_llm,
+                                   check_annotation)
+from solm.annotate.prompt import demonstrations, prompt_version, system_prompt
+from solm.core.jsonl import read_jsonl
+from solm.core.llm import make_client, parse_spec
+from solm.core.llm.base import redact
+from solm.core.pasta_lang import faithful, validate
+from solm.core.records import Record, load_records
+
+SECRET = "sk-test-SECRET-123456"
+
+
+@pytest.fixture(scope="module")
+def count(pasta_tokenizer):
+    return lambda s: len(pasta_tokenizer(s, add_special_tokens=False).input_ids)
+
+
+def records(n, prefix="r"):
+    body = ("Intro line for the answer.\n\n1. First point: " + "alpha beta gamma delta " * 5 +
+            "\n2. Second point: " + "one two three four five six " * 4 + "\n\nIn short, done.")
+    return [Record(f"{prefix}{i}", f"question {i}", body.replace("alpha", f"alpha{i}"))
+            for i in range(n)]
+
+
+def run(client, recs, tmp_path, count, **cfg):
+    out, rej = tmp_path / "out.jsonl", tmp_path / "rej.jsonl"
+    summary = asyncio.run(annotate_with_llm(recs, client, out, rej, count,
+                                            LLMAnnotateConfig(**cfg)))
+    return summary, list(read_jsonl(out)) if out.exists() else [], \
+        list(read_jsonl(rej)) if rej.exists() else []
+
+
+def test_demonstrations_are_valid_faithful_and_diverse(count):
+    demos = demonstrations()
+    assert len(demos) == 7 and len({d.name for d in demos}) == 7
+    for d in demos:
+        assert not validate(d.annotated) and faithful(d.annotated, d.response)
+    assert sum(1 for d in demos if "<promise" not in d.annotated) >= 1  # nothing-to-parallelise
+    assert prompt_version().startswith("pasta-v1-") and "Example 7" in system_prompt()
+
+
+def test_spec_parsing():
+    assert parse_spec("openai:gpt-4o@http://h:1/v1") == ("openai", "gpt-4o", "http://h:1/v1")
+    assert parse_spec("gemini:gemini-1.5-flash") == ("gemini", "gemini-1.5-flash", None)
+    with pytest.raises(Exception, match="bad backend spec"):
+        parse_spec("claude:x")
+
+
+@pytest.mark.parametrize("backend", ["gemini", "openai"])
+def test_faults_are_retried_and_nothing_is_lost(backend, tmp_path, count, monkeypatch):
+    monkeypatch.setenv("GEMINI_API_KEY", SECRET)
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    with FakeLLM(count, fault_rate=0.3, seed=1, slow_s=2.0) as server:
+        client = make_client(f"{backend}:fake-model@{server.url}", timeout=1.0)
+        recs = records(40)
+        summary, out, rej = run(client, recs, tmp_path, count, concurrency=8, max_tries=8,
+                                base_delay=0.05, max_delay=0.5)
+        assert server.api_keys == {SECRET}
+    assert len(server.fault_counts) >= 4, server.fault_counts
+    ids = [r["id"] for r in out] + [r["id"] for r in rej]
+    assert sorted(ids) == sorted(r.id for r in recs)  # each exactly once
+    assert len(out) >= 38 and all(faithful(r["annotated"], r["response"]) for r in out)
+    assert summary.retries and summary.input_tokens > 0
+    text = (tmp_path / "out.jsonl").read_text() + (tmp_path / "rej.jsonl").read_text()
+    assert SECRET not in text
+
+
+def test_unfaithful_annotations_are_rejected_with_a_reason(tmp_path, count, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    recs = records(4)
+    recs[1].response += " MARKER"
+    with FakeLLM(count, unfaithful_marker="MARKER") as server:
+        client = make_client(f"openai:m@{server.url}", timeout=5)
+        summary, out, rej = run(client, recs, tmp_path, count, max_tries=2, base_delay=0.01)
+    assert [r["id"] for r in rej] == ["r1"] and rej[0]["reason"] == "unfaithful"
+    assert rej[0]["tries"] == 2 and summary.rejected == {"unfaithful": 1}
+    assert len(out) == 3
+
+
+def test_rerun_skips_done_ids(tmp_path, count, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    with FakeLLM(count) as server:
+        client = make_client(f"openai:m@{server.url}")
+        run(client, records(5), tmp_path, count)
+        first = server.requests
+        client = make_client(f"openai:m@{server.url}")
+        summary, out, _ = run(client, records(8), tmp_path, count)
+        assert server.requests - first == 3
+    assert summary.skipped_done == 5 and len(out) == 8
+
+
+def test_length_check_and_fix(count):
+    src = "Intro.\nItem: " + "word " * 40
+    ann = 'Intro.\nItem:<promise topic="x" tokens="9"/><async> ' + "word " * 40 + "</async><sync/>"
+    ann = ann.replace("word </async>", "word</async>") + ""
+    src = src.rstrip()
+    with pytest.raises(Rejection, match="length_mismatch"):
+        check_annotation(ann, src, count, LLMAnnotateConfig())
+    fixed = check_annotation(ann, src, count, LLMAnnotateConfig(fix_lengths=True))
+    assert 'tokens="4"/>' in fixed
+
+
+def test_token_bucket_limits_rate():
+    async def go():
+        bucket = TokenBucket(rate_per_minute=600, burst=1)  # 10 per second
+        t = time.perf_counter()
+        for _ in range(6):
+            await bucket.acquire()
+        return time.perf_counter() - t
+    assert 0.45 < asyncio.run(go()) < 1.5
+
+
+def test_redaction():
+    from solm.core.llm.base import register_secret
+    register_secret(SECRET)
+    assert SECRET not in redact(f"failed with key {SECRET} at url?key=abc")
+    assert "abc" not in redact("GET /v1/x?key=abc")
+
+
+def test_killed_run_resumes_with_every_id_exactly_once(tmp_path, count):
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps({"id": r.id, "prompt": r.prompt, "response": r.response})
+                            + "\n" for r in records(60)))
+    out = tmp_path / "out.jsonl"
+    env = dict(os.environ, OPENAI_API_KEY=SECRET, HF_HUB_OFFLINE="1")
+    with FakeLLM(count, delay_s=0.15, fault_rate=0.1, faults=("500", "429"), seed=3) as server:
+        cmd = [sys.executable, "-m", "solm.cli.pasta", "annotate", "-i", str(data), "-o", str(out),
+               "--annotator", f"openai:m@{server.url}", "--concurrency", "4", "-q"]
+        proc = subprocess.Popen(cmd, env=env)
+        deadline = time.time() + 120
+        while time.time() < deadline and (not out.exists() or
+                                          len(out.read_text().splitlines()) < 15):
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        partial = len(out.read_text().splitlines())
+        assert 15 <= partial < 60
+        subprocess.run(cmd, env=env, check=True, timeout=300)
+    rej = tmp_path / "out.rejects.jsonl"
+    ids = [r["id"] for r in read_jsonl(out)] + ([r["id"] for r in read_jsonl(rej)]
+                                                 if rej.exists() else [])
+    assert sorted(ids) == sorted(r.id for r in records(60))
+    manifest = (tmp_path / "out.jsonl.manifest.json").read_text()
+    assert SECRET not in manifest and "prompt_version" in manifest
+
+
+@pytest.mark.slow
+@needs_shared("instruct", "dolly_5k.jsonl")
+@pytest.mark.parametrize("backend", ["gemini", "openai"])
+def test_acceptance_1000_dolly_rows_at_concurrency_32(backend, tmp_path, count, monkeypatch):
+    monkeypatch.setenv("GEMINI_API_KEY", SECRET)
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    recs = list(load_records(shared_path("instruct", "dolly_5k.jsonl"), limit=1000))
+    with FakeLLM(count, fault_rate=0.10, seed=7, slow_s=3.0) as server:
+        client = make_client(f"{backend}:gemini-1.5-flash@{server.url}", timeout=2.0)
+        t = time.perf_counter()
+        summary, out, rej = run(client, recs, tmp_path, count, concurrency=32, max_tries=6,
+                                base_delay=0.1, max_delay=1.0)
+        elapsed = time.perf_counter() - t
+    ids = [r["id"] for r in out] + [r["id"] for r in rej]
+    assert len(ids) == len(set(ids)) == 1000  # 0 lost, 0 duplicated
+    assert all(faithful(r["annotated"], r["response"]) for r in out if r["annotated"])
+    assert elapsed < 60, f"took {elapsed:.1f}s"
+    print(f"\n{backend}: {elapsed:.1f}s, accepted {len(out)}, rejected "
+          f"{summary.rejected}, retries {summary.retries}, faults {server.fault_counts}")
+
+
+def test_hf_backend_runs_end_to_end_and_rejects_what_it_cannot_annotate(tmp_path, count,
+                                                                        pasta_tokenizer):
+    """A tiny random local model writes garbage: every row must end up rejected, none lost."""
+    from solm.core.models import tiny_model
+    model, tok = tiny_model(pasta_tokenizer)
+    model.save_pretrained(tmp_path / "tiny")
+    tok.save_pretrained(tmp_path / "tiny")
+    client = make_client(f"hf:{tmp_path / 'tiny'}", batch_size=4)
+    summary, out, rej = run(client, records(3), tmp_path, count, concurrency=4, max_tries=2,
+                            max_output_tokens=16, base_delay=0.01)
+    assert len(out) + len(rej) == 3 and not out
+    assert {r["reason"] for r in rej} <= {"unparsable_reply", "unfaithful", "invalid"}
+    assert summary.requests == 6
+
+
+@pytest.mark.slow
+def test_hf_backend_with_the_embedded_model(tmp_path, count):
+    client = make_client("hf:smollm2-135m", batch_size=2)
+    summary, out, rej = run(client, records(2), tmp_path, count, concurrency=2, max_tries=1,
+                            max_output_tokens=64)
+    assert len(out) + len(rej) == 2
+    for r in out:  # whatever it wrote, only faithful annotations may pass
+        assert r["annotated"] is None or faithful(r["annotated"], r["response"])
