@@ -64,8 +64,8 @@ def test_spec_parsing():
 def test_faults_are_retried_and_nothing_is_lost(backend, tmp_path, count, monkeypatch):
     monkeypatch.setenv("GEMINI_API_KEY", SECRET)
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    with FakeLLM(count, fault_rate=0.3, seed=1, slow_s=2.0) as server:
-        client = make_client(f"{backend}:fake-model@{server.url}", timeout=1.0)
+    with FakeLLM(count, fault_rate=0.3, seed=1, slow_s=4.0) as server:
+        client = make_client(f"{backend}:fake-model@{server.url}", timeout=2.5)
         recs = records(40)
         summary, out, rej = run(client, recs, tmp_path, count, concurrency=8, max_tries=8,
                                 base_delay=0.05, max_delay=0.5)

@@ -52,6 +52,16 @@ def test_parallel_decode_logits_equal_one_forward_under_structure(pasta_tokenize
     assert (res.logits - ref).abs().max().item() < 1e-4
 
 
+@pytest.mark.parametrize("arch", ["qwen2", "gemma"])
+def test_consistency_holds_for_other_architectures(pasta_tokenizer, arch):
+    model, tok = tiny_model(pasta_tokenizer, seed=3, arch=arch)
+    rt = PastaRuntime(model, tok, pool_size=512)
+    prompt, resp = text_ids(tok, PROMPT), text_ids(tok, ANNOTATED[1])
+    res = rt.replay(prompt, resp, record_logits=True)
+    ref = full_forward_logits(model, prompt + resp, rt.vocab)[len(prompt):]
+    assert res.ids == resp and (res.logits - ref).abs().max().item() < 1e-4
+
+
 def test_parallel_and_sequential_differ_where_the_mask_says(pasta_tokenizer):
     """Sanity: a plain causal forward pass does NOT reproduce the parallel logits."""
     model, tok = tiny_model(pasta_tokenizer, seed=0)

@@ -198,18 +198,26 @@ def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "au
 
 def tiny_model(tokenizer=None, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4,
                num_kv_heads: int = 2, seed: int = 0, max_position_embeddings: int = 4096,
-               dtype: torch.dtype = torch.float32, attn_implementation: str = "sdpa"):
-    """A randomly initialised Llama with the embedded tokenizer's vocabulary (for fast tests)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+               dtype: torch.dtype = torch.float32, attn_implementation: str = "sdpa",
+               arch: str = "llama"):
+    """A randomly initialised model (llama, qwen2 or gemma architecture) with the embedded
+    tokenizer's vocabulary, for fast tests."""
+    import transformers
 
+    classes = {"llama": ("LlamaConfig", "LlamaForCausalLM"),
+               "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+               "gemma": ("GemmaConfig", "GemmaForCausalLM")}
+    if arch not in classes:
+        raise ValueError(f"arch must be one of {', '.join(classes)}")
+    config_cls, model_cls = (getattr(transformers, n) for n in classes[arch])
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(DEFAULT_MODEL)
-    config = LlamaConfig(
+    config = config_cls(
         vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
         num_hidden_layers=num_layers, num_attention_heads=num_heads,
-        num_key_value_heads=num_kv_heads, max_position_embeddings=max_position_embeddings,
-        tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-        attn_implementation=attn_implementation)
+        num_key_value_heads=num_kv_heads, head_dim=hidden_size // num_heads,
+        max_position_embeddings=max_position_embeddings, tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, attn_implementation=attn_implementation)
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).to(dtype).eval()
+    model = model_cls(config).to(dtype).eval()
     return model, tokenizer
