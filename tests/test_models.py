@@ -19,7 +19,8 @@ class _FakeLoaded:
     def __init__(self, fail=False, delay=0.0):
         self.fail, self.delay = fail, delay
         self.hf_quantizer = object()
-        self.config = type("C", (), {"quantization_config": {}})()
+        self.config = type("C", (), {})()
+        self.config.quantization_config = {}
 
     def save_pretrained(self, folder, safe_serialization=True):
         Path(folder, "model.safetensors").write_bytes(b"\0" * 1024)

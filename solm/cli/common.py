@@ -9,7 +9,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import click
 import typer
 import yaml
 from rich.console import Console
@@ -18,7 +17,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColum
 
 from solm.core.errors import SolmError
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)
 out_console = Console()
 _STATE = {"quiet": False, "debug": bool(os.environ.get("SOLM_DEBUG"))}
 
@@ -39,25 +38,25 @@ def info(message: str) -> None:
         console.print(message)
 
 
-def _load_config(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+def _load_config(ctx: typer.Context, param, value: Path | None) -> Path | None:
     """Eager callback: the YAML file's keys become the command's defaults (flags override)."""
     if value is None:
         return None
     path = Path(value)
     if not path.exists():
-        raise click.BadParameter(f"config file not found: {path}")
+        raise typer.BadParameter(f"config file not found: {path}")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
-        raise click.BadParameter(f"{path}: invalid YAML: {e}")
+        raise typer.BadParameter(f"{path}: invalid YAML: {e}")
     if not isinstance(data, dict):
-        raise click.BadParameter(f"{path}: expected a mapping of option names to values")
+        raise typer.BadParameter(f"{path}: expected a mapping of option names to values")
     known = {p.name for p in ctx.command.params}
     defaults = {}
     for key, v in data.items():
         name = str(key).replace("-", "_")
         if name not in known:
-            raise click.BadParameter(f"{path}: unknown option '{key}' for this command "
+            raise typer.BadParameter(f"{path}: unknown option '{key}' for this command "
                                      f"(known: {', '.join(sorted(known - {'config'}))})")
         defaults[name] = v
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
@@ -80,7 +79,7 @@ def handle_errors(fn: Callable) -> Callable:
             set_global(kwargs.get("quiet"), kwargs.get("debug"))
         try:
             return fn(*args, **kwargs)
-        except (typer.Exit, typer.Abort, click.exceptions.ClickException):
+        except (typer.Exit, typer.Abort, typer.BadParameter):
             raise
         except KeyboardInterrupt:
             console.print("[yellow]interrupted; rerun the same command to resume[/]")

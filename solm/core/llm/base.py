@@ -49,5 +49,6 @@ def redact(text: str) -> str:
     """Remove any registered secret (and anything that looks like `key=...`) from a message."""
     for s in _SECRETS:
         text = text.replace(s, "***")
-    return re.sub(r"(?i)(api[_-]?key|x-goog-api-key|authorization)([=:\s]+)[^\s&,'\"]+",
-                  r"\1\2***", text)
+    text = re.sub(r"(?i)\b((?:api[_-]?)?key|x-goog-api-key)\s*([=:])\s*[^\s&,'\"]+", r"\1\2***",
+                  text)
+    return re.sub(r"(?i)(authorization:\s*(?:bearer\s+)?)\S+", r"\1***", text)
