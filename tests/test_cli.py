@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -24,8 +25,10 @@ def test_help_lists_the_subcommands(app, commands):
 
 
 def test_console_scripts_and_solm_pasta_alias_agree():
-    a = subprocess.run(["pasta", "--help"], capture_output=True, text=True)
-    b = subprocess.run(["solm", "pasta", "--help"], capture_output=True, text=True)
+    bindir = os.path.dirname(sys.executable)  # the venv's scripts, activated or not
+    a = subprocess.run([os.path.join(bindir, "pasta"), "--help"], capture_output=True, text=True)
+    b = subprocess.run([os.path.join(bindir, "solm"), "pasta", "--help"], capture_output=True,
+                       text=True)
     assert a.returncode == b.returncode == 0
     assert "annotate" in a.stdout and "annotate" in b.stdout
 
