@@ -103,9 +103,9 @@ def test_dtype_policy():
 @pytest.mark.slow
 def test_embedded_model_answers_paris_and_reloads_fast():
     from solm.core.chat import prompt_ids
-    models.resolve_model_path("smollm2-135m")  # first conversion, if any, is not timed
+    models.load_model("smollm2-135m", dtype="fp32")  # first load: converts if needed
     t = time.perf_counter()
-    model, tok = models.load_model("smollm2-135m", dtype="fp32")
+    model, tok = models.load_model("smollm2-135m", dtype="fp32")  # second load: the cache
     load_s = time.perf_counter() - t
     ids = torch.tensor([prompt_ids(tok, "What is the capital of France?")])
     out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=20,

@@ -42,8 +42,11 @@ def annotate_rules_job(records: Iterable[Record], output: Path, rejects: Path,
                 rej.write({"id": rec.id, "reason": "no_response"})
                 summary.rejected["no_response"] = summary.rejected.get("no_response", 0) + 1
             else:
-                annotated, n = annotate_rules(rec.response, count_tokens, min_chunk_tokens)
-                problems = validate(annotated) if n else []
+                try:
+                    annotated, n = annotate_rules(rec.response, count_tokens, min_chunk_tokens)
+                    problems = validate(annotated) if n else []
+                except Exception as e:  # one odd row must not stop a long job
+                    annotated, n, problems = rec.response, 0, [f"annotator error: {e!r}"]
                 if problems or (n and not faithful(annotated, rec.response)):
                     reason = "invalid" if problems else "unfaithful"
                     summary.rejected[reason] = summary.rejected.get(reason, 0) + 1

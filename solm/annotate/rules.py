@@ -89,6 +89,8 @@ def _split_trailing_ws(text: str) -> tuple[str, str]:
 
 def _item_head_length(core: str) -> int:
     marker = ITEM_RE.match(core)
+    if marker is None:  # an empty item such as "4." keeps everything in the main thread
+        return len(core)
     start = marker.end()
     rest = core[start:]
     for pattern in TITLE_DELIMS:
