@@ -44,3 +44,14 @@ def test_hub_name_offline_suggests_local_file(monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     with pytest.raises(SolmError, match="local JSONL"):
         list(load_records("Open-Orca/SlimOrca", limit=1))
+
+
+def test_seeded_subset_is_reproducible_and_in_input_order(tmp_path):
+    from solm.core.records import sample_records
+    p = write(tmp_path, [{"id": str(i), "prompt": "q"} for i in range(100)])
+    a = sample_records(load_records(p), 10, seed=1)
+    b = sample_records(load_records(p), 10, seed=1)
+    c = sample_records(load_records(p), 10, seed=2)
+    ids = [int(r.id) for r in a]
+    assert [r.id for r in a] == [r.id for r in b] != [r.id for r in c]
+    assert len(ids) == 10 and ids == sorted(ids) and ids != list(range(10))
