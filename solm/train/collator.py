@@ -1,0 +1,67 @@
+"""Batches for Pasta-SFT whose masks, positions and targets come from core structure().
+
+The targets of structure() are "the next token of the same thread", not "the next token in the
+sequence", so they are handed to Hugging Face models pre-shifted: the model's own causal-LM loss
+compares logits[i] with labels[i + 1], so labels = [IGNORE] + targets[:-1]. Prompt tokens carry
+no loss; the last prompt token predicts the first response token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from solm.core.chat import prompt_ids, text_ids
+from solm.core.pasta_lang import strip
+from solm.core.structure import IGNORE, PastaVocab, structure
+
+
+@dataclass
+class PastaExample:
+    input_ids: list[int]
+    position_ids: list[int]
+    visible: torch.Tensor  # bool [T, T]
+    targets: list[int]  # per token: what it predicts (IGNORE for prompt tokens)
+    prompt_len: int
+
+
+@dataclass
+class PastaCollator:
+    tokenizer: Any
+    vocab: PastaVocab
+    max_len: int = 2048
+    strip_annotations: bool = False  # Baseline-SFT: the same rows with tags removed
+
+    def encode(self, row: dict) -> PastaExample:
+        prompt = prompt_ids(self.tokenizer, row["prompt"], row.get("system"))
+        text = row.get("annotated") or row["response"]
+        if self.strip_annotations:
+            text = strip(text)
+        response = text_ids(self.tokenizer, text) + [self.tokenizer.eos_token_id]
+        ids = (prompt + response)[: self.max_len]
+        s = structure(ids, self.vocab)
+        targets = s.targets.tolist()
+        for i in range(min(len(prompt) - 1, len(targets))):
+            targets[i] = IGNORE
+        return PastaExample(ids, s.position_ids.tolist(), s.visible, targets, len(prompt))
+
+    def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
+        examples = [self.encode(r) for r in rows]
+        n = max(len(e.input_ids) for e in examples)
+        b = len(examples)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        input_ids = torch.full((b, n), pad, dtype=torch.long)
+        position_ids = torch.zeros((b, n), dtype=torch.long)
+        labels = torch.full((b, n), IGNORE, dtype=torch.long)
+        # padding rows see only themselves, so no softmax row is empty
+        visible = torch.eye(n, dtype=torch.bool).repeat(b, 1, 1)
+        for i, e in enumerate(examples):
+            t = len(e.input_ids)
+            input_ids[i, :t] = torch.tensor(e.input_ids)
+            position_ids[i, :t] = torch.tensor(e.position_ids)
+            visible[i, :t, :t] = e.visible
+            labels[i, 1:t] = torch.tensor(e.targets[: t - 1])  # pre-shifted for HF's loss
+        return {"input_ids": input_ids, "position_ids": position_ids,
+                "attention_mask": visible[:, None], "labels": labels}
