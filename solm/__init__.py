@@ -13,10 +13,10 @@ def _tune_mkl_for_amd() -> None:
         return
     try:
         with open("/proc/cpuinfo") as f:
-            head = f.read(4096)
+            cpuinfo = f.read()
     except OSError:
         return
-    if "AuthenticAMD" in head and " avx2" in open("/proc/cpuinfo").read():
+    if "AuthenticAMD" in cpuinfo and " avx2" in cpuinfo:
         _os.environ["MKL_CBWR"] = "AVX2"
 
 

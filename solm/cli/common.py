@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -96,7 +95,7 @@ def handle_errors(fn: Callable) -> Callable:
 @contextmanager
 def progress(description: str, total: int | None) -> Iterator[Callable[..., None]]:
     """Yield `advance(n=1, **fields)`; a rich bar with counts and ETA unless --quiet."""
-    if _STATE["quiet"] or not sys.stderr:
+    if _STATE["quiet"]:
         yield lambda n=1, **kw: None
         return
     columns = [SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
@@ -119,3 +118,17 @@ def settings_from(local_vars: dict[str, Any]) -> dict[str, Any]:
     simple = (str, int, float, bool, type(None), Path)
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in local_vars.items()
             if k not in ("config",) and not k.startswith("_") and isinstance(v, simple)}
+
+
+def show_control_tokens(model: str, system: str, shown: list[str], num_registers: int = 16):
+    """Add `system`'s control tokens to `model`'s tokenizer, print the `shown` ones with their
+    ids, and return the tokenizer (the `tokens` command of every system app)."""
+    from solm.core.control_tokens import add_control_tokens
+    from solm.core.models import load_tokenizer
+
+    tok = load_tokenizer(model)
+    added = add_control_tokens(None, tok, system, num_registers=num_registers)
+    out_console.print(f"{added} tokens added to {model}'s tokenizer ({len(tok)} total)")
+    for t in shown:
+        out_console.print(f"  {tok.convert_tokens_to_ids(t):>6}  {t}")
+    return tok

@@ -9,7 +9,8 @@ from typing import Optional
 import typer
 
 from solm.cli.common import (ConfigOption, DebugOption, QuietOption, handle_errors, info,
-                             out_console, progress, settings_from)
+                             out_console, progress, settings_from,
+                             show_control_tokens)
 
 app = typer.Typer(
     name="pasta", no_args_is_help=True, rich_markup_mode="markdown",
@@ -255,17 +256,11 @@ def tokens(
     debug: bool = DebugOption,
 ) -> None:
     """Show Pasta-Lang's control tokens and their ids in a model's tokenizer."""
-    from solm.core.control_tokens import add_control_tokens, pasta_tokens
-    from solm.core.models import load_tokenizer
+    from solm.core.control_tokens import pasta_tokens
 
-    tok = load_tokenizer(model)
-    added = add_control_tokens(None, tok, "pasta")
-    ids = tok.convert_tokens_to_ids(pasta_tokens())
-    out_console.print(f"{added} tokens added to {model}'s tokenizer ({len(tok)} total)")
-    for t, i in list(zip(pasta_tokens(), ids))[:6]:
-        out_console.print(f"  {i:>6}  {t}")
-    out_console.print(f"  ... and {len(ids) - 6} more promise closers up to "
-                      f"{pasta_tokens()[-1]}")
+    tokens = pasta_tokens()
+    tok = show_control_tokens(model, "pasta", tokens[:6])
+    out_console.print(f"  ... and {len(tokens) - 6} more promise closers up to {tokens[-1]}")
     if text:
         pieces = tok.convert_ids_to_tokens(tok(text, add_special_tokens=False).input_ids)
         out_console.print(pieces)

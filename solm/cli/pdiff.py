@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from solm.cli.common import DebugOption, handle_errors, out_console
+from solm.cli.common import DebugOption, handle_errors, show_control_tokens
 
 app = typer.Typer(
     name="pdiff", no_args_is_help=True, rich_markup_mode="markdown",
@@ -19,11 +19,6 @@ def tokens(
     debug: bool = DebugOption,
 ) -> None:
     """Show Planned Diffusion's control tokens (Pasta-Lang plus the mask token)."""
-    from solm.core.control_tokens import MASK_TOKEN, add_control_tokens, pasta_tokens
-    from solm.core.models import load_tokenizer
+    from solm.core.control_tokens import MASK_TOKEN, pasta_tokens
 
-    tok = load_tokenizer(model)
-    added = add_control_tokens(None, tok, "pdiff")
-    out_console.print(f"{added} tokens added to {model}'s tokenizer ({len(tok)} total)")
-    for t in pasta_tokens()[:5] + [MASK_TOKEN]:
-        out_console.print(f"  {tok.convert_tokens_to_ids(t):>6}  {t}")
+    show_control_tokens(model, "pdiff", pasta_tokens()[:5] + [MASK_TOKEN])

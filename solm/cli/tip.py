@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Optional
 
 import typer
 
-from solm.cli.common import DebugOption, handle_errors, out_console
+from solm.cli.common import DebugOption, handle_errors, show_control_tokens
 
 app = typer.Typer(
     name="tip", no_args_is_help=True, rich_markup_mode="markdown",
@@ -22,11 +21,6 @@ def tokens(
     debug: bool = DebugOption,
 ) -> None:
     """Show the register tokens and their ids in a model's tokenizer."""
-    from solm.core.control_tokens import add_control_tokens, tip_tokens
-    from solm.core.models import load_tokenizer
+    from solm.core.control_tokens import tip_tokens
 
-    tok = load_tokenizer(model)
-    added = add_control_tokens(None, tok, "tip", num_registers=registers)
-    out_console.print(f"{added} tokens added to {model}'s tokenizer ({len(tok)} total)")
-    for t in tip_tokens(registers):
-        out_console.print(f"  {tok.convert_tokens_to_ids(t):>6}  {t}")
+    show_control_tokens(model, "tip", tip_tokens(registers), num_registers=registers)

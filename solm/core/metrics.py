@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from solm.core.structure import MAIN, PastaVocab, walk_training_order
+from solm.core.structure import MAIN, PastaVocab, TokenAttrs, walk_training_order
 
 
 @dataclass
@@ -24,11 +24,13 @@ class PastaMetrics:
         return baseline_tokens / max(1, self.critical_path)
 
 
-def thread_streams(token_ids: Sequence[int], vocab: PastaVocab
+def thread_streams(token_ids: Sequence[int], vocab: PastaVocab,
+                   attrs: list[TokenAttrs] | None = None
                    ) -> tuple[list[int], dict[int, list[int]], dict[int, int]]:
     """Split a training-order response into the main stream, each block's stream, and for
     each block the main-stream index of its promise's closing token."""
-    attrs, _ = walk_training_order(token_ids, vocab)
+    if attrs is None:
+        attrs, _ = walk_training_order(token_ids, vocab)
     main: list[int] = []
     forks: dict[int, list[int]] = {}
     anchors: dict[int, int] = {}
@@ -41,14 +43,15 @@ def thread_streams(token_ids: Sequence[int], vocab: PastaVocab
     return main, forks, anchors
 
 
-def schedule_steps(token_ids: Sequence[int], vocab: PastaVocab) -> int:
+def schedule_steps(token_ids: Sequence[int], vocab: PastaVocab,
+                   attrs: list[TokenAttrs] | None = None) -> int:
     """Forward passes the runtime takes to feed every token of this response.
 
     Each step feeds one token per active thread; a block starts in the step that feeds its
     promise's closing token; `<sync/>` is fed in the step where every open block feeds its
     final token (or later). This mirrors solm.decode.pasta_runtime exactly (tested).
     """
-    main, forks, anchors = thread_streams(token_ids, vocab)
+    main, forks, anchors = thread_streams(token_ids, vocab, attrs)
     starts = {anchor: fid for fid, anchor in anchors.items()}
     active: dict[int, int] = {}  # block id -> index of its next token
     i = steps = 0
@@ -70,9 +73,13 @@ def schedule_steps(token_ids: Sequence[int], vocab: PastaVocab) -> int:
     return steps
 
 
-def pasta_metrics(token_ids: Sequence[int], vocab: PastaVocab) -> PastaMetrics:
-    attrs, _ = walk_training_order(token_ids, vocab)
+def pasta_metrics(token_ids: Sequence[int], vocab: PastaVocab,
+                  attrs: list[TokenAttrs] | None = None) -> PastaMetrics:
+    """Metrics of a training-order response; pass `attrs` if the caller already walked it."""
+    if attrs is None:
+        attrs, _ = walk_training_order(token_ids, vocab)
     content = sum(1 for a in attrs if not a.is_tag)
     n_promises = sum(1 for t in token_ids if int(t) in vocab.close_tens)
     return PastaMetrics(content_tokens=content, total_tokens=len(token_ids),
-                        critical_path=schedule_steps(token_ids, vocab), promises=n_promises)
+                        critical_path=schedule_steps(token_ids, vocab, attrs),
+                        promises=n_promises)

@@ -70,7 +70,6 @@ def parse(text: str) -> list[Item]:
     """Strict parse; raises PastaSyntaxError at the first violation."""
     items: list[Item] = []
     pos = 0
-    open_sinces_sync = 0
     while pos < len(text):
         m = TAG_RE.search(text, pos)
         if m is None:
@@ -84,7 +83,6 @@ def parse(text: str) -> list[Item]:
                                    'tokens="N"/>', text, m.start())
         if tag == SYNC:
             items.append(Sync())
-            open_sinces_sync = 0
             pos = m.end()
             continue
         if tag in (ASYNC_OPEN, ASYNC_CLOSE):
@@ -105,7 +103,6 @@ def parse(text: str) -> list[Item]:
             raise PastaSyntaxError(f"{inner.group(0)[:12]}... inside an async block (nesting is "
                                    f"not allowed)", text, inner.start())
         items.append(Promise(topic, tens, text[body_start:close]))
-        open_sinces_sync += 1
         pos = close + len(ASYNC_CLOSE)
     return items
 

@@ -92,7 +92,6 @@ def load_records(source: str | os.PathLike, split: str = "train", limit: int | N
         numbered = ((i + 1, r) for i, r in enumerate(rows))
     else:
         origin = source
-        stem = Path(source).stem
         numbered = enumerate(read_jsonl(source), start=1)
     count = 0
     for line, raw in numbered:

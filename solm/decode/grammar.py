@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import torch
 
 from solm.core.structure import PastaVocab
@@ -20,7 +18,7 @@ class PastaGrammar:
         close[list(vocab.close_tens)] = True
         control = torch.zeros(n, dtype=torch.bool)
         control[vocab.control_ids] = True
-        bad_topic = _unsafe_in_attribute(tokenizer, n).clone()
+        bad_topic = _unsafe_in_attribute(tokenizer, n)
         bad_topic |= control
         bad_topic[list(vocab.close_tens)] = False
         for e in vocab.eos:
@@ -43,18 +41,12 @@ class PastaGrammar:
         self.fork = close | ban(vocab.promise_open, vocab.async_open, vocab.sync)
 
 
-@lru_cache(maxsize=8)
-def _unsafe_cache(key: int, n: int, tokenizer) -> torch.Tensor:
-    mask = torch.zeros(n, dtype=torch.bool)
-    m = min(n, len(tokenizer))
-    pieces = tokenizer.batch_decode([[i] for i in range(m)])
-    for i, piece in enumerate(pieces):
-        if '"' in piece or "\n" in piece or "<" in piece or ">" in piece:
-            mask[i] = True
-    mask[len(tokenizer):] = True
-    return mask
-
-
 def _unsafe_in_attribute(tokenizer, n: int) -> torch.Tensor:
-    """Tokens that would break a topic attribute (quotes, newlines, angle brackets)."""
-    return _unsafe_cache(id(tokenizer), n, tokenizer)
+    """Tokens that would break a topic attribute (quotes, newlines, angle brackets).
+
+    Computed once per grammar; the runtime keeps its grammar for its lifetime."""
+    mask = torch.ones(n, dtype=torch.bool)
+    pieces = tokenizer.batch_decode([[i] for i in range(min(n, len(tokenizer)))])
+    for i, piece in enumerate(pieces):
+        mask[i] = any(c in piece for c in '"\n<>')
+    return mask

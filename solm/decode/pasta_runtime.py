@@ -158,7 +158,6 @@ class PastaRuntime:
 
     def _sampling_chooser(self, sampler: Sampler, config: DecodeConfig) -> Callable:
         g = self.grammar if config.mode == "parallel" else None
-        v = self.vocab
 
         def choose(thread: _Thread, logits: torch.Tensor, runtime_state: dict) -> int:
             if g is None:
