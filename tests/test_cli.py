@@ -24,6 +24,14 @@ def test_help_lists_the_subcommands(app, commands):
         assert c in r.output
 
 
+@pytest.mark.parametrize("app, args", [(tip.app, ["tokens", "--registers", "2"]),
+                                       (pdiff.app, ["tokens"])])
+def test_single_command_apps_still_take_the_subcommand_name(app, args):
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "tokens added" in r.output
+
+
 def test_console_scripts_and_solm_pasta_alias_agree():
     bindir = os.path.dirname(sys.executable)  # the venv's scripts, activated or not
     a = subprocess.run([os.path.join(bindir, "pasta"), "--help"], capture_output=True, text=True)

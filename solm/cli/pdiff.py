@@ -12,6 +12,11 @@ app = typer.Typer(
          "denoised in parallel by masked diffusion, then decoding continues.")
 
 
+
+@app.callback()
+def main() -> None:
+    """Keeps `pdiff` a command group (`pdiff tokens`) while it has a single subcommand."""
+
 @app.command()
 @handle_errors
 def tokens(

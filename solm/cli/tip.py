@@ -13,6 +13,11 @@ app = typer.Typer(
          "a register kills the older step and the paged runtime frees its KV pages.")
 
 
+
+@app.callback()
+def main() -> None:
+    """Keeps `tip` a command group (`tip tokens`) while it has a single subcommand."""
+
 @app.command()
 @handle_errors
 def tokens(
