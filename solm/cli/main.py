@@ -37,3 +37,7 @@ def prepare(
     from solm.core.models import resolve_model_path
 
     out_console.print(resolve_model_path(model))
+
+
+if __name__ == "__main__":
+    app()

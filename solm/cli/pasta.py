@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from solm.cli.common import (ConfigOption, DebugOption, QuietOption, handle_errors, info,
-                             out_console, progress, settings_from,
+                             is_quiet, out_console, progress, settings_from,
                              show_control_tokens)
 
 app = typer.Typer(
@@ -116,6 +116,82 @@ def annotate(
     out_console.print_json(json.dumps(summary.to_dict()))
 
 
+SFT_HELP = """Finetune a model to write Pasta-Lang (Pasta-SFT), or the same rows without tags
+(`--strip-annotations`: Baseline-SFT).
+
+Masks, Pred-10X positions and targets come from solm.core's `structure()`: no token sees into
+an async block before `<sync/>`, and a promise's target is the first token after its block.
+Prompt tokens carry no loss. Defaults are the paper's schedule (lr 1e-5 decaying linearly to 0,
+4 epochs, global batch 8 by gradient accumulation).
+
+OUT receives a normal `save_pretrained` folder (tokenizer with control tokens, `solm.json`
+with parent model, data hash and settings, `train_log.jsonl`, `loss.png`); `pasta decode
+--model OUT` loads it. Checkpoints go to OUT/checkpoints: rerun the same command after a kill
+and training resumes from the last one.
+
+Examples:
+
+- CPU, embedded model: `pasta sft --data ann.jsonl --out runs/pasta-sft --lr 1e-4 --epochs 1 --max-len 384`
+- LoRA with merged output: `pasta sft --data ann.jsonl --out ckpt --lora-r 16 --merge`
+- Many GPUs: `accelerate launch --config_file configs/accelerate_multi_gpu.yaml -m solm.cli.main pasta sft --config configs/pasta_sft_gpu.yaml`
+"""
+
+
+@app.command(help=SFT_HELP)
+@handle_errors
+def sft(
+    data: Path = typer.Option(..., "--data", "-d", help="JSONL with `prompt` and `annotated` "
+                              "(from `pasta annotate`); rows without tags train as plain text."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder (checkpoints inside)."),
+    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Parent model: alias, "
+                              "HF folder, hub id or .gguf file."),
+    strip_annotations: bool = typer.Option(False, help="Baseline-SFT: remove the tags and "
+                                           "train sequentially on the same responses."),
+    lr: float = typer.Option(1e-5, "--lr", help="Peak learning rate (linear decay to 0)."),
+    epochs: float = typer.Option(4.0, help="Passes over the training rows."),
+    max_steps: int = typer.Option(-1, help="Stop after N optimizer steps (overrides epochs)."),
+    batch_size: int = typer.Option(8, help="Global batch (all devices x accumulation)."),
+    micro_batch_size: int = typer.Option(1, help="Rows per device per forward pass."),
+    max_len: int = typer.Option(2048, help="Rows with more prompt + response tokens are "
+                                "skipped (see --truncate)."),
+    truncate: bool = typer.Option(False, help="Cut long rows to --max-len instead."),
+    eval_rows: int = typer.Option(32, help="Held-out rows for the eval loss (seeded split)."),
+    eval_every: Optional[int] = typer.Option(None, help="Eval every N steps (default: "
+                                             "each epoch)."),
+    save_every: int = typer.Option(50, help="Steps between resumable checkpoints."),
+    lora_r: int = typer.Option(0, help="LoRA rank on all linear layers (0 = full "
+                               "finetuning); control-token embeddings train too."),
+    lora_alpha: Optional[int] = typer.Option(None, help="LoRA alpha (default 2 x rank)."),
+    lora_dropout: float = typer.Option(0.0),
+    merge: bool = typer.Option(False, help="LoRA: save merged full weights, not the adapter."),
+    gradient_checkpointing: Optional[bool] = typer.Option(
+        None, "--gradient-checkpointing/--no-gradient-checkpointing",
+        help="Recompute activations in backward (default: on for GPU, off on CPU)."),
+    precision: str = typer.Option("auto", help="auto (bf16 mixed precision where the "
+                                  "hardware has it, else fp32), bf16, fp32."),
+    warmup_ratio: float = typer.Option(0.0, help="Fraction of steps warming up the lr."),
+    seed: int = typer.Option(0),
+    limit: Optional[int] = typer.Option(None, help="Only the first N rows of --data."),
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+) -> None:
+    from solm.train.sft import SFTConfig, run_sft
+
+    cfg = SFTConfig(data=str(data), out=str(out), model=model,
+                    strip_annotations=strip_annotations, learning_rate=lr, epochs=epochs,
+                    max_steps=max_steps, batch_size=batch_size, micro_batch_size=micro_batch_size,
+                    max_len=max_len, truncate=truncate, eval_rows=eval_rows,
+                    eval_every=eval_every, save_every=save_every, lora_r=lora_r,
+                    lora_alpha=lora_alpha, lora_dropout=lora_dropout, merge=merge,
+                    gradient_checkpointing=gradient_checkpointing, precision=precision,
+                    warmup_ratio=warmup_ratio, seed=seed, limit=limit, quiet=quiet)
+    info(f"{cfg.system}-sft of {model} on {data} -> {out}")
+    meta = run_sft(cfg)
+    if meta:
+        out_console.print_json(json.dumps({"out": str(out), "system": meta["system"],
+                                           "format": meta["format"], **meta["data"],
+                                           **meta["results"]}))
+
+
 @app.command()
 @handle_errors
 def decode(
@@ -160,15 +236,45 @@ def decode(
     with progress(f"decoding ({mode})", len(records)) as advance:
         summary = decode_file(rt, records, out, cfg, on_row=lambda s, r: advance(
             status=f"{s.content_tokens / max(s.decode_s, 1e-9):.1f} tok/s"))
+    from solm.core.jsonl import read_jsonl
+    from solm.eval.pasta_format import format_stats
+
+    rows = list(read_jsonl(out))
+    stats = format_stats(rows).to_dict() if rows else {}
     write_manifest(out, "pasta decode", settings_from(locals()), inputs=[source], model=model,
-                   extra={"summary": summary.to_dict()})
+                   extra={"summary": summary.to_dict(), "format": stats})
     if not quiet:
-        from solm.core.jsonl import read_jsonl
-        for row in list(read_jsonl(out))[-min(len(records), 3):]:
+        for row in rows[-min(len(records), 3):]:
             info(f"[bold cyan]{row['id']}[/] [dim]({row['content_tokens']} tokens, "
                  f"{row['forward_passes']} passes, {row['threads']} threads"
                  f"{', ' + ','.join(row['flags']) if row['flags'] else ''})[/]\n{row['response']}")
-    out_console.print_json(json.dumps(summary.to_dict()))
+    out_console.print_json(json.dumps({**summary.to_dict(), "format (whole file)": stats}))
+
+
+@app.command()
+@handle_errors
+def stats(
+    decoded: list[Path] = typer.Argument(..., help="Outputs of `pasta decode`."),
+    debug: bool = DebugOption,
+) -> None:
+    """Format statistics of decode outputs: well-formed Pasta-Lang, rows with a promise,
+    parallelism (content tokens / forward passes on the critical path), tokens/s."""
+    from rich.table import Table
+
+    from solm.core.jsonl import read_jsonl
+    from solm.eval.pasta_format import format_stats
+
+    results = {str(p): format_stats(list(read_jsonl(p))).to_dict() for p in decoded}
+    table = Table("file", "rows", "well-formed", "with promise", "parallelism (promised)",
+                  "geomean parallelism", "tokens", "tok/s")
+    for name, st in results.items():
+        table.add_row(name, str(st["rows"]), f"{st['well_formed']:.0%}",
+                      f"{st['with_promise']:.0%}", f"{st['mean_parallelism_with_promise']:.2f}",
+                      f"{st['geomean_parallelism']:.2f}", f"{st['mean_content_tokens']:.0f}",
+                      f"{st['tokens_per_s']:.1f}")
+    if not is_quiet():
+        info(table)
+    out_console.print_json(json.dumps(results))
 
 
 @app.command()

@@ -153,7 +153,7 @@ def resolve_dtype(dtype: str | torch.dtype = "auto", device: str | None = None) 
 
 def load_tokenizer(name_or_path: str = DEFAULT_MODEL):
     from transformers import AutoTokenizer
-    path = resolve_model_path(name_or_path)
+    path = resolve_model_path(str(name_or_path))
     try:
         return AutoTokenizer.from_pretrained(path)
     except OSError as e:
@@ -180,8 +180,16 @@ def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "au
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    name_or_path = str(name_or_path)
     device = device or default_device()
     torch_dtype = resolve_dtype(dtype, device)
+    if (Path(name_or_path) / "adapter_config.json").exists():
+        model, tokenizer = _load_adapter(Path(name_or_path), torch_dtype, attn_implementation)
+        model.to(device).eval()
+        if system is not None:
+            from solm.core.control_tokens import add_control_tokens
+            add_control_tokens(model, tokenizer, system, num_registers=num_registers)
+        return model, tokenizer
     path = resolve_model_path(name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
@@ -193,6 +201,42 @@ def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "au
     if system is not None:
         from solm.core.control_tokens import add_control_tokens
         add_control_tokens(model, tokenizer, system, num_registers=num_registers)
+    return model, tokenizer
+
+
+def _load_adapter(folder: Path, torch_dtype: torch.dtype, attn_implementation: str):
+    """A LoRA output of `pasta sft` (without --merge): its parent with the adapter merged in.
+
+    The parent comes from solm.json (an alias or path valid on this machine), else from the
+    adapter's own record; the folder's tokenizer carries the control tokens."""
+    import json
+
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    meta_path = folder / "solm.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    parent = meta.get("parent_model") or json.loads(
+        (folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    if not parent:
+        raise SolmError(f"{folder}: LoRA adapter without a parent model (no solm.json "
+                        f"parent_model, no base_model_name_or_path)")
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    try:
+        parent_path = resolve_model_path(parent)
+        base = AutoModelForCausalLM.from_pretrained(
+            parent_path, dtype=torch_dtype, attn_implementation=attn_implementation)
+        base_tok = AutoTokenizer.from_pretrained(parent_path)
+    except OSError as e:
+        raise _load_error(parent, e) from None
+    from solm.core.control_tokens import add_control_tokens
+    # the same mean-initialised rows the adapter was trained from
+    add_control_tokens(base, base_tok, meta.get("control_tokens", "pasta"),
+                       num_registers=meta.get("num_registers", 16))
+    if len(base_tok) != len(tokenizer):
+        raise SolmError(f"{folder}: tokenizer has {len(tokenizer)} tokens but the parent "
+                        f"{parent} with control tokens has {len(base_tok)}")
+    model = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
     return model, tokenizer
 
 

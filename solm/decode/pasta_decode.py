@@ -43,6 +43,8 @@ def result_record(rt: PastaRuntime, rec: Record, res: DecodeResult, mode: str) -
         "annotated": tok.decode(res.ids, skip_special_tokens=True),
         "content_tokens": len(content_ids),
         "critical_path": metrics.critical_path if metrics else len(res.ids),
+        "promises": metrics.promises if metrics else 0,
+        "parallelism": round(metrics.parallelism, 4) if metrics else 1.0,
         "forward_passes": res.forward_passes, "threads": res.threads,
         "wall_s": round(res.wall_s, 4), "prefill_s": round(res.prefill_s, 4),
         "decode_s": round(res.decode_s, 4), "flags": res.flags,

@@ -36,7 +36,7 @@ class PastaCollator:
 
     def encode(self, row: dict) -> PastaExample:
         prompt = prompt_ids(self.tokenizer, row["prompt"], row.get("system"))
-        text = row.get("annotated") or row["response"]
+        text = row["text"] if "text" in row else (row.get("annotated") or row["response"])
         if self.strip_annotations:
             text = strip(text)
         response = text_ids(self.tokenizer, text) + [self.tokenizer.eos_token_id]
