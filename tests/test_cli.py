@@ -13,7 +13,7 @@ runner = CliRunner()
 
 @pytest.mark.parametrize("app, commands", [
     (main.app, ["pasta", "tip", "pdiff", "models", "prepare"]),
-    (pasta.app, ["annotate", "decode", "bench", "tokens"]),
+    (pasta.app, ["annotate", "sft", "decode", "bench", "stats", "tokens"]),
     (tip.app, ["tokens"]),
     (pdiff.app, ["tokens"]),
 ])

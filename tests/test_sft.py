@@ -162,8 +162,14 @@ def test_baseline_sft_trains_on_the_stripped_text(tmp_path, tiny_folder):
     data = write_rows(tmp_path / "rows.jsonl", ROWS)
     rows = load_sft_rows(data, strip_annotations=True)
     assert not any("<promise" in r["text"] or "<sync/>" in r["text"] for r in rows)
-    meta = run_sft(config(tmp_path, data, tiny_folder, strip_annotations=True, max_steps=1))
+    meta = run_sft(config(tmp_path / "base", data, tiny_folder, strip_annotations=True,
+                          max_steps=1, max_len=60, eval_rows=1))
     assert meta["system"] == "baseline" and meta["data"]["tagged_train_rows"] == 0
+    pasta = run_sft(config(tmp_path / "pasta", data, tiny_folder, max_steps=1, max_len=60,
+                           eval_rows=1))
+    # the length filter and the held-out split pick the same rows for both systems
+    assert meta["data"]["skipped_too_long"] == pasta["data"]["skipped_too_long"] > 0
+    assert meta["data"]["train_rows"] == pasta["data"]["train_rows"]
 
 
 def test_bad_rows_name_file_line_and_field(tmp_path):
@@ -207,3 +213,31 @@ def test_embedded_model_training_forward_equals_runtime_replay():
         got = logits[i, len(prompt):len(prompt) + len(res.ids)]
         worst = max(worst, (got - res.logits).abs().max().item())
     assert worst < 1e-4, worst
+
+
+def test_cli_sft_then_decode_loads_the_checkpoint_and_stats_reads_it(tmp_path, tiny_folder):
+    from typer.testing import CliRunner
+
+    from solm.cli import pasta
+
+    runner = CliRunner()
+    data = write_rows(tmp_path / "rows.jsonl", ROWS)
+    out = tmp_path / "ckpt"
+    r = runner.invoke(pasta.app, ["sft", "--data", str(data), "--out", str(out), "--model",
+                                  tiny_folder, "--max-steps", "1", "--batch-size", "1",
+                                  "--eval-rows", "1", "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["train_rows"] == 2
+    prompts = write_rows(tmp_path / "prompts.jsonl", [{"id": "p1", "prompt": "Name a fruit"}])
+    decoded = tmp_path / "decoded.jsonl"
+    r = runner.invoke(pasta.app, ["decode", "--model", str(out), "--prompts", str(prompts),
+                                  "--out", str(decoded), "--max-new-tokens", "6", "--quiet"])
+    assert r.exit_code == 0, r.output
+    row = json.loads(decoded.read_text())
+    assert {"promises", "parallelism", "critical_path"} <= row.keys()
+    r = runner.invoke(pasta.app, ["stats", str(decoded), "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)[str(decoded)]["rows"] == 1
+    r = runner.invoke(pasta.app, ["sft", "--data", str(tmp_path / "missing.jsonl"), "--out",
+                                  str(tmp_path / "x"), "--model", tiny_folder])
+    assert r.exit_code == 1 and "missing.jsonl" in r.output

@@ -170,6 +170,9 @@ def sft(
     precision: str = typer.Option("auto", help="auto (bf16 mixed precision where the "
                                   "hardware has it, else fp32), bf16, fp32."),
     warmup_ratio: float = typer.Option(0.0, help="Fraction of steps warming up the lr."),
+    control_token_lr_scale: float = typer.Option(
+        10.0, help="Full finetuning: the control tokens' embedding rows learn this many "
+        "times faster (they start far from any useful value)."),
     seed: int = typer.Option(0),
     limit: Optional[int] = typer.Option(None, help="Only the first N rows of --data."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
@@ -183,7 +186,8 @@ def sft(
                     eval_every=eval_every, save_every=save_every, lora_r=lora_r,
                     lora_alpha=lora_alpha, lora_dropout=lora_dropout, merge=merge,
                     gradient_checkpointing=gradient_checkpointing, precision=precision,
-                    warmup_ratio=warmup_ratio, seed=seed, limit=limit, quiet=quiet)
+                    warmup_ratio=warmup_ratio, control_token_lr_scale=control_token_lr_scale,
+                    seed=seed, limit=limit, quiet=quiet)
     info(f"{cfg.system}-sft of {model} on {data} -> {out}")
     meta = run_sft(cfg)
     if meta:

@@ -55,7 +55,9 @@ def load_sft_rows(path: str | os.PathLike, strip_annotations: bool = False,
             raise DataError("expected a string or null", path=path, line=line, field="system")
         text, tagged = _text_field(raw, path, line, strip_annotations)
         rows.append({"id": str(raw.get("id", f"row-{line}")), "prompt": prompt,
-                     "system": system, "text": text, "tagged": tagged})
+                     "system": system, "text": text, "tagged": tagged,
+                     # the length filter reads this, so Pasta- and Baseline-SFT keep the same rows
+                     "longest_text": raw.get("annotated") or text})
         if limit is not None and len(rows) >= limit:
             break
     if not rows:

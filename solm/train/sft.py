@@ -19,6 +19,7 @@ from typing import Any, Callable
 import torch
 
 from solm.core.errors import SolmError
+from solm.train.callbacks import ControlTokenLrScale
 from solm.train.checkpoint import METADATA_FILE, read_metadata, write_metadata
 from solm.train.data import load_sft_rows, split_rows
 
@@ -48,6 +49,7 @@ class SFTConfig:
     gradient_checkpointing: bool | None = None  # None = on for CUDA, off on CPU
     precision: str = "auto"  # auto (bf16 mixed where supported), bf16, fp32
     warmup_ratio: float = 0.0
+    control_token_lr_scale: float = 10.0  # full finetuning: lr multiplier for new-token rows
     weight_decay: float = 0.0
     seed: int = 0
     limit: int | None = None
@@ -108,7 +110,7 @@ def drop_long_rows(rows: list[dict], collator) -> tuple[list[dict], int]:
 
     tok = collator.tokenizer
     kept = [r for r in rows if len(prompt_ids(tok, r["prompt"], r.get("system")))
-            + len(text_ids(tok, r["text"])) + 1 <= collator.max_len]
+            + len(text_ids(tok, r.get("longest_text", r["text"]))) + 1 <= collator.max_len]
     return kept, len(rows) - len(kept)
 
 
@@ -197,8 +199,12 @@ def run_sft(cfg: SFTConfig, on_log: Callable[[dict], None] | None = None) -> dic
     train_ds = Dataset.from_list([{**r, "length": length(r)} for r in split.train])
     eval_ds = Dataset.from_list([{**r, "length": length(r)} for r in split.eval]) \
         if split.eval else None
+    callbacks = [LogToFile()]
+    if not cfg.lora_r:  # LoRA trains the rows as their own parameters at the adapter's lr
+        callbacks.append(ControlTokenLrScale(model, vocab.control_ids,
+                                             cfg.control_token_lr_scale))
     trainer = Trainer(model=model, args=args, data_collator=collator, train_dataset=train_ds,
-                      eval_dataset=eval_ds, processing_class=tok, callbacks=[LogToFile()])
+                      eval_dataset=eval_ds, processing_class=tok, callbacks=callbacks)
     started = time.time()
     eval_before = None
     if eval_ds is not None and resume is None:

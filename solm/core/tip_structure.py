@@ -1,0 +1,107 @@
+"""TIP (Thinking in Place): which reasoning steps are alive, as one pure function.
+
+A response is split into steps: each `<reg_i>` token opens a new step that holds register i
+(tokens before the first register form step 0, which never dies, like the prompt). When
+register i is opened again, the step that held it dies *at that token*: the new `<reg_i>` and
+every later token no longer see it. Positions are the plain token positions (eviction changes
+only which keys attention reads), and targets are the next token.
+
+`TipTracker` is fed tokens in order and reports each token's step and the steps it kills; the
+runtime uses it to free pages, and `tip_structure` uses it to build training masks, so both
+see exactly the same rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from solm.core.control_tokens import register_token
+from solm.core.structure import IGNORE, Structure
+
+PROMPT_STEP = -1  # prompt tokens: always visible
+
+
+@dataclass(frozen=True)
+class TipVocab:
+    registers: dict[int, int]  # token id -> register index
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer, num_registers: int = 16) -> "TipVocab":
+        vocab = tokenizer.get_vocab()
+        names = [register_token(i) for i in range(num_registers)]
+        missing = [n for n in names if n not in vocab]
+        if missing:
+            raise ValueError(f"tokenizer lacks TIP register tokens ({missing[0]} ...); call "
+                             f"add_control_tokens(model, tokenizer, 'tip', num_registers="
+                             f"{num_registers}) first")
+        return cls({vocab[n]: i for i, n in enumerate(names)})
+
+    @property
+    def num_registers(self) -> int:
+        return len(self.registers)
+
+
+@dataclass
+class TipTracker:
+    """Feed response tokens one at a time; know which step each belongs to and which die."""
+
+    vocab: TipVocab
+    step: int = 0  # current step id (0 = before the first register)
+    holder: dict[int, int] = field(default_factory=dict)  # register -> step holding it
+    dead: set[int] = field(default_factory=set)
+
+    def feed(self, token: int) -> tuple[int, int | None]:
+        """Return (step of this token, step killed by it or None)."""
+        reg = self.vocab.registers.get(int(token))
+        if reg is None:
+            return self.step, None
+        killed = self.holder.get(reg)
+        self.step += 1
+        self.holder[reg] = self.step
+        if killed is not None:
+            self.dead.add(killed)
+        return self.step, killed
+
+    def is_live(self, step: int) -> bool:
+        return step not in self.dead
+
+
+def tip_steps(response_ids: Sequence[int], vocab: TipVocab) -> tuple[list[int], list[int]]:
+    """Per response token: its step, and the index of the token that kills that step
+    (len(response_ids) when it survives to the end)."""
+    tracker = TipTracker(vocab)
+    steps: list[int] = []
+    first_token_of_step: dict[int, int] = {}
+    death: dict[int, int] = {}
+    for i, tok in enumerate(response_ids):
+        s, killed = tracker.feed(tok)
+        steps.append(s)
+        first_token_of_step.setdefault(s, i)
+        if killed is not None:
+            death[killed] = i
+    end = len(response_ids)
+    return steps, [death.get(s, end) for s in steps]
+
+
+def tip_structure(token_ids: Sequence[int] | torch.Tensor, vocab: TipVocab,
+                  prompt_len: int) -> Structure:
+    """Mask, positions and targets of prompt + TIP response: token i sees token j <= i unless
+    j's step died at or before i."""
+    if isinstance(token_ids, torch.Tensor):
+        token_ids = token_ids.tolist()
+    t = len(token_ids)
+    steps, death = tip_steps(token_ids[prompt_len:], vocab)
+    death_at = torch.full((t,), t + 1, dtype=torch.long)  # prompt tokens never die
+    if steps:
+        death_at[prompt_len:] = torch.tensor(death, dtype=torch.long) + prompt_len
+    idx = torch.arange(t)
+    causal = idx[None, :] <= idx[:, None]
+    alive = death_at[None, :] > idx[:, None]
+    targets = torch.full((t,), IGNORE, dtype=torch.long)
+    if t > 1:
+        targets[:-1] = torch.tensor(token_ids[1:], dtype=torch.long)
+    return Structure(visible=causal & alive, position_ids=idx.clone(), targets=targets,
+                     attrs=[])
