@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.solm-installed
 TORCH  ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast bench-pasta clean
+.PHONY: setup demo test test-fast bench-pasta sft-pasta-cpu clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,27 @@ bench-pasta: setup
 		-o runs/bench/gpt4_rules.jsonl -q
 	$(BIN)/pasta bench -a runs/bench/gpt4_rules.jsonl --rows 40 $(BENCH_ARGS) \
 		--out runs/bench/pasta_replay.jsonl
+
+# The issue-5 acceptance run (~25 min training + ~20 min decoding per model on 2 cores):
+# rule-annotate dolly + OpenOrca, keep rows with >= 2 promises plus 200 plain rows, Pasta-SFT
+# and Baseline-SFT on the same rows, decode 50 AlpacaEval prompts with each. See README.
+SFT_DIR  ?= runs/sft
+SFT_ARGS ?= --lr 3e-4 --control-token-lr-scale 30 --epochs 1 --max-len 384 --eval-rows 16 --save-every 20 --warmup-ratio 0.05
+ALPACA   := ../shared/data/alpaca_eval/alpaca_eval.jsonl
+sft-pasta-cpu: setup
+	mkdir -p $(SFT_DIR)
+	$(BIN)/pasta annotate -i ../shared/data/instruct/dolly_5k.jsonl -o $(SFT_DIR)/dolly_rules.jsonl -q
+	$(BIN)/pasta annotate -i ../shared/data/instruct/openorca_gpt4_284.jsonl -o $(SFT_DIR)/orca_rules.jsonl -q
+	cat $(SFT_DIR)/dolly_rules.jsonl $(SFT_DIR)/orca_rules.jsonl | jq -c 'select(.promises >= 2)' > $(SFT_DIR)/multi.jsonl
+	cat $(SFT_DIR)/dolly_rules.jsonl $(SFT_DIR)/orca_rules.jsonl | jq -c 'select(.promises == 0)' | head -n 200 > $(SFT_DIR)/plain.jsonl
+	cat $(SFT_DIR)/multi.jsonl $(SFT_DIR)/plain.jsonl > $(SFT_DIR)/sft_rows.jsonl
+	$(BIN)/pasta sft --data $(SFT_DIR)/sft_rows.jsonl --out $(SFT_DIR)/pasta-sft $(SFT_ARGS)
+	$(BIN)/pasta decode --model $(SFT_DIR)/pasta-sft --prompts $(ALPACA) --limit 50 \
+		--out $(SFT_DIR)/decode_pasta.jsonl --max-new-tokens 384 --dtype fp32 -q
+	$(BIN)/pasta sft --data $(SFT_DIR)/sft_rows.jsonl --out $(SFT_DIR)/baseline-sft --strip-annotations $(SFT_ARGS)
+	$(BIN)/pasta decode --model $(SFT_DIR)/baseline-sft --prompts $(ALPACA) --limit 50 \
+		--out $(SFT_DIR)/decode_baseline.jsonl --max-new-tokens 384 --dtype fp32 -q
+	$(BIN)/pasta stats $(SFT_DIR)/decode_pasta.jsonl $(SFT_DIR)/decode_baseline.jsonl
 
 clean:
 	rm -rf runs .pytest_cache

@@ -241,3 +241,29 @@ def test_cli_sft_then_decode_loads_the_checkpoint_and_stats_reads_it(tmp_path, t
     r = runner.invoke(pasta.app, ["sft", "--data", str(tmp_path / "missing.jsonl"), "--out",
                                   str(tmp_path / "x"), "--model", tiny_folder])
     assert r.exit_code == 1 and "missing.jsonl" in r.output
+
+
+def test_control_token_rows_take_scaled_steps_and_other_rows_do_not(pasta_tokenizer, vocab):
+    from solm.core.models import tiny_model
+    from solm.train.callbacks import ControlTokenLrScale
+
+    rows = [{"prompt": "Give me tips", "text": ANNOTATED}]
+    batch = PastaCollator(pasta_tokenizer, vocab)(rows)
+    steps = {}
+    for scale in (1.0, 5.0):
+        model, _ = tiny_model(pasta_tokenizer, seed=3)
+        emb = model.get_input_embeddings().weight
+        start = emb.detach().clone()
+        cb = ControlTokenLrScale(model, vocab.control_ids, scale)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+        model(**batch).loss.backward()
+        cb.on_pre_optimizer_step(None, None, None)
+        opt.step()
+        cb.on_optimizer_step(None, None, None)
+        steps[scale] = emb.detach() - start
+    ids = vocab.control_ids
+    others = torch.ones(steps[1.0].shape[0], dtype=torch.bool)
+    others[ids] = False
+    assert steps[1.0][ids].abs().max() > 0
+    assert torch.allclose(steps[5.0][ids], 5 * steps[1.0][ids], atol=1e-7)
+    assert torch.equal(steps[5.0][others], steps[1.0][others])

@@ -19,7 +19,7 @@ from typing import Sequence
 import torch
 
 from solm.core.control_tokens import register_token
-from solm.core.structure import IGNORE, Structure
+from solm.core.structure import IGNORE
 
 PROMPT_STEP = -1  # prompt tokens: always visible
 
@@ -74,20 +74,27 @@ def tip_steps(response_ids: Sequence[int], vocab: TipVocab) -> tuple[list[int], 
     (len(response_ids) when it survives to the end)."""
     tracker = TipTracker(vocab)
     steps: list[int] = []
-    first_token_of_step: dict[int, int] = {}
     death: dict[int, int] = {}
     for i, tok in enumerate(response_ids):
         s, killed = tracker.feed(tok)
         steps.append(s)
-        first_token_of_step.setdefault(s, i)
         if killed is not None:
             death[killed] = i
     end = len(response_ids)
     return steps, [death.get(s, end) for s in steps]
 
 
+@dataclass
+class TipStructure:
+    visible: torch.Tensor  # bool [T, T]
+    position_ids: torch.Tensor  # long [T]
+    targets: torch.Tensor  # long [T]: the next token, IGNORE at the end
+    step: torch.Tensor  # long [T]: PROMPT_STEP for the prompt, else the step id
+    death: torch.Tensor  # long [T]: index of the token that kills this token's step (T+1: never)
+
+
 def tip_structure(token_ids: Sequence[int] | torch.Tensor, vocab: TipVocab,
-                  prompt_len: int) -> Structure:
+                  prompt_len: int) -> TipStructure:
     """Mask, positions and targets of prompt + TIP response: token i sees token j <= i unless
     j's step died at or before i."""
     if isinstance(token_ids, torch.Tensor):
@@ -95,13 +102,16 @@ def tip_structure(token_ids: Sequence[int] | torch.Tensor, vocab: TipVocab,
     t = len(token_ids)
     steps, death = tip_steps(token_ids[prompt_len:], vocab)
     death_at = torch.full((t,), t + 1, dtype=torch.long)  # prompt tokens never die
+    step = torch.full((t,), PROMPT_STEP, dtype=torch.long)
     if steps:
         death_at[prompt_len:] = torch.tensor(death, dtype=torch.long) + prompt_len
+        death_at[death_at >= t] = t + 1
+        step[prompt_len:] = torch.tensor(steps, dtype=torch.long)
     idx = torch.arange(t)
     causal = idx[None, :] <= idx[:, None]
     alive = death_at[None, :] > idx[:, None]
     targets = torch.full((t,), IGNORE, dtype=torch.long)
     if t > 1:
         targets[:-1] = torch.tensor(token_ids[1:], dtype=torch.long)
-    return Structure(visible=causal & alive, position_ids=idx.clone(), targets=targets,
-                     attrs=[])
+    return TipStructure(visible=causal & alive, position_ids=idx.clone(), targets=targets,
+                        step=step, death=death_at)

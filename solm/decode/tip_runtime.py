@@ -1,0 +1,265 @@
+"""The paged runtime: a batch of requests decoded together over one paged KV pool.
+
+Each step feeds one token per active request (q = 1, B = batch) and reads, per request, only
+the slots its eviction policy shows. When a request finishes, its pages go back to the free
+list and the next waiting request is prefilled into its batch row (continuous refill).
+Positions are plain token positions; eviction changes only which keys attention reads, which
+is exactly what `solm.core.tip_structure` trains under.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+import torch
+
+from solm.core.sampling import Sampler, SamplingConfig
+from solm.core.tip_structure import TipVocab
+from solm.decode.attention import NAME as POOL_SDPA
+from solm.decode.attention import attention_implementation
+from solm.decode.head import OutputHead
+from solm.decode.paged import PageAllocator, PagedCache
+from solm.decode.paged_attention import SCORES_NAME, score_sink
+from solm.decode.policies import EvictionPolicy, Page, RequestKV, make_policy
+from solm.decode.pool import num_layers_of
+
+FLAG_MAX_NEW_TOKENS = "max_new_tokens"
+
+
+@dataclass
+class TipDecodeConfig:
+    policy: str = "tip"
+    budget: int | None = None  # tokens, for streamingllm / h2o
+    page_size: int = 64
+    batch_size: int = 16
+    max_new_tokens: int = 4096
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    record_logits: bool = False
+    check_reads: bool = False  # assert every read slot is on a page the reader owns
+
+
+@dataclass
+class TipRequest:
+    rid: int
+    prompt: list[int]
+    forced: list[int] | None = None  # replay: these tokens are fed instead of sampled
+    seed: int = 0
+
+
+@dataclass
+class TipResult:
+    rid: int
+    ids: list[int]
+    flags: list[str]
+    generated: int
+    mean_live_tokens: float  # tokens attention read per decode step, averaged
+    peak_pages: int
+    peak_live_tokens: int
+    slots_allocated: int  # pages x page size, summed over allocations
+    prefill_s: float
+    decode_s: float
+    logits: torch.Tensor | None = None  # [generated, vocab] when recorded
+
+    slots_written: int = 0  # prompt + generated tokens
+
+    @property
+    def fragmentation(self) -> float:
+        """Share of allocated slots never written (fresh pages per step leave gaps)."""
+        return 1.0 - self.slots_written / max(1, self.slots_allocated)
+
+
+@dataclass
+class _Row:
+    req: TipRequest
+    kv: RequestKV
+    sampler: Sampler
+    pending: int
+    ids: list[int] = field(default_factory=list)
+    logits: list[torch.Tensor] = field(default_factory=list)
+    live_sum: int = 0
+    steps: int = 0
+    peak_pages: int = 0
+    peak_live: int = 0
+    slots_allocated: int = 0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+
+
+class TipRuntime:
+    """Reuse one runtime across batches: the pool and its pages are reused."""
+
+    def __init__(self, model, tokenizer, num_pages: int = 1024, page_size: int = 64,
+                 num_registers: int = 16):
+        self.model, self.tokenizer = model, tokenizer
+        self.device = next(model.parameters()).device
+        self.page_size, self.num_pages = page_size, num_pages
+        self.cache = PagedCache(num_layers_of(model), num_pages, page_size)
+        self.allocator = PageAllocator(num_pages)
+        self.cache.state.allocator = self.allocator
+        self.head = OutputHead(model)
+        try:
+            self.vocab: TipVocab | None = TipVocab.from_tokenizer(tokenizer, num_registers)
+        except ValueError:
+            self.vocab = None
+        eos = tokenizer.eos_token_id
+        self.eos = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
+
+    # ---- pages --------------------------------------------------------------------------
+
+    def _place(self, row: _Row, token: int, is_prompt: bool, policy: EvictionPolicy) -> int:
+        """Give the token a slot (a fresh page when needed) and return it."""
+        kv = row.kv
+        step, _ = policy.step_of(kv, token, is_prompt)
+        last = kv.pages[-1] if kv.pages else None
+        new_step = policy.fresh_page_per_step and last is not None and last.step != step
+        if last is None or len(last.tokens) >= self.page_size or new_step:
+            last = Page(self.allocator.alloc(kv.rid), step=step)
+            kv.pages.append(last)
+            row.slots_allocated += self.page_size
+        slot = last.id * self.page_size + len(last.tokens)
+        last.tokens.append(kv.n_tokens)
+        kv.slots.append(slot)
+        kv.step_of.append(step)
+        return slot
+
+    def _release(self, pages: list[Page]) -> None:
+        for p in pages:
+            self.allocator.free(p.id)
+
+    # ---- forward ------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def _forward(self, rows: list[_Row], tokens: list[list[int]], write_slots: list[int],
+                 positions: list[list[int]], policy: EvictionPolicy,
+                 prefill_causal: bool = False) -> torch.Tensor:
+        """One forward pass; returns logits of each row's last token [B, V]."""
+        st = self.cache.state
+        vis = ([[(p, len(p.tokens)) for p in rows[0].kv.pages]] if prefill_causal
+               else [policy.visible(r.kv) for r in rows])
+        read = [[r.kv.slots[t] for p, n in v for t in p.tokens[:n]] for r, v in zip(rows, vis)]
+        width = max(len(x) for x in read)
+        b, q = len(rows), len(tokens[0])
+        read_slots = torch.zeros((b, width), dtype=torch.long)
+        valid = torch.zeros((b, width), dtype=torch.bool)
+        for i, x in enumerate(read):
+            read_slots[i, :len(x)] = torch.tensor(x)
+            valid[i, :len(x)] = True
+        mask = valid[:, None, None, :].expand(b, 1, q, width).clone()
+        if prefill_causal:  # one row, its prompt: plain causal over the prompt slots
+            mask[0, 0] &= torch.ones(q, width, dtype=torch.bool).tril(width - q)
+        st.write_slots = torch.tensor(write_slots, dtype=torch.long, device=self.device)
+        st.read_slots = read_slots.to(self.device)
+        st.read_valid = valid.to(self.device)
+        st.read_owner = torch.tensor([r.kv.rid for r in rows], device=self.device)
+        inputs = dict(input_ids=torch.tensor(tokens, device=self.device),
+                      position_ids=torch.tensor(positions, device=self.device),
+                      attention_mask=mask.to(self.device), cache=self.cache, use_cache=True)
+        impl = SCORES_NAME if policy.needs_scores else POOL_SDPA
+        with attention_implementation(self.model, impl), score_sink(policy.needs_scores) as sink:
+            if self.head.usable:
+                hidden = self.model.base_model(**inputs).last_hidden_state[:, -1]
+                logits = self.head(hidden)
+            else:
+                logits = self.model(**inputs).logits[:, -1]
+        if policy.needs_scores and sink.total is not None:
+            for i, v in enumerate(vis):
+                acc, start = sink.total[i], 0
+                for p, n in v:
+                    p.score += float(acc[start:start + n].sum())
+                    start += n
+        for r, x in zip(rows, read):
+            r.live_sum += len(x) if not prefill_causal else 0
+            r.peak_live = max(r.peak_live, len(x))
+        return logits
+
+    # ---- the loop -----------------------------------------------------------------------
+
+    def _admit(self, req: TipRequest, policy: EvictionPolicy,
+               config: TipDecodeConfig) -> _Row:
+        kv = RequestKV(req.rid, self.page_size)
+        policy.start(kv, self.vocab)
+        sampling = SamplingConfig(config.sampling.temperature, config.sampling.top_p,
+                                  config.sampling.seed + req.seed)
+        row = _Row(req, kv, Sampler(sampling), pending=-1)
+        started = time.perf_counter()
+        slots = [self._place(row, t, True, policy) for t in req.prompt]
+        logits = self._forward([row], [req.prompt], slots, [list(range(len(req.prompt)))],
+                               policy, prefill_causal=True)
+        self._release(policy.evict(kv))
+        row.peak_pages = len(kv.pages)
+        row.pending = self._choose(row, logits[0], config)
+        row.prefill_s = time.perf_counter() - started
+        return row
+
+    def _choose(self, row: _Row, logits: torch.Tensor, config: TipDecodeConfig) -> int:
+        if config.record_logits:
+            row.logits.append(logits.float().cpu())
+        if row.req.forced is not None:
+            i = len(row.ids)
+            return row.req.forced[i] if i < len(row.req.forced) else -1
+        return row.sampler(logits)
+
+    def _finished(self, row: _Row, config: TipDecodeConfig) -> list[str] | None:
+        """Flags when the row is done (EOS is kept in ids but never fed), else None."""
+        if row.pending < 0:
+            return []
+        if row.req.forced is None and row.pending in self.eos:
+            row.ids.append(row.pending)
+            return []
+        if len(row.ids) >= config.max_new_tokens:
+            return [FLAG_MAX_NEW_TOKENS]
+        return None
+
+    def _result(self, row: _Row, flags: list[str]) -> TipResult:
+        written = row.kv.n_tokens
+        return TipResult(
+            rid=row.req.rid, ids=row.ids, flags=flags, generated=len(row.ids),
+            mean_live_tokens=row.live_sum / max(1, row.steps), peak_pages=row.peak_pages,
+            peak_live_tokens=row.peak_live, slots_allocated=row.slots_allocated,
+            prefill_s=row.prefill_s, decode_s=row.decode_s,
+            logits=torch.stack(row.logits) if row.logits else None, slots_written=written)
+
+    def run(self, requests: Iterable[TipRequest], config: TipDecodeConfig) -> Iterator[TipResult]:
+        """Decode every request; results come out in the order requests finish."""
+        policy = make_policy(config.policy, config.budget, config.page_size)
+        if policy.name == "tip" and self.vocab is None:
+            raise ValueError("--policy tip needs a tokenizer with the register tokens")
+        self.cache.state.check_reads = config.check_reads
+        waiting = iter(requests)
+        rows: list[_Row] = []
+        exhausted = False
+        while True:
+            while not exhausted and len(rows) < config.batch_size:
+                req = next(waiting, None)
+                if req is None:
+                    exhausted = True
+                    break
+                rows.append(self._admit(req, policy, config))
+            done = [(r, f) for r in rows if (f := self._finished(r, config)) is not None]
+            for r, flags in done:
+                rows.remove(r)
+                self._release(r.kv.pages)
+                r.kv.pages = []
+                yield self._result(r, flags)
+            if done:
+                continue  # refill before the next step
+            if not rows:
+                return
+            started = time.perf_counter()
+            tokens, slots, positions = [], [], []
+            for r in rows:
+                pos = r.kv.n_tokens
+                slots.append(self._place(r, r.pending, False, policy))
+                self._release(policy.evict(r.kv))
+                tokens.append([r.pending])
+                positions.append([pos])
+                r.ids.append(r.pending)
+            logits = self._forward(rows, tokens, slots, positions, policy)
+            elapsed = time.perf_counter() - started
+            for i, r in enumerate(rows):
+                r.steps += 1
+                r.decode_s += elapsed
+                r.peak_pages = max(r.peak_pages, len(r.kv.pages))
+                r.pending = self._choose(r, logits[i], config)
