@@ -33,6 +33,19 @@ def tiny(pasta_tokenizer):
     return model
 
 
+@pytest.fixture(scope="session")
+def tiny_folder(tmp_path_factory):
+    """A tiny random llama saved like any HF checkpoint (tokenizer without control tokens)."""
+    from solm.core.models import load_tokenizer, tiny_model
+
+    folder = tmp_path_factory.mktemp("tiny")
+    tok = load_tokenizer("smollm2-135m")
+    model, _ = tiny_model(tok, seed=1)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
 def shared_path(*parts: str) -> str:
     return os.path.join(SHARED, *parts)
 

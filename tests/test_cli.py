@@ -14,7 +14,7 @@ runner = CliRunner()
 @pytest.mark.parametrize("app, commands", [
     (main.app, ["pasta", "tip", "pdiff", "models", "prepare"]),
     (pasta.app, ["annotate", "sft", "decode", "bench", "stats", "tokens"]),
-    (tip.app, ["tokens"]),
+    (tip.app, ["decode", "bench", "traces", "tokens"]),
     (pdiff.app, ["tokens"]),
 ])
 def test_help_lists_the_subcommands(app, commands):

@@ -6,9 +6,10 @@ GOOD = '1.<promise topic="a" tokens="1"/><async> A.</async>\n2.<promise topic="b
        '<async> B.</async><sync/>'
 
 
-def row(annotated, content, critical, promises, flags=(), decode_s=1.0):
+def row(annotated, content, critical, promises, flags=(), decode_s=1.0, total=None):
     return {"annotated": annotated, "content_tokens": content, "critical_path": critical,
-            "promises": promises, "flags": list(flags), "decode_s": decode_s}
+            "promises": promises, "flags": list(flags), "decode_s": decode_s,
+            "total_tokens": total if total is not None else content}
 
 
 @pytest.mark.parametrize("text, flags, ok", [
@@ -24,12 +25,30 @@ def test_well_formed(text, flags, ok):
 
 
 def test_format_stats():
-    rows = [row(GOOD, 20, 10, 2), row("plain", 10, 10, 0), row("<async>", 8, 8, 0),
-            row(GOOD, 30, 10, 2, ["max_new_tokens"])]
+    rows = [row(GOOD, 20, 10, 2, total=26), row("plain", 10, 10, 0), row("<async>", 8, 8, 0),
+            row(GOOD, 30, 10, 2, ["max_new_tokens"], total=36)]
     st = format_stats(rows)
     assert st.rows == 4 and st.well_formed == 0.75 and st.with_promise == 0.5
-    assert st.mean_parallelism_with_promise == pytest.approx((2.0 + 3.0) / 2)
-    assert st.geomean_parallelism == pytest.approx((2 * 1 * 1 * 3) ** 0.25)
+    assert st.mean_parallelism_with_promise == pytest.approx((2.6 + 3.6) / 2)
+    assert st.mean_content_speedup_with_promise == pytest.approx((2.0 + 3.0) / 2)
+    assert st.geomean_content_speedup == pytest.approx((2 * 1 * 1 * 3) ** 0.25)
     assert st.hit_max_tokens == 0.25 and st.tokens_per_s == pytest.approx(68 / 4)
+    assert not is_well_formed(GOOD, ["max_new_tokens", "block_cut"])
     with pytest.raises(ValueError):
         format_stats([])
+
+
+def test_repetition_penalty_discourages_written_tokens_but_not_exempt_ones():
+    import torch
+
+    from solm.core.sampling import Sampler, SamplingConfig
+
+    logits = torch.tensor([2.0, 1.9, -1.0, 1.95])
+    greedy = Sampler(SamplingConfig())
+    assert greedy(logits, history=[0]) == 0  # no penalty by default
+    pen = Sampler(SamplingConfig(repetition_penalty=1.3), exempt=[3])
+    assert pen(logits, history=[0]) == 3  # 2.0 / 1.3 < 1.95
+    assert pen(logits, history=[0, 3]) == 3  # token 3 is exempt (a control token)
+    assert pen(logits, history=[0, 3, 1]) == 3
+    assert pen(logits, banned=torch.tensor([False, False, False, True]), history=[0]) == 1
+    assert torch.equal(logits, torch.tensor([2.0, 1.9, -1.0, 1.95]))  # input untouched

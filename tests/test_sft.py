@@ -28,19 +28,6 @@ def write_rows(path, rows):
     return path
 
 
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory, pasta_tokenizer):
-    """A tiny random llama saved like any HF checkpoint (tokenizer without control tokens)."""
-    from solm.core.models import load_tokenizer, tiny_model
-
-    folder = tmp_path_factory.mktemp("tiny")
-    tok = load_tokenizer("smollm2-135m")
-    model, _ = tiny_model(tok, seed=1)
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return str(folder)
-
-
 def sequence_loss(model, tokenizer, row) -> float:
     from solm.core.structure import PastaVocab
     col = PastaCollator(tokenizer, PastaVocab.from_tokenizer(tokenizer))

@@ -2,21 +2,166 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Optional
 
 import typer
 
-from solm.cli.common import DebugOption, handle_errors, show_control_tokens
+from solm.cli.common import (ConfigOption, DebugOption, QuietOption, handle_errors, info,
+                             out_console, progress, settings_from, show_control_tokens)
 
 app = typer.Typer(
     name="tip", no_args_is_help=True, rich_markup_mode="markdown",
     help="TIP (Thinking in Place): each reasoning step opens with a register `<reg_i>`; reusing "
          "a register kills the older step and the paged runtime frees its KV pages.")
 
+POLICY_HELP = ("`tip` (register-driven), `dense` (no eviction), `streamingllm` (4 sinks + "
+               "recent pages), `h2o` (recent + heavy-hitter pages); the last two use --budget.")
 
 
-@app.callback()
-def main() -> None:
-    """Keeps `tip` a command group (`tip tokens`) while it has a single subcommand."""
+def _runtime(model: str, registers: int, page_size: int, num_pages: int, dtype: str,
+             device: Optional[str]):
+    from solm.core.models import load_model
+    from solm.decode.tip_runtime import TipRuntime
+
+    info(f"loading {model} ...")
+    m, tok = load_model(model, dtype=dtype, device=device, system="tip",
+                        num_registers=registers)
+    return TipRuntime(m, tok, num_pages=num_pages, page_size=page_size,
+                      num_registers=registers)
+
+
+@app.command()
+@handle_errors
+def decode(
+    model: str = typer.Option("smollm2-135m", "--model", "-m"),
+    prompts: Path = typer.Option(..., "--prompts", "-p", help="JSONL of problems (prompt, "
+                                 "question or problem field)."),
+    out: Path = typer.Option(Path("runs/tip_decode.jsonl"), "--out", "-o",
+                             help="One row per (problem, sample), appended; rerun resumes."),
+    registers: int = typer.Option(16, help="Thought registers <reg_0> ... <reg_{N-1}>."),
+    policy: str = typer.Option("tip", help=POLICY_HELP),
+    budget: int = typer.Option(2048, help="KV budget in tokens (streamingllm, h2o)."),
+    page_size: int = typer.Option(64, help="Tokens per KV page."),
+    num_pages: int = typer.Option(2048, help="Pages in the pool (shared by the batch)."),
+    batch_size: int = typer.Option(16, help="Requests decoded together (refilled as they end)."),
+    samples: int = typer.Option(1, help="Samples per problem."),
+    temperature: float = typer.Option(0.6),
+    top_p: float = typer.Option(0.95),
+    seed: int = typer.Option(0),
+    max_new_tokens: int = typer.Option(4096),
+    limit: Optional[int] = typer.Option(None, help="Only the first N problems."),
+    dtype: str = typer.Option("auto"),
+    device: Optional[str] = typer.Option(None),
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+) -> None:
+    """Decode problems with the paged runtime under an eviction policy; reports live KV
+    tokens, peak pages, throughput and decode time per sample and overall."""
+    from solm.core.provenance import write_manifest
+    from solm.core.records import load_records
+    from solm.core.sampling import SamplingConfig
+    from solm.decode.policies import make_policy
+    from solm.decode.tip_decode import decode_prompts
+    from solm.decode.tip_runtime import TipDecodeConfig
+
+    make_policy(policy, budget, page_size)  # fail on bad flags before loading the model
+    records = list(load_records(str(prompts), limit=limit))
+    rt = _runtime(model, registers, page_size, num_pages, dtype, device)
+    cfg = TipDecodeConfig(policy=policy, budget=budget, page_size=page_size,
+                          batch_size=batch_size, max_new_tokens=max_new_tokens,
+                          sampling=SamplingConfig(temperature, top_p, seed))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with progress(f"decoding ({policy})", len(records) * samples) as advance:
+        summary = decode_prompts(rt, records, samples, out, cfg, on_result=lambda s, r: advance(
+            status=f"{s.generated_tokens / max(s.wall_s, 1e-9):.0f} tok/s, live "
+                   f"{r['mean_live_tokens']:.0f}"))
+    write_manifest(out, "tip decode", settings_from(locals()), inputs=[prompts], model=model,
+                   extra={"summary": summary.to_dict()})
+    out_console.print_json(json.dumps(summary.to_dict()))
+
+
+@app.command()
+@handle_errors
+def traces(
+    out: Path = typer.Option(..., "--out", "-o", help="JSONL of traces (prompt, response)."),
+    source: Path = typer.Option(Path("../shared/data/math/deepmath_sample.jsonl"),
+                                help="JSONL with worked solutions (`solution` or `answer`)."),
+    n: int = typer.Option(16, help="How many traces."),
+    min_tokens: int = typer.Option(4000, help="Each trace has at least this many tokens."),
+    registers: int = typer.Option(16),
+    min_step_tokens: int = typer.Option(24, help="Sentences merge until a step is this long."),
+    tokenizer: str = typer.Option("smollm2-135m"),
+    debug: bool = DebugOption,
+) -> None:
+    """Build synthetic register-annotated traces from real solutions: step k opens with
+    <reg_{k mod registers}> (see solm/eval/tip_traces.py)."""
+    from solm.core.control_tokens import add_control_tokens
+    from solm.core.jsonl import write_jsonl
+    from solm.core.models import load_tokenizer
+    from solm.core.records import load_records
+    from solm.eval.tip_traces import build_traces
+
+    tok = load_tokenizer(tokenizer)
+    add_control_tokens(None, tok, "tip", num_registers=registers)
+    count = lambda s: len(tok(s, add_special_tokens=False).input_ids)  # noqa: E731
+    solutions = ((r.prompt, r.response) for r in load_records(str(source)) if r.response)
+    rows = build_traces(solutions, count, n, min_tokens, registers, min_step_tokens)
+    write_jsonl(out, rows)
+    info(f"{len(rows)} traces, {min(count(r['response']) for r in rows)}+ tokens each -> {out}")
+
+
+@app.command()
+@handle_errors
+def bench(
+    traces_file: Path = typer.Option(..., "--traces", "-t", help="From `tip traces` (or any "
+                                     "JSONL with prompt + register-annotated response)."),
+    model: str = typer.Option("smollm2-135m", "--model", "-m"),
+    policies: str = typer.Option("dense,tip,streamingllm,h2o", help="Comma-separated."),
+    registers: int = typer.Option(16),
+    budget: int = typer.Option(1024, help="Token budget of streamingllm / h2o."),
+    page_size: int = typer.Option(64),
+    batch_size: int = typer.Option(16),
+    limit: Optional[int] = typer.Option(None, help="Only the first N traces."),
+    max_tokens: Optional[int] = typer.Option(None, help="Cut each trace to N response tokens."),
+    dtype: str = typer.Option("auto"),
+    device: Optional[str] = typer.Option(None),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Summary JSON here."),
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+) -> None:
+    """Replay traces token by token with each policy, side by side in one run: throughput,
+    live KV tokens, peak pages, fragmentation, and the ratios against dense."""
+    from solm.core.chat import prompt_ids, text_ids
+    from solm.core.jsonl import read_jsonl
+    from solm.core.provenance import write_manifest
+    from solm.eval.tip_bench import pages_needed, run_tip_bench
+
+    rows = list(read_jsonl(traces_file))[:limit]
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    from solm.core.models import load_tokenizer
+    from solm.core.control_tokens import add_control_tokens
+    tok = load_tokenizer(model)
+    add_control_tokens(None, tok, "tip", num_registers=registers)
+    pairs = [(prompt_ids(tok, r["prompt"]), text_ids(tok, r["response"])[:max_tokens])
+             for r in rows]
+    rt = _runtime(model, registers, page_size, pages_needed(pairs, page_size, batch_size,
+                                                            registers), dtype, device)
+    info(f"replaying {len(pairs)} traces (mean {sum(len(r) for _, r in pairs) / len(pairs):.0f}"
+         f" tokens) with {', '.join(names)}")
+    with progress("replaying", len(pairs) * len(names)) as advance:
+        summary = run_tip_bench(
+            rt, pairs, names, budget, page_size, batch_size,
+            on_policy=lambda r: info(f"{r['policy']}: {r['throughput_tok_s']:.1f} tok/s, live "
+                                     f"{r['mean_live_tokens']:.0f} tokens"),
+            on_result=lambda res: advance())
+    summary["model"] = model
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(summary, indent=2))
+        write_manifest(out, "tip bench", settings_from(locals()), inputs=[traces_file],
+                       model=model, extra={})
+    out_console.print_json(json.dumps(summary))
+
 
 @app.command()
 @handle_errors
@@ -29,3 +174,7 @@ def tokens(
     from solm.core.control_tokens import tip_tokens
 
     show_control_tokens(model, "tip", tip_tokens(registers), num_registers=registers)
+
+
+if __name__ == "__main__":
+    app()

@@ -17,6 +17,12 @@ class PastaMetrics:
 
     @property
     def parallelism(self) -> float:
+        """Tokens decoded per forward pass: the average number of threads running."""
+        return self.total_tokens / max(1, self.critical_path)
+
+    @property
+    def content_speedup(self) -> float:
+        """Theoretical speedup over decoding the same text (tags removed) one token a step."""
         return self.content_tokens / max(1, self.critical_path)
 
     def theoretical_speedup(self, baseline_tokens: int) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -12,17 +13,32 @@ class SamplingConfig:
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     seed: int = 0
+    repetition_penalty: float = 1.0  # > 1 discourages tokens the thread already wrote
 
 
 class Sampler:
-    def __init__(self, config: SamplingConfig, device: str | torch.device = "cpu"):
+    def __init__(self, config: SamplingConfig, device: str | torch.device = "cpu",
+                 exempt: Sequence[int] = ()):
+        """`exempt`: ids the repetition penalty never touches (control tokens, EOS)."""
         self.config = config
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(config.seed)
+        self.exempt = set(int(t) for t in exempt)
 
-    def __call__(self, logits: torch.Tensor, banned: torch.Tensor | None = None) -> int:
-        """Choose one token from a 1-D logits row; `banned` is a bool mask of forbidden ids."""
+    def __call__(self, logits: torch.Tensor, banned: torch.Tensor | None = None,
+                 history: Sequence[int] = ()) -> int:
+        """Choose one token from a 1-D logits row; `banned` is a bool mask of forbidden ids;
+        `history` the tokens already written (for the repetition penalty, as in CTRL / HF:
+        positive logits divided by the penalty, negative ones multiplied)."""
         logits = logits.float()
+        penalty = self.config.repetition_penalty
+        if penalty != 1.0 and history:
+            seen = torch.tensor(sorted(set(int(t) for t in history) - self.exempt),
+                                dtype=torch.long, device=logits.device)
+            if seen.numel():
+                vals = logits[seen]
+                logits = logits.clone()
+                logits[seen] = torch.where(vals > 0, vals / penalty, vals * penalty)
         if banned is not None:
             logits = logits.masked_fill(banned[: logits.shape[-1]], float("-inf"))
         t = self.config.temperature

@@ -39,6 +39,7 @@ FLAG_FORK_CAPPED = "fork_capped"
 FLAG_FORK_EOS = "eos_in_fork"
 FLAG_EOS_WITH_OPEN_FORKS = "eos_with_open_forks"
 FLAG_TOPIC_CAPPED = "topic_capped"
+FLAG_BLOCK_CUT = "block_cut"  # a stop cut a block short; the runtime closed it
 MODES = ("parallel", "sequential")
 
 
@@ -106,7 +107,8 @@ class PastaRuntime:
     # ---- public API -------------------------------------------------------------------
 
     def generate(self, prompt_ids: Sequence[int], config: DecodeConfig) -> DecodeResult:
-        sampler = Sampler(config.sampling, device="cpu")
+        sampler = Sampler(config.sampling, device="cpu",
+                          exempt=[*self.vocab.control_ids, *self.vocab.eos])
         return self._run(prompt_ids, config, chooser=self._sampling_chooser(sampler, config))
 
     def replay(self, prompt_ids: Sequence[int], response_ids: Sequence[int],
@@ -160,16 +162,18 @@ class PastaRuntime:
         g = self.grammar if config.mode == "parallel" else None
 
         def choose(thread: _Thread, logits: torch.Tensor, runtime_state: dict) -> int:
+            history = thread.fed  # the penalty looks at what this thread wrote
             if g is None:
-                return sampler(logits, self.grammar.sequential)
+                return sampler(logits, self.grammar.sequential, history)
             if thread.tid != MAIN:
-                return sampler(logits, g.fork)
+                return sampler(logits, g.fork, history)
             if thread.in_topic:
                 banned = g.topic_must_close if thread.topic_len >= g.max_topic_tokens else g.topic
                 if thread.topic_len >= g.max_topic_tokens:
                     runtime_state["flags"].add(FLAG_TOPIC_CAPPED)
-                return sampler(logits, banned)
-            return sampler(logits, g.main if runtime_state["blocks_since_sync"] else g.main_no_sync)
+                return sampler(logits, banned, history)
+            return sampler(logits, g.main if runtime_state["blocks_since_sync"] else g.main_no_sync,
+                           history)
 
         return choose
 
@@ -294,6 +298,7 @@ class PastaRuntime:
             for tid, th in threads.items():
                 if tid != MAIN and th.fed and not th.done and th.fed[-1] != v.async_close:
                     th.closed_by_stop = True
+                    flags.add(FLAG_BLOCK_CUT)
 
         ids, logit_rows = self._training_order(threads, fork_anchor, config.record_logits,
                                                   v.async_close)

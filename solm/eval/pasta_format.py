@@ -1,4 +1,11 @@
-"""How well a model writes Pasta-Lang: format statistics over a `pasta decode` output."""
+"""How well a model writes Pasta-Lang: format statistics over a `pasta decode` output.
+
+Two measures of parallel structure per row, both from the runtime's schedule:
+- parallelism: tokens decoded per forward pass (tags included), the average number of
+  threads running;
+- content speedup: the response's text tokens (tags removed) per forward pass, the
+  theoretical speedup over decoding the same text sequentially.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +13,10 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Iterable
 
-# flags that mean the model broke the language (a length cap alone does not)
+# flags that mean the model broke the language (a length cap alone does not; a block left
+# open at a length cap was closed by the runtime, not written: "block_cut")
 STRUCTURAL_FLAGS = ("eos_in_fork", "eos_with_open_forks", "fork_capped", "topic_capped",
-                    "pool_full")
+                    "pool_full", "block_cut")
 
 
 def is_well_formed(annotated: str, flags: Iterable[str]) -> bool:
@@ -18,13 +26,22 @@ def is_well_formed(annotated: str, flags: Iterable[str]) -> bool:
     return not validate(annotated) and not set(flags) & set(STRUCTURAL_FLAGS)
 
 
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def _geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(max(x, 1e-9)) for x in xs) / len(xs)) if xs else 0.0
+
+
 @dataclass
 class FormatStats:
     rows: int
     well_formed: float  # fraction of rows
     with_promise: float  # fraction of rows with >= 1 promise
-    mean_parallelism_with_promise: float  # content tokens / critical path, rows with promises
-    geomean_parallelism: float  # over all rows (1.0 for rows without promises)
+    mean_parallelism_with_promise: float  # tokens per forward pass, rows with promises
+    mean_content_speedup_with_promise: float  # text tokens per forward pass, same rows
+    geomean_content_speedup: float  # over all rows (1.0 for rows without promises)
     mean_promises: float
     mean_content_tokens: float
     hit_max_tokens: float  # fraction cut by --max-new-tokens
@@ -40,14 +57,19 @@ def format_stats(rows: list[dict]) -> FormatStats:
     n = len(rows)
     well = [is_well_formed(r["annotated"], r.get("flags", [])) for r in rows]
     promised = [r for r in rows if r.get("promises", 0) > 0]
-    par = [r["content_tokens"] / max(1, r["critical_path"]) for r in rows]
-    par_promised = [r["content_tokens"] / max(1, r["critical_path"]) for r in promised]
+
+    def speedup(r: dict) -> float:
+        return r["content_tokens"] / max(1, r["critical_path"])
+
+    def parallelism(r: dict) -> float:
+        return r.get("total_tokens", r["content_tokens"]) / max(1, r["critical_path"])
+
     decode_s = sum(r.get("decode_s", 0.0) for r in rows)
     return FormatStats(
         rows=n, well_formed=sum(well) / n, with_promise=len(promised) / n,
-        mean_parallelism_with_promise=(sum(par_promised) / len(par_promised)
-                                       if par_promised else 0.0),
-        geomean_parallelism=math.exp(sum(math.log(max(p, 1e-9)) for p in par) / n),
+        mean_parallelism_with_promise=_mean([parallelism(r) for r in promised]),
+        mean_content_speedup_with_promise=_mean([speedup(r) for r in promised]),
+        geomean_content_speedup=_geomean([speedup(r) for r in rows]),
         mean_promises=sum(r.get("promises", 0) for r in rows) / n,
         mean_content_tokens=sum(r["content_tokens"] for r in rows) / n,
         hit_max_tokens=sum("max_new_tokens" in r.get("flags", []) for r in rows) / n,

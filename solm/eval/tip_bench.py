@@ -1,0 +1,72 @@
+"""TIP replay benchmark: the same traces teacher-forced under each eviction policy, one run."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+from solm.decode.tip_runtime import TipDecodeConfig, TipRequest, TipResult, TipRuntime
+
+
+def pages_needed(traces: list[tuple[list[int], list[int]]], page_size: int,
+                 batch_size: int, registers: int = 16) -> int:
+    """Enough pages for the batch's longest requests under dense (the worst case), plus
+    one partly filled page per step boundary for TIP's fresh pages."""
+    longest = sorted((len(p) + len(r) for p, r in traces), reverse=True)[:batch_size]
+    return sum(math.ceil(n / page_size) + registers + 2 for n in longest)
+
+
+def replay_policy(rt: TipRuntime, traces: list[tuple[list[int], list[int]]], policy: str,
+                  budget: int | None, page_size: int, batch_size: int,
+                  on_result: Callable[[TipResult], None] | None = None) -> dict:
+    cfg = TipDecodeConfig(policy=policy, budget=budget, page_size=page_size,
+                          batch_size=batch_size,
+                          max_new_tokens=max(len(r) for _, r in traces) + 1)
+    reqs = [TipRequest(i, p, forced=r) for i, (p, r) in enumerate(traces)]
+    started = time.perf_counter()
+    results = []
+    for res in rt.run(reqs, cfg):
+        results.append(res)
+        if on_result:
+            on_result(res)
+    wall = time.perf_counter() - started
+    tokens = sum(r.generated for r in results)
+    return {
+        "policy": policy, "budget": budget, "requests": len(results), "tokens": tokens,
+        "wall_s": round(wall, 2), "throughput_tok_s": tokens / wall,
+        "mean_live_tokens": sum(r.mean_live_tokens * r.generated for r in results) / tokens,
+        "peak_pages": max(r.peak_pages for r in results),
+        "fragmentation": sum(r.fragmentation for r in results) / len(results),
+        "prefill_s": round(sum(r.prefill_s for r in results), 2),
+    }
+
+
+def run_tip_bench(rt: TipRuntime, traces: list[tuple[list[int], list[int]]],
+                  policies: list[str], budget: int, page_size: int, batch_size: int,
+                  on_policy: Callable[[dict], None] | None = None,
+                  on_result: Callable[[TipResult], None] | None = None) -> dict:
+    # warm-up: the first forward passes of a process are slow (allocator, kernels)
+    warm = [(p, r[:16]) for p, r in traces[:2]]
+    for policy in policies:
+        replay_policy(rt, warm, policy, budget, page_size, batch_size)
+    rows = []
+    for policy in policies:
+        row = replay_policy(rt, traces, policy, budget if policy in ("streamingllm", "h2o")
+                            else None, page_size, batch_size, on_result)
+        rows.append(row)
+        if on_policy:
+            on_policy(row)
+    by = {r["policy"]: r for r in rows}
+    summary: dict = {"policies": rows, "traces": len(traces), "page_size": page_size,
+                     "batch_size": batch_size, "budget": budget,
+                     "mean_trace_tokens": sum(len(r) for _, r in traces) / len(traces)}
+    if "dense" in by:
+        d = by["dense"]
+        for r in rows:
+            r["throughput_vs_dense"] = r["throughput_tok_s"] / d["throughput_tok_s"]
+            r["live_kv_vs_dense"] = r["mean_live_tokens"] / d["mean_live_tokens"]
+        if "tip" in by:
+            summary["throughput_vs_dense"] = by["tip"]["throughput_vs_dense"]
+            summary["live_kv_vs_dense"] = by["tip"]["live_kv_vs_dense"]
+    return summary

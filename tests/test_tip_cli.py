@@ -1,0 +1,79 @@
+"""tip traces / decode / bench end to end on a tiny model."""
+
+import json
+
+from typer.testing import CliRunner
+
+from solm.cli import tip
+from solm.core.control_tokens import register_token
+from solm.eval.tip_traces import build_traces, split_steps
+
+runner = CliRunner()
+SOLUTION = ("First we add the two numbers. Then we check the sum against the bound. "
+            "Next, note that 7 is prime.\nFinally the answer is 12.")
+
+
+def words(s: str) -> int:
+    return len(s.split())
+
+
+def test_steps_merge_short_sentences():
+    steps = split_steps(SOLUTION, words, min_step_tokens=8)
+    assert all(words(s) >= 8 for s in steps[:-1])
+    assert " ".join(steps).split() == SOLUTION.split()
+
+
+def test_traces_place_registers_round_robin():
+    sols = iter([("q1", SOLUTION)] * 50)
+    rows = build_traces(sols, words, n_traces=2, min_tokens=60, registers=3, min_step_tokens=8)
+    assert len(rows) == 2 and all(words(r["response"]) >= 60 for r in rows)
+    resp = rows[0]["response"]
+    order = [int(p.split(">")[0]) for p in resp.split("<reg_")[1:]]
+    assert order == [k % 3 for k in range(len(order))] and len(order) == rows[0]["steps"]
+    assert register_token(0) in resp and register_token(3) not in resp
+
+
+def write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_tip_decode_writes_stats_and_resumes(tmp_path, tiny_folder):
+    prompts = write(tmp_path / "p.jsonl", [{"id": "a", "problem": "1+1?"},
+                                           {"id": "b", "problem": "2+2?"}])
+    out = tmp_path / "o.jsonl"
+    args = ["decode", "--model", tiny_folder, "--prompts", str(prompts), "--out", str(out),
+            "--registers", "4", "--samples", "2", "--max-new-tokens", "5", "--batch-size", "3",
+            "--page-size", "8", "--num-pages", "64", "--quiet"]
+    r = runner.invoke(tip.app, args)
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert sorted((x["id"], x["sample"]) for x in rows) == [("a", 0), ("a", 1), ("b", 0),
+                                                            ("b", 1)]
+    assert all(x["generated"] <= 5 and x["peak_pages"] >= 1 for x in rows)
+    summary = json.loads(r.stdout)
+    assert summary["done"] == 4 and summary["throughput_tok_s"] > 0
+    r = runner.invoke(tip.app, args)
+    assert r.exit_code == 0 and json.loads(r.stdout)["skipped"] == 4
+    assert len(out.read_text().splitlines()) == 4
+    r = runner.invoke(tip.app, args[:-1] + ["--policy", "h2o", "--budget", "8"])
+    assert r.exit_code != 0 and "budget" in r.output
+
+
+def test_tip_bench_reports_ratios_against_dense(tmp_path, tiny_folder):
+    sols = iter([("q", SOLUTION)] * 100)
+    rows = build_traces(sols, words, n_traces=3, min_tokens=120, registers=4,
+                        min_step_tokens=8)
+    traces = write(tmp_path / "t.jsonl", rows)
+    out = tmp_path / "bench.json"
+    r = runner.invoke(tip.app, ["bench", "--traces", str(traces), "--model", tiny_folder,
+                                "--registers", "4", "--budget", "32", "--page-size", "8",
+                                "--batch-size", "2", "--out", str(out), "--quiet"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(out.read_text())
+    by = {p["policy"]: p for p in s["policies"]}
+    assert set(by) == {"dense", "tip", "streamingllm", "h2o"}
+    assert by["dense"]["live_kv_vs_dense"] == 1.0
+    assert s["live_kv_vs_dense"] == by["tip"]["live_kv_vs_dense"] < 0.8
+    assert by["streamingllm"]["mean_live_tokens"] <= 32 and by["h2o"]["mean_live_tokens"] <= 32
+    assert s["throughput_vs_dense"] > 0
