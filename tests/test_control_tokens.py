@@ -1,7 +1,7 @@
 import torch
 
 from solm.core.control_tokens import (ASYNC_CLOSE, ASYNC_OPEN, PROMISE_OPEN, SYNC,
-                                      add_control_tokens, pasta_tokens, promise_close, tip_tokens)
+                                      add_control_tokens, pasta_tokens, promise_close)
 from solm.core.models import load_tokenizer, tiny_model
 
 

@@ -1,6 +1,4 @@
-import json
 
-import pytest
 
 from conftest import needs_shared, shared_path
 from solm.annotate.pipeline import annotate_rules_job

@@ -24,7 +24,6 @@ from typing import Callable, Sequence
 
 import torch
 
-from solm.core.metrics import schedule_steps
 from solm.core.sampling import Sampler, SamplingConfig
 from solm.core.structure import (EMPTY, MAIN, PastaTracker, PastaVocab, TokenAttrs,
                                  pasta_visible, walk_training_order)

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
-
 from solm.core.tip_structure import PROMPT_STEP, TipTracker, TipVocab
 
 
@@ -35,16 +33,13 @@ class RequestKV:
     rid: int
     page_size: int
     pages: list[Page] = field(default_factory=list)
-    slots: list[int] = field(default_factory=list)  # slot of token i (-1 once evicted)
-    token_page: list[Page] = field(default_factory=list)
+    slots: list[int] = field(default_factory=list)  # slot of token i (stale once evicted)
     step_of: list[int] = field(default_factory=list)
 
     @property
     def n_tokens(self) -> int:
+        """Tokens ever written (evicted ones included)."""
         return len(self.slots)
-
-    def live_pages(self) -> list[Page]:
-        return self.pages
 
 
 class EvictionPolicy:
@@ -157,15 +152,3 @@ def make_policy(name: str, budget: int | None = None, page_size: int = 64) -> Ev
             raise ValueError(f"--policy {name} needs --budget of at least two pages "
                              f"({2 * page_size} tokens)")
     return cls(budget=budget, page_size=page_size)
-
-
-def visible_token_count(pages: list[Page]) -> int:
-    return sum(len(p.tokens) for p in pages)
-
-
-def page_scores_from(acc: torch.Tensor, pages: list[Page], counts: list[int]) -> None:
-    """Add accumulated attention mass [L] (read order = pages in order) to each page."""
-    start = 0
-    for p, n in zip(pages, counts):
-        p.score += float(acc[start:start + n].sum())
-        start += n

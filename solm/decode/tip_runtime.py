@@ -128,6 +128,15 @@ class TipRuntime:
         for p in pages:
             self.allocator.free(p.id)
 
+    def _slots_of(self, visible: list[tuple[Page, int]]) -> torch.Tensor:
+        """Slots of the first n tokens of each visible page (a page fills from offset 0), in
+        order; vectorised over pages so the cost per step grows with pages, not tokens."""
+        ids = torch.tensor([p.id for p, _ in visible], dtype=torch.long)
+        counts = torch.tensor([n for _, n in visible], dtype=torch.long)
+        offsets = torch.arange(self.page_size)
+        grid = ids[:, None] * self.page_size + offsets[None, :]
+        return grid[offsets[None, :] < counts[:, None]]
+
     # ---- forward ------------------------------------------------------------------------
 
     @torch.no_grad()
@@ -138,13 +147,13 @@ class TipRuntime:
         st = self.cache.state
         vis = ([[(p, len(p.tokens)) for p in rows[0].kv.pages]] if prefill_causal
                else [policy.visible(r.kv) for r in rows])
-        read = [[r.kv.slots[t] for p, n in v for t in p.tokens[:n]] for r, v in zip(rows, vis)]
+        read = [self._slots_of(v) for v in vis]
         width = max(len(x) for x in read)
         b, q = len(rows), len(tokens[0])
         read_slots = torch.zeros((b, width), dtype=torch.long)
         valid = torch.zeros((b, width), dtype=torch.bool)
         for i, x in enumerate(read):
-            read_slots[i, :len(x)] = torch.tensor(x)
+            read_slots[i, :len(x)] = x
             valid[i, :len(x)] = True
         mask = valid[:, None, None, :].expand(b, 1, q, width).clone()
         if prefill_causal:  # one row, its prompt: plain causal over the prompt slots

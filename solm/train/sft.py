@@ -8,7 +8,6 @@ plain `save_pretrained` folder in OUT with the tokenizer, `solm.json` and a loss
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
