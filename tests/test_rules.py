@@ -1,5 +1,3 @@
-
-
 from conftest import needs_shared, shared_path
 from solm.annotate.pipeline import annotate_rules_job
 from solm.annotate.rules import annotate_rules, split_units, tens_for
