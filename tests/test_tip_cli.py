@@ -62,7 +62,7 @@ def test_tip_decode_writes_stats_and_resumes(tmp_path, tiny_folder):
 
 def test_tip_bench_reports_ratios_against_dense(tmp_path, tiny_folder):
     sols = iter([("q", SOLUTION)] * 100)
-    rows = build_traces(sols, words, n_traces=3, min_tokens=120, registers=4,
+    rows = build_traces(sols, words, n_traces=3, min_tokens=60, registers=4,
                         min_step_tokens=8)
     traces = write(tmp_path / "t.jsonl", rows)
     out = tmp_path / "bench.json"
