@@ -254,3 +254,24 @@ def test_control_token_rows_take_scaled_steps_and_other_rows_do_not(pasta_tokeni
     assert steps[1.0][ids].abs().max() > 0
     assert torch.allclose(steps[5.0][ids], 5 * steps[1.0][ids], atol=1e-7)
     assert torch.equal(steps[5.0][others], steps[1.0][others])
+
+
+@pytest.mark.slow
+def test_the_same_command_runs_data_parallel_under_torchrun(tmp_path, tiny_folder):
+    """Two CPU processes (gloo): the Trainer splits batches, accumulation halves."""
+    import os
+    import subprocess
+    import sys
+
+    data = write_rows(tmp_path / "rows.jsonl", ROWS * 4)
+    out = tmp_path / "ddp"
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    r = subprocess.run([torchrun, "--nproc_per_node", "2", "-m", "solm.cli.main", "pasta", "sft",
+                        "--data", str(data), "--model", tiny_folder, "--out", str(out),
+                        "--max-steps", "2", "--batch-size", "4", "--eval-rows", "2", "--quiet"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    meta = json.loads((out / "solm.json").read_text())
+    assert meta["effective"]["world_size"] == 2
+    assert meta["effective"]["gradient_accumulation_steps"] == 2
+    assert meta["results"]["global_steps"] == 2
