@@ -50,6 +50,9 @@ class DecodeConfig:
     max_fork_tokens: int = 512
     max_topic_tokens: int = 24
     record_logits: bool = False
+    # threads the repetition penalty applies to: "all", or "blocks" (async blocks only: the
+    # main thread's list markers and newlines repeat by design)
+    penalize: str = "all"
 
 
 @dataclass
@@ -159,9 +162,13 @@ class PastaRuntime:
 
     def _sampling_chooser(self, sampler: Sampler, config: DecodeConfig) -> Callable:
         g = self.grammar if config.mode == "parallel" else None
+        if config.penalize not in ("all", "blocks"):
+            raise ValueError(f"penalize must be 'all' or 'blocks', got {config.penalize!r}")
+        penalize_main = config.penalize == "all" or config.mode != "parallel"
 
         def choose(thread: _Thread, logits: torch.Tensor, runtime_state: dict) -> int:
-            history = thread.fed  # the penalty looks at what this thread wrote
+            # the penalty looks at what this thread wrote
+            history = thread.fed if (penalize_main or thread.tid != MAIN) else ()
             if g is None:
                 return sampler(logits, self.grammar.sequential, history)
             if thread.tid != MAIN:
