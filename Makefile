@@ -54,10 +54,10 @@ sft-pasta-cpu: setup
 	cat $(SFT_DIR)/multi.jsonl $(SFT_DIR)/plain.jsonl > $(SFT_DIR)/sft_rows.jsonl
 	$(BIN)/pasta sft --data $(SFT_DIR)/sft_rows.jsonl --out $(SFT_DIR)/pasta-sft $(SFT_ARGS)
 	$(BIN)/pasta decode --model $(SFT_DIR)/pasta-sft --prompts $(ALPACA) --limit 50 \
-		--out $(SFT_DIR)/decode_pasta.jsonl --max-new-tokens 384 --dtype fp32 --repetition-penalty 1.2 --penalize blocks -q
+		--out $(SFT_DIR)/decode_pasta.jsonl --max-new-tokens 384 --dtype fp32 --repetition-penalty 1.2 -q
 	$(BIN)/pasta sft --data $(SFT_DIR)/sft_rows.jsonl --out $(SFT_DIR)/baseline-sft --strip-annotations $(SFT_ARGS)
 	$(BIN)/pasta decode --model $(SFT_DIR)/baseline-sft --prompts $(ALPACA) --limit 50 \
-		--out $(SFT_DIR)/decode_baseline.jsonl --max-new-tokens 384 --dtype fp32 --repetition-penalty 1.2 --penalize blocks -q
+		--out $(SFT_DIR)/decode_baseline.jsonl --max-new-tokens 384 --dtype fp32 --repetition-penalty 1.2 -q
 	$(BIN)/pasta stats $(SFT_DIR)/decode_pasta.jsonl $(SFT_DIR)/decode_baseline.jsonl
 
 clean:

@@ -52,3 +52,14 @@ def test_repetition_penalty_discourages_written_tokens_but_not_exempt_ones():
     assert pen(logits, history=[0, 3, 1]) == 3
     assert pen(logits, banned=torch.tensor([False, False, False, True]), history=[0]) == 1
     assert torch.equal(logits, torch.tensor([2.0, 1.9, -1.0, 1.95]))  # input untouched
+
+
+def test_formatting_tokens_are_exempt_from_the_penalty(pasta_tokenizer):
+    from solm.core.sampling import formatting_token_ids
+
+    ids = set(formatting_token_ids(pasta_tokenizer))
+    for piece in ["\n", "-", "1", ".", " "]:
+        (tid,) = pasta_tokenizer(piece, add_special_tokens=False).input_ids
+        assert tid in ids, piece
+    for word in [" the", "Apple"]:
+        assert not set(pasta_tokenizer(word, add_special_tokens=False).input_ids) & ids

@@ -242,3 +242,27 @@ def test_free_sampling_with_tag_happy_model_never_crashes(pasta_tokenizer, tiny,
     assert set(res.flags) <= {pr.FLAG_POOL_FULL, pr.FLAG_MAX_NEW_TOKENS, pr.FLAG_FORK_CAPPED,
                               pr.FLAG_FORK_EOS, pr.FLAG_EOS_WITH_OPEN_FORKS,
                               pr.FLAG_TOPIC_CAPPED}
+
+
+def test_penalty_scope_blocks_leaves_the_main_thread_alone(pasta_tokenizer, tiny):
+    from solm.core.structure import MAIN
+    from solm.decode.pasta_runtime import DecodeConfig, PastaRuntime, _Thread
+
+    rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=64)
+    seen = []
+
+    def spy(logits, banned=None, history=()):
+        seen.append(list(history))
+        return 0
+
+    logits = torch.zeros(len(pasta_tokenizer))
+    state = {"flags": set(), "blocks_since_sync": 0}
+    main, block = _Thread(MAIN, fed=[5, 6]), _Thread(3, fed=[7, 8])
+    for scope, expected in (("blocks", [[], [7, 8]]), ("all", [[5, 6], [7, 8]])):
+        seen.clear()
+        choose = rt._sampling_chooser(spy, DecodeConfig(penalize=scope))
+        choose(main, logits, state)
+        choose(block, logits, state)
+        assert seen == expected
+    with pytest.raises(ValueError, match="penalize"):
+        rt._sampling_chooser(spy, DecodeConfig(penalize="main"))

@@ -51,3 +51,18 @@ class Sampler:
             keep[0] = True
             probs = torch.zeros_like(probs).scatter_(0, idx[keep], sorted_p[keep])
         return int(torch.multinomial(probs, 1, generator=self.generator))
+
+
+_FORMATTING_CACHE: dict[tuple[int, int], list[int]] = {}
+
+
+def formatting_token_ids(tokenizer) -> list[int]:
+    """Ids whose text is only whitespace, digits or punctuation (list markers, newlines,
+    numbering): the repetition penalty leaves them alone, since lists repeat them by design.
+    Computed once per tokenizer object."""
+    key = (id(tokenizer), len(tokenizer))
+    if key not in _FORMATTING_CACHE:
+        pieces = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
+        _FORMATTING_CACHE[key] = [i for i, p in enumerate(pieces)
+                                  if p and all(not c.isalpha() for c in p)]
+    return _FORMATTING_CACHE[key]

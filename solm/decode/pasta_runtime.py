@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from solm.core.sampling import Sampler, SamplingConfig
+from solm.core.sampling import Sampler, formatting_token_ids, SamplingConfig
 from solm.core.structure import (EMPTY, MAIN, PastaTracker, PastaVocab, TokenAttrs,
                                  pasta_visible, walk_training_order)
 from solm.decode.attention import attention_implementation
@@ -109,8 +109,10 @@ class PastaRuntime:
     # ---- public API -------------------------------------------------------------------
 
     def generate(self, prompt_ids: Sequence[int], config: DecodeConfig) -> DecodeResult:
-        sampler = Sampler(config.sampling, device="cpu",
-                          exempt=[*self.vocab.control_ids, *self.vocab.eos])
+        exempt = [*self.vocab.control_ids, *self.vocab.eos]
+        if config.sampling.repetition_penalty != 1.0:
+            exempt += formatting_token_ids(self.tokenizer)
+        sampler = Sampler(config.sampling, device="cpu", exempt=exempt)
         return self._run(prompt_ids, config, chooser=self._sampling_chooser(sampler, config))
 
     def replay(self, prompt_ids: Sequence[int], response_ids: Sequence[int],
