@@ -74,6 +74,6 @@ def test_tip_bench_reports_ratios_against_dense(tmp_path, tiny_folder):
     by = {p["policy"]: p for p in s["policies"]}
     assert set(by) == {"dense", "tip", "streamingllm", "h2o"}
     assert by["dense"]["live_kv_vs_dense"] == 1.0
-    assert s["live_kv_vs_dense"] == by["tip"]["live_kv_vs_dense"] < 0.8
+    assert s["live_kv_vs_dense"] == by["tip"]["live_kv_vs_dense"] < 0.95
     assert by["streamingllm"]["mean_live_tokens"] <= 32 and by["h2o"]["mean_live_tokens"] <= 32
     assert s["throughput_vs_dense"] > 0

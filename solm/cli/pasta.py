@@ -266,7 +266,7 @@ def decode(
 @handle_errors
 def stats(
     decoded: list[Path] = typer.Argument(..., help="Outputs of `pasta decode`."),
-    debug: bool = DebugOption,
+    quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Format statistics of decode outputs: well-formed Pasta-Lang, rows with a promise,
     and (*over rows with a promise) parallelism = tokens decoded per forward pass and content

@@ -149,6 +149,8 @@ def run_sft(cfg: SFTConfig, on_log: Callable[[dict], None] | None = None) -> dic
     vocab = PastaVocab.from_tokenizer(tok)
     model.config.use_cache = False
     if cfg.lora_r:
+        from transformers import set_seed
+        set_seed(cfg.seed)  # adapter init is random: same seed, same run
         model = _wrap_lora(model, cfg, vocab.control_ids)
     collator = PastaCollator(tok, vocab, max_len=cfg.max_len)
     rows, too_long = drop_long_rows(rows, collator) if not cfg.truncate else (rows, 0)
@@ -204,6 +206,9 @@ def run_sft(cfg: SFTConfig, on_log: Callable[[dict], None] | None = None) -> dic
                                              cfg.control_token_lr_scale))
     trainer = Trainer(model=model, args=args, data_collator=collator, train_dataset=train_ds,
                       eval_dataset=eval_ds, processing_class=tok, callbacks=callbacks)
+    if cfg.quiet:  # the Trainer prints each log dict when its progress bar is off
+        from transformers.trainer_callback import PrinterCallback
+        trainer.remove_callback(PrinterCallback)
     started = time.time()
     eval_before = None
     if eval_ds is not None and resume is None:
