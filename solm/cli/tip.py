@@ -20,16 +20,11 @@ POLICY_HELP = ("`tip` (register-driven), `dense` (no eviction), `streamingllm` (
                "recent pages), `h2o` (recent + heavy-hitter pages); the last two use --budget.")
 
 
-def _runtime(model: str, registers: int, page_size: int, num_pages: int, dtype: str,
-             device: Optional[str]):
+def _load(model: str, registers: int, dtype: str, device: Optional[str]):
     from solm.core.models import load_model
-    from solm.decode.tip_runtime import TipRuntime
 
     info(f"loading {model} ...")
-    m, tok = load_model(model, dtype=dtype, device=device, system="tip",
-                        num_registers=registers)
-    return TipRuntime(m, tok, num_pages=num_pages, page_size=page_size,
-                      num_registers=registers)
+    return load_model(model, dtype=dtype, device=device, system="tip", num_registers=registers)
 
 
 @app.command()
@@ -63,11 +58,12 @@ def decode(
     from solm.core.sampling import SamplingConfig
     from solm.decode.policies import make_policy
     from solm.decode.tip_decode import decode_prompts
-    from solm.decode.tip_runtime import TipDecodeConfig
+    from solm.decode.tip_runtime import TipDecodeConfig, TipRuntime
 
     make_policy(policy, budget, page_size)  # fail on bad flags before loading the model
     records = list(load_records(str(prompts), limit=limit))
-    rt = _runtime(model, registers, page_size, num_pages, dtype, device)
+    m, tok = _load(model, registers, dtype, device)
+    rt = TipRuntime(m, tok, num_pages=num_pages, page_size=page_size, num_registers=registers)
     cfg = TipDecodeConfig(policy=policy, budget=budget, page_size=page_size,
                           batch_size=batch_size, max_new_tokens=max_new_tokens,
                           sampling=SamplingConfig(temperature, top_p, seed))
@@ -138,14 +134,13 @@ def bench(
 
     rows = list(read_jsonl(traces_file))[:limit]
     names = [p.strip() for p in policies.split(",") if p.strip()]
-    from solm.core.models import load_tokenizer
-    from solm.core.control_tokens import add_control_tokens
-    tok = load_tokenizer(model)
-    add_control_tokens(None, tok, "tip", num_registers=registers)
+    from solm.decode.tip_runtime import TipRuntime
+
+    m, tok = _load(model, registers, dtype, device)  # one load: the model's own tokenizer
     pairs = [(prompt_ids(tok, r["prompt"]), text_ids(tok, r["response"])[:max_tokens])
              for r in rows]
-    rt = _runtime(model, registers, page_size, pages_needed(pairs, page_size, batch_size,
-                                                            registers), dtype, device)
+    rt = TipRuntime(m, tok, num_pages=pages_needed(pairs, page_size, batch_size, registers),
+                    page_size=page_size, num_registers=registers)
     info(f"replaying {len(pairs)} traces (mean {sum(len(r) for _, r in pairs) / len(pairs):.0f}"
          f" tokens) with {', '.join(names)}")
     with progress("replaying", len(pairs) * len(names)) as advance:
