@@ -143,15 +143,21 @@ def bench(
                     page_size=page_size, num_registers=registers)
     info(f"replaying {len(pairs)} traces (mean {sum(len(r) for _, r in pairs) / len(pairs):.0f}"
          f" tokens) with {', '.join(names)}")
-    with progress("replaying", len(pairs) * len(names)) as advance:
-        summary = run_tip_bench(
-            rt, pairs, names, budget, page_size, batch_size,
-            on_policy=lambda r: info(f"{r['policy']}: {r['throughput_tok_s']:.1f} tok/s, live "
-                                     f"{r['mean_live_tokens']:.0f} tokens"),
-            on_result=lambda res: advance())
+    done: list[dict] = []
+
+    def policy_done(row: dict) -> None:
+        info(f"{row['policy']}: {row['throughput_tok_s']:.1f} tok/s, live "
+             f"{row['mean_live_tokens']:.0f} tokens")
+        done.append(row)
+        if out:  # what finished is kept if a later policy is interrupted
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps({"partial": True, "policies": done}, indent=2))
+
+    with progress("replaying (tokens)", sum(len(r) for _, r in pairs) * len(names)) as advance:
+        summary = run_tip_bench(rt, pairs, names, budget, page_size, batch_size,
+                                on_policy=policy_done, on_step=advance)
     summary["model"] = model
     if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(summary, indent=2))
         write_manifest(out, "tip bench", settings_from(locals()), inputs=[traces_file],
                        model=model, extra={})

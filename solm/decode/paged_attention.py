@@ -1,8 +1,15 @@
-"""Attention that also reports how much attention each key received (for H2O).
+"""Ragged attention over the paged cache's gathered keys (registered with transformers).
 
-SDPA does not return attention weights, so the heavy-hitter policy runs this explicit
-softmax(QK^T)V instead and adds each key's attention mass (summed over heads, queries and
-layers) into the active `score_sink`.
+`PagedLayer.update` returns every row's live keys concatenated along the sequence axis; this
+kernel attends each row to its own slice (`PagedState.offsets`), so no row is padded to the
+longest one. Query heads are folded onto their KV head ([kv_heads, group * q, d]), which
+reads each shared key once instead of copying it to every query head. With a `ScoreSink`
+active (H2O) it runs an explicit softmax and adds each key's attention mass (summed over
+heads, queries and layers) into the sink; SDPA does not return attention weights.
+
+transformers builds no mask for an attention implementation it has no mask function for, so
+the runtime passes `attention_mask=None` and visibility comes from the state alone: q = 1
+rows see all their keys; prefill rows (`state.causal`) see keys up to their own position.
 """
 
 from __future__ import annotations
@@ -12,52 +19,73 @@ from contextvars import ContextVar
 from typing import Iterator
 
 import torch
+import torch.nn.functional as F
 from transformers import AttentionInterface
 
-SCORES_NAME = "solm_paged_scores"
+from solm.decode.paged import PagedState
+
+PAGED_NAME = "solm_paged"
 
 
 class ScoreSink:
-    def __init__(self):
-        self.total: torch.Tensor | None = None  # [B, L]
+    """Attention mass per read key, flat over the rows' concatenated reads: [N]."""
 
-    def add(self, probs: torch.Tensor) -> None:
-        mass = probs.sum(dim=(1, 2)).float()  # [B, L]
-        self.total = mass if self.total is None else self.total + mass
+    def __init__(self, n: int, device=None):
+        self.total = torch.zeros(n, device=device)
+
+    def add(self, start: int, probs: torch.Tensor) -> None:
+        mass = probs.sum(dim=tuple(range(probs.dim() - 1))).float()
+        self.total[start:start + mass.numel()] += mass
 
 
-_SINK: ContextVar[ScoreSink | None] = ContextVar("solm_score_sink", default=None)
+_ACTIVE: ContextVar[tuple[PagedState, ScoreSink | None] | None] = ContextVar(
+    "solm_paged_reads", default=None)
 
 
 @contextmanager
-def score_sink(enabled: bool = True) -> Iterator[ScoreSink]:
-    sink = ScoreSink()
-    token = _SINK.set(sink if enabled else None)
+def paged_reads(state: PagedState, scores: bool = False) -> Iterator[ScoreSink | None]:
+    """Forward passes inside the block attend through `state`; yields the sink if scoring."""
+    sink = ScoreSink(state.read_flat.numel(), state.read_flat.device) if scores else None
+    token = _ACTIVE.set((state, sink))
     try:
         yield sink
     finally:
-        _SINK.reset(token)
+        _ACTIVE.reset(token)
 
 
-def scoring_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                      **kwargs):
-    groups = query.shape[1] // key.shape[1]
-    if groups > 1:
-        key = key.repeat_interleave(groups, dim=1)
-        value = value.repeat_interleave(groups, dim=1)
-    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    scores = torch.matmul(query, key.transpose(-1, -2)) * scale
-    if attention_mask is not None:
-        if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask, float("-inf"))
+def _causal_rows(q: int, length: int, group: int, device) -> torch.Tensor:
+    """[group * q, length] bool: query t (of each folded head) sees keys <= length - q + t."""
+    return torch.ones(q, length, dtype=torch.bool, device=device).tril(length - q).repeat(group, 1)
+
+
+def paged_attention(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0,
+                    **kwargs):
+    active = _ACTIVE.get()
+    if active is None:
+        raise RuntimeError("paged attention runs only inside solm.decode.paged_attention."
+                           "paged_reads(state)")
+    state, sink = active
+    b, hq, q, d = query.shape
+    hkv, dv = key.shape[1], value.shape[-1]
+    group = hq // hkv
+    scale = scaling if scaling is not None else d ** -0.5
+    out = query.new_empty(b, q, hq, dv)
+    for i, (start, end) in enumerate(zip(state.offsets, state.offsets[1:])):
+        k, v = key[:, :, start:end], value[:, :, start:end]  # [1, hkv, L, d]
+        qi = query[i].reshape(1, hkv, group * q, d)  # head h = kv * group + j
+        mask = (_causal_rows(q, end - start, group, query.device)
+                if state.causal and q > 1 else None)
+        if sink is None:
+            o = F.scaled_dot_product_attention(qi, k, v, attn_mask=mask, scale=scale)
         else:
-            scores = scores + attention_mask
-    probs = torch.softmax(scores.float(), dim=-1).to(query.dtype)
-    sink = _SINK.get()
-    if sink is not None:
-        sink.add(probs)
-    out = torch.matmul(probs, value)
-    return out.transpose(1, 2).contiguous(), None
+            s = torch.matmul(qi, k.transpose(-1, -2)) * scale
+            if mask is not None:
+                s = s.masked_fill(~mask, float("-inf"))
+            probs = torch.softmax(s.float(), dim=-1).to(query.dtype)
+            sink.add(start, probs)
+            o = torch.matmul(probs, v)
+        out[i] = o[0].reshape(hq, q, dv).transpose(0, 1)
+    return out, None
 
 
-AttentionInterface.register(SCORES_NAME, scoring_attention)
+AttentionInterface.register(PAGED_NAME, paged_attention)

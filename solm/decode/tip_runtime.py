@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import torch
 
 from solm.core.sampling import Sampler, SamplingConfig
 from solm.core.tip_structure import TipVocab
-from solm.decode.attention import NAME as POOL_SDPA
 from solm.decode.attention import attention_implementation
 from solm.decode.head import OutputHead
 from solm.decode.paged import PageAllocator, PagedCache
-from solm.decode.paged_attention import SCORES_NAME, score_sink
+from solm.decode.paged_attention import PAGED_NAME, paged_reads
 from solm.decode.policies import EvictionPolicy, Page, RequestKV, make_policy
 from solm.decode.pool import num_layers_of
 
@@ -148,35 +147,24 @@ class TipRuntime:
         vis = ([[(p, len(p.tokens)) for p in rows[0].kv.pages]] if prefill_causal
                else [policy.visible(r.kv) for r in rows])
         read = [self._slots_of(v) for v in vis]
-        width = max(len(x) for x in read)
-        b, q = len(rows), len(tokens[0])
-        read_slots = torch.zeros((b, width), dtype=torch.long)
-        valid = torch.zeros((b, width), dtype=torch.bool)
-        for i, x in enumerate(read):
-            read_slots[i, :len(x)] = x
-            valid[i, :len(x)] = True
-        mask = valid[:, None, None, :].expand(b, 1, q, width).clone()
-        if prefill_causal:  # one row, its prompt: plain causal over the prompt slots
-            mask[0, 0] &= torch.ones(q, width, dtype=torch.bool).tril(width - q)
         st.write_slots = torch.tensor(write_slots, dtype=torch.long, device=self.device)
-        st.read_slots = read_slots.to(self.device)
-        st.read_valid = valid.to(self.device)
+        st.set_reads([x.to(self.device) for x in read], causal=prefill_causal)
         st.read_owner = torch.tensor([r.kv.rid for r in rows], device=self.device)
         inputs = dict(input_ids=torch.tensor(tokens, device=self.device),
                       position_ids=torch.tensor(positions, device=self.device),
-                      attention_mask=mask.to(self.device), cache=self.cache, use_cache=True)
-        impl = SCORES_NAME if policy.needs_scores else POOL_SDPA
-        with attention_implementation(self.model, impl), score_sink(policy.needs_scores) as sink:
+                      attention_mask=None, cache=self.cache, use_cache=True)
+        with attention_implementation(self.model, PAGED_NAME), \
+                paged_reads(st, scores=policy.needs_scores) as sink:
             if self.head.usable:
                 hidden = self.model.base_model(**inputs).last_hidden_state[:, -1]
                 logits = self.head(hidden)
             else:
                 logits = self.model(**inputs).logits[:, -1]
-        if policy.needs_scores and sink.total is not None:
-            for i, v in enumerate(vis):
-                acc, start = sink.total[i], 0
+        if sink is not None:
+            total = sink.total.cpu()
+            for v, start in zip(vis, st.offsets):
                 for p, n in v:
-                    p.score += float(acc[start:start + n].sum())
+                    p.score += float(total[start:start + n].sum())
                     start += n
         for r, x in zip(rows, read):
             r.live_sum += len(x) if not prefill_causal else 0
@@ -230,8 +218,10 @@ class TipRuntime:
             prefill_s=row.prefill_s, decode_s=row.decode_s,
             logits=torch.stack(row.logits) if row.logits else None, slots_written=written)
 
-    def run(self, requests: Iterable[TipRequest], config: TipDecodeConfig) -> Iterator[TipResult]:
-        """Decode every request; results come out in the order requests finish."""
+    def run(self, requests: Iterable[TipRequest], config: TipDecodeConfig,
+            on_step: Callable[[int], None] | None = None) -> Iterator[TipResult]:
+        """Decode every request; results come out in the order requests finish.
+        `on_step(n)` is called after each decode step with the tokens it fed (for progress)."""
         policy = make_policy(config.policy, config.budget, config.page_size)
         if policy.name == "tip" and self.vocab is None:
             raise ValueError("--policy tip needs a tokenizer with the register tokens")
@@ -272,3 +262,5 @@ class TipRuntime:
                 r.decode_s += elapsed
                 r.peak_pages = max(r.peak_pages, len(r.kv.pages))
                 r.pending = self._choose(r, logits[i], config)
+            if on_step is not None:
+                on_step(len(rows))

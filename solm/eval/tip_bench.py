@@ -19,14 +19,15 @@ def pages_needed(traces: list[tuple[list[int], list[int]]], page_size: int,
 
 def replay_policy(rt: TipRuntime, traces: list[tuple[list[int], list[int]]], policy: str,
                   budget: int | None, page_size: int, batch_size: int,
-                  on_result: Callable[[TipResult], None] | None = None) -> dict:
+                  on_result: Callable[[TipResult], None] | None = None,
+                  on_step: Callable[[int], None] | None = None) -> dict:
     cfg = TipDecodeConfig(policy=policy, budget=budget, page_size=page_size,
                           batch_size=batch_size,
                           max_new_tokens=max(len(r) for _, r in traces) + 1)
     reqs = [TipRequest(i, p, forced=r) for i, (p, r) in enumerate(traces)]
     started = time.perf_counter()
     results = []
-    for res in rt.run(reqs, cfg):
+    for res in rt.run(reqs, cfg, on_step=on_step):
         results.append(res)
         if on_result:
             on_result(res)
@@ -45,7 +46,10 @@ def replay_policy(rt: TipRuntime, traces: list[tuple[list[int], list[int]]], pol
 def run_tip_bench(rt: TipRuntime, traces: list[tuple[list[int], list[int]]],
                   policies: list[str], budget: int, page_size: int, batch_size: int,
                   on_policy: Callable[[dict], None] | None = None,
-                  on_result: Callable[[TipResult], None] | None = None) -> dict:
+                  on_result: Callable[[TipResult], None] | None = None,
+                  on_step: Callable[[int], None] | None = None) -> dict:
+    """Each policy replays every trace; `on_policy(row)` gets each policy's figures as soon
+    as it is done (with its ratios against dense when dense ran first)."""
     # warm-up: the first forward passes of a process are slow (allocator, kernels)
     warm = [(p, r[:16]) for p, r in traces[:2]]
     for policy in policies:
@@ -53,20 +57,25 @@ def run_tip_bench(rt: TipRuntime, traces: list[tuple[list[int], list[int]]],
     rows = []
     for policy in policies:
         row = replay_policy(rt, traces, policy, budget if policy in ("streamingllm", "h2o")
-                            else None, page_size, batch_size, on_result)
+                            else None, page_size, batch_size, on_result, on_step)
         rows.append(row)
+        _add_ratios(rows)
         if on_policy:
             on_policy(row)
     by = {r["policy"]: r for r in rows}
     summary: dict = {"policies": rows, "traces": len(traces), "page_size": page_size,
                      "batch_size": batch_size, "budget": budget,
                      "mean_trace_tokens": sum(len(r) for _, r in traces) / len(traces)}
-    if "dense" in by:
-        d = by["dense"]
-        for r in rows:
-            r["throughput_vs_dense"] = r["throughput_tok_s"] / d["throughput_tok_s"]
-            r["live_kv_vs_dense"] = r["mean_live_tokens"] / d["mean_live_tokens"]
-        if "tip" in by:
-            summary["throughput_vs_dense"] = by["tip"]["throughput_vs_dense"]
-            summary["live_kv_vs_dense"] = by["tip"]["live_kv_vs_dense"]
+    if "dense" in by and "tip" in by:
+        summary["throughput_vs_dense"] = by["tip"]["throughput_vs_dense"]
+        summary["live_kv_vs_dense"] = by["tip"]["live_kv_vs_dense"]
     return summary
+
+
+def _add_ratios(rows: list[dict]) -> None:
+    dense = next((r for r in rows if r["policy"] == "dense"), None)
+    if dense is None:
+        return
+    for r in rows:
+        r["throughput_vs_dense"] = r["throughput_tok_s"] / dense["throughput_tok_s"]
+        r["live_kv_vs_dense"] = r["mean_live_tokens"] / dense["mean_live_tokens"]
