@@ -90,6 +90,33 @@ def test_prompt_ignored_and_padding_positions_carry_no_loss(pasta_tokenizer, voc
     assert (single - out.logits[1, :t]).abs().max() < 1e-4
 
 
+def test_control_token_loss_weight_counts_control_targets_w_times(pasta_tokenizer, vocab, tiny):
+    """Weight 1 is the model's own loss; weight w multiplies exactly the control-token
+    targets' terms while training; evaluation stays unweighted."""
+    from solm.train.losses import weighted_token_loss
+
+    col = PastaCollator(pasta_tokenizer, vocab)
+    rows = [{"prompt": r["prompt"], "text": r["annotated"] or r["response"]} for r in ROWS]
+    batch = col(rows)
+    labels = batch.pop("labels")
+    tiny.train()
+    with torch.no_grad():
+        out = tiny(**batch)
+        own = tiny(**batch, labels=labels).loss
+        assert torch.allclose(weighted_token_loss(tiny, vocab.control_ids, 1.0)(out, labels), own)
+        target = labels[:, 1:].reshape(-1)
+        ce = torch.nn.functional.cross_entropy(
+            out.logits[:, :-1].reshape(-1, out.logits.shape[-1]), target,
+            ignore_index=IGNORE, reduction="none")
+        control = torch.isin(target, torch.tensor(vocab.control_ids))
+        assert control.sum() >= 6  # promises, closers, sync are targets here
+        expected = (ce.sum() + 2.0 * ce[control].sum()) / (target != IGNORE).sum()
+        weighted = weighted_token_loss(tiny, vocab.control_ids, 3.0)(out, labels)
+        assert torch.allclose(weighted, expected) and weighted > own
+        tiny.eval()
+        assert torch.allclose(weighted_token_loss(tiny, vocab.control_ids, 3.0)(out, labels), own)
+
+
 def test_resume_after_a_kill_ends_where_an_uninterrupted_run_ends(tmp_path, tiny_folder):
     from safetensors.torch import load_file
 

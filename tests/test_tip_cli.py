@@ -77,3 +77,4 @@ def test_tip_bench_reports_ratios_against_dense(tmp_path, tiny_folder):
     assert s["live_kv_vs_dense"] == by["tip"]["live_kv_vs_dense"] < 0.95
     assert by["streamingllm"]["mean_live_tokens"] <= 32 and by["h2o"]["mean_live_tokens"] <= 32
     assert s["throughput_vs_dense"] > 0
+    assert out.with_suffix(".png").stat().st_size > 0  # the bar chart beside the JSON

@@ -55,12 +55,16 @@ def full_forward(model, ids, visible=None):
         return model(torch.tensor([ids]), **kw).logits[0]
 
 
-@pytest.mark.parametrize("policy", ["dense", "tip"])
-def test_paged_logits_equal_one_forward_pass(tip_model, tip_tok, policy):
+@pytest.mark.parametrize("policy,budget", [("dense", None), ("tip", None), ("h2o", 64),
+                                           ("streamingllm", 64)])
+def test_paged_logits_equal_one_forward_pass(tip_model, tip_tok, policy, budget):
+    """Rows of different lengths in one batch (ragged reads), refills, GQA (2 query heads per
+    KV head). h2o / streamingllm with a budget above every request's length evict nothing,
+    so they must match the plain forward too: that checks the scoring kernel H2O runs."""
     rt = TipRuntime(tip_model, tip_tok, num_pages=64, page_size=4, num_registers=REGISTERS)
     reqs = traces(tip_tok, 5, 23, seed=1)
-    cfg = TipDecodeConfig(policy=policy, page_size=4, batch_size=2, record_logits=True,
-                          check_reads=True)
+    cfg = TipDecodeConfig(policy=policy, budget=budget, page_size=4, batch_size=2,
+                          record_logits=True, check_reads=True)
     results = {r.rid: r for r in rt.run(reqs, cfg)}
     assert sorted(results) == [0, 1, 2, 3, 4]
     vocab = TipVocab.from_tokenizer(tip_tok, REGISTERS)

@@ -173,6 +173,9 @@ def sft(
     control_token_lr_scale: float = typer.Option(
         10.0, help="Full finetuning: the control tokens' embedding rows learn this many "
         "times faster (they start far from any useful value)."),
+    control_token_loss_weight: float = typer.Option(
+        1.0, help="Targets that are control tokens (promise, topic closers, async, sync) "
+        "count this many times in the training loss; held-out loss stays unweighted."),
     seed: int = typer.Option(0),
     limit: Optional[int] = typer.Option(None, help="Only the first N rows of --data."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
@@ -187,7 +190,7 @@ def sft(
                     lora_alpha=lora_alpha, lora_dropout=lora_dropout, merge=merge,
                     gradient_checkpointing=gradient_checkpointing, precision=precision,
                     warmup_ratio=warmup_ratio, control_token_lr_scale=control_token_lr_scale,
-                    seed=seed, limit=limit, quiet=quiet)
+                    control_token_loss_weight=control_token_loss_weight, seed=seed, limit=limit, quiet=quiet)
     info(f"{cfg.system}-sft of {model} on {data} -> {out}")
     meta = run_sft(cfg)
     if meta:

@@ -158,7 +158,10 @@ def bench(
                                 on_policy=policy_done, on_step=advance)
     summary["model"] = model
     if out:
+        from solm.eval.tip_plots import plot_tip_bench
+
         out.write_text(json.dumps(summary, indent=2))
+        plot_tip_bench(summary, out.with_suffix(".png"))
         write_manifest(out, "tip bench", settings_from(locals()), inputs=[traces_file],
                        model=model, extra={})
     out_console.print_json(json.dumps(summary))

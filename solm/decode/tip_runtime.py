@@ -78,7 +78,6 @@ class _Row:
     ids: list[int] = field(default_factory=list)
     logits: list[torch.Tensor] = field(default_factory=list)
     live_sum: int = 0
-    steps: int = 0
     peak_pages: int = 0
     peak_live: int = 0
     slots_allocated: int = 0
@@ -199,21 +198,21 @@ class TipRuntime:
         return row.sampler(logits)
 
     def _finished(self, row: _Row, config: TipDecodeConfig) -> list[str] | None:
-        """Flags when the row is done (EOS is kept in ids but never fed), else None."""
-        if row.pending < 0:
-            return []
-        if row.req.forced is None and row.pending in self.eos:
-            row.ids.append(row.pending)
+        """Flags when the row is done, else None."""
+        if row.pending < 0 or (row.req.forced is None and row.pending in self.eos):
             return []
         if len(row.ids) >= config.max_new_tokens:
             return [FLAG_MAX_NEW_TOKENS]
         return None
 
     def _result(self, row: _Row, flags: list[str]) -> TipResult:
-        written = row.kv.n_tokens
+        """EOS, when sampled, ends `ids` but was never fed (so it is not in the KV)."""
+        written, steps = row.kv.n_tokens, len(row.ids)
+        sampled_eos = row.req.forced is None and row.pending in self.eos
+        ids = row.ids + ([row.pending] if sampled_eos else [])
         return TipResult(
-            rid=row.req.rid, ids=row.ids, flags=flags, generated=len(row.ids),
-            mean_live_tokens=row.live_sum / max(1, row.steps), peak_pages=row.peak_pages,
+            rid=row.req.rid, ids=ids, flags=flags, generated=len(ids),
+            mean_live_tokens=row.live_sum / max(1, steps), peak_pages=row.peak_pages,
             peak_live_tokens=row.peak_live, slots_allocated=row.slots_allocated,
             prefill_s=row.prefill_s, decode_s=row.decode_s,
             logits=torch.stack(row.logits) if row.logits else None, slots_written=written)
@@ -258,7 +257,6 @@ class TipRuntime:
             logits = self._forward(rows, tokens, slots, positions, policy)
             elapsed = time.perf_counter() - started
             for i, r in enumerate(rows):
-                r.steps += 1
                 r.decode_s += elapsed
                 r.peak_pages = max(r.peak_pages, len(r.kv.pages))
                 r.pending = self._choose(r, logits[i], config)

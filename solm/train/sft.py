@@ -49,6 +49,7 @@ class SFTConfig:
     precision: str = "auto"  # auto (bf16 mixed where supported), bf16, fp32
     warmup_ratio: float = 0.0
     control_token_lr_scale: float = 10.0  # full finetuning: lr multiplier for new-token rows
+    control_token_loss_weight: float = 1.0  # control-token targets count this many times
     weight_decay: float = 0.0
     seed: int = 0
     limit: int | None = None
@@ -204,8 +205,13 @@ def run_sft(cfg: SFTConfig, on_log: Callable[[dict], None] | None = None) -> dic
     if not cfg.lora_r:  # LoRA trains the rows as their own parameters at the adapter's lr
         callbacks.append(ControlTokenLrScale(model, vocab.control_ids,
                                              cfg.control_token_lr_scale))
+    loss_func = None
+    if cfg.control_token_loss_weight != 1.0:
+        from solm.train.losses import weighted_token_loss
+        loss_func = weighted_token_loss(model, vocab.control_ids, cfg.control_token_loss_weight)
     trainer = Trainer(model=model, args=args, data_collator=collator, train_dataset=train_ds,
-                      eval_dataset=eval_ds, processing_class=tok, callbacks=callbacks)
+                      eval_dataset=eval_ds, processing_class=tok, callbacks=callbacks,
+                      compute_loss_func=loss_func)
     if cfg.quiet:  # the Trainer prints each log dict when its progress bar is off
         from transformers.trainer_callback import PrinterCallback
         trainer.remove_callback(PrinterCallback)
