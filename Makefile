@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.solm-installed
 TORCH  ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast bench-pasta sft-pasta-cpu clean
+.PHONY: setup demo test test-fast bench-pasta sft-pasta-cpu bench-tip-cpu clean
 
 setup: $(STAMP)
 
@@ -59,6 +59,13 @@ sft-pasta-cpu: setup
 	$(BIN)/pasta decode --model $(SFT_DIR)/baseline-sft --prompts $(ALPACA) --limit 50 \
 		--out $(SFT_DIR)/decode_baseline.jsonl --max-new-tokens 384 --dtype fp32 --repetition-penalty 1.2 -q
 	$(BIN)/pasta stats $(SFT_DIR)/decode_pasta.jsonl $(SFT_DIR)/decode_baseline.jsonl
+
+# The issue-6 acceptance run (~1 h 45 min on 2 cores): 16 synthetic register traces of
+# 4,000 tokens replayed with dense and tip at batch 16. See README "TIP runtime".
+bench-tip-cpu: setup
+	$(BIN)/tip traces -o runs/tip/traces.jsonl --n 16 --min-tokens 4000
+	$(BIN)/tip bench --config configs/tip_bench_cpu.yaml --traces runs/tip/traces.jsonl \
+		--max-tokens 4000 --out runs/tip/bench.json
 
 clean:
 	rm -rf runs .pytest_cache
