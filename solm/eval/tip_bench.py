@@ -6,7 +6,7 @@ import math
 import time
 from typing import Callable
 
-from solm.decode.tip_runtime import TipDecodeConfig, TipRequest, TipResult, TipRuntime
+from solm.decode.tip_runtime import TipDecodeConfig, TipRequest, TipRuntime
 
 
 def pages_needed(traces: list[tuple[list[int], list[int]]], page_size: int,
@@ -19,18 +19,13 @@ def pages_needed(traces: list[tuple[list[int], list[int]]], page_size: int,
 
 def replay_policy(rt: TipRuntime, traces: list[tuple[list[int], list[int]]], policy: str,
                   budget: int | None, page_size: int, batch_size: int,
-                  on_result: Callable[[TipResult], None] | None = None,
                   on_step: Callable[[int], None] | None = None) -> dict:
     cfg = TipDecodeConfig(policy=policy, budget=budget, page_size=page_size,
                           batch_size=batch_size,
                           max_new_tokens=max(len(r) for _, r in traces) + 1)
     reqs = [TipRequest(i, p, forced=r) for i, (p, r) in enumerate(traces)]
     started = time.perf_counter()
-    results = []
-    for res in rt.run(reqs, cfg, on_step=on_step):
-        results.append(res)
-        if on_result:
-            on_result(res)
+    results = list(rt.run(reqs, cfg, on_step=on_step))
     wall = time.perf_counter() - started
     tokens = sum(r.generated for r in results)
     return {
@@ -46,7 +41,6 @@ def replay_policy(rt: TipRuntime, traces: list[tuple[list[int], list[int]]], pol
 def run_tip_bench(rt: TipRuntime, traces: list[tuple[list[int], list[int]]],
                   policies: list[str], budget: int, page_size: int, batch_size: int,
                   on_policy: Callable[[dict], None] | None = None,
-                  on_result: Callable[[TipResult], None] | None = None,
                   on_step: Callable[[int], None] | None = None) -> dict:
     """Each policy replays every trace; `on_policy(row)` gets each policy's figures as soon
     as it is done (with its ratios against dense when dense ran first)."""
@@ -57,7 +51,7 @@ def run_tip_bench(rt: TipRuntime, traces: list[tuple[list[int], list[int]]],
     rows = []
     for policy in policies:
         row = replay_policy(rt, traces, policy, budget if policy in ("streamingllm", "h2o")
-                            else None, page_size, batch_size, on_result, on_step)
+                            else None, page_size, batch_size, on_step)
         rows.append(row)
         _add_ratios(rows)
         if on_policy:
