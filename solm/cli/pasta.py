@@ -213,7 +213,7 @@ def decode(
     max_new_tokens: int = typer.Option(512, help="Cap on generated tokens (all threads)."),
     temperature: float = typer.Option(0.0, help="0 = greedy."),
     top_p: float = typer.Option(1.0, help="Nucleus sampling mass."),
-    repetition_penalty: float = typer.Option(1.0, help="> 1 discourages tokens a thread "
+    repetition_penalty: float = typer.Option(1.0, help="Above 1 discourages tokens a thread "
                                              "already wrote (control tokens exempt); small "
                                              "models loop without it."),
     penalize: str = typer.Option("all", help="Threads the repetition penalty applies to: "
