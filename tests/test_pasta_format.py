@@ -63,3 +63,25 @@ def test_formatting_tokens_are_exempt_from_the_penalty(pasta_tokenizer):
         assert tid in ids, piece
     for word in [" the", "Apple"]:
         assert not set(pasta_tokenizer(word, add_special_tokens=False).input_ids) & ids
+
+
+def test_no_repeat_ngram_bans_exactly_the_repeating_continuations():
+    import torch
+
+    from solm.core.sampling import Sampler, SamplingConfig, repeated_ngram_continuations
+
+    assert repeated_ngram_continuations([1, 2, 3, 1, 2], 3) == {3}
+    assert repeated_ngram_continuations([1, 2, 1, 4, 1], 2) == {2, 4}
+    assert repeated_ngram_continuations([1, 2, 3], 3) == set()  # "2 3" never seen before
+    assert repeated_ngram_continuations([1, 2, 1, 2], 0) == set()
+    logits = torch.tensor([0.0, 1.0, 3.0, 2.0, 2.5])
+    ban = Sampler(SamplingConfig(no_repeat_ngram=2), always_allowed=[4])
+    assert ban(logits, history=[1, 2, 1]) == 4  # 2 would repeat "1 2"
+    assert ban(logits, history=[1, 4, 1, 2, 1]) == 4  # 4 repeats "1 4" but is always allowed
+    assert Sampler(SamplingConfig(no_repeat_ngram=2))(logits, history=[1, 4, 1, 2, 1]) == 3
+    assert torch.equal(logits, torch.tensor([0.0, 1.0, 3.0, 2.0, 2.5]))  # input untouched
+    only = torch.tensor([False, False, True, True, True])
+    # the last allowed token is never banned: better a repeat than no token at all
+    assert ban(logits, banned=~torch.tensor([False, True, False, False, False]),
+               history=[1, 1]) == 1
+    assert ban(logits, banned=only, history=[1, 2, 1]) == 1

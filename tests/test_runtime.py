@@ -267,3 +267,39 @@ def test_penalty_scope_blocks_leaves_the_main_thread_alone(pasta_tokenizer, tiny
         assert seen == expected
     with pytest.raises(ValueError, match="penalize"):
         rt._sampling_chooser(spy, DecodeConfig(penalize="main"))
+
+
+class Ranked(Steered):
+    """Like Steered, but rule[X] is a list of next tokens in order of preference."""
+
+    def forward(self, input_ids, **kw):
+        out = self.inner(input_ids=input_ids, **kw)
+        logits = out.logits.clone()
+        for j, tok in enumerate(input_ids[0].tolist()):
+            ranked = self.rule(tok)
+            if ranked:
+                logits[0, j] = -1e4
+                for r, want in enumerate(ranked):
+                    logits[0, j, want] = 1e4 - r
+        out.logits = logits
+        return out
+
+
+def test_no_repeat_ngram_breaks_a_loop_inside_a_block_and_lets_it_close(pasta_tokenizer, tiny,
+                                                                        vocab):
+    v, tok = vocab, pasta_tokenizer
+    word, a, b = ids_of(tok, "Ġhello", "Ġa", "Ġb")
+    c1 = next(k for k, n in v.close_tens.items() if n == 1)
+    prompt = text_ids(tok, PROMPT)
+    rule = {prompt[-1]: [v.promise_open], v.promise_open: [word], word: [c1], c1: [v.sync],
+            v.sync: [v.eos[0]], v.async_open: [a], a: [b, v.async_close],
+            b: [a, v.async_close]}.get
+    rt = PastaRuntime(Ranked(tiny, rule), tok, pool_size=256)
+    looping = rt.generate(prompt, DecodeConfig(max_fork_tokens=8, penalize="blocks"))
+    assert pr.FLAG_FORK_CAPPED in looping.flags
+    cfg = DecodeConfig(max_fork_tokens=8, penalize="blocks",
+                       sampling=SamplingConfig(no_repeat_ngram=2))
+    res = rt.generate(prompt, cfg)
+    assert res.flags == []
+    # "a b" may not come twice, so the block closes; the main thread is not restricted
+    assert res.ids == [v.promise_open, word, c1, v.async_open, a, b, a, v.async_close, v.sync]

@@ -216,9 +216,14 @@ def decode(
     repetition_penalty: float = typer.Option(1.0, help="Above 1 discourages tokens a thread "
                                              "already wrote (control tokens exempt); small "
                                              "models loop without it."),
-    penalize: str = typer.Option("all", help="Threads the repetition penalty applies to: "
-                                 "`all`, or `blocks` (async blocks only; the main thread's "
-                                 "list markers repeat by design). Sequential mode: all."),
+    no_repeat_ngram: int = typer.Option(0, help="N > 0: a thread may not repeat an N-gram it "
+                                        "already wrote (control tokens and EOS stay allowed); "
+                                        "breaks loops the penalty cannot (an empty list item "
+                                        "written again and again). "
+                                        "0 = off."),
+    penalize: str = typer.Option("all", help="Threads the repetition penalty and n-gram ban "
+                                 "apply to: `all`, or `blocks` (async blocks only; the main "
+                                 "thread's list markers repeat by design). Sequential mode: all."),
     seed: int = typer.Option(0),
     pool_size: int = typer.Option(2048, help="KV pool slots shared by all threads."),
     max_fork_tokens: int = typer.Option(512, help="A block longer than this is closed (flagged)."),
@@ -245,7 +250,8 @@ def decode(
     add_control_tokens(m, tok, "pasta")
     rt = PastaRuntime(m, tok, pool_size=pool_size)
     cfg = DecodeConfig(mode=mode, max_new_tokens=max_new_tokens, max_fork_tokens=max_fork_tokens,
-                       sampling=SamplingConfig(temperature, top_p, seed, repetition_penalty),
+                       sampling=SamplingConfig(temperature, top_p, seed, repetition_penalty,
+                                               no_repeat_ngram),
                        penalize=penalize)
     with progress(f"decoding ({mode})", len(records)) as advance:
         summary = decode_file(rt, records, out, cfg, on_row=lambda s, r: advance(

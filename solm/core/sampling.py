@@ -14,16 +14,20 @@ class SamplingConfig:
     top_p: float = 1.0
     seed: int = 0
     repetition_penalty: float = 1.0  # > 1 discourages tokens the thread already wrote
+    no_repeat_ngram: int = 0  # > 0 bans a token that would repeat an n-gram of the history
 
 
 class Sampler:
     def __init__(self, config: SamplingConfig, device: str | torch.device = "cpu",
-                 exempt: Sequence[int] = ()):
-        """`exempt`: ids the repetition penalty never touches (control tokens, EOS)."""
+                 exempt: Sequence[int] = (), always_allowed: Sequence[int] = ()):
+        """`exempt`: ids the repetition penalty never touches (control tokens, EOS, formatting);
+        `always_allowed`: ids the n-gram ban never removes (control tokens, EOS), so a thread
+        can always close."""
         self.config = config
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(config.seed)
         self.exempt = set(int(t) for t in exempt)
+        self.always_allowed = set(int(t) for t in always_allowed)
 
     def __call__(self, logits: torch.Tensor, banned: torch.Tensor | None = None,
                  history: Sequence[int] = ()) -> int:
@@ -41,6 +45,13 @@ class Sampler:
                 logits[seen] = torch.where(vals > 0, vals / penalty, vals * penalty)
         if banned is not None:
             logits = logits.masked_fill(banned[: logits.shape[-1]], float("-inf"))
+        repeats = repeated_ngram_continuations(history, self.config.no_repeat_ngram)
+        repeats -= self.always_allowed
+        if repeats:
+            idx = torch.tensor(sorted(repeats), dtype=torch.long, device=logits.device)
+            kept = logits.index_fill(0, idx, float("-inf"))
+            if torch.isfinite(kept).any():  # never ban the last allowed token
+                logits = kept
         t = self.config.temperature
         if t <= 0:
             return int(torch.argmax(logits))
@@ -51,6 +62,16 @@ class Sampler:
             keep[0] = True
             probs = torch.zeros_like(probs).scatter_(0, idx[keep], sorted_p[keep])
         return int(torch.multinomial(probs, 1, generator=self.generator))
+
+
+def repeated_ngram_continuations(history: Sequence[int], n: int) -> set[int]:
+    """Tokens that would complete an n-gram already present in `history` (as HF's
+    `no_repeat_ngram_size`): the ones that followed earlier occurrences of its last n-1 tokens."""
+    if n <= 0 or len(history) < n:
+        return set()
+    hist = [int(t) for t in history]
+    prefix = hist[len(hist) - n + 1:]
+    return {hist[i + n - 1] for i in range(len(hist) - n + 1) if hist[i:i + n - 1] == prefix}
 
 
 _FORMATTING_CACHE: dict[tuple[int, int], list[int]] = {}

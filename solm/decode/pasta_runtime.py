@@ -50,8 +50,8 @@ class DecodeConfig:
     max_fork_tokens: int = 512
     max_topic_tokens: int = 24
     record_logits: bool = False
-    # threads the repetition penalty applies to: "all", or "blocks" (async blocks only: the
-    # main thread's list markers and newlines repeat by design)
+    # threads the repetition penalty and n-gram ban apply to: "all", or "blocks" (async blocks
+    # only: the main thread's list markers and newlines repeat by design)
     penalize: str = "all"
 
 
@@ -109,10 +109,11 @@ class PastaRuntime:
     # ---- public API -------------------------------------------------------------------
 
     def generate(self, prompt_ids: Sequence[int], config: DecodeConfig) -> DecodeResult:
-        exempt = [*self.vocab.control_ids, *self.vocab.eos]
+        always = [*self.vocab.control_ids, *self.vocab.eos]
+        exempt = list(always)
         if config.sampling.repetition_penalty != 1.0:
             exempt += formatting_token_ids(self.tokenizer)
-        sampler = Sampler(config.sampling, device="cpu", exempt=exempt)
+        sampler = Sampler(config.sampling, device="cpu", exempt=exempt, always_allowed=always)
         return self._run(prompt_ids, config, chooser=self._sampling_chooser(sampler, config))
 
     def replay(self, prompt_ids: Sequence[int], response_ids: Sequence[int],
@@ -169,7 +170,7 @@ class PastaRuntime:
         penalize_main = config.penalize == "all" or config.mode != "parallel"
 
         def choose(thread: _Thread, logits: torch.Tensor, runtime_state: dict) -> int:
-            # the penalty looks at what this thread wrote
+            # the penalty and the n-gram ban look at what this thread wrote
             history = thread.fed if (penalize_main or thread.tid != MAIN) else ()
             if g is None:
                 return sampler(logits, self.grammar.sequential, history)
