@@ -43,7 +43,7 @@ bench-pasta: setup
 # rule-annotate dolly + OpenOrca, keep rows with >= 2 promises plus 200 plain rows, Pasta-SFT
 # and Baseline-SFT on the same rows, decode 50 AlpacaEval prompts with each. See README.
 SFT_DIR  ?= runs/sft
-SFT_ARGS ?= --lr 3e-4 --control-token-lr-scale 30 --batch-size 4 --epochs 1 --max-len 384 --eval-rows 16 --save-every 40 --warmup-ratio 0.05
+SFT_ARGS ?= --lr 3e-4 --control-token-lr-scale 30 --batch-size 4 --epochs 1 --max-len 384 --eval-rows 16 --save-every 40 --warmup-ratio 0.05 --control-token-loss-weight 5
 ALPACA   := ../shared/data/alpaca_eval/alpaca_eval.jsonl
 sft-pasta-cpu: setup
 	mkdir -p $(SFT_DIR)

@@ -7,7 +7,9 @@ from pathlib import Path
 from solm.core.jsonl import read_jsonl
 
 
-def plot_losses(log_path: Path, png: Path) -> None:
+def plot_losses(log_path: Path, png: Path, train_label: str = "train loss") -> None:
+    """Train and held-out loss against optimizer step. `train_label` names a weighted
+    training loss, which is not on the held-out loss's scale."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -21,7 +23,7 @@ def plot_losses(log_path: Path, png: Path) -> None:
         return
     fig, ax = plt.subplots(figsize=(6, 4))
     if train:
-        ax.plot(*zip(*train), label="train loss", lw=1)
+        ax.plot(*zip(*train), label=train_label, lw=1)
     if evals:
         ax.plot(*zip(*evals), "o-", label="held-out loss")
     ax.set_xlabel("optimizer step")

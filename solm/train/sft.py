@@ -265,6 +265,8 @@ def run_sft(cfg: SFTConfig, on_log: Callable[[dict], None] | None = None) -> dic
     }
     write_metadata(out, meta)
     from solm.train.plots import plot_losses
-    plot_losses(log_path, out / "loss.png")
+    weight = cfg.control_token_loss_weight
+    plot_losses(log_path, out / "loss.png", train_label="train loss" if weight == 1.0 else
+                f"train loss (control tokens x{weight:g})")
     return meta
 
