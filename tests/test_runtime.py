@@ -90,7 +90,8 @@ def test_replay_reproduces_tokens_schedule_and_text(pasta_tokenizer, tiny, text)
 
 
 class Steered(torch.nn.Module):
-    """Wraps a model and rewrites its logits so the next token after token X is rule[X]."""
+    """Wraps a model and rewrites its logits so the next token after token X is rule[X]
+    (or, when rule[X] is a list, its tokens in order of preference)."""
 
     def __init__(self, model, rule):
         super().__init__()
@@ -106,7 +107,8 @@ class Steered(torch.nn.Module):
             want = self.rule(tok)
             if want is not None:
                 logits[0, j] = -1e4
-                logits[0, j, want] = 1e4
+                for rank, t in enumerate([want] if isinstance(want, int) else want):
+                    logits[0, j, t] = 1e4 - rank
         out.logits = logits
         return out
 
@@ -269,22 +271,6 @@ def test_penalty_scope_blocks_leaves_the_main_thread_alone(pasta_tokenizer, tiny
         rt._sampling_chooser(spy, DecodeConfig(penalize="main"))
 
 
-class Ranked(Steered):
-    """Like Steered, but rule[X] is a list of next tokens in order of preference."""
-
-    def forward(self, input_ids, **kw):
-        out = self.inner(input_ids=input_ids, **kw)
-        logits = out.logits.clone()
-        for j, tok in enumerate(input_ids[0].tolist()):
-            ranked = self.rule(tok)
-            if ranked:
-                logits[0, j] = -1e4
-                for r, want in enumerate(ranked):
-                    logits[0, j, want] = 1e4 - r
-        out.logits = logits
-        return out
-
-
 def test_no_repeat_ngram_breaks_a_loop_inside_a_block_and_lets_it_close(pasta_tokenizer, tiny,
                                                                         vocab):
     v, tok = vocab, pasta_tokenizer
@@ -294,7 +280,7 @@ def test_no_repeat_ngram_breaks_a_loop_inside_a_block_and_lets_it_close(pasta_to
     rule = {prompt[-1]: [v.promise_open], v.promise_open: [word], word: [c1], c1: [v.sync],
             v.sync: [v.eos[0]], v.async_open: [a], a: [b, v.async_close],
             b: [a, v.async_close]}.get
-    rt = PastaRuntime(Ranked(tiny, rule), tok, pool_size=256)
+    rt = steered_runtime(tok, tiny, rule)
     looping = rt.generate(prompt, DecodeConfig(max_fork_tokens=8, penalize="blocks"))
     assert pr.FLAG_FORK_CAPPED in looping.flags
     cfg = DecodeConfig(max_fork_tokens=8, penalize="blocks",

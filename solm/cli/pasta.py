@@ -250,8 +250,9 @@ def decode(
     add_control_tokens(m, tok, "pasta")
     rt = PastaRuntime(m, tok, pool_size=pool_size)
     cfg = DecodeConfig(mode=mode, max_new_tokens=max_new_tokens, max_fork_tokens=max_fork_tokens,
-                       sampling=SamplingConfig(temperature, top_p, seed, repetition_penalty,
-                                               no_repeat_ngram),
+                       sampling=SamplingConfig(temperature=temperature, top_p=top_p, seed=seed,
+                                               repetition_penalty=repetition_penalty,
+                                               no_repeat_ngram=no_repeat_ngram),
                        penalize=penalize)
     with progress(f"decoding ({mode})", len(records)) as advance:
         summary = decode_file(rt, records, out, cfg, on_row=lambda s, r: advance(

@@ -10,7 +10,7 @@ is exactly what `solm.core.tip_structure` trains under.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator
 
 import torch
@@ -176,8 +176,7 @@ class TipRuntime:
                config: TipDecodeConfig) -> _Row:
         kv = RequestKV(req.rid, self.page_size)
         policy.start(kv, self.vocab)
-        sampling = SamplingConfig(config.sampling.temperature, config.sampling.top_p,
-                                  config.sampling.seed + req.seed)
+        sampling = replace(config.sampling, seed=config.sampling.seed + req.seed)
         row = _Row(req, kv, Sampler(sampling), pending=-1)
         started = time.perf_counter()
         slots = [self._place(row, t, True, policy) for t in req.prompt]
@@ -197,9 +196,12 @@ class TipRuntime:
             return row.req.forced[i] if i < len(row.req.forced) else -1
         return row.sampler(logits)
 
+    def _sampled_eos(self, row: _Row) -> bool:
+        return row.req.forced is None and row.pending in self.eos
+
     def _finished(self, row: _Row, config: TipDecodeConfig) -> list[str] | None:
         """Flags when the row is done, else None."""
-        if row.pending < 0 or (row.req.forced is None and row.pending in self.eos):
+        if row.pending < 0 or self._sampled_eos(row):
             return []
         if len(row.ids) >= config.max_new_tokens:
             return [FLAG_MAX_NEW_TOKENS]
@@ -208,8 +210,7 @@ class TipRuntime:
     def _result(self, row: _Row, flags: list[str]) -> TipResult:
         """EOS, when sampled, ends `ids` but was never fed (so it is not in the KV)."""
         written, steps = row.kv.n_tokens, len(row.ids)
-        sampled_eos = row.req.forced is None and row.pending in self.eos
-        ids = row.ids + ([row.pending] if sampled_eos else [])
+        ids = row.ids + ([row.pending] if self._sampled_eos(row) else [])
         return TipResult(
             rid=row.req.rid, ids=ids, flags=flags, generated=len(ids),
             mean_live_tokens=row.live_sum / max(1, steps), peak_pages=row.peak_pages,
