@@ -20,7 +20,7 @@ def pasta_tokenizer():
 
 @pytest.fixture(scope="session")
 def vocab(pasta_tokenizer):
-    from solm.core.structure import PastaVocab
+    from solm.core.systems.pasta import PastaVocab
 
     return PastaVocab.from_tokenizer(pasta_tokenizer)
 

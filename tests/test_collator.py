@@ -4,7 +4,7 @@ import torch
 
 from solm.core.chat import prompt_ids, text_ids
 from solm.core.structure import IGNORE
-from solm.decode.pasta_runtime import PastaRuntime
+from solm.decode.pasta.runtime import PastaRuntime
 from solm.train.collator import PastaCollator
 
 ROWS = [

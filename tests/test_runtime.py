@@ -6,13 +6,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solm.core.chat import text_ids
-from solm.core.metrics import schedule_steps
+from solm.core.systems.pasta_schedule import schedule_steps
 from solm.core.models import tiny_model
 from solm.core.pasta_lang import strip
 from solm.core.sampling import SamplingConfig
-from solm.core.structure import model_mask, structure
-from solm.decode import pasta_runtime as pr
-from solm.decode.pasta_runtime import DecodeConfig, PastaRuntime
+from solm.core.structure import model_mask
+from solm.core.systems.pasta import structure
+from solm.decode.pasta import runtime as pr
+from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
 
 PROMPT = "User: give me some tips\nAssistant:"
 ANNOTATED = [
@@ -81,7 +82,7 @@ def test_replay_reproduces_tokens_schedule_and_text(pasta_tokenizer, tiny, text)
     assert res.ids == resp and not res.flags
     assert res.forward_passes == schedule_steps(resp, rt.vocab) < len(resp)
     assert res.threads == text.count("<async>")
-    from solm.decode.pasta_decode import result_record
+    from solm.decode.pasta.decode_file import result_record
     from solm.core.records import Record
     row = result_record(rt, Record("r", PROMPT), res, "parallel")
     assert row["response"] == strip(text)
@@ -129,7 +130,7 @@ def test_fork_cap_and_eos_with_open_forks_end_cleanly(pasta_tokenizer, tiny, voc
     rule = {prompt[-1]: v.promise_open, v.promise_open: word, word: c1, c1: v.eos[0],
             v.async_open: other, other: other}.get
     rt = steered_runtime(tok, tiny, rule)
-    res = rt.generate(prompt, DecodeConfig(max_fork_tokens=6, max_new_tokens=100))
+    res = rt.generate(prompt, PastaDecodeConfig(max_fork_tokens=6, max_new_tokens=100))
     assert pr.FLAG_FORK_CAPPED in res.flags and pr.FLAG_EOS_WITH_OPEN_FORKS in res.flags
     assert res.ids[-1] == v.async_close and res.ids.count(other) == 5
     assert res.threads == 1
@@ -142,7 +143,7 @@ def test_eos_inside_a_fork_closes_it(pasta_tokenizer, tiny, vocab):
     prompt = text_ids(tok, PROMPT)
     rule = {prompt[-1]: v.promise_open, v.promise_open: word, word: c1, c1: v.sync,
             v.async_open: v.eos[0], v.sync: v.eos[0]}.get
-    res = steered_runtime(tok, tiny, rule).generate(prompt, DecodeConfig())
+    res = steered_runtime(tok, tiny, rule).generate(prompt, PastaDecodeConfig())
     assert pr.FLAG_FORK_EOS in res.flags
     assert res.ids == [v.promise_open, word, c1, v.async_open, v.async_close, v.sync]
 
@@ -153,9 +154,9 @@ def test_full_pool_and_token_cap_stop_with_a_flag(pasta_tokenizer, tiny):
     word, = ids_of(tok, "Ġhello")
     rule = lambda t: word  # noqa: E731  (never ends)
     rt = steered_runtime(tok, tiny, rule, pool_size=len(prompt) + 20)
-    res = rt.generate(prompt, DecodeConfig(max_new_tokens=1000))
+    res = rt.generate(prompt, PastaDecodeConfig(max_new_tokens=1000))
     assert res.flags == [pr.FLAG_POOL_FULL] and rt.used <= rt.pool_size
-    res = steered_runtime(tok, tiny, rule).generate(prompt, DecodeConfig(max_new_tokens=7))
+    res = steered_runtime(tok, tiny, rule).generate(prompt, PastaDecodeConfig(max_new_tokens=7))
     assert pr.FLAG_MAX_NEW_TOKENS in res.flags and len(res.ids) == 7
 
 
@@ -179,8 +180,8 @@ def test_grammar_keeps_forks_from_promising_or_syncing(pasta_tokenizer, tiny, vo
             return out
 
     rt = PastaRuntime(Prefers(tiny, None), tok, pool_size=256)
-    res = rt.generate(prompt, DecodeConfig(max_new_tokens=40, max_fork_tokens=5))
-    from solm.core.metrics import thread_streams
+    res = rt.generate(prompt, PastaDecodeConfig(max_new_tokens=40, max_fork_tokens=5))
+    from solm.core.systems.pasta_schedule import thread_streams
     main, forks, _ = thread_streams(res.ids, v)
     assert forks, "main thread should have opened blocks"
     for stream in forks.values():
@@ -191,14 +192,14 @@ def test_sequential_mode_never_emits_control_tokens(pasta_tokenizer, tiny, vocab
     tok = pasta_tokenizer
     prompt = text_ids(tok, PROMPT)
     rt = steered_runtime(tok, tiny, lambda t: vocab.promise_open)
-    res = rt.generate(prompt, DecodeConfig(mode="sequential", max_new_tokens=10))
+    res = rt.generate(prompt, PastaDecodeConfig(mode="sequential", max_new_tokens=10))
     assert not set(res.ids) & set(vocab.control_ids)
 
 
 def test_sampling_is_seeded(pasta_tokenizer, tiny):
     rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=256)
     prompt = text_ids(pasta_tokenizer, PROMPT)
-    cfg = lambda s: DecodeConfig(max_new_tokens=12, sampling=SamplingConfig(1.0, 0.9, s))  # noqa
+    cfg = lambda s: PastaDecodeConfig(max_new_tokens=12, sampling=SamplingConfig(1.0, 0.9, s))  # noqa
     assert rt.generate(prompt, cfg(1)).ids == rt.generate(prompt, cfg(1)).ids
     assert rt.generate(prompt, cfg(1)).ids != rt.generate(prompt, cfg(2)).ids
 
@@ -239,7 +240,7 @@ def test_free_sampling_with_tag_happy_model_never_crashes(pasta_tokenizer, tiny,
             return out
 
     rt = PastaRuntime(TagHappy(tiny, None), pasta_tokenizer, pool_size=pool)
-    res = rt.generate([1, 2, 3], DecodeConfig(max_new_tokens=60, max_fork_tokens=8,
+    res = rt.generate([1, 2, 3], PastaDecodeConfig(max_new_tokens=60, max_fork_tokens=8,
                                               sampling=SamplingConfig(1.5, 1.0, seed)))
     assert rt.used <= pool
     assert set(res.flags) <= {pr.FLAG_POOL_FULL, pr.FLAG_MAX_NEW_TOKENS, pr.FLAG_FORK_CAPPED,
@@ -248,8 +249,8 @@ def test_free_sampling_with_tag_happy_model_never_crashes(pasta_tokenizer, tiny,
 
 
 def test_penalty_scope_blocks_leaves_the_main_thread_alone(pasta_tokenizer, tiny):
-    from solm.core.structure import MAIN
-    from solm.decode.pasta_runtime import DecodeConfig, PastaRuntime, _Thread
+    from solm.core.systems.pasta import MAIN, PastaTracker
+    from solm.decode.pasta.runtime import PastaRunState, _Thread
 
     rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=64)
     seen = []
@@ -259,16 +260,16 @@ def test_penalty_scope_blocks_leaves_the_main_thread_alone(pasta_tokenizer, tiny
         return 0
 
     logits = torch.zeros(len(pasta_tokenizer))
-    state = {"flags": set(), "blocks_since_sync": 0}
+    state = PastaRunState(PastaDecodeConfig(), PastaTracker(rt.vocab), None, set())
     main, block = _Thread(MAIN, fed=[5, 6]), _Thread(3, fed=[7, 8])
     for scope, expected in (("blocks", [[], [7, 8]]), ("all", [[5, 6], [7, 8]])):
         seen.clear()
-        choose = rt._sampling_chooser(spy, DecodeConfig(penalize=scope))
+        choose = rt.sampling_chooser(spy, PastaDecodeConfig(penalize=scope))
         choose(main, logits, state)
         choose(block, logits, state)
         assert seen == expected
     with pytest.raises(ValueError, match="penalize"):
-        rt._sampling_chooser(spy, DecodeConfig(penalize="main"))
+        rt.sampling_chooser(spy, PastaDecodeConfig(penalize="main"))
 
 
 def test_no_repeat_ngram_breaks_a_loop_inside_a_block_and_lets_it_close(pasta_tokenizer, tiny,
@@ -281,9 +282,9 @@ def test_no_repeat_ngram_breaks_a_loop_inside_a_block_and_lets_it_close(pasta_to
             v.sync: [v.eos[0]], v.async_open: [a], a: [b, v.async_close],
             b: [a, v.async_close]}.get
     rt = steered_runtime(tok, tiny, rule)
-    looping = rt.generate(prompt, DecodeConfig(max_fork_tokens=8, penalize="blocks"))
+    looping = rt.generate(prompt, PastaDecodeConfig(max_fork_tokens=8, penalize="blocks"))
     assert pr.FLAG_FORK_CAPPED in looping.flags
-    cfg = DecodeConfig(max_fork_tokens=8, penalize="blocks",
+    cfg = PastaDecodeConfig(max_fork_tokens=8, penalize="blocks",
                        sampling=SamplingConfig(no_repeat_ngram=2))
     res = rt.generate(prompt, cfg)
     assert res.flags == []

@@ -29,7 +29,7 @@ def write_rows(path, rows):
 
 
 def sequence_loss(model, tokenizer, row) -> float:
-    from solm.core.structure import PastaVocab
+    from solm.core.systems.pasta import PastaVocab
     col = PastaCollator(tokenizer, PastaVocab.from_tokenizer(tokenizer))
     with torch.no_grad():
         return model(**col([row])).loss.item()
@@ -147,7 +147,7 @@ def test_resume_after_a_kill_ends_where_an_uninterrupted_run_ends(tmp_path, tiny
 
 def test_lora_adapter_and_merged_outputs_load_to_the_same_model(tmp_path, tiny_folder):
     from solm.core.models import load_model
-    from solm.core.structure import PastaVocab
+    from solm.core.systems.pasta import PastaVocab
 
     data = write_rows(tmp_path / "rows.jsonl", ROWS)
     run_sft(config(tmp_path / "adapter", data, tiny_folder, lora_r=4, max_steps=3))
@@ -208,8 +208,8 @@ def test_embedded_model_training_forward_equals_runtime_replay():
     """The consistency acceptance check on the real model (fp32)."""
     from solm.core.chat import prompt_ids, text_ids
     from solm.core.models import load_model
-    from solm.core.structure import PastaVocab
-    from solm.decode.pasta_runtime import PastaRuntime
+    from solm.core.systems.pasta import PastaVocab
+    from solm.decode.pasta.runtime import PastaRuntime
 
     model, tok = load_model("smollm2-135m", dtype="fp32", device="cpu", system="pasta")
     col = PastaCollator(tok, PastaVocab.from_tokenizer(tok))

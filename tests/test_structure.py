@@ -2,8 +2,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solm.core.metrics import pasta_metrics, schedule_steps
-from solm.core.structure import IGNORE, structure
+from solm.core.structure import IGNORE
+from solm.core.systems.pasta import structure
+from solm.core.systems.pasta_schedule import pasta_metrics, schedule_steps
 
 A, B, C, D, T, X, Y, Z = 100, 101, 102, 103, 104, 105, 106, 107
 

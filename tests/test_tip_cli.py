@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 
 from solm.cli import tip
 from solm.core.control_tokens import register_token
-from solm.eval.tip_traces import build_traces, split_steps
+from solm.annotate.tip_traces import build_traces, split_steps
 
 runner = CliRunner()
 SOLUTION = ("First we add the two numbers. Then we check the sum against the bound. "

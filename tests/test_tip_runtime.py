@@ -6,8 +6,9 @@ import random
 import pytest
 import torch
 
-from solm.core.tip_structure import TipVocab, tip_structure
-from solm.decode.tip_runtime import TipDecodeConfig, TipRequest, TipRuntime
+from solm.core.systems.tip import TipVocab
+from solm.core.systems.tip import structure as tip_structure
+from solm.decode.tip.runtime import TipDecodeConfig, TipRequest, TipRuntime
 
 REGISTERS = 4
 
@@ -63,7 +64,7 @@ def test_paged_logits_equal_one_forward_pass(tip_model, tip_tok, policy, budget)
     so they must match the plain forward too: that checks the scoring kernel H2O runs."""
     rt = TipRuntime(tip_model, tip_tok, num_pages=64, page_size=4, num_registers=REGISTERS)
     reqs = traces(tip_tok, 5, 23, seed=1)
-    cfg = TipDecodeConfig(policy=policy, budget=budget, page_size=4, batch_size=2,
+    cfg = TipDecodeConfig(policy=policy, budget=budget, batch_size=2,
                           record_logits=True, check_reads=True)
     results = {r.rid: r for r in rt.run(reqs, cfg)}
     assert sorted(results) == [0, 1, 2, 3, 4]
@@ -85,7 +86,7 @@ def test_tip_eviction_changes_logits(tip_model, tip_tok):
     """The structure mask matters: with TIP eviction the logits differ from dense."""
     rt = TipRuntime(tip_model, tip_tok, num_pages=64, page_size=4, num_registers=REGISTERS)
     req = traces(tip_tok, 1, 30, seed=3)
-    runs = {p: next(iter(rt.run(req, TipDecodeConfig(policy=p, page_size=4,
+    runs = {p: next(iter(rt.run(req, TipDecodeConfig(policy=p,
                                                       record_logits=True))))
             for p in ("dense", "tip")}
     assert (runs["dense"].logits - runs["tip"].logits).abs().max() > 1e-3
@@ -114,7 +115,7 @@ def test_the_read_check_catches_a_read_of_a_freed_page():
 def test_pages_are_reused_and_nothing_leaks_over_1000_requests(tip_model, tip_tok):
     rt = TipRuntime(tip_model, tip_tok, num_pages=96, page_size=4, num_registers=REGISTERS)
     reqs = traces(tip_tok, 1000, 9, seed=5, prompt_len=3)
-    cfg = TipDecodeConfig(policy="tip", page_size=4, batch_size=16, check_reads=True)
+    cfg = TipDecodeConfig(policy="tip", batch_size=16, check_reads=True)
     done = [r.rid for r in rt.run(reqs, cfg)]
     assert sorted(done) == list(range(1000))
     alloc = rt.allocator
@@ -129,7 +130,7 @@ def test_heuristic_policies_keep_their_budget(tip_model, tip_tok, policy):
     page, budget = 4, 16
     rt = TipRuntime(tip_model, tip_tok, num_pages=128, page_size=page, num_registers=REGISTERS)
     reqs = traces(tip_tok, 3, 60, seed=6)
-    cfg = TipDecodeConfig(policy=policy, budget=budget, page_size=page, batch_size=3,
+    cfg = TipDecodeConfig(policy=policy, budget=budget, batch_size=3,
                           check_reads=True)
     seen = []
     original = rt._forward
@@ -155,7 +156,7 @@ def test_heuristic_policies_keep_their_budget(tip_model, tip_tok, policy):
 def test_generation_samples_and_stops(tip_model, tip_tok):
     rt = TipRuntime(tip_model, tip_tok, num_pages=64, page_size=8, num_registers=REGISTERS)
     reqs = [TipRequest(i, [200, 300, 400], seed=i) for i in range(4)]
-    cfg = TipDecodeConfig(policy="tip", page_size=8, batch_size=2, max_new_tokens=12)
+    cfg = TipDecodeConfig(policy="tip", batch_size=2, max_new_tokens=12)
     from solm.core.sampling import SamplingConfig
     cfg.sampling = SamplingConfig(temperature=1.0, top_p=0.95, seed=7)
     results = sorted(rt.run(reqs, cfg), key=lambda r: r.rid)

@@ -5,7 +5,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solm.core.tip_structure import PROMPT_STEP, TipTracker, TipVocab, tip_structure
+from solm.core.systems.tip import PROMPT_STEP, TipTracker, TipVocab
+from solm.core.systems.tip import structure as tip_structure
 
 R0, R1, R2 = 100, 101, 102
 VOCAB = TipVocab({R0: 0, R1: 1, R2: 2})
@@ -15,7 +16,7 @@ def test_reusing_a_register_hides_the_old_step_from_then_on():
     #        prompt   x  <r0>  a  a  <r1>  b  <r0>  c
     ids = [1, 2, 3, R0, 5, 6, R1, 7, R0, 8]
     s = tip_structure(ids, VOCAB, prompt_len=2)
-    assert s.step.tolist() == [PROMPT_STEP, PROMPT_STEP, 0, 1, 1, 1, 2, 2, 3, 3]
+    assert s.attrs["step"].tolist() == [PROMPT_STEP, PROMPT_STEP, 0, 1, 1, 1, 2, 2, 3, 3]
     new_r0, c = 8, 9
     old_step = [3, 4, 5]  # <r0> a a
     assert not s.visible[new_r0, old_step].any()  # the killing token already does not see it
@@ -23,8 +24,8 @@ def test_reusing_a_register_hides_the_old_step_from_then_on():
     assert s.visible[c].tolist() == [True, True, True, False, False, False, True, True, True,
                                      True]
     assert s.visible[7, old_step].all()  # before the reuse the step is visible
-    assert s.death[old_step].tolist() == [8, 8, 8]
-    assert (s.death[[0, 1, 2, 6, 7, 8, 9]] == len(ids) + 1).all()
+    assert s.attrs["death"][old_step].tolist() == [8, 8, 8]
+    assert (s.attrs["death"][[0, 1, 2, 6, 7, 8, 9]] == len(ids) + 1).all()
     assert s.position_ids.tolist() == list(range(len(ids)))
     assert s.targets[:-1].tolist() == ids[1:] and s.targets[-1] == -100
 

@@ -238,8 +238,8 @@ def decode(
     from solm.core.provenance import write_manifest
     from solm.core.records import load_records
     from solm.core.sampling import SamplingConfig
-    from solm.decode.pasta_decode import DEMO_PROMPTS, decode_file
-    from solm.decode.pasta_runtime import MODES, DecodeConfig, PastaRuntime
+    from solm.decode.pasta.decode_file import DEMO_PROMPTS, decode_file
+    from solm.decode.pasta.runtime import MODES, PastaDecodeConfig, PastaRuntime
 
     if mode not in MODES:
         raise ValueError(f"--mode must be one of {', '.join(MODES)}")
@@ -249,11 +249,13 @@ def decode(
     m, tok = load_model(model, dtype=dtype, device=device)
     add_control_tokens(m, tok, "pasta")
     rt = PastaRuntime(m, tok, pool_size=pool_size)
-    cfg = DecodeConfig(mode=mode, max_new_tokens=max_new_tokens, max_fork_tokens=max_fork_tokens,
-                       sampling=SamplingConfig(temperature=temperature, top_p=top_p, seed=seed,
-                                               repetition_penalty=repetition_penalty,
-                                               no_repeat_ngram=no_repeat_ngram),
-                       penalize=penalize)
+    cfg = PastaDecodeConfig(mode=mode, max_new_tokens=max_new_tokens,
+                            max_fork_tokens=max_fork_tokens,
+                            sampling=SamplingConfig(temperature=temperature, top_p=top_p,
+                                                    seed=seed,
+                                                    repetition_penalty=repetition_penalty,
+                                                    no_repeat_ngram=no_repeat_ngram),
+                            penalize=penalize)
     with progress(f"decoding ({mode})", len(records)) as advance:
         summary = decode_file(rt, records, out, cfg, on_row=lambda s, r: advance(
             status=f"{s.content_tokens / max(s.decode_s, 1e-9):.1f} tok/s"))
@@ -333,8 +335,8 @@ def bench(
     from solm.core.models import load_model
     from solm.core.pasta_lang import promises, strip
     from solm.core.provenance import write_manifest
-    from solm.decode.pasta_runtime import PastaRuntime
-    from solm.eval.pasta_bench import plot_speedups, run_bench
+    from solm.decode.pasta.runtime import PastaRuntime
+    from solm.eval.pasta_bench import plot_speedups, run_pasta_bench
 
     m, tok = load_model(model, dtype=dtype, device=device)
     add_control_tokens(m, tok, "pasta")
@@ -362,7 +364,7 @@ def bench(
         advance(status=f"{r.id}: {r.realized_speedup:.2f}x of {r.theoretical_speedup:.2f}x")
 
     with progress("replaying", len(chosen)) as advance:
-        results, summary = run_bench(rt, chosen, repeats=repeats, generate_rows=generate_rows,
+        results, summary = run_pasta_bench(rt, chosen, repeats=repeats, generate_rows=generate_rows,
                                      on_row=lambda r: on_row(r, advance))
     summary.update({"model": model, "dtype": str(m.dtype).replace("torch.", ""),
                     "repeats": repeats, "max_tokens": max_tokens})

@@ -10,14 +10,14 @@ import typer
 
 from solm.cli.common import (ConfigOption, DebugOption, QuietOption, handle_errors, info,
                              out_console, progress, settings_from, show_control_tokens)
+from solm.decode.tip.policies import POLICIES, policies_help
 
 app = typer.Typer(
     name="tip", no_args_is_help=True, rich_markup_mode="markdown",
     help="TIP (Thinking in Place): each reasoning step opens with a register `<reg_i>`; reusing "
          "a register kills the older step and the paged runtime frees its KV pages.")
 
-POLICY_HELP = ("`tip` (register-driven), `dense` (no eviction), `streamingllm` (4 sinks + "
-               "recent pages), `h2o` (recent + heavy-hitter pages); the last two use --budget.")
+POLICY_HELP = "Eviction policy: " + policies_help() + "."
 
 
 def _load(model: str, registers: int, dtype: str, device: Optional[str]):
@@ -37,7 +37,9 @@ def decode(
                              help="One row per (problem, sample), appended; rerun resumes."),
     registers: int = typer.Option(16, help="Thought registers <reg_0> ... <reg_{N-1}>."),
     policy: str = typer.Option("tip", help=POLICY_HELP),
-    budget: int = typer.Option(2048, help="KV budget in tokens (streamingllm, h2o)."),
+    budget: int = typer.Option(2048, help="KV budget in tokens (for the policies that read "
+                               "one: " + ", ".join(n for n, c in POLICIES.items()
+                                                   if c.needs_budget) + ")."),
     page_size: int = typer.Option(64, help="Tokens per KV page."),
     num_pages: int = typer.Option(2048, help="Pages in the pool (shared by the batch)."),
     batch_size: int = typer.Option(16, help="Requests decoded together (refilled as they end)."),
@@ -56,16 +58,15 @@ def decode(
     from solm.core.provenance import write_manifest
     from solm.core.records import load_records
     from solm.core.sampling import SamplingConfig
-    from solm.decode.policies import make_policy
-    from solm.decode.tip_decode import decode_prompts
-    from solm.decode.tip_runtime import TipDecodeConfig, TipRuntime
+    from solm.decode.tip.decode_file import decode_prompts
+    from solm.decode.tip.policies import make_policy
+    from solm.decode.tip.runtime import TipDecodeConfig, TipRuntime
 
     make_policy(policy, budget, page_size)  # fail on bad flags before loading the model
     records = list(load_records(str(prompts), limit=limit))
     m, tok = _load(model, registers, dtype, device)
     rt = TipRuntime(m, tok, num_pages=num_pages, page_size=page_size, num_registers=registers)
-    cfg = TipDecodeConfig(policy=policy, budget=budget, page_size=page_size,
-                          batch_size=batch_size, max_new_tokens=max_new_tokens,
+    cfg = TipDecodeConfig(policy=policy, budget=budget, batch_size=batch_size, max_new_tokens=max_new_tokens,
                           sampling=SamplingConfig(temperature, top_p, seed))
     out.parent.mkdir(parents=True, exist_ok=True)
     with progress(f"decoding ({policy})", len(records) * samples) as advance:
@@ -91,12 +92,12 @@ def traces(
     debug: bool = DebugOption,
 ) -> None:
     """Build synthetic register-annotated traces from real solutions: step k opens with
-    <reg_{k mod registers}> (see solm/eval/tip_traces.py)."""
+    <reg_{k mod registers}> (see solm/annotate/tip_traces.py)."""
     from solm.core.control_tokens import add_control_tokens
     from solm.core.jsonl import write_jsonl
     from solm.core.models import load_tokenizer
     from solm.core.records import load_records
-    from solm.eval.tip_traces import build_traces
+    from solm.annotate.tip_traces import build_traces
 
     tok = load_tokenizer(tokenizer)
     add_control_tokens(None, tok, "tip", num_registers=registers)
@@ -113,9 +114,10 @@ def bench(
     traces_file: Path = typer.Option(..., "--traces", "-t", help="From `tip traces` (or any "
                                      "JSONL with prompt + register-annotated response)."),
     model: str = typer.Option("smollm2-135m", "--model", "-m"),
-    policies: str = typer.Option("dense,tip,streamingllm,h2o", help="Comma-separated."),
+    policies: str = typer.Option(",".join(POLICIES), help="Comma-separated, side by side in "
+                                 "one run. " + policies_help() + "."),
     registers: int = typer.Option(16),
-    budget: int = typer.Option(1024, help="Token budget of streamingllm / h2o."),
+    budget: int = typer.Option(1024, help="Token budget of the policies that read one."),
     page_size: int = typer.Option(64),
     batch_size: int = typer.Option(16),
     limit: Optional[int] = typer.Option(None, help="Only the first N traces."),
@@ -132,9 +134,13 @@ def bench(
     from solm.core.provenance import write_manifest
     from solm.eval.tip_bench import pages_needed, run_tip_bench
 
-    rows = list(read_jsonl(traces_file))[:limit]
+    from solm.decode.tip.policies import make_policy
+    from solm.decode.tip.runtime import TipRuntime
+
     names = [p.strip() for p in policies.split(",") if p.strip()]
-    from solm.decode.tip_runtime import TipRuntime
+    for name in names:  # fail on bad flags before loading the model
+        make_policy(name, budget, page_size)
+    rows = list(read_jsonl(traces_file))[:limit]
 
     m, tok = _load(model, registers, dtype, device)  # one load: the model's own tokenizer
     pairs = [(prompt_ids(tok, r["prompt"]), text_ids(tok, r["response"])[:max_tokens])
@@ -154,7 +160,7 @@ def bench(
             out.write_text(json.dumps({"partial": True, "policies": done}, indent=2))
 
     with progress("replaying (tokens)", sum(len(r) for _, r in pairs) * len(names)) as advance:
-        summary = run_tip_bench(rt, pairs, names, budget, page_size, batch_size,
+        summary = run_tip_bench(rt, pairs, names, budget, batch_size,
                                 on_policy=policy_done, on_step=advance)
     summary["model"] = model
     if out:

@@ -18,3 +18,11 @@ def prompt_ids(tokenizer, prompt: str, system: str | None = None) -> list[int]:
 
 def text_ids(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False).input_ids
+
+
+def eos_ids(tokenizer) -> tuple[int, ...]:
+    """The tokenizer's end-of-sequence id(s) as a tuple (some tokenizers list several)."""
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        return ()
+    return tuple(eos) if isinstance(eos, (list, tuple)) else (eos,)

@@ -14,7 +14,6 @@ PROMISE_OPEN = '<promise topic="'
 MAX_PROMISE_TENS = 64
 ASYNC_OPEN, ASYNC_CLOSE, SYNC = "<async>", "</async>", "<sync/>"
 MASK_TOKEN = "<|mdm_mask|>"
-SYSTEMS = ("pasta", "tip", "pdiff")
 
 
 def promise_close(tens: int) -> str:
@@ -35,13 +34,10 @@ def tip_tokens(num_registers: int = 16) -> list[str]:
 
 
 def system_tokens(system: str, num_registers: int = 16) -> list[str]:
-    if system == "pasta":
-        return pasta_tokens()
-    if system == "tip":
-        return tip_tokens(num_registers)
-    if system == "pdiff":
-        return pasta_tokens() + [MASK_TOKEN]
-    raise ValueError(f"unknown system '{system}': expected one of {', '.join(SYSTEMS)}")
+    """The control tokens of a registered system (`solm.core.systems`)."""
+    from solm.core.systems import get_system
+
+    return get_system(system).control_tokens(num_registers)
 
 
 def add_tokens_to_tokenizer(tokenizer, tokens: list[str]) -> int:

@@ -1,1 +1,2 @@
-"""eval subpackage of solm."""
+"""Measuring: PASTA's replay benchmark and format statistics, TIP's policy benchmark, their
+plots and aggregates."""

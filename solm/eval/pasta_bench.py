@@ -10,7 +10,6 @@ same prompt, prefill included in both.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
@@ -18,18 +17,14 @@ from typing import Callable, Iterable
 import torch
 
 from solm.core.chat import prompt_ids, text_ids
-from solm.core.metrics import pasta_metrics
 from solm.core.pasta_lang import strip
-from solm.decode.pasta_runtime import PastaRuntime
-
-
-def geomean(values: list[float]) -> float:
-    values = [v for v in values if v > 0]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+from solm.core.systems.pasta_schedule import pasta_metrics
+from solm.decode.pasta.runtime import PastaRuntime
+from solm.eval.stats import geomean
 
 
 @dataclass
-class BenchRow:
+class PastaBenchRow:
     id: str
     content_tokens: int
     sequential_tokens: int
@@ -59,7 +54,7 @@ def time_generate(model, ids: list[int], n_tokens: int) -> float:
 
 
 def bench_row(rt: PastaRuntime, row: dict, repeats: int = 2, compare_generate: bool = False
-              ) -> BenchRow:
+              ) -> PastaBenchRow:
     tok = rt.tokenizer
     prompt = prompt_ids(tok, row["prompt"], row.get("system"))
     annotated = text_ids(tok, row["annotated"])
@@ -71,7 +66,7 @@ def bench_row(rt: PastaRuntime, row: dict, repeats: int = 2, compare_generate: b
         par = rt.replay(prompt, annotated, mode="parallel")
     realized = seq.decode_s / par.decode_s
     theoretical = metrics.theoretical_speedup(len(plain))
-    out = BenchRow(
+    out = PastaBenchRow(
         id=str(row["id"]), content_tokens=metrics.content_tokens, sequential_tokens=len(plain),
         critical_path=metrics.critical_path, forward_passes=par.forward_passes,
         promises=metrics.promises, seq_s=seq.decode_s, par_s=par.decode_s,
@@ -98,7 +93,7 @@ def warm_up(rt: PastaRuntime, row: dict, compare_generate: bool) -> float:
     return time.perf_counter() - t
 
 
-def summarize(rows: list[BenchRow], warmup_s: float) -> dict:
+def summarize(rows: list[PastaBenchRow], warmup_s: float) -> dict:
     gen_rows = [r for r in rows if r.generate_tokens_per_s]
     return {
         "rows": len(rows),
@@ -119,9 +114,9 @@ def summarize(rows: list[BenchRow], warmup_s: float) -> dict:
     }
 
 
-def run_bench(rt: PastaRuntime, rows: Iterable[dict], repeats: int = 2,
+def run_pasta_bench(rt: PastaRuntime, rows: Iterable[dict], repeats: int = 2,
               generate_rows: int | None = None,
-              on_row: Callable[[BenchRow], None] | None = None) -> tuple[list[BenchRow], dict]:
+              on_row: Callable[[PastaBenchRow], None] | None = None) -> tuple[list[PastaBenchRow], dict]:
     rows = list(rows)
     if not rows:
         raise ValueError("no annotated rows to benchmark")
@@ -137,7 +132,7 @@ def run_bench(rt: PastaRuntime, rows: Iterable[dict], repeats: int = 2,
     return results, summarize(results, warmup_s)
 
 
-def plot_speedups(rows: list[BenchRow], path) -> None:
+def plot_speedups(rows: list[PastaBenchRow], path) -> None:
     """Realized vs theoretical speedup per row, with the efficiency = 1 diagonal."""
     import matplotlib
     matplotlib.use("Agg")

@@ -9,14 +9,14 @@ Two measures of parallel structure per row, both from the runtime's schedule:
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Iterable
 
-# flags that mean the model broke the language (a length cap alone does not; a block left
-# open at a length cap was closed by the runtime, not written: "block_cut")
-STRUCTURAL_FLAGS = ("eos_in_fork", "eos_with_open_forks", "fork_capped", "topic_capped",
-                    "pool_full", "block_cut")
+from solm.decode import flags
+from solm.eval.stats import geomean
+
+# a block left open at a length cap was closed by the runtime, not written: "block_cut"
+STRUCTURAL_FLAGS = flags.PASTA_STRUCTURAL
 
 
 def is_well_formed(annotated: str, flags: Iterable[str]) -> bool:
@@ -28,10 +28,6 @@ def is_well_formed(annotated: str, flags: Iterable[str]) -> bool:
 
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
-
-
-def _geomean(xs: list[float]) -> float:
-    return math.exp(sum(math.log(max(x, 1e-9)) for x in xs) / len(xs)) if xs else 0.0
 
 
 @dataclass
@@ -69,8 +65,8 @@ def format_stats(rows: list[dict]) -> FormatStats:
         rows=n, well_formed=sum(well) / n, with_promise=len(promised) / n,
         mean_parallelism_with_promise=_mean([parallelism(r) for r in promised]),
         mean_content_speedup_with_promise=_mean([speedup(r) for r in promised]),
-        geomean_content_speedup=_geomean([speedup(r) for r in rows]),
+        geomean_content_speedup=geomean([speedup(r) for r in rows], floor=1e-9, empty=0.0),
         mean_promises=sum(r.get("promises", 0) for r in rows) / n,
         mean_content_tokens=sum(r["content_tokens"] for r in rows) / n,
-        hit_max_tokens=sum("max_new_tokens" in r.get("flags", []) for r in rows) / n,
+        hit_max_tokens=sum(flags.MAX_NEW_TOKENS in r.get("flags", []) for r in rows) / n,
         tokens_per_s=sum(r["content_tokens"] for r in rows) / decode_s if decode_s else 0.0)

@@ -6,7 +6,8 @@ import math
 import time
 from typing import Callable
 
-from solm.decode.tip_runtime import TipDecodeConfig, TipRequest, TipRuntime
+from solm.decode.tip.policies import POLICIES
+from solm.decode.tip.runtime import TipDecodeConfig, TipRequest, TipRuntime
 
 
 def pages_needed(traces: list[tuple[list[int], list[int]]], page_size: int,
@@ -18,10 +19,9 @@ def pages_needed(traces: list[tuple[list[int], list[int]]], page_size: int,
 
 
 def replay_policy(rt: TipRuntime, traces: list[tuple[list[int], list[int]]], policy: str,
-                  budget: int | None, page_size: int, batch_size: int,
+                  budget: int | None, batch_size: int,
                   on_step: Callable[[int], None] | None = None) -> dict:
-    cfg = TipDecodeConfig(policy=policy, budget=budget, page_size=page_size,
-                          batch_size=batch_size,
+    cfg = TipDecodeConfig(policy=policy, budget=budget, batch_size=batch_size,
                           max_new_tokens=max(len(r) for _, r in traces) + 1)
     reqs = [TipRequest(i, p, forced=r) for i, (p, r) in enumerate(traces)]
     started = time.perf_counter()
@@ -39,7 +39,7 @@ def replay_policy(rt: TipRuntime, traces: list[tuple[list[int], list[int]]], pol
 
 
 def run_tip_bench(rt: TipRuntime, traces: list[tuple[list[int], list[int]]],
-                  policies: list[str], budget: int, page_size: int, batch_size: int,
+                  policies: list[str], budget: int, batch_size: int,
                   on_policy: Callable[[dict], None] | None = None,
                   on_step: Callable[[int], None] | None = None) -> dict:
     """Each policy replays every trace; `on_policy(row)` gets each policy's figures as soon
@@ -47,17 +47,17 @@ def run_tip_bench(rt: TipRuntime, traces: list[tuple[list[int], list[int]]],
     # warm-up: the first forward passes of a process are slow (allocator, kernels)
     warm = [(p, r[:16]) for p, r in traces[:2]]
     for policy in policies:
-        replay_policy(rt, warm, policy, budget, page_size, batch_size)
+        replay_policy(rt, warm, policy, budget, batch_size)
     rows = []
     for policy in policies:
-        row = replay_policy(rt, traces, policy, budget if policy in ("streamingllm", "h2o")
-                            else None, page_size, batch_size, on_step)
+        row = replay_policy(rt, traces, policy, budget if POLICIES[policy].needs_budget
+                            else None, batch_size, on_step)
         rows.append(row)
         _add_ratios(rows)
         if on_policy:
             on_policy(row)
     by = {r["policy"]: r for r in rows}
-    summary: dict = {"policies": rows, "traces": len(traces), "page_size": page_size,
+    summary: dict = {"policies": rows, "traces": len(traces), "page_size": rt.page_size,
                      "batch_size": batch_size, "budget": budget,
                      "mean_trace_tokens": sum(len(r) for _, r in traces) / len(traces)}
     if "dense" in by and "tip" in by:

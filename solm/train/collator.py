@@ -15,7 +15,8 @@ import torch
 
 from solm.core.chat import prompt_ids, text_ids
 from solm.core.pasta_lang import strip
-from solm.core.structure import IGNORE, PastaVocab, structure
+from solm.core.structure import IGNORE
+from solm.core.systems.pasta import PastaVocab, structure
 
 
 @dataclass

@@ -128,7 +128,7 @@ def run_sft(cfg: SFTConfig, on_log: Callable[[dict], None] | None = None) -> dic
     from solm.core.jsonl import JsonlWriter
     from solm.core.models import load_model, resolve_model_path
     from solm.core.provenance import file_sha256, package_versions
-    from solm.core.structure import PastaVocab
+    from solm.core.systems.pasta import PastaVocab
     from solm.train.collator import PastaCollator
 
     out = Path(cfg.out)

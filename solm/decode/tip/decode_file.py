@@ -10,7 +10,7 @@ from typing import Callable, Iterable
 from solm.core.chat import prompt_ids
 from solm.core.jsonl import JsonlWriter, read_jsonl
 from solm.core.records import Record
-from solm.decode.tip_runtime import TipDecodeConfig, TipRequest, TipResult, TipRuntime
+from solm.decode.tip.runtime import TipDecodeConfig, TipRequest, TipResult, TipRuntime
 
 
 @dataclass

@@ -1,11 +1,12 @@
-"""Pasta-Lang metrics from a tokenized annotated response, via the runtime's schedule."""
+"""PASTA's schedule of a finished response: forward passes the parallel runtime needs, and the
+metrics that follow from it (critical path, parallelism, theoretical speedup)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
 
-from solm.core.structure import MAIN, PastaVocab, TokenAttrs, walk_training_order
+from solm.core.systems.pasta import MAIN, PastaVocab, TokenAttrs, walk_training_order
 
 
 @dataclass
@@ -55,7 +56,7 @@ def schedule_steps(token_ids: Sequence[int], vocab: PastaVocab,
 
     Each step feeds one token per active thread; a block starts in the step that feeds its
     promise's closing token; `<sync/>` is fed in the step where every open block feeds its
-    final token (or later). This mirrors solm.decode.pasta_runtime exactly (tested).
+    final token (or later). This mirrors solm.decode.pasta.runtime exactly (tested).
     """
     main, forks, anchors = thread_streams(token_ids, vocab, attrs)
     starts = {anchor: fid for fid, anchor in anchors.items()}

@@ -4,18 +4,18 @@ A policy sees a request's KV as pages of tokens and answers two questions after 
 is written: which tokens may attention read now (`visible`), and which pages can be freed for
 good (`evict`). Policies never bring a token back once they stop showing it.
 
-- `dense`: nothing is evicted.
-- `streamingllm`: 4 sink tokens + the most recent tokens, whole pages, within --budget.
-- `h2o`: half the budget for the most recent pages, half for the pages with the highest
-  accumulated attention (heavy hitters), whole pages.
-- `tip`: register-driven; a step's pages are freed when its register is reused.
+`POLICIES` is the only list of policies: a class decorated with `@register_policy` carries its
+name, its one-line `help` and whether it `needs_budget`; the CLI's help and defaults,
+`tip bench` and the tests' policy matrix all read the registry.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
-from solm.core.tip_structure import PROMPT_STEP, TipTracker, TipVocab
+from solm.core.errors import SolmError
+from solm.core.systems.tip import PROMPT_STEP, TipTracker, TipVocab
 
 
 @dataclass
@@ -31,7 +31,6 @@ class RequestKV:
     """The KV bookkeeping of one request: its pages in order and its tokens' slots."""
 
     rid: int
-    page_size: int
     pages: list[Page] = field(default_factory=list)
     slots: list[int] = field(default_factory=list)  # slot of token i (stale once evicted)
     step_of: list[int] = field(default_factory=list)
@@ -43,9 +42,12 @@ class RequestKV:
 
 
 class EvictionPolicy:
-    name = "base"
-    needs_scores = False  # the runtime then accumulates attention mass per page
-    fresh_page_per_step = False
+    name: ClassVar[str] = ""
+    help: ClassVar[str] = ""  # one line, shown in the CLI's --help
+    needs_budget: ClassVar[bool] = False  # reads --budget (at least two pages)
+    needs_scores: ClassVar[bool] = False  # the runtime then accumulates attention mass per page
+    fresh_page_per_step: ClassVar[bool] = False
+    needs_registers: ClassVar[bool] = False  # reads the tokenizer's register tokens
 
     def __init__(self, budget: int | None = None, page_size: int = 64):
         self.budget, self.page_size = budget, page_size
@@ -71,15 +73,33 @@ class EvictionPolicy:
         return gone
 
 
+POLICIES: dict[str, type[EvictionPolicy]] = {}
+
+
+def register_policy(cls: type[EvictionPolicy]) -> type[EvictionPolicy]:
+    """Class decorator: make a policy available by its `name` everywhere."""
+    if not cls.name or not cls.help:
+        raise ValueError(f"{cls.__name__} needs a name and a one-line help")
+    if POLICIES.get(cls.name, cls) is not cls:
+        raise ValueError(f"policy name '{cls.name}' is taken by {POLICIES[cls.name].__name__}")
+    POLICIES[cls.name] = cls
+    return cls
+
+
+@register_policy
 class DensePolicy(EvictionPolicy):
     name = "dense"
+    help = "no eviction"
 
 
+@register_policy
 class StreamingLLMPolicy(EvictionPolicy):
     """Once a request outgrows the budget: 4 attention-sink tokens (their page stays
     allocated) + the newest whole pages that fit in the rest of the budget."""
 
     name = "streamingllm"
+    help = "4 sink tokens + the most recent pages, within --budget"
+    needs_budget = True
     sinks = 4
 
     def recent_pages(self) -> int:
@@ -98,10 +118,13 @@ class StreamingLLMPolicy(EvictionPolicy):
         return [(first, min(self.sinks, len(first.tokens)))] + [(p, len(p.tokens)) for p in rest]
 
 
+@register_policy
 class H2OPolicy(EvictionPolicy):
     """Recent pages and heavy-hitter pages (highest accumulated attention), half each."""
 
     name = "h2o"
+    help = "recent pages + heavy-hitter pages (most attention), half of --budget each"
+    needs_budget = True
     needs_scores = True
 
     def evict(self, req: RequestKV) -> list[Page]:
@@ -116,11 +139,14 @@ class H2OPolicy(EvictionPolicy):
         return self._drop(req, keep)
 
 
+@register_policy
 class TipPolicy(EvictionPolicy):
     """Register-driven: reusing register r frees the pages of the step that held r."""
 
     name = "tip"
+    help = "register-driven: reusing <reg_i> frees the pages of the step that held it"
     fresh_page_per_step = True
+    needs_registers = True
 
     def start(self, req: RequestKV, vocab: TipVocab | None) -> None:
         if vocab is None:
@@ -139,16 +165,16 @@ class TipPolicy(EvictionPolicy):
         return self._drop(req, {p.id for p in req.pages if p.step not in dead})
 
 
-POLICIES: dict[str, type[EvictionPolicy]] = {
-    cls.name: cls for cls in (DensePolicy, StreamingLLMPolicy, H2OPolicy, TipPolicy)}
+def policies_help() -> str:
+    """One line per registered policy, for --help."""
+    return "; ".join(f"`{name}`: {cls.help}" for name, cls in POLICIES.items())
 
 
 def make_policy(name: str, budget: int | None = None, page_size: int = 64) -> EvictionPolicy:
     if name not in POLICIES:
-        raise ValueError(f"unknown policy '{name}': choose one of {', '.join(POLICIES)}")
+        raise SolmError(f"unknown policy '{name}': choose one of {', '.join(POLICIES)}")
     cls = POLICIES[name]
-    if cls in (StreamingLLMPolicy, H2OPolicy):
-        if budget is None or budget < 2 * page_size:
-            raise ValueError(f"--policy {name} needs --budget of at least two pages "
-                             f"({2 * page_size} tokens)")
+    if cls.needs_budget and (budget is None or budget < 2 * page_size):
+        raise SolmError(f"--policy {name} needs --budget of at least two pages "
+                        f"({2 * page_size} tokens)")
     return cls(budget=budget, page_size=page_size)

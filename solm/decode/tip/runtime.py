@@ -4,7 +4,11 @@ Each step feeds one token per active request (q = 1, B = batch) and reads, per r
 the slots its eviction policy shows. When a request finishes, its pages go back to the free
 list and the next waiting request is prefilled into its batch row (continuous refill).
 Positions are plain token positions; eviction changes only which keys attention reads, which
-is exactly what `solm.core.tip_structure` trains under.
+is exactly what `solm.core.systems.tip` trains under.
+
+The page size lives in the runtime alone: the policies it makes and the pages it allocates
+read it from there. Decoding is split into `_admit` (prefill a request into a free batch
+row), `_decode_step` (one token for every row) and `_result` (finish a row).
 """
 
 from __future__ import annotations
@@ -15,27 +19,28 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 
+from solm.core.chat import eos_ids
+from solm.core.errors import SolmError
 from solm.core.sampling import Sampler, SamplingConfig
-from solm.core.tip_structure import TipVocab
+from solm.core.systems.tip import TipVocab
 from solm.decode.attention import attention_implementation
+from solm.decode.flags import MAX_NEW_TOKENS as FLAG_MAX_NEW_TOKENS
 from solm.decode.head import OutputHead
 from solm.decode.paged import PageAllocator, PagedCache
 from solm.decode.paged_attention import PAGED_NAME, paged_reads
-from solm.decode.policies import EvictionPolicy, Page, RequestKV, make_policy
 from solm.decode.pool import num_layers_of
-
-FLAG_MAX_NEW_TOKENS = "max_new_tokens"
+from solm.decode.tip.policies import EvictionPolicy, Page, RequestKV, make_policy
 
 
 @dataclass
 class TipDecodeConfig:
     policy: str = "tip"
-    budget: int | None = None  # tokens, for streamingllm / h2o
-    page_size: int = 64
+    budget: int | None = None  # tokens, for policies that need a budget
     batch_size: int = 16
     max_new_tokens: int = 4096
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     record_logits: bool = False
+    record_reads: bool = False  # keep, per decode step, the token indices attention read
     check_reads: bool = False  # assert every read slot is on a page the reader owns
 
 
@@ -60,8 +65,9 @@ class TipResult:
     prefill_s: float
     decode_s: float
     logits: torch.Tensor | None = None  # [generated, vocab] when recorded
-
+    reads: list[list[int]] | None = None  # per decode step: token indices read, when recorded
     slots_written: int = 0  # prompt + generated tokens
+    evicted_pages: int = 0  # pages the policy freed before the request ended
 
     @property
     def fragmentation(self) -> float:
@@ -77,6 +83,8 @@ class _Row:
     pending: int
     ids: list[int] = field(default_factory=list)
     logits: list[torch.Tensor] = field(default_factory=list)
+    reads: list[list[int]] = field(default_factory=list)
+    evicted_pages: int = 0
     live_sum: int = 0
     peak_pages: int = 0
     peak_live: int = 0
@@ -101,8 +109,8 @@ class TipRuntime:
             self.vocab: TipVocab | None = TipVocab.from_tokenizer(tokenizer, num_registers)
         except ValueError:
             self.vocab = None
-        eos = tokenizer.eos_token_id
-        self.eos = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
+        self.eos = set(eos_ids(tokenizer))
+        self._record_reads = False
 
     # ---- pages --------------------------------------------------------------------------
 
@@ -125,6 +133,11 @@ class TipRuntime:
     def _release(self, pages: list[Page]) -> None:
         for p in pages:
             self.allocator.free(p.id)
+
+    def _evict(self, row: _Row, policy: EvictionPolicy) -> None:
+        gone = policy.evict(row.kv)
+        row.evicted_pages += len(gone)
+        self._release(gone)
 
     def _slots_of(self, visible: list[tuple[Page, int]]) -> torch.Tensor:
         """Slots of the first n tokens of each visible page (a page fills from offset 0), in
@@ -165,16 +178,18 @@ class TipRuntime:
                 for p, n in v:
                     p.score += float(total[start:start + n].sum())
                     start += n
-        for r, x in zip(rows, read):
+        for r, x, v in zip(rows, read, vis):
             r.live_sum += len(x) if not prefill_causal else 0
             r.peak_live = max(r.peak_live, len(x))
+            if self._record_reads and not prefill_causal:
+                r.reads.append([t for p, n in v for t in p.tokens[:n]])
         return logits
 
     # ---- the loop -----------------------------------------------------------------------
 
     def _admit(self, req: TipRequest, policy: EvictionPolicy,
                config: TipDecodeConfig) -> _Row:
-        kv = RequestKV(req.rid, self.page_size)
+        kv = RequestKV(req.rid)
         policy.start(kv, self.vocab)
         sampling = replace(config.sampling, seed=config.sampling.seed + req.seed)
         row = _Row(req, kv, Sampler(sampling), pending=-1)
@@ -182,7 +197,7 @@ class TipRuntime:
         slots = [self._place(row, t, True, policy) for t in req.prompt]
         logits = self._forward([row], [req.prompt], slots, [list(range(len(req.prompt)))],
                                policy, prefill_causal=True)
-        self._release(policy.evict(kv))
+        self._evict(row, policy)
         row.peak_pages = len(kv.pages)
         row.pending = self._choose(row, logits[0], config)
         row.prefill_s = time.perf_counter() - started
@@ -216,16 +231,19 @@ class TipRuntime:
             mean_live_tokens=row.live_sum / max(1, steps), peak_pages=row.peak_pages,
             peak_live_tokens=row.peak_live, slots_allocated=row.slots_allocated,
             prefill_s=row.prefill_s, decode_s=row.decode_s,
-            logits=torch.stack(row.logits) if row.logits else None, slots_written=written)
+            logits=torch.stack(row.logits) if row.logits else None,
+            reads=row.reads if self._record_reads else None, slots_written=written,
+            evicted_pages=row.evicted_pages)
 
     def run(self, requests: Iterable[TipRequest], config: TipDecodeConfig,
             on_step: Callable[[int], None] | None = None) -> Iterator[TipResult]:
         """Decode every request; results come out in the order requests finish.
         `on_step(n)` is called after each decode step with the tokens it fed (for progress)."""
-        policy = make_policy(config.policy, config.budget, config.page_size)
-        if policy.name == "tip" and self.vocab is None:
-            raise ValueError("--policy tip needs a tokenizer with the register tokens")
+        policy = make_policy(config.policy, config.budget, self.page_size)
+        if policy.needs_registers and self.vocab is None:
+            raise SolmError(f"--policy {policy.name} needs a tokenizer with the register tokens")
         self.cache.state.check_reads = config.check_reads
+        self._record_reads = config.record_reads
         waiting = iter(requests)
         rows: list[_Row] = []
         exhausted = False
@@ -246,20 +264,25 @@ class TipRuntime:
                 continue  # refill before the next step
             if not rows:
                 return
-            started = time.perf_counter()
-            tokens, slots, positions = [], [], []
-            for r in rows:
-                pos = r.kv.n_tokens
-                slots.append(self._place(r, r.pending, False, policy))
-                self._release(policy.evict(r.kv))
-                tokens.append([r.pending])
-                positions.append([pos])
-                r.ids.append(r.pending)
-            logits = self._forward(rows, tokens, slots, positions, policy)
-            elapsed = time.perf_counter() - started
-            for i, r in enumerate(rows):
-                r.decode_s += elapsed
-                r.peak_pages = max(r.peak_pages, len(r.kv.pages))
-                r.pending = self._choose(r, logits[i], config)
+            self._decode_step(rows, policy, config)
             if on_step is not None:
                 on_step(len(rows))
+
+    def _decode_step(self, rows: list[_Row], policy: EvictionPolicy,
+                     config: TipDecodeConfig) -> None:
+        """Feed every row's pending token in one forward pass and choose the next ones."""
+        started = time.perf_counter()
+        tokens, slots, positions = [], [], []
+        for r in rows:
+            pos = r.kv.n_tokens
+            slots.append(self._place(r, r.pending, False, policy))
+            self._evict(r, policy)
+            tokens.append([r.pending])
+            positions.append([pos])
+            r.ids.append(r.pending)
+        logits = self._forward(rows, tokens, slots, positions, policy)
+        elapsed = time.perf_counter() - started
+        for i, r in enumerate(rows):
+            r.decode_s += elapsed
+            r.peak_pages = max(r.peak_pages, len(r.kv.pages))
+            r.pending = self._choose(r, logits[i], config)

@@ -8,16 +8,16 @@ from typing import Callable, Iterable
 
 from solm.core.chat import prompt_ids
 from solm.core.jsonl import JsonlWriter, done_ids
-from solm.core.metrics import pasta_metrics
 from solm.core.records import Record
-from solm.core.structure import walk_training_order
-from solm.decode.pasta_runtime import DecodeConfig, DecodeResult, PastaRuntime
+from solm.core.systems.pasta import walk_training_order
+from solm.core.systems.pasta_schedule import pasta_metrics
+from solm.decode.pasta.runtime import PastaDecodeConfig, PastaDecodeResult, PastaRuntime
 
 DEMO_PROMPTS = Path(__file__).with_name("demo_prompts.jsonl")
 
 
 @dataclass
-class DecodeSummary:
+class PastaDecodeSummary:
     done: int = 0
     skipped: int = 0
     flagged: dict[str, int] = field(default_factory=dict)
@@ -31,7 +31,7 @@ class DecodeSummary:
         return d
 
 
-def result_record(rt: PastaRuntime, rec: Record, res: DecodeResult, mode: str) -> dict:
+def result_record(rt: PastaRuntime, rec: Record, res: PastaDecodeResult, mode: str) -> dict:
     tok = rt.tokenizer
     attrs, _ = walk_training_order(res.ids, rt.vocab) if mode == "parallel" else (None, None)
     content_ids = ([t for t, a in zip(res.ids, attrs) if not a.is_tag] if attrs is not None
@@ -53,9 +53,11 @@ def result_record(rt: PastaRuntime, rec: Record, res: DecodeResult, mode: str) -
     }
 
 
-def decode_file(rt: PastaRuntime, records: Iterable[Record], out: Path, config: DecodeConfig,
-                on_row: Callable[[DecodeSummary, dict], None] | None = None) -> DecodeSummary:
-    summary = DecodeSummary()
+def decode_file(rt: PastaRuntime, records: Iterable[Record], out: Path,
+                config: PastaDecodeConfig,
+                on_row: Callable[[PastaDecodeSummary, dict], None] | None = None
+                ) -> PastaDecodeSummary:
+    summary = PastaDecodeSummary()
     seen = done_ids(out)
     with JsonlWriter(out) as writer:
         for rec in records:

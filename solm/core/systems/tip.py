@@ -7,8 +7,10 @@ every later token no longer see it. Positions are the plain token positions (evi
 only which keys attention reads), and targets are the next token.
 
 `TipTracker` is fed tokens in order and reports each token's step and the steps it kills; the
-runtime uses it to free pages, and `tip_structure` uses it to build training masks, so both
-see exactly the same rule.
+runtime uses it to free pages, and `structure` uses it to build training masks, so both see
+exactly the same rule. Visibility is two mask terms over token attributes (`index`: the
+token's place in the sequence, `death`: the index of the token that kills its step):
+`and_masks(causal, step_alive)`.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from typing import Sequence
 import torch
 
 from solm.core.control_tokens import register_token
-from solm.core.structure import IGNORE
+from solm.core.structure import IGNORE, Attrs, Structure, and_masks, pairwise
 
+NAME = "tip"
 PROMPT_STEP = -1  # prompt tokens: always visible
 
 
@@ -42,6 +45,9 @@ class TipVocab:
     @property
     def num_registers(self) -> int:
         return len(self.registers)
+
+
+Vocab = TipVocab  # the name every structure module exports
 
 
 @dataclass
@@ -84,19 +90,26 @@ def tip_steps(response_ids: Sequence[int], vocab: TipVocab) -> tuple[list[int], 
     return steps, [death.get(s, end) for s in steps]
 
 
-@dataclass
-class TipStructure:
-    visible: torch.Tensor  # bool [T, T]
-    position_ids: torch.Tensor  # long [T]
-    targets: torch.Tensor  # long [T]: the next token, IGNORE at the end
-    step: torch.Tensor  # long [T]: PROMPT_STEP for the prompt, else the step id
-    death: torch.Tensor  # long [T]: index of the token that kills this token's step (T+1: never)
+def causal(q: Attrs, k: Attrs) -> torch.Tensor:
+    """Keys at or before the query."""
+    return k["index"] <= q["index"]
 
 
-def tip_structure(token_ids: Sequence[int] | torch.Tensor, vocab: TipVocab,
-                  prompt_len: int) -> TipStructure:
+def step_alive(q: Attrs, k: Attrs) -> torch.Tensor:
+    """Keys whose step is still alive at the query: not killed at or before it."""
+    return k["death"] > q["index"]
+
+
+tip_visible = and_masks(causal, step_alive)
+
+
+def structure(token_ids: Sequence[int] | torch.Tensor, vocab: TipVocab,
+              prompt_len: int = 0) -> Structure:
     """Mask, positions and targets of prompt + TIP response: token i sees token j <= i unless
-    j's step died at or before i."""
+    j's step died at or before i. Registers inside the prompt are ordinary prompt tokens.
+
+    `attrs`: `index`, `step` (PROMPT_STEP for the prompt) and `death` (index of the token that
+    kills this token's step; T + 1 when it never dies)."""
     if isinstance(token_ids, torch.Tensor):
         token_ids = token_ids.tolist()
     t = len(token_ids)
@@ -108,10 +121,9 @@ def tip_structure(token_ids: Sequence[int] | torch.Tensor, vocab: TipVocab,
         death_at[death_at >= t] = t + 1
         step[prompt_len:] = torch.tensor(steps, dtype=torch.long)
     idx = torch.arange(t)
-    causal = idx[None, :] <= idx[:, None]
-    alive = death_at[None, :] > idx[:, None]
+    attrs = {"index": idx, "step": step, "death": death_at}
     targets = torch.full((t,), IGNORE, dtype=torch.long)
     if t > 1:
         targets[:-1] = torch.tensor(token_ids[1:], dtype=torch.long)
-    return TipStructure(visible=causal & alive, position_ids=idx.clone(), targets=targets,
-                        step=step, death=death_at)
+    return Structure(visible=pairwise(tip_visible, attrs, attrs), position_ids=idx.clone(),
+                     targets=targets, attrs=attrs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from solm.core.structure import PastaVocab
+from solm.core.systems.pasta import PastaVocab
 
 
 class PastaGrammar:

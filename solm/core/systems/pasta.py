@@ -1,0 +1,221 @@
+"""PASTA's structure: who may attend to whom, at which position, predicting what.
+
+The single source of truth for PASTA's masks, positions and targets. Every token gets a small
+record of attributes (`TokenAttrs`) from a tracker that sees each thread's tokens in that
+thread's order; visibility is three named mask terms over two tokens' attributes, composed
+with `or_masks` (`pasta_visible`). Training walks the finished sequence in training order;
+the runtime feeds the same tracker in decode order, one step at a time. Attributes do not
+depend on how threads interleave, so both build the same mask rows.
+
+Pasta-Lang rules implemented here (see DESIGN.md):
+- an async block sees the main thread up to and including its promise, and itself;
+- main-thread tokens do not see an async block until a `<sync/>` after its promise;
+- an async block sees blocks that were joined (synced) before its promise;
+- positions: the block starts right after its promise; the main thread continues at
+  promise position + 1 + 10·N ("Pred-10X");
+- targets: the next token of the same thread; the promise's closing token therefore
+  predicts the first main-thread token after its block; `</async>` predicts nothing.
+
+Malformed sequences never raise; they are read as follows (and tested):
+- `<async>` not directly after a promise's closing token, `</async>` outside a block, and
+  a promise's tokens without a following block are ordinary main-thread tokens (a promise
+  closing token still moves the main thread's positions by 10·N);
+- inside a block, promise / sync / `<async>` tokens are ordinary block tokens (no nesting);
+- `<sync/>` with nothing open just advances the epoch (harmless);
+- a block left unclosed runs to the end of the sequence and is never joined.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from solm.core.chat import eos_ids
+from solm.core.control_tokens import (ASYNC_CLOSE, ASYNC_OPEN, MAX_PROMISE_TENS, PROMISE_OPEN,
+                                      SYNC, promise_close)
+from solm.core.structure import IGNORE, Attrs, Structure, or_masks, pairwise
+
+NAME = "pasta"
+MAIN = 0
+EMPTY = -1  # thread id of an unused pool slot
+ATTR_NAMES = ("thread", "order", "anchor", "epoch", "join")  # what visibility reads
+
+
+@dataclass(frozen=True)
+class PastaVocab:
+    """Token ids of Pasta-Lang's control tokens in one tokenizer."""
+
+    promise_open: int
+    async_open: int
+    async_close: int
+    sync: int
+    close_tens: dict[int, int]  # closing-token id -> N
+    eos: tuple[int, ...] = ()
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer) -> "PastaVocab":
+        vocab = tokenizer.get_vocab()
+        missing = [t for t in (PROMISE_OPEN, ASYNC_OPEN, ASYNC_CLOSE, SYNC) if t not in vocab]
+        if missing:
+            raise ValueError(f"tokenizer lacks Pasta-Lang tokens {missing}; "
+                             f"call add_control_tokens(model, tokenizer, 'pasta') first")
+        close = {vocab[promise_close(n)]: n for n in range(1, MAX_PROMISE_TENS + 1)}
+        return cls(vocab[PROMISE_OPEN], vocab[ASYNC_OPEN], vocab[ASYNC_CLOSE], vocab[SYNC],
+                   close, eos_ids(tokenizer))
+
+    @property
+    def control_ids(self) -> list[int]:
+        return [self.promise_open, self.async_open, self.async_close, self.sync,
+                *self.close_tens]
+
+
+Vocab = PastaVocab  # the name every structure module exports
+
+
+@dataclass
+class TokenAttrs:
+    """Per-token attributes; visibility and positions are functions of these alone."""
+
+    thread: int  # 0 main, i >= 1 the i-th async block
+    order: int  # index within its thread
+    anchor: int  # main: own order; block: main order of its promise's closing token
+    epoch: int  # main: syncs completed (a sync counts itself); block: epoch at its promise
+    join: int  # block: the epoch at which main sees it; main: 0
+    pos: int  # position id
+    is_tag: bool = False  # part of a control tag (not response content)
+
+
+@dataclass
+class _Fork:
+    anchor: int
+    epoch: int
+    next_pos: int
+    order: int = 0
+
+
+class PastaTracker:
+    """Assigns TokenAttrs to tokens as each thread emits them (any interleaving)."""
+
+    def __init__(self, vocab: PastaVocab, start_pos: int = 0):
+        self.vocab = vocab
+        self.main_order = 0
+        self.main_pos = start_pos
+        self.epoch = 0
+        self.forks: dict[int, _Fork] = {}
+        self._in_topic = False
+        self._last_close: tuple[int, int, int] | None = None  # (order, pos, epoch)
+        self.last_main_was_close = False
+
+    def main(self, tok: int) -> TokenAttrs:
+        v = self.vocab
+        is_sync = tok == v.sync
+        if is_sync:
+            self.epoch += 1
+        is_close = tok in v.close_tens
+        is_tag = self._in_topic or is_close or tok in (v.promise_open, v.sync)
+        attrs = TokenAttrs(MAIN, self.main_order, self.main_order, self.epoch, 0, self.main_pos,
+                           is_tag)
+        if is_close:
+            self._last_close = (self.main_order, self.main_pos, self.epoch)
+            self.main_pos += 1 + 10 * v.close_tens[tok]
+            self._in_topic = False
+        else:
+            self.main_pos += 1
+            if tok == v.promise_open:
+                self._in_topic = True
+        self.last_main_was_close = is_close
+        self.main_order += 1
+        return attrs
+
+    def open_fork(self) -> int:
+        """Start the block of the promise whose closing token main fed last; returns its id."""
+        if self._last_close is None:
+            raise RuntimeError("open_fork() without a promise")
+        order, pos, epoch = self._last_close
+        fid = len(self.forks) + 1
+        self.forks[fid] = _Fork(anchor=order, epoch=epoch, next_pos=pos + 1)
+        self._last_close = None
+        self.last_main_was_close = False
+        return fid
+
+    def fork(self, fid: int, tok: int) -> TokenAttrs:
+        f = self.forks[fid]
+        is_tag = tok in (self.vocab.async_open, self.vocab.async_close)
+        attrs = TokenAttrs(fid, f.order, f.anchor, f.epoch, f.epoch + 1, f.next_pos, is_tag)
+        f.order += 1
+        f.next_pos += 1
+        return attrs
+
+
+# ---- visibility: three terms over query (q) and key (k) attributes ------------------------
+
+def main_up_to_promise(q: Attrs, k: Attrs) -> torch.Tensor:
+    """Main-thread keys up to the query's anchor: main tokens see main's past; a block sees
+    main up to and including its promise."""
+    return (k["thread"] == MAIN) & (k["order"] <= q["anchor"])
+
+
+def own_block(q: Attrs, k: Attrs) -> torch.Tensor:
+    """A block's earlier tokens (and itself) are visible to that block."""
+    return (k["thread"] > MAIN) & (k["thread"] == q["thread"]) & (k["order"] <= q["order"])
+
+
+def joined_after_sync(q: Attrs, k: Attrs) -> torch.Tensor:
+    """A block's tokens are visible to every token whose epoch reached the block's join
+    epoch: main after the `<sync/>` that joined it, blocks promised after that sync."""
+    return (k["thread"] > MAIN) & (k["join"] <= q["epoch"])
+
+
+pasta_visible = or_masks(main_up_to_promise, own_block, joined_after_sync)
+"""Pasta-Lang visibility. Keys with thread == EMPTY (unused pool slots) match no term."""
+
+
+def attrs_to_tensors(attrs: Sequence[TokenAttrs], device=None) -> dict[str, torch.Tensor]:
+    names = (*ATTR_NAMES, "pos", "is_tag")
+    return {n: torch.tensor([int(getattr(a, n)) for a in attrs], dtype=torch.long, device=device)
+            for n in names}
+
+
+def walk_training_order(token_ids: Sequence[int], vocab: PastaVocab
+                        ) -> tuple[list[TokenAttrs], list[int]]:
+    """Attributes of each token of a training-order sequence, and the thread streams' next
+    tokens (targets)."""
+    tracker = PastaTracker(vocab)
+    attrs: list[TokenAttrs] = []
+    current: int | None = None
+    for tok in token_ids:
+        tok = int(tok)
+        if current is None:
+            if tok == vocab.async_open and tracker.last_main_was_close:
+                current = tracker.open_fork()
+                attrs.append(tracker.fork(current, tok))
+            else:
+                attrs.append(tracker.main(tok))
+        else:
+            attrs.append(tracker.fork(current, tok))
+            if tok == vocab.async_close:
+                current = None
+    targets = [IGNORE] * len(attrs)
+    last_of_thread: dict[int, int] = {}
+    for idx, a in enumerate(attrs):
+        prev = last_of_thread.get(a.thread)
+        if prev is not None and int(token_ids[prev]) != vocab.async_close:
+            targets[prev] = int(token_ids[idx])
+        last_of_thread[a.thread] = idx
+    return attrs, targets
+
+
+def structure(token_ids: Sequence[int] | torch.Tensor, vocab: PastaVocab,
+              prompt_len: int = 0) -> Structure:
+    """Mask, positions and targets of a Pasta-Lang token sequence (prompt + response).
+
+    The prompt is main-thread text under the same rules (`prompt_len` is accepted so every
+    system's `structure` has one signature; PASTA's rules do not depend on it)."""
+    if isinstance(token_ids, torch.Tensor):
+        token_ids = token_ids.tolist()
+    attrs, targets = walk_training_order(token_ids, vocab)
+    t = attrs_to_tensors(attrs)
+    return Structure(visible=pairwise(pasta_visible, t, t), position_ids=t["pos"],
+                     targets=torch.tensor(targets, dtype=torch.long), attrs=t)

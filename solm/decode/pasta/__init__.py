@@ -1,0 +1,1 @@
+"""PASTA decoding: the asynchronous runtime, its grammar, and decoding a prompt file."""

@@ -1,0 +1,390 @@
+"""PASTA's asynchronous decoding runtime: promised chunks decode as parallel threads.
+
+All threads share one pre-allocated KV pool and one forward step (`solm.decode.step.PoolStep`,
+masked by `pasta_visible`): every step feeds one token for every active thread in a single
+forward pass; each fed token's attributes come from `PastaTracker`, the same code training
+uses, so the runtime decodes exactly what a model was trained on.
+
+- the main thread decodes; when it feeds a promise's closing token, a block thread starts in
+  the same step with `<async>` and runs until it feeds `</async>`;
+- the main thread does not see blocks until `<sync/>`, which waits for every open block and
+  enters the pool in the step where the last block feeds its final token;
+- `mode="sequential"` decodes with the same runtime one token at a time, ignoring tags
+  (the baseline); `mode="parallel"` acts on the tags.
+
+Decoding is split as in gpt-fast's generate.py: `prefill` (prompt into the pool, first token
+chosen) returns a `PastaRunState`; `step` schedules one batch (which threads feed what),
+runs one forward pass and chooses each thread's next token; `finish` assembles the result.
+Anything that cuts decoding short ends cleanly and is reported in `PastaDecodeResult.flags`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from solm.core.sampling import Sampler, SamplingConfig, formatting_token_ids
+from solm.core.systems.pasta import (ATTR_NAMES, MAIN, PastaTracker, PastaVocab, TokenAttrs,
+                                     pasta_visible, walk_training_order)
+from solm.decode.flags import (BLOCK_CUT as FLAG_BLOCK_CUT,
+                               EOS_WITH_OPEN_FORKS as FLAG_EOS_WITH_OPEN_FORKS,
+                               FORK_CAPPED as FLAG_FORK_CAPPED, FORK_EOS as FLAG_FORK_EOS,
+                               MAX_NEW_TOKENS as FLAG_MAX_NEW_TOKENS, POOL_FULL as FLAG_POOL_FULL,
+                               TOPIC_CAPPED as FLAG_TOPIC_CAPPED)
+from solm.decode.pasta.grammar import PastaGrammar
+from solm.decode.step import PoolStep
+
+MODES = ("parallel", "sequential")
+PENALIZE_SCOPES = ("all", "blocks")
+
+
+@dataclass
+class PastaDecodeConfig:
+    mode: str = "parallel"
+    max_new_tokens: int = 1024
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    max_fork_tokens: int = 512
+    max_topic_tokens: int = 24
+    record_logits: bool = False
+    # threads the repetition penalty and n-gram ban apply to: "all", or "blocks" (async blocks
+    # only: the main thread's list markers and newlines repeat by design)
+    penalize: str = "all"
+
+
+@dataclass
+class PastaDecodeResult:
+    ids: list[int]  # response tokens in training order (blocks spliced after their promises)
+    forward_passes: int  # decode steps after prefill
+    threads: int  # blocks started
+    tokens_fed: int
+    prefill_s: float
+    decode_s: float
+    flags: list[str]
+    logits: torch.Tensor | None = None  # [len(ids), vocab] in training order, when recorded
+
+    @property
+    def wall_s(self) -> float:
+        return self.prefill_s + self.decode_s
+
+
+@dataclass
+class _Thread:
+    tid: int
+    pending: int | None = None  # next token to feed
+    fed: list[int] = field(default_factory=list)
+    done: bool = False
+    in_topic: bool = False
+    topic_len: int = 0
+    script: Sequence[int] | None = None  # replay: the recorded stream
+    closed_by_stop: bool = False  # decoding stopped early; `</async>` added to the output only
+    logits: list[torch.Tensor] = field(default_factory=list)
+
+
+# chooser(thread, logits row, run state) -> next token of that thread
+Chooser = Callable[[_Thread, torch.Tensor, "PastaRunState"], int]
+
+
+@dataclass
+class PastaRunState:
+    """Everything one decode carries from step to step."""
+
+    config: PastaDecodeConfig
+    tracker: PastaTracker
+    chooser: Chooser | None  # None: replay (threads follow their scripts)
+    replay_anchors: set[int]  # replay: main-stream indices of promises that open a block
+    threads: dict[int, _Thread] = field(default_factory=lambda: {MAIN: _Thread(MAIN)})
+    fork_anchor: dict[int, int] = field(default_factory=dict)  # block id -> its close in main
+    flags: set[str] = field(default_factory=set)
+    blocks_since_sync: int = 0
+    steps: int = 0
+    fed_total: int = 0
+    generated: int = 0
+    prefill_s: float = 0.0
+    decode_started: float = 0.0
+    decode_s: float = 0.0
+
+    @property
+    def main(self) -> _Thread:
+        return self.threads[MAIN]
+
+    @property
+    def parallel(self) -> bool:
+        return self.config.mode == "parallel"
+
+    @property
+    def replaying(self) -> bool:
+        return self.chooser is None
+
+    def next_token(self, th: _Thread, logits: torch.Tensor) -> int | None:
+        if th.script is not None:
+            k = len(th.fed)
+            return th.script[k] if k < len(th.script) else None
+        return self.chooser(th, logits, self)
+
+
+class PastaRuntime:
+    """Decode with one model; reuse the object across prompts (the pool is reused)."""
+
+    def __init__(self, model, tokenizer, pool_size: int = 2048):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.vocab = PastaVocab.from_tokenizer(tokenizer)
+        self.forward = PoolStep(model, pool_size, pasta_visible, ATTR_NAMES)
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        self._grammar: PastaGrammar | None = None
+
+    @property
+    def pool_size(self) -> int:
+        return self.forward.pool_size
+
+    @property
+    def used(self) -> int:
+        """Pool slots written by the current (or last) decode."""
+        return self.forward.used
+
+    @property
+    def grammar(self) -> PastaGrammar:
+        if self._grammar is None:
+            self._grammar = PastaGrammar(self.vocab, self.tokenizer, self.vocab_size)
+        return self._grammar
+
+    # ---- public API -------------------------------------------------------------------
+
+    def generate(self, prompt_ids: Sequence[int], config: PastaDecodeConfig
+                 ) -> PastaDecodeResult:
+        always = [*self.vocab.control_ids, *self.vocab.eos]
+        exempt = list(always)
+        if config.sampling.repetition_penalty != 1.0:
+            exempt += formatting_token_ids(self.tokenizer)
+        sampler = Sampler(config.sampling, device="cpu", exempt=exempt, always_allowed=always)
+        return self.run(prompt_ids, config, chooser=self.sampling_chooser(sampler, config))
+
+    def replay(self, prompt_ids: Sequence[int], response_ids: Sequence[int],
+               mode: str = "parallel", record_logits: bool = False,
+               max_new_tokens: int | None = None) -> PastaDecodeResult:
+        """Teacher-force recorded tokens on the real schedule (the benchmark's replay mode)."""
+        config = PastaDecodeConfig(mode=mode, record_logits=record_logits,
+                                   max_new_tokens=max_new_tokens or len(response_ids) + 1,
+                                   max_fork_tokens=len(response_ids) + 1)
+        response_ids = [int(t) for t in response_ids]
+        anchors: set[int] = set()
+        if mode == "parallel":
+            attrs, _ = walk_training_order(response_ids, self.vocab)
+            streams: dict[int, list[int]] = {MAIN: []}
+            for tok, a in zip(response_ids, attrs):
+                streams.setdefault(a.thread, []).append(tok)
+                if a.thread != MAIN:
+                    anchors.add(a.anchor)
+        else:
+            streams = {MAIN: response_ids}
+        return self.run(prompt_ids, config, chooser=None, scripts=streams,
+                        replay_anchors=anchors)
+
+    def run(self, prompt_ids: Sequence[int], config: PastaDecodeConfig, chooser: Chooser | None,
+            scripts: dict[int, list[int]] | None = None,
+            replay_anchors: set[int] = frozenset()) -> PastaDecodeResult:
+        """Prefill, step until done, finish. `chooser` None replays `scripts` instead."""
+        state = self.prefill(prompt_ids, config, chooser, scripts, replay_anchors)
+        while self.step(state):
+            pass
+        return self.finish(state)
+
+    def sampling_chooser(self, sampler: Sampler, config: PastaDecodeConfig) -> Chooser:
+        """Next-token choice under Pasta-Lang's grammar for each thread's state."""
+        g = self.grammar if config.mode == "parallel" else None
+        if config.penalize not in PENALIZE_SCOPES:
+            raise ValueError(f"penalize must be 'all' or 'blocks', got {config.penalize!r}")
+        penalize_main = config.penalize == "all" or config.mode != "parallel"
+
+        def choose(thread: _Thread, logits: torch.Tensor, state: PastaRunState) -> int:
+            # the penalty and the n-gram ban look at what this thread wrote
+            history = thread.fed if (penalize_main or thread.tid != MAIN) else ()
+            if g is None:
+                return sampler(logits, self.grammar.sequential, history)
+            if thread.tid != MAIN:
+                return sampler(logits, g.fork, history)
+            if thread.in_topic:
+                banned = g.topic_must_close if thread.topic_len >= g.max_topic_tokens else g.topic
+                if thread.topic_len >= g.max_topic_tokens:
+                    state.flags.add(FLAG_TOPIC_CAPPED)
+                return sampler(logits, banned, history)
+            return sampler(logits, g.main if state.blocks_since_sync else g.main_no_sync,
+                           history)
+
+        return choose
+
+    # ---- prefill / step / finish ------------------------------------------------------
+
+    def prefill(self, prompt_ids: Sequence[int], config: PastaDecodeConfig,
+                chooser: Chooser | None, scripts: dict[int, list[int]] | None = None,
+                replay_anchors: set[int] = frozenset()) -> PastaRunState:
+        """Write the prompt into an empty pool and choose the main thread's first token."""
+        if config.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {config.mode!r}")
+        prompt_ids = [int(t) for t in prompt_ids]
+        if len(prompt_ids) + 1 > self.pool_size:
+            raise ValueError(f"prompt of {len(prompt_ids)} tokens does not fit a pool of "
+                             f"{self.pool_size} slots")
+        self.forward.reset()
+        state = PastaRunState(config, PastaTracker(self.vocab), chooser, set(replay_anchors))
+        if scripts is not None:
+            for tid, stream in scripts.items():
+                state.threads.setdefault(tid, _Thread(tid)).script = stream
+        t0 = time.perf_counter()
+        prompt_attrs = [state.tracker.main(t) for t in prompt_ids]
+        logits = self.forward(prompt_ids, prompt_attrs)[-1]
+        state.prefill_s = time.perf_counter() - t0
+        state.decode_started = time.perf_counter()
+        state.main.pending = state.next_token(state.main, logits)
+        state.generated = 0 if state.main.pending is None else 1
+        return state
+
+    def step(self, state: PastaRunState) -> bool:
+        """One forward pass for every thread that has a token to feed; False when done."""
+        self._end_main_at_eos(state)
+        batch, attrs = self._schedule(state)
+        if not batch:
+            return self._stop(state)
+        if not self.forward.fits(len(batch)):
+            state.flags.add(FLAG_POOL_FULL)
+            return self._stop(state)
+        logits = self.forward([tok for _, tok in batch], attrs)
+        state.steps += 1
+        state.fed_total += len(batch)
+        if self._advance(state, batch, logits):
+            state.flags.add(FLAG_MAX_NEW_TOKENS)
+            return self._stop(state)
+        return True
+
+    def finish(self, state: PastaRunState) -> PastaDecodeResult:
+        """Close blocks a stop cut short (flagged) and splice every thread in training order."""
+        v = self.vocab
+        if state.flags & {FLAG_POOL_FULL, FLAG_MAX_NEW_TOKENS}:
+            # close blocks cut short so the output stays well-formed Pasta-Lang (flagged above)
+            for tid, th in state.threads.items():
+                if tid != MAIN and th.fed and not th.done and th.fed[-1] != v.async_close:
+                    th.closed_by_stop = True
+                    state.flags.add(FLAG_BLOCK_CUT)
+        ids, logit_rows = _training_order(state.threads, state.fork_anchor,
+                                          state.config.record_logits, v.async_close)
+        return PastaDecodeResult(ids=ids, forward_passes=state.steps,
+                                 threads=len(state.threads) - 1, tokens_fed=state.fed_total,
+                                 prefill_s=state.prefill_s, decode_s=state.decode_s,
+                                 flags=sorted(state.flags),
+                                 logits=torch.stack(logit_rows) if logit_rows else None)
+
+    # ---- the pieces of a step ---------------------------------------------------------
+
+    @staticmethod
+    def _stop(state: PastaRunState) -> bool:
+        state.decode_s = time.perf_counter() - state.decode_started
+        return False
+
+    def _end_main_at_eos(self, state: PastaRunState) -> None:
+        main = state.main
+        if main.pending is not None and main.pending in self.vocab.eos and not state.replaying:
+            main.pending = None
+            main.done = True
+            if any(not th.done for tid, th in state.threads.items() if tid != MAIN):
+                state.flags.add(FLAG_EOS_WITH_OPEN_FORKS)
+        if main.pending is None:
+            main.done = True
+
+    def _schedule(self, state: PastaRunState) -> tuple[list[tuple[_Thread, int]],
+                                                       list[TokenAttrs]]:
+        """Who feeds what this step: main (unless it waits at `<sync/>` for open blocks),
+        every open block, and a block its promise's closing token starts in this step."""
+        v, main, tracker = self.vocab, state.main, state.tracker
+        active = [t for tid, t in state.threads.items()
+                  if tid != MAIN and not t.done and t.pending is not None]
+        feed_main = main.pending is not None
+        if feed_main and state.parallel and main.pending == v.sync and active:
+            feed_main = all(t.pending == v.async_close for t in active)
+        batch: list[tuple[_Thread, int]] = []
+        attrs: list[TokenAttrs] = []
+        new_fork: _Thread | None = None
+        if feed_main:
+            tok = main.pending
+            batch.append((main, tok))
+            attrs.append(tracker.main(tok))
+            if state.parallel and tok in v.close_tens and (
+                    not state.replaying or len(main.fed) in state.replay_anchors):
+                fid = tracker.open_fork()
+                new_fork = state.threads.setdefault(fid, _Thread(fid))
+                new_fork.pending = v.async_open
+                state.fork_anchor[fid] = len(main.fed)
+        for th in active:
+            batch.append((th, th.pending))
+            attrs.append(tracker.fork(th.tid, th.pending))
+        if new_fork is not None:
+            batch.append((new_fork, new_fork.pending))
+            attrs.append(tracker.fork(new_fork.tid, new_fork.pending))
+        return batch, attrs
+
+    def _advance(self, state: PastaRunState, batch: list[tuple[_Thread, int]],
+                 logits: torch.Tensor) -> bool:
+        """Record what each thread fed and choose its next token; True when the token cap
+        stopped decoding."""
+        v, main, config = self.vocab, state.main, state.config
+        stop = False
+        for row, (th, tok) in enumerate(batch):
+            th.fed.append(tok)
+            th.pending = None
+            if config.record_logits:
+                th.logits.append(logits[row])
+            if th is main:
+                if tok == v.sync:
+                    state.blocks_since_sync = 0
+                elif tok in v.close_tens:
+                    th.in_topic, th.topic_len = False, 0
+                    state.blocks_since_sync += 1
+                elif tok == v.promise_open:
+                    th.in_topic, th.topic_len = True, 0
+                elif th.in_topic:
+                    th.topic_len += 1
+            elif tok == v.async_close:
+                th.done = True
+                continue
+            if state.generated >= config.max_new_tokens:
+                stop = True
+                continue
+            nxt = state.next_token(th, logits[row])
+            if nxt is None:
+                th.done = True
+                continue
+            state.generated += 1
+            if th is not main and not state.replaying:
+                if nxt in v.eos:
+                    state.flags.add(FLAG_FORK_EOS)
+                    nxt = v.async_close
+                elif len(th.fed) >= config.max_fork_tokens and nxt != v.async_close:
+                    state.flags.add(FLAG_FORK_CAPPED)
+                    nxt = v.async_close
+            th.pending = nxt
+        return stop
+
+
+def _training_order(threads: dict[int, _Thread], fork_anchor: dict[int, int],
+                    with_logits: bool, async_close: int) -> tuple[list[int], list[torch.Tensor]]:
+    """Main's tokens with each block spliced in right after its promise's closing token."""
+    main = threads[MAIN]
+    after: dict[int, list[int]] = {}
+    for fid, idx in fork_anchor.items():
+        after.setdefault(idx, []).append(fid)
+    ids: list[int] = []
+    rows: list[torch.Tensor] = []
+    for i, tok in enumerate(main.fed):
+        ids.append(tok)
+        if with_logits:
+            rows.append(main.logits[i])
+        for fid in after.get(i, []):
+            fork = threads[fid]
+            ids.extend(fork.fed)
+            if with_logits:
+                rows.extend(fork.logits)
+            if fork.closed_by_stop:
+                ids.append(async_close)
+    return ids, rows
