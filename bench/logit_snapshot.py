@@ -53,14 +53,8 @@ def record(args) -> None:
     from solm.core.models import load_model
     from solm.core.pasta_lang import strip
 
-    try:  # after the restructure
-        from solm.decode.pasta.runtime import PastaRuntime
-        from solm.decode.tip.runtime import TipDecodeConfig, TipRequest, TipRuntime
-        from solm.decode.tip.policies import POLICIES
-    except ImportError:  # before it
-        from solm.decode.pasta_runtime import PastaRuntime
-        from solm.decode.tip_runtime import TipDecodeConfig, TipRequest, TipRuntime
-        from solm.decode.policies import POLICIES
+    from solm.decode.pasta.runtime import PastaRuntime
+    from solm.decode.tip.runtime import TipDecodeConfig, TipRequest, TipRuntime
 
     out: dict[str, torch.Tensor] = {}
     model, tok = load_model("smollm2-135m", dtype="fp32", device="cpu")
@@ -84,11 +78,9 @@ def record(args) -> None:
     pairs = [(prompt_ids(ttok, r["prompt"]), text_ids(ttok, r["response"])[: args.trace_tokens])
              for r in traces]
     trt = TipRuntime(tmodel, ttok, num_pages=256, page_size=16, num_registers=16)
-    for policy in sorted(POLICIES):
-        if policy not in ("dense", "tip", "streamingllm", "h2o"):
-            continue
+    for policy in ("dense", "h2o", "streamingllm", "tip"):
         budget = 96 if policy in ("streamingllm", "h2o") else None
-        cfg = TipDecodeConfig(policy=policy, budget=budget, page_size=16, batch_size=2,
+        cfg = TipDecodeConfig(policy=policy, budget=budget, batch_size=2,
                               record_logits=True, max_new_tokens=args.trace_tokens + 1)
         reqs = [TipRequest(i, p, forced=r) for i, (p, r) in enumerate(pairs)]
         for res in trt.run(reqs, cfg):

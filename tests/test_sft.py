@@ -9,7 +9,7 @@ from solm.core.errors import DataError, SolmError
 from solm.core.structure import IGNORE
 from solm.train.collator import PastaCollator
 from solm.train.data import load_sft_rows
-from solm.train.sft import SFTConfig, run_sft
+from solm.train.sft import PastaSFTConfig, PastaSFTTrainer
 
 ANNOTATED = ('Tips:\n1. Sleep:<promise topic="sleep" tokens="1"/><async> Get 8 hours.</async>\n'
              '2. Eat:<promise topic="eat" tokens="1"/><async> Eat vegetables.</async>\n'
@@ -21,6 +21,10 @@ ROWS = [
      "annotated": '1.<promise topic="red" tokens="1"/><async> Red.</async>\n'
                   '2.<promise topic="blue" tokens="1"/><async> Blue.</async><sync/>'},
 ]
+
+
+def run_sft(cfg, on_log=None):
+    return PastaSFTTrainer(cfg, on_log=on_log).train()
 
 
 def write_rows(path, rows):
@@ -39,7 +43,7 @@ def config(tmp_path, data, model, **kw):
     base = dict(data=str(data), out=str(tmp_path / "out"), model=model, learning_rate=3e-3,
                 max_steps=6, batch_size=1, eval_rows=0, save_every=100, logging_steps=1,
                 quiet=True)
-    return SFTConfig(**{**base, **kw})
+    return PastaSFTConfig(**{**base, **kw})
 
 
 def test_training_lowers_the_loss_on_its_example(tmp_path, tiny_folder):

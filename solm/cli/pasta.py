@@ -11,6 +11,8 @@ import typer
 from solm.cli.common import (ConfigOption, DebugOption, QuietOption, handle_errors, info,
                              is_quiet, out_console, progress, settings_from,
                              show_control_tokens)
+from solm.cli.options import config_from_options, config_parameters, with_parameters
+from solm.train.sft import PastaSFTConfig
 
 app = typer.Typer(
     name="pasta", no_args_is_help=True, rich_markup_mode="markdown",
@@ -137,66 +139,22 @@ Examples:
 """
 
 
-@app.command(help=SFT_HELP)
-@handle_errors
-def sft(
-    data: Path = typer.Option(..., "--data", "-d", help="JSONL with `prompt` and `annotated` "
-                              "(from `pasta annotate`); rows without tags train as plain text."),
-    out: Path = typer.Option(..., "--out", "-o", help="Output folder (checkpoints inside)."),
-    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Parent model: alias, "
-                              "HF folder, hub id or .gguf file."),
-    strip_annotations: bool = typer.Option(False, help="Baseline-SFT: remove the tags and "
-                                           "train sequentially on the same responses."),
-    lr: float = typer.Option(1e-5, "--lr", help="Peak learning rate (linear decay to 0)."),
-    epochs: float = typer.Option(4.0, help="Passes over the training rows."),
-    max_steps: int = typer.Option(-1, help="Stop after N optimizer steps (overrides epochs)."),
-    batch_size: int = typer.Option(8, help="Global batch (all devices x accumulation)."),
-    micro_batch_size: int = typer.Option(1, help="Rows per device per forward pass."),
-    max_len: int = typer.Option(2048, help="Rows with more prompt + response tokens are "
-                                "skipped (see --truncate)."),
-    truncate: bool = typer.Option(False, help="Cut long rows to --max-len instead."),
-    eval_rows: int = typer.Option(32, help="Held-out rows for the eval loss (seeded split)."),
-    eval_every: Optional[int] = typer.Option(None, help="Eval every N steps (default: "
-                                             "each epoch)."),
-    save_every: int = typer.Option(50, help="Steps between resumable checkpoints."),
-    lora_r: int = typer.Option(0, help="LoRA rank on all linear layers (0 = full "
-                               "finetuning); control-token embeddings train too."),
-    lora_alpha: Optional[int] = typer.Option(None, help="LoRA alpha (default 2 x rank)."),
-    lora_dropout: float = typer.Option(0.0),
-    merge: bool = typer.Option(False, help="LoRA: save merged full weights, not the adapter."),
-    gradient_checkpointing: Optional[bool] = typer.Option(
-        None, "--gradient-checkpointing/--no-gradient-checkpointing",
-        help="Recompute activations in backward (default: on for GPU, off on CPU)."),
-    precision: str = typer.Option("auto", help="auto (bf16 mixed precision where the "
-                                  "hardware has it, else fp32), bf16, fp32."),
-    warmup_ratio: float = typer.Option(0.0, help="Fraction of steps warming up the lr."),
-    control_token_lr_scale: float = typer.Option(
-        10.0, help="Full finetuning: the control tokens' embedding rows learn this many "
-        "times faster (they start far from any useful value)."),
-    control_token_loss_weight: float = typer.Option(
-        1.0, help="Targets that are control tokens (promise, topic closers, async, sync) "
-        "count this many times in the training loss; held-out loss stays unweighted."),
-    seed: int = typer.Option(0),
-    limit: Optional[int] = typer.Option(None, help="Only the first N rows of --data."),
-    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
-) -> None:
-    from solm.train.sft import SFTConfig, run_sft
+def sft(config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
+        debug: bool = DebugOption, **options) -> None:
+    from solm.train.sft import PastaSFTTrainer
 
-    cfg = SFTConfig(data=str(data), out=str(out), model=model,
-                    strip_annotations=strip_annotations, learning_rate=lr, epochs=epochs,
-                    max_steps=max_steps, batch_size=batch_size, micro_batch_size=micro_batch_size,
-                    max_len=max_len, truncate=truncate, eval_rows=eval_rows,
-                    eval_every=eval_every, save_every=save_every, lora_r=lora_r,
-                    lora_alpha=lora_alpha, lora_dropout=lora_dropout, merge=merge,
-                    gradient_checkpointing=gradient_checkpointing, precision=precision,
-                    warmup_ratio=warmup_ratio, control_token_lr_scale=control_token_lr_scale,
-                    control_token_loss_weight=control_token_loss_weight, seed=seed, limit=limit, quiet=quiet)
-    info(f"{cfg.system}-sft of {model} on {data} -> {out}")
-    meta = run_sft(cfg)
+    cfg = config_from_options(PastaSFTConfig, options, quiet=quiet)
+    trainer = PastaSFTTrainer(cfg)
+    info(f"{trainer.system}-sft of {cfg.model} on {cfg.data} -> {cfg.out}")
+    meta = trainer.train()
     if meta:
-        out_console.print_json(json.dumps({"out": str(out), "system": meta["system"],
+        out_console.print_json(json.dumps({"out": cfg.out, "system": meta["system"],
                                            "format": meta["format"], **meta["data"],
                                            **meta["results"]}))
+
+
+app.command(name="sft", help=SFT_HELP)(handle_errors(with_parameters(
+    sft, config_parameters(PastaSFTConfig))))
 
 
 @app.command()

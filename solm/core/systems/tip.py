@@ -46,6 +46,10 @@ class TipVocab:
     def num_registers(self) -> int:
         return len(self.registers)
 
+    @property
+    def control_ids(self) -> list[int]:
+        return list(self.registers)
+
 
 Vocab = TipVocab  # the name every structure module exports
 

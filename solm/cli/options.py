@@ -1,0 +1,53 @@
+"""Typer options generated from a settings dataclass (`solm.core.settings.setting` fields)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import types
+import typing
+from typing import Any, Callable, Optional, Union
+
+import typer
+
+from solm.core.settings import cli_name, is_setting
+
+
+def _plain(annotation: Any) -> Any:
+    """`X | None` -> `Optional[X]` (what typer's option parser understands)."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is Union:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(annotation)) == 2:
+            return Optional[args[0]]
+    return annotation
+
+
+def config_parameters(cls: type) -> list[inspect.Parameter]:
+    """One keyword parameter (a typer Option) per setting of the dataclass `cls`."""
+    hints = typing.get_type_hints(cls)
+    params = []
+    for f in dataclasses.fields(cls):
+        if not is_setting(f):
+            continue
+        default = ... if f.default is dataclasses.MISSING else f.default
+        option = typer.Option(default, *f.metadata["flags"], help=f.metadata["help"])
+        params.append(inspect.Parameter(cli_name(f), inspect.Parameter.KEYWORD_ONLY,
+                                        default=option, annotation=_plain(hints[f.name])))
+    required_first = sorted(params, key=lambda p: p.default.default is not ...)
+    return required_first
+
+
+def config_from_options(cls: type, values: dict[str, Any], **fixed: Any) -> Any:
+    """Build `cls` from parsed option values (by option name) plus fields set in code."""
+    kwargs = {f.name: values[cli_name(f)] for f in dataclasses.fields(cls) if is_setting(f)}
+    return cls(**kwargs, **fixed)
+
+
+def with_parameters(fn: Callable, params: list[inspect.Parameter]) -> Callable:
+    """Give `fn(**values)` the signature typer reads: `params` first, then fn's own."""
+    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+           for p in inspect.signature(fn).parameters.values()
+           if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    fn.__signature__ = inspect.Signature(params + own)
+    fn.__annotations__ = {p.name: p.annotation for p in params + own}
+    return fn

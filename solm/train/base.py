@@ -1,0 +1,336 @@
+"""What every solm trainer shares, on transformers' Trainer.
+
+A trainer is a config dataclass (settings written once, with their help: `TrainConfig` and a
+subclass per stage) beside a `SolmTrainer` subclass that says what is stage-specific: the rows
+(`read_data`, `prepare_data`), the batches (`data_collator`), optionally the loss (`compute_loss_func`) and
+the Trainer class. The base does the rest, the same way for every stage:
+
+- the parent model with the system's control tokens, full finetuning or LoRA (the new
+  control-token rows always train; in full finetuning at `control_token_lr_scale` x lr);
+- `TrainingArguments` from the config: global batch by gradient accumulation over every
+  process (one code path for a CPU, `accelerate launch` and `torchrun`), precision,
+  activation checkpointing, evaluation and checkpoint cadence;
+- resumable: checkpoints in OUT/checkpoints, a rerun resumes from the last one;
+- OUT ends as a plain `save_pretrained` folder with the tokenizer, `solm.json` (written last:
+  system, parent, data, settings, results, versions), `train_log.jsonl` and `loss.png`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from solm.core.errors import SolmError
+from solm.core.settings import setting
+from solm.train.checkpoint import METADATA_FILE, read_metadata, write_metadata
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    """Settings every trainer has; a stage's config adds its own."""
+
+    out: str = setting(help="Output folder (checkpoints inside).", flags=("--out", "-o"))
+    model: str = setting("smollm2-135m", "Parent model: alias, HF folder, hub id or .gguf file.",
+                         flags=("--model", "-m"))
+    learning_rate: float = setting(1e-5, "Peak learning rate (linear decay to 0).",
+                                   flags=("--lr",), cli_name="lr")
+    epochs: float = setting(4.0, "Passes over the training rows.")
+    max_steps: int = setting(-1, "Stop after N optimizer steps (overrides epochs).")
+    batch_size: int = setting(8, "Global batch (all devices x accumulation).")
+    micro_batch_size: int = setting(1, "Rows per device per forward pass.")
+    eval_rows: int = setting(32, "Held-out rows for the eval loss (seeded split).")
+    eval_every: Optional[int] = setting(None, "Eval every N steps (default: each epoch).")
+    save_every: int = setting(50, "Steps between resumable checkpoints.")
+    lora_r: int = setting(0, "LoRA rank on all linear layers (0 = full finetuning); "
+                             "control-token embeddings train too.")
+    lora_alpha: Optional[int] = setting(None, "LoRA alpha (default 2 x rank).")
+    lora_dropout: float = setting(0.0, "LoRA dropout.")
+    merge: bool = setting(False, "LoRA: save merged full weights, not the adapter.")
+    gradient_checkpointing: Optional[bool] = setting(
+        None, "Recompute activations in backward (default: on for GPU, off on CPU).",
+        flags=("--gradient-checkpointing/--no-gradient-checkpointing",))
+    precision: str = setting("auto", "auto (bf16 mixed precision where the hardware has it, "
+                                     "else fp32), bf16, fp32.")
+    warmup_ratio: float = setting(0.0, "Fraction of steps warming up the lr.")
+    control_token_lr_scale: float = setting(
+        10.0, "Full finetuning: the control tokens' embedding rows learn this many times "
+              "faster (they start far from any useful value).")
+    weight_decay: float = setting(0.0, "AdamW weight decay.")
+    seed: int = setting(0, "Seed of the data order, the held-out split and LoRA's init.")
+    limit: Optional[int] = setting(None, "Only the first N rows of the data.")
+    logging_steps: int = setting(5, "Optimizer steps between log lines (train_log.jsonl).")
+    quiet: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)  # more keys for solm.json
+
+
+@dataclass
+class PreparedData:
+    """A stage's rows, split, and what solm.json records about them."""
+
+    train: list[dict]
+    eval: list[dict]
+    meta: dict[str, Any]
+
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def accumulation_steps(cfg: TrainConfig) -> int:
+    per_step = cfg.micro_batch_size * world_size()
+    if cfg.batch_size % per_step:
+        raise SolmError(f"--batch-size {cfg.batch_size} is not a multiple of micro batch "
+                        f"{cfg.micro_batch_size} x {world_size()} processes")
+    return cfg.batch_size // per_step
+
+
+def use_bf16(precision: str) -> bool:
+    if precision == "fp32":
+        return False
+    cuda_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if precision == "bf16":
+        if torch.cuda.is_available() and not cuda_bf16:
+            raise SolmError("--precision bf16: this GPU does not support bf16")
+        return True
+    if precision != "auto":
+        raise SolmError(f"--precision must be auto, bf16 or fp32 (got '{precision}')")
+    from solm.core.models import cpu_has_fast_bf16
+    return cuda_bf16 or (not torch.cuda.is_available() and cpu_has_fast_bf16())
+
+
+class SolmTrainer:
+    """Subclasses set `control_tokens` (a registered system) and implement the hooks."""
+
+    control_tokens = "pasta"
+
+    def __init__(self, config: TrainConfig, on_log: Callable[[dict], None] | None = None):
+        self.config = config
+        self.on_log = on_log
+
+    # ---- hooks ------------------------------------------------------------------------
+
+    @property
+    def system(self) -> str:
+        """What solm.json calls the trained model."""
+        return self.control_tokens
+
+    def read_data(self) -> Any:
+        """Read and validate the input rows; runs before the model loads, so bad data fails
+        fast (file:line:field errors)."""
+        raise NotImplementedError
+
+    def prepare_data(self, raw: Any, tokenizer, vocab) -> PreparedData:
+        """Filter and split what `read_data` returned, now that the tokenizer is there."""
+        raise NotImplementedError
+
+    def data_collator(self, tokenizer, vocab) -> Callable:
+        raise NotImplementedError
+
+    def compute_loss_func(self, model, vocab) -> Callable | None:
+        """A Trainer `compute_loss_func`, or None for the model's own loss."""
+        return None
+
+    def loss_label(self) -> str:
+        return "train loss"
+
+    def trainer_class(self) -> type:
+        from transformers import Trainer
+        return Trainer
+
+    # ---- shared -----------------------------------------------------------------------
+
+    def check(self) -> None:
+        cfg = self.config
+        if read_metadata(cfg.out) is not None and read_metadata(cfg.out).get("complete"):
+            raise SolmError(f"{cfg.out} already holds a finished model ({METADATA_FILE}); "
+                            f"choose another --out or delete it")
+        if cfg.lora_r < 0:
+            raise SolmError("--lora-r must be >= 0")
+        if cfg.merge and not cfg.lora_r:
+            raise SolmError("--merge applies to LoRA only (set --lora-r)")
+
+    def load_model(self):
+        """(model, tokenizer, vocab): the parent with the control tokens, LoRA-wrapped if
+        asked; fp32 weights on the CPU (the Trainer moves them)."""
+        from solm.core.control_tokens import add_control_tokens
+        from solm.core.models import load_model
+        from solm.core.systems import get_system
+
+        cfg = self.config
+        model, tok = load_model(cfg.model, dtype="fp32", device="cpu")
+        add_control_tokens(model, tok, self.control_tokens)
+        vocab = get_system(self.control_tokens).structure_module().Vocab.from_tokenizer(tok)
+        model.config.use_cache = False
+        if cfg.lora_r:
+            from peft import LoraConfig, get_peft_model
+            from transformers import set_seed
+            set_seed(cfg.seed)  # adapter init is random: same seed, same run
+            # the new control-token rows train too: they start as the mean embedding, which
+            # no adapter can turn into a useful tag
+            lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha or 2 * cfg.lora_r,
+                              lora_dropout=cfg.lora_dropout, target_modules="all-linear",
+                              task_type="CAUSAL_LM", trainable_token_indices=vocab.control_ids)
+            model = get_peft_model(model, lora)
+        return model, tok, vocab
+
+    def training_arguments(self, data: PreparedData, ckpt_dir: Path, accum: int, bf16: bool,
+                           grad_ckpt: bool):
+        from transformers import TrainingArguments
+
+        cfg = self.config
+        steps_per_epoch = max(1, math.ceil(len(data.train) / cfg.batch_size))
+        return TrainingArguments(
+            output_dir=str(ckpt_dir), learning_rate=cfg.learning_rate,
+            lr_scheduler_type="linear", warmup_steps=cfg.warmup_ratio,
+            weight_decay=cfg.weight_decay, num_train_epochs=cfg.epochs,
+            max_steps=cfg.max_steps, per_device_train_batch_size=cfg.micro_batch_size,
+            per_device_eval_batch_size=cfg.micro_batch_size, gradient_accumulation_steps=accum,
+            eval_strategy="steps" if data.eval else "no",
+            eval_steps=cfg.eval_every or steps_per_epoch,
+            save_strategy="steps", save_steps=cfg.save_every, save_total_limit=2,
+            logging_steps=cfg.logging_steps, logging_first_step=True,
+            bf16=bf16, use_cpu=not torch.cuda.is_available(),
+            activation_checkpointing=grad_ckpt,
+            activation_checkpointing_kwargs={"use_reentrant": False} if grad_ckpt else None,
+            remove_unused_columns=False, report_to="none", seed=cfg.seed, data_seed=cfg.seed,
+            train_sampling_strategy="group_by_length" if cfg.micro_batch_size > 1 else "random",
+            disable_tqdm=cfg.quiet, dataloader_num_workers=0,
+        )
+
+    def train(self) -> dict:
+        """Train, save the final model into `out` and return its metadata ({} on processes
+        other than the main one)."""
+        from transformers.trainer_utils import get_last_checkpoint
+
+        cfg = self.config
+        out = Path(cfg.out)
+        self.check()
+        raw = self.read_data()
+        accum = accumulation_steps(cfg)
+        bf16 = use_bf16(cfg.precision)
+        grad_ckpt = (torch.cuda.is_available() if cfg.gradient_checkpointing is None
+                     else cfg.gradient_checkpointing)
+        model, tok, vocab = self.load_model()
+        data = self.prepare_data(raw, tok, vocab)
+
+        ckpt_dir = out / "checkpoints"
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        resume = get_last_checkpoint(str(ckpt_dir))
+        args = self.training_arguments(data, ckpt_dir, accum, bf16, grad_ckpt)
+        log_path = out / "train_log.jsonl"
+        trainer = self._trainer(model, tok, vocab, data, args, log_path)
+        started = time.time()
+        eval_before = None
+        if data.eval and resume is None:
+            eval_before = trainer.evaluate()["eval_loss"]
+        result = trainer.train(resume_from_checkpoint=resume)
+        eval_after = None
+        if data.eval:
+            last = [e for e in trainer.state.log_history
+                    if "eval_loss" in e and e.get("step") == trainer.state.global_step]
+            eval_after = last[-1]["eval_loss"] if last else trainer.evaluate()["eval_loss"]
+        wall = time.time() - started
+        self._close_log()
+        if not trainer.is_world_process_zero():
+            return {}
+        fmt = self._save(trainer.model, tok, out)
+        meta = self._metadata(data, fmt, accum, bf16, grad_ckpt, trainer, result, resume,
+                              eval_before, eval_after, wall)
+        write_metadata(out, meta)
+        from solm.train.plots import plot_losses
+        plot_losses(log_path, out / "loss.png", train_label=self.loss_label())
+        return meta
+
+    # ---- pieces of train() ------------------------------------------------------------
+
+    def _trainer(self, model, tok, vocab, data: PreparedData, args, log_path: Path):
+        from datasets import Dataset
+        from transformers import TrainerCallback
+
+        from solm.core.jsonl import JsonlWriter
+        from solm.train.callbacks import ControlTokenLrScale
+
+        cfg = self.config
+        self._log_writer = JsonlWriter(log_path) if is_main_process() else None
+        writer, on_log = self._log_writer, self.on_log
+
+        class LogToFile(TrainerCallback):
+            def on_log(self, args, state, control, logs=None, **kw):
+                if logs is None:
+                    return
+                entry = {"step": state.global_step, "epoch": state.epoch, **logs}
+                if writer:
+                    writer.write(entry)
+                if on_log:
+                    on_log(entry)
+
+        def length(r: dict) -> int:
+            return len(r["prompt"]) + len(r["text"])  # characters: cheap, only orders batches
+
+        train_ds = Dataset.from_list([{**r, "length": length(r)} for r in data.train])
+        eval_ds = (Dataset.from_list([{**r, "length": length(r)} for r in data.eval])
+                   if data.eval else None)
+        callbacks = [LogToFile()]
+        if not cfg.lora_r:  # LoRA trains the rows as their own parameters at the adapter's lr
+            callbacks.append(ControlTokenLrScale(model, vocab.control_ids,
+                                                 cfg.control_token_lr_scale))
+        trainer = self.trainer_class()(
+            model=model, args=args, data_collator=self.data_collator(tok, vocab),
+            train_dataset=train_ds, eval_dataset=eval_ds, processing_class=tok,
+            callbacks=callbacks, compute_loss_func=self.compute_loss_func(model, vocab))
+        if cfg.quiet:  # the Trainer prints each log dict when its progress bar is off
+            from transformers.trainer_callback import PrinterCallback
+            trainer.remove_callback(PrinterCallback)
+        return trainer
+
+    def _close_log(self) -> None:
+        if self._log_writer:
+            self._log_writer.close()
+
+    def _save(self, final, tok, out: Path) -> str:
+        fmt = "full"
+        if self.config.lora_r:
+            if self.config.merge:
+                final = final.merge_and_unload()
+                fmt = "lora-merged"
+            else:
+                fmt = "lora-adapter"
+        final.config.use_cache = True
+        final.save_pretrained(str(out), safe_serialization=True)
+        tok.save_pretrained(str(out))
+        return fmt
+
+    def _metadata(self, data: PreparedData, fmt: str, accum: int, bf16: bool, grad_ckpt: bool,
+                  trainer, result, resume, eval_before, eval_after, wall: float) -> dict:
+        from solm.core.models import resolve_model_path
+        from solm.core.provenance import package_versions
+
+        cfg = self.config
+        return {
+            "complete": True,
+            "system": self.system,
+            "control_tokens": self.control_tokens,
+            "format": fmt,
+            "parent_model": cfg.model,
+            "parent_path": resolve_model_path(cfg.model),
+            "data": data.meta,
+            "settings": {k: v for k, v in asdict(cfg).items() if k not in ("quiet", "extra")},
+            "effective": {"gradient_accumulation_steps": accum, "world_size": world_size(),
+                          "bf16": bf16, "gradient_checkpointing": grad_ckpt,
+                          "device": str(trainer.args.device)},
+            "results": {"global_steps": result.global_step, "train_loss": result.training_loss,
+                        "eval_loss_before": eval_before, "eval_loss_after": eval_after,
+                        "wall_s": round(wall, 1), "resumed_from": resume},
+            "versions": package_versions(),
+            **cfg.extra,
+        }
