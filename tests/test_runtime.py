@@ -4,6 +4,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from oracles import pasta_oracle, wellformed_pasta
 
 from solm.core.chat import text_ids
 from solm.core.systems.pasta_schedule import schedule_steps
@@ -290,3 +291,43 @@ def test_no_repeat_ngram_breaks_a_loop_inside_a_block_and_lets_it_close(pasta_to
     assert res.flags == []
     # "a b" may not come twice, so the block closes; the main thread is not restricted
     assert res.ids == [v.promise_open, word, c1, v.async_open, a, b, a, v.async_close, v.sync]
+
+
+def test_sync_waits_for_every_open_block_not_the_first_to_finish(pasta_tokenizer, tiny, vocab):
+    """A short block finishes while a longer one is still open when main reaches `<sync/>`:
+    the sync enters the pool with the long block's `</async>`, and sees all of it."""
+    v = vocab
+    c1, c2 = (next(k for k, n in v.close_tens.items() if n == m) for m in (1, 2))
+    A, T, X, Y, D = 100, 104, 105, 106, 103
+    resp = [A, v.promise_open, T, c2, v.async_open, *[X] * 12, v.async_close,
+            v.promise_open, T, c1, v.async_open, Y, v.async_close, v.sync, D]
+    rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=256)
+    prompt = [1, 2, 3]
+    res = rt.replay(prompt, resp, record_logits=True)
+    # A | popen | T | c2 <async> | popen X | T X | c1 <async> X | Y X | </async> X | X x8 ...
+    # the long block's </async> comes in step 17 with the sync; D in step 18
+    assert res.forward_passes == 18 == schedule_steps(resp, v)
+    ref = full_forward_logits(tiny, prompt + resp, v)[len(prompt):]
+    assert (res.logits - ref).abs().max().item() < 1e-4
+
+
+def oracle_forward_logits(model, ids, tokenizer):
+    visible, positions, _ = pasta_oracle(ids, tokenizer)
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids]), position_ids=torch.tensor([positions]),
+                     attention_mask=model_mask(visible, model)).logits[0]
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_runtime_replay_equals_a_forward_under_the_oracle(pasta_tokenizer, tiny, data):
+    """Decoding, step by step, computes what one forward pass under the spec's mask and
+    positions computes (oracle, not structure()): a rule the tracker got wrong for both
+    training and decoding still fails here."""
+    resp = data.draw(wellformed_pasta(pasta_tokenizer))
+    prompt = [1, 2, 3]
+    res = PastaRuntime(tiny, pasta_tokenizer, pool_size=256).replay(prompt, resp,
+                                                                      record_logits=True)
+    assert res.ids == resp
+    ref = oracle_forward_logits(tiny, prompt + resp, pasta_tokenizer)[len(prompt):]
+    assert (res.logits - ref).abs().max().item() < 1e-4

@@ -1,8 +1,6 @@
 """Paged TIP runtime: logits equal the training forward, pages are freed, reused, never read
 after freeing, and the heuristic policies keep their budgets."""
 
-import random
-
 import pytest
 import torch
 
@@ -10,41 +8,9 @@ from solm.core.systems.tip import TipVocab
 from solm.core.systems.tip import structure as tip_structure
 from solm.decode.tip.runtime import TipDecodeConfig, TipRequest, TipRuntime
 
-REGISTERS = 4
+from policy_matrix import REGISTERS, register_traces, tip_model, tip_tok  # noqa: F401
 
-
-@pytest.fixture(scope="module")
-def tip_tok():
-    from solm.core.control_tokens import add_control_tokens
-    from solm.core.models import load_tokenizer
-
-    tok = load_tokenizer("smollm2-135m")
-    add_control_tokens(None, tok, "tip", num_registers=REGISTERS)
-    return tok
-
-
-@pytest.fixture(scope="module")
-def tip_model(tip_tok):
-    from solm.core.models import tiny_model
-
-    model, _ = tiny_model(tip_tok, seed=2)
-    return model
-
-
-def traces(tok, n: int, length: int, seed: int, prompt_len: int = 5) -> list[TipRequest]:
-    """Random token streams with registers reused every few tokens."""
-    vocab = TipVocab.from_tokenizer(tok, REGISTERS)
-    regs = sorted(vocab.registers)
-    rnd = random.Random(seed)
-    out = []
-    for rid in range(n):
-        prompt = [rnd.randrange(100, 5000) for _ in range(prompt_len + rid % 3)]
-        resp = []
-        while len(resp) < length:
-            resp.append(rnd.choice(regs))
-            resp.extend(rnd.randrange(100, 5000) for _ in range(rnd.randint(1, 6)))
-        out.append(TipRequest(rid, prompt, forced=resp[:length]))
-    return out
+traces = register_traces
 
 
 def full_forward(model, ids, visible=None):
@@ -116,8 +82,10 @@ def test_pages_are_reused_and_nothing_leaks_over_1000_requests(tip_model, tip_to
     rt = TipRuntime(tip_model, tip_tok, num_pages=96, page_size=4, num_registers=REGISTERS)
     reqs = traces(tip_tok, 1000, 9, seed=5, prompt_len=3)
     cfg = TipDecodeConfig(policy="tip", batch_size=16, check_reads=True)
-    done = [r.rid for r in rt.run(reqs, cfg)]
+    done_results = list(rt.run(reqs, cfg))
+    done = [r.rid for r in done_results]
     assert sorted(done) == list(range(1000))
+    assert sum(r.evicted_pages for r in done_results) > 200  # reused registers freed pages
     alloc = rt.allocator
     assert alloc.allocations > 10 * alloc.num_pages  # the same pages served many requests
     assert alloc.in_use == 0 and len(set(alloc.free_list)) == alloc.num_pages

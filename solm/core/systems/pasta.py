@@ -19,7 +19,8 @@ Pasta-Lang rules implemented here (see DESIGN.md):
 Malformed sequences never raise; they are read as follows (and tested):
 - `<async>` not directly after a promise's closing token, `</async>` outside a block, and
   a promise's tokens without a following block are ordinary main-thread tokens (a promise
-  closing token still moves the main thread's positions by 10·N);
+  closing token still moves the main thread's positions by 10·N); a stray `</async>`, like
+  every `</async>`, predicts nothing;
 - inside a block, promise / sync / `<async>` tokens are ordinary block tokens (no nesting);
 - `<sync/>` with nothing open just advances the epoch (harmless);
 - a block left unclosed runs to the end of the sequence and is never joined.
