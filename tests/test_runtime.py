@@ -293,14 +293,19 @@ def test_no_repeat_ngram_breaks_a_loop_inside_a_block_and_lets_it_close(pasta_to
     assert res.ids == [v.promise_open, word, c1, v.async_open, a, b, a, v.async_close, v.sync]
 
 
+def uneven_blocks_then_sync(v):
+    """A long block, then a short one that finishes first, then `<sync/>` and text."""
+    c1, c2 = (next(k for k, n in v.close_tens.items() if n == m) for m in (1, 2))
+    A, T, X, Y, D = 100, 104, 105, 106, 103
+    return [A, v.promise_open, T, c2, v.async_open, *[X] * 12, v.async_close,
+            v.promise_open, T, c1, v.async_open, Y, v.async_close, v.sync, D]
+
+
 def test_sync_waits_for_every_open_block_not_the_first_to_finish(pasta_tokenizer, tiny, vocab):
     """A short block finishes while a longer one is still open when main reaches `<sync/>`:
     the sync enters the pool with the long block's `</async>`, and sees all of it."""
     v = vocab
-    c1, c2 = (next(k for k, n in v.close_tens.items() if n == m) for m in (1, 2))
-    A, T, X, Y, D = 100, 104, 105, 106, 103
-    resp = [A, v.promise_open, T, c2, v.async_open, *[X] * 12, v.async_close,
-            v.promise_open, T, c1, v.async_open, Y, v.async_close, v.sync, D]
+    resp = uneven_blocks_then_sync(v)
     rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=256)
     prompt = [1, 2, 3]
     res = rt.replay(prompt, resp, record_logits=True)
@@ -316,6 +321,37 @@ def oracle_forward_logits(model, ids, tokenizer):
     with torch.no_grad():
         return model(input_ids=torch.tensor([ids]), position_ids=torch.tensor([positions]),
                      attention_mask=model_mask(visible, model)).logits[0]
+
+
+def named_sequences(v):
+    c1, c3 = (next(k for k, n in v.close_tens.items() if n == m) for m in (1, 3))
+    A, T, X, Y = 100, 104, 105, 106
+    return {
+        "sync_after_uneven_blocks": uneven_blocks_then_sync(v),
+        "block_after_sync_sees_joined_blocks": [
+            A, v.promise_open, T, c1, v.async_open, X, X, v.async_close, v.sync,
+            v.promise_open, T, c3, v.async_open, Y, Y, Y, v.async_close, A, v.sync, A],
+        "three_blocks_two_syncs": [
+            v.promise_open, T, c1, v.async_open, X, v.async_close, v.promise_open, T, c3,
+            v.async_open, Y, Y, Y, Y, Y, v.async_close, v.sync, A, v.promise_open, T, c1,
+            v.async_open, X, v.async_close, A, A, v.sync, A],
+        "promise_without_block_then_block": [
+            A, v.promise_open, T, c3, A, v.promise_open, T, c1, v.async_open, X,
+            v.async_close, v.sync, A],
+    }
+
+
+@pytest.mark.parametrize("name", ["sync_after_uneven_blocks",
+                                  "block_after_sync_sees_joined_blocks",
+                                  "three_blocks_two_syncs", "promise_without_block_then_block"])
+def test_runtime_replay_equals_the_oracle_on_named_sequences(pasta_tokenizer, tiny, vocab, name):
+    resp = named_sequences(vocab)[name]
+    prompt = [1, 2, 3]
+    res = PastaRuntime(tiny, pasta_tokenizer, pool_size=256).replay(prompt, resp,
+                                                                      record_logits=True)
+    assert res.ids == resp
+    ref = oracle_forward_logits(tiny, prompt + resp, pasta_tokenizer)[len(prompt):]
+    assert (res.logits - ref).abs().max().item() < 1e-4
 
 
 @settings(max_examples=25, deadline=None)

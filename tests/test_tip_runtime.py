@@ -133,3 +133,19 @@ def test_generation_samples_and_stops(tip_model, tip_tok):
     again = sorted(rt.run(reqs, cfg), key=lambda r: r.rid)
     assert [r.ids for r in again] == [r.ids for r in results]  # seeded
     assert rt.allocator.in_use == 0
+
+
+def test_tip_reads_exactly_what_the_oracle_shows(tip_model, tip_tok):
+    """Each decode step reads the tokens the spec (tests/oracles.py) keeps alive, no more."""
+    from oracles import tip_oracle
+
+    rt = TipRuntime(tip_model, tip_tok, num_pages=64, page_size=4, num_registers=REGISTERS)
+    reqs = traces(tip_tok, 4, 40, seed=9)
+    cfg = TipDecodeConfig(policy="tip", batch_size=2, record_reads=True, check_reads=True)
+    for res in rt.run(reqs, cfg):
+        req = reqs[res.rid]
+        p = len(req.prompt)
+        visible, _, _ = tip_oracle(req.prompt + req.forced, tip_tok, p)
+        for j, read in enumerate(res.reads):
+            assert sorted(read) == visible[p + j].nonzero().flatten().tolist()
+        assert res.evicted_pages > 0

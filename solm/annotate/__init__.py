@@ -1,1 +1,2 @@
-"""annotate subpackage of solm."""
+"""Building training data: Pasta-Lang annotation (APAR-style rules, or an LLM through a
+resumable job with versioned prompts) and synthetic register traces for TIP."""

@@ -122,6 +122,12 @@ def resolve_model_path(name_or_path: str) -> str:
     return name_or_path
 
 
+def text_config(model):
+    """The language model's config (the text part of a multimodal config)."""
+    config = model.config
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 

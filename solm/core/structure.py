@@ -16,6 +16,7 @@ runtime's query and key slots), or a FlexAttention `mask_mod` over index tensors
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -27,34 +28,28 @@ Attrs = Mapping[str, torch.Tensor]
 MaskTerm = Callable[[Attrs, Attrs], torch.Tensor]
 
 
-def or_masks(*terms: MaskTerm) -> MaskTerm:
-    """A key is visible when any term shows it."""
+def _combine(op: Callable, name: str, terms: tuple[MaskTerm, ...]) -> MaskTerm:
     if not terms:
-        raise ValueError("or_masks needs at least one term")
+        raise ValueError(f"{name} needs at least one term")
 
     def combined(q: Attrs, k: Attrs) -> torch.Tensor:
         out = terms[0](q, k)
         for term in terms[1:]:
-            out = out | term(q, k)
+            out = op(out, term(q, k))
         return out
 
-    combined.__name__ = "or(" + ", ".join(t.__name__ for t in terms) + ")"
+    combined.__name__ = f"{name}(" + ", ".join(t.__name__ for t in terms) + ")"
     return combined
+
+
+def or_masks(*terms: MaskTerm) -> MaskTerm:
+    """A key is visible when any term shows it."""
+    return _combine(operator.or_, "or_masks", terms)
 
 
 def and_masks(*terms: MaskTerm) -> MaskTerm:
     """A key is visible when every term shows it."""
-    if not terms:
-        raise ValueError("and_masks needs at least one term")
-
-    def combined(q: Attrs, k: Attrs) -> torch.Tensor:
-        out = terms[0](q, k)
-        for term in terms[1:]:
-            out = out & term(q, k)
-        return out
-
-    combined.__name__ = "and(" + ", ".join(t.__name__ for t in terms) + ")"
-    return combined
+    return _combine(operator.and_, "and_masks", terms)
 
 
 def pairwise(term: MaskTerm, q: Attrs, k: Attrs) -> torch.Tensor:

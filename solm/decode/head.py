@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from solm.core.models import text_config
+
 
 class OutputHead:
     def __init__(self, model):
@@ -17,7 +19,7 @@ class OutputHead:
         self.linear = model.get_output_embeddings()
         self._packed = None
         self._key = None
-        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        cfg = text_config(model)
         self.usable = (
             isinstance(self.linear, torch.nn.Linear)
             and getattr(model, "base_model", model) is not model

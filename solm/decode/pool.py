@@ -71,5 +71,6 @@ class PoolCache(Cache):
 
 
 def num_layers_of(model) -> int:
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    return config.num_hidden_layers
+    from solm.core.models import text_config
+
+    return text_config(model).num_hidden_layers

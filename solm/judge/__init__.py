@@ -1,1 +1,0 @@
-"""judge subpackage of solm."""
