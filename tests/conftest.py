@@ -5,6 +5,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import pytest  # noqa: E402
 
+TIP_REGISTERS = 4  # registers of the TIP test tokenizer
 SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 
 
@@ -44,6 +45,25 @@ def tiny_folder(tmp_path_factory):
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return str(folder)
+
+
+@pytest.fixture(scope="session")
+def tip_tok():
+    """The embedded tokenizer with TIP_REGISTERS register tokens."""
+    from solm.core.control_tokens import add_control_tokens
+    from solm.core.models import load_tokenizer
+
+    tok = load_tokenizer("smollm2-135m")
+    add_control_tokens(None, tok, "tip", num_registers=TIP_REGISTERS)
+    return tok
+
+
+@pytest.fixture(scope="session")
+def tip_model(tip_tok):
+    from solm.core.models import tiny_model
+
+    model, _ = tiny_model(tip_tok, seed=2)
+    return model
 
 
 def shared_path(*parts: str) -> str:

@@ -2,19 +2,19 @@
 
 A test module runs them with `from policy_matrix import *`: for every policy in the registry,
 or only for the names in its `MATRIX_POLICIES` list. A new policy needs no edit here:
-registering it (`@register_policy`) and importing this module is enough.
+registering it (`@register_policy`) and importing this module is enough. The fixtures
+(`tip_tok`, `tip_model`) come from conftest.py.
 """
 
 import random
 
-import pytest
 import torch
+from conftest import TIP_REGISTERS as REGISTERS
 
 from solm.core.systems.tip import TipVocab
 from solm.decode.tip.policies import POLICIES
 from solm.decode.tip.runtime import TipDecodeConfig, TipRequest, TipRuntime
 
-REGISTERS = 4
 PAGE = 4
 BUDGET = 16  # tokens, for the policies that need one: the requests below outgrow it
 
@@ -26,24 +26,6 @@ def pytest_generate_tests(metafunc):
     if "budget_policy_name" in metafunc.fixturenames:
         metafunc.parametrize("budget_policy_name",
                              [n for n in names if POLICIES[n].needs_budget])
-
-
-@pytest.fixture(scope="module")
-def tip_tok():
-    from solm.core.control_tokens import add_control_tokens
-    from solm.core.models import load_tokenizer
-
-    tok = load_tokenizer("smollm2-135m")
-    add_control_tokens(None, tok, "tip", num_registers=REGISTERS)
-    return tok
-
-
-@pytest.fixture(scope="module")
-def tip_model(tip_tok):
-    from solm.core.models import tiny_model
-
-    model, _ = tiny_model(tip_tok, seed=2)
-    return model
 
 
 def register_traces(tok, n: int, length: int, seed: int, prompt_len: int = 5

@@ -4,13 +4,12 @@ after freeing, and the heuristic policies keep their budgets."""
 import pytest
 import torch
 
+from conftest import TIP_REGISTERS as REGISTERS
+from policy_matrix import register_traces
+
 from solm.core.systems.tip import TipVocab
 from solm.core.systems.tip import structure as tip_structure
 from solm.decode.tip.runtime import TipDecodeConfig, TipRequest, TipRuntime
-
-from policy_matrix import REGISTERS, register_traces, tip_model, tip_tok  # noqa: F401
-
-traces = register_traces
 
 
 def full_forward(model, ids, visible=None):
@@ -29,7 +28,7 @@ def test_paged_logits_equal_one_forward_pass(tip_model, tip_tok, policy, budget)
     KV head). h2o / streamingllm with a budget above every request's length evict nothing,
     so they must match the plain forward too: that checks the scoring kernel H2O runs."""
     rt = TipRuntime(tip_model, tip_tok, num_pages=64, page_size=4, num_registers=REGISTERS)
-    reqs = traces(tip_tok, 5, 23, seed=1)
+    reqs = register_traces(tip_tok, 5, 23, seed=1)
     cfg = TipDecodeConfig(policy=policy, budget=budget, batch_size=2,
                           record_logits=True, check_reads=True)
     results = {r.rid: r for r in rt.run(reqs, cfg)}
@@ -51,7 +50,7 @@ def test_paged_logits_equal_one_forward_pass(tip_model, tip_tok, policy, budget)
 def test_tip_eviction_changes_logits(tip_model, tip_tok):
     """The structure mask matters: with TIP eviction the logits differ from dense."""
     rt = TipRuntime(tip_model, tip_tok, num_pages=64, page_size=4, num_registers=REGISTERS)
-    req = traces(tip_tok, 1, 30, seed=3)
+    req = register_traces(tip_tok, 1, 30, seed=3)
     runs = {p: next(iter(rt.run(req, TipDecodeConfig(policy=p,
                                                       record_logits=True))))
             for p in ("dense", "tip")}
@@ -80,7 +79,7 @@ def test_the_read_check_catches_a_read_of_a_freed_page():
 
 def test_pages_are_reused_and_nothing_leaks_over_1000_requests(tip_model, tip_tok):
     rt = TipRuntime(tip_model, tip_tok, num_pages=96, page_size=4, num_registers=REGISTERS)
-    reqs = traces(tip_tok, 1000, 9, seed=5, prompt_len=3)
+    reqs = register_traces(tip_tok, 1000, 9, seed=5, prompt_len=3)
     cfg = TipDecodeConfig(policy="tip", batch_size=16, check_reads=True)
     done_results = list(rt.run(reqs, cfg))
     done = [r.rid for r in done_results]
@@ -97,7 +96,7 @@ def test_pages_are_reused_and_nothing_leaks_over_1000_requests(tip_model, tip_to
 def test_heuristic_policies_keep_their_budget(tip_model, tip_tok, policy):
     page, budget = 4, 16
     rt = TipRuntime(tip_model, tip_tok, num_pages=128, page_size=page, num_registers=REGISTERS)
-    reqs = traces(tip_tok, 3, 60, seed=6)
+    reqs = register_traces(tip_tok, 3, 60, seed=6)
     cfg = TipDecodeConfig(policy=policy, budget=budget, batch_size=3,
                           check_reads=True)
     seen = []
@@ -140,7 +139,7 @@ def test_tip_reads_exactly_what_the_oracle_shows(tip_model, tip_tok):
     from oracles import tip_oracle
 
     rt = TipRuntime(tip_model, tip_tok, num_pages=64, page_size=4, num_registers=REGISTERS)
-    reqs = traces(tip_tok, 4, 40, seed=9)
+    reqs = register_traces(tip_tok, 4, 40, seed=9)
     cfg = TipDecodeConfig(policy="tip", batch_size=2, record_reads=True, check_reads=True)
     for res in rt.run(reqs, cfg):
         req = reqs[res.rid]

@@ -15,6 +15,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColum
                            TimeElapsedColumn, TimeRemainingColumn)
 
 from solm.core.errors import SolmError
+from solm.core.models import DEFAULT_MODEL
 
 console = Console(stderr=True, soft_wrap=True)
 out_console = Console()
@@ -66,6 +67,8 @@ ConfigOption = typer.Option(
     None, "--config", help="YAML file whose keys are this command's options; flags override it.",
     callback=_load_config, is_eager=True, exists=False)
 QuietOption = typer.Option(False, "--quiet", "-q", help="No progress bars or chatter.")
+ModelOption = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Alias (`solm models`), Hugging "
+                           "Face folder or hub id, or .gguf file.")
 DebugOption = typer.Option(False, "--debug", help="Show full tracebacks on errors.")
 
 

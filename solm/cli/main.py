@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from solm.cli import pasta, pdiff, tip
-from solm.cli.common import DebugOption, handle_errors, out_console
+from solm.cli.common import DEFAULT_MODEL, DebugOption, handle_errors, out_console
 
 app = typer.Typer(
     name="solm", no_args_is_help=True, rich_markup_mode="markdown",
@@ -30,7 +30,7 @@ def models(debug: bool = DebugOption) -> None:
 @app.command()
 @handle_errors
 def prepare(
-    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Alias or .gguf file."),
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Alias or .gguf file."),
     debug: bool = DebugOption,
 ) -> None:
     """Convert a GGUF model (alias or file) once into the safetensors cache."""

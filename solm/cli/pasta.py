@@ -8,9 +8,9 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (ConfigOption, DebugOption, QuietOption, handle_errors, info,
-                             is_quiet, out_console, progress, settings_from,
-                             show_control_tokens)
+from solm.cli.common import (DEFAULT_MODEL, ConfigOption, DebugOption, ModelOption,
+                             QuietOption, handle_errors, info, is_quiet, out_console, progress,
+                             settings_from, show_control_tokens)
 from solm.cli.options import config_from_options, config_parameters, with_parameters
 from solm.train.sft import PastaSFTConfig
 
@@ -52,7 +52,7 @@ def annotate(
                                   "`openai:MODEL[@URL]` or `hf:MODEL` (see above)."),
     rejects: Optional[Path] = typer.Option(None, help="Rejected rows with a reason "
                                            "(default: OUTPUT with .rejects.jsonl)."),
-    tokenizer: str = typer.Option("smollm2-135m", help="Tokenizer that counts chunk lengths."),
+    tokenizer: str = typer.Option(DEFAULT_MODEL, help="Tokenizer that counts chunk lengths."),
     limit: Optional[int] = typer.Option(None, help="Only N rows (the first N, or a random N "
                                         "with --seed)."),
     seed: Optional[int] = typer.Option(None, help="With --limit: a seeded random subset."),
@@ -160,8 +160,7 @@ app.command(name="sft", help=SFT_HELP)(handle_errors(with_parameters(
 @app.command()
 @handle_errors
 def decode(
-    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Alias, HF folder, hub id "
-                              "or .gguf file."),
+    model: str = ModelOption,
     prompts: Optional[Path] = typer.Option(None, "--prompts", "-p", help="JSONL of prompts "
                                            "(default: two built-in demo prompts)."),
     out: Path = typer.Option(Path("runs/decode.jsonl"), "--out", "-o",
@@ -264,7 +263,7 @@ def stats(
 def bench(
     annotated: Path = typer.Option(..., "--annotated", "-a", help="JSONL with `prompt` and "
                                    "`annotated` (e.g. from `pasta annotate`)."),
-    model: str = typer.Option("smollm2-135m", "--model", "-m"),
+    model: str = ModelOption,
     rows: int = typer.Option(40, help="How many annotated rows to replay."),
     min_promises: int = typer.Option(2, help="Only rows with at least this many promises."),
     max_tokens: Optional[int] = typer.Option(None, help="Only rows whose plain response has at "
@@ -339,7 +338,7 @@ def bench(
 @app.command()
 @handle_errors
 def tokens(
-    model: str = typer.Option("smollm2-135m", "--model", "-m"),
+    model: str = ModelOption,
     text: Optional[str] = typer.Option(None, help="Also show how this text tokenizes."),
     debug: bool = DebugOption,
 ) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from solm.cli.common import DebugOption, handle_errors, show_control_tokens
+from solm.cli.common import DebugOption, ModelOption, handle_errors, show_control_tokens
 
 app = typer.Typer(
     name="pdiff", no_args_is_help=True, rich_markup_mode="markdown",
@@ -12,15 +12,15 @@ app = typer.Typer(
          "denoised in parallel by masked diffusion, then decoding continues.")
 
 
-
 @app.callback()
 def main() -> None:
     """Keeps `pdiff` a command group (`pdiff tokens`) while it has a single subcommand."""
 
+
 @app.command()
 @handle_errors
 def tokens(
-    model: str = typer.Option("smollm2-135m", "--model", "-m"),
+    model: str = ModelOption,
     debug: bool = DebugOption,
 ) -> None:
     """Show Planned Diffusion's control tokens (Pasta-Lang plus the mask token)."""

@@ -8,8 +8,9 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (ConfigOption, DebugOption, QuietOption, handle_errors, info,
-                             out_console, progress, settings_from, show_control_tokens)
+from solm.cli.common import (DEFAULT_MODEL, ConfigOption, DebugOption, ModelOption,
+                             QuietOption, handle_errors, info, out_console, progress,
+                             settings_from, show_control_tokens)
 from solm.decode.tip.policies import POLICIES, policies_help
 
 app = typer.Typer(
@@ -30,7 +31,7 @@ def _load(model: str, registers: int, dtype: str, device: Optional[str]):
 @app.command()
 @handle_errors
 def decode(
-    model: str = typer.Option("smollm2-135m", "--model", "-m"),
+    model: str = ModelOption,
     prompts: Path = typer.Option(..., "--prompts", "-p", help="JSONL of problems (prompt, "
                                  "question or problem field)."),
     out: Path = typer.Option(Path("runs/tip_decode.jsonl"), "--out", "-o",
@@ -88,7 +89,7 @@ def traces(
     min_tokens: int = typer.Option(4000, help="Each trace has at least this many tokens."),
     registers: int = typer.Option(16),
     min_step_tokens: int = typer.Option(24, help="Sentences merge until a step is this long."),
-    tokenizer: str = typer.Option("smollm2-135m"),
+    tokenizer: str = typer.Option(DEFAULT_MODEL, help="Tokenizer that counts step lengths."),
     debug: bool = DebugOption,
 ) -> None:
     """Build synthetic register-annotated traces from real solutions: step k opens with
@@ -113,7 +114,7 @@ def traces(
 def bench(
     traces_file: Path = typer.Option(..., "--traces", "-t", help="From `tip traces` (or any "
                                      "JSONL with prompt + register-annotated response)."),
-    model: str = typer.Option("smollm2-135m", "--model", "-m"),
+    model: str = ModelOption,
     policies: str = typer.Option(",".join(POLICIES), help="Comma-separated, side by side in "
                                  "one run. " + policies_help() + "."),
     registers: int = typer.Option(16),
@@ -176,7 +177,7 @@ def bench(
 @app.command()
 @handle_errors
 def tokens(
-    model: str = typer.Option("smollm2-135m", "--model", "-m"),
+    model: str = ModelOption,
     registers: int = typer.Option(16, help="Number of thought registers."),
     debug: bool = DebugOption,
 ) -> None:

@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from solm.core.errors import SolmError
+from solm.core.models import DEFAULT_MODEL
 from solm.core.settings import setting
 from solm.train.checkpoint import METADATA_FILE, read_metadata, write_metadata
 
@@ -36,7 +37,7 @@ class TrainConfig:
     """Settings every trainer has; a stage's config adds its own."""
 
     out: str = setting(help="Output folder (checkpoints inside).", flags=("--out", "-o"))
-    model: str = setting("smollm2-135m", "Parent model: alias, HF folder, hub id or .gguf file.",
+    model: str = setting(DEFAULT_MODEL, "Parent model: alias, HF folder, hub id or .gguf file.",
                          flags=("--model", "-m"))
     learning_rate: float = setting(1e-5, "Peak learning rate (linear decay to 0).",
                                    flags=("--lr",), cli_name="lr")
