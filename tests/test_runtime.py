@@ -7,12 +7,13 @@ from hypothesis import strategies as st
 from oracles import pasta_oracle, wellformed_pasta
 
 from solm.core.chat import text_ids
-from solm.core.systems.pasta_schedule import schedule_steps
 from solm.core.models import tiny_model
 from solm.core.pasta_lang import strip
 from solm.core.sampling import SamplingConfig
 from solm.core.structure import model_mask
+from solm.core.systems import pasta
 from solm.core.systems.pasta import structure
+from solm.core.systems.pasta_schedule import schedule_steps
 from solm.decode.pasta import runtime as pr
 from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
 
@@ -367,3 +368,36 @@ def test_runtime_replay_equals_a_forward_under_the_oracle(pasta_tokenizer, tiny,
     assert res.ids == resp
     ref = oracle_forward_logits(tiny, prompt + resp, pasta_tokenizer)[len(prompt):]
     assert (res.logits - ref).abs().max().item() < 1e-4
+
+
+def test_one_step_at_a_time_is_the_whole_run(pasta_tokenizer, tiny, vocab):
+    """prefill / step / finish can be driven by hand (a compiled step, another scheduler) and
+    give exactly what run() gives; each step feeds the threads the schedule says."""
+    v = vocab
+    resp = uneven_blocks_then_sync(v)
+    prompt = [1, 2, 3]
+    rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=256)
+    whole = rt.replay(prompt, resp, record_logits=True)
+
+    attrs, _ = pasta.walk_training_order(resp, v)
+    streams, anchors = {}, set()
+    for tok, a in zip(resp, attrs):
+        streams.setdefault(a.thread, []).append(tok)
+        if a.thread:
+            anchors.add(a.anchor)
+    cfg = PastaDecodeConfig(record_logits=True, max_new_tokens=len(resp) + 1,
+                            max_fork_tokens=len(resp) + 1)
+    state = rt.prefill(prompt, cfg, chooser=None, scripts=streams, replay_anchors=anchors)
+    assert rt.used == len(prompt) and state.steps == 0
+    fed = []
+    while True:
+        before = state.fed_total
+        if not rt.step(state):
+            break
+        fed.append(state.fed_total - before)
+    # 1 | 1 | 1 | close + <async> | main + long block | ... | sync + </async> | D
+    assert fed[:4] == [1, 1, 1, 2] and fed[6] == 3 and fed[-2:] == [2, 1]
+    by_hand = rt.finish(state)
+    assert by_hand.ids == whole.ids == resp
+    assert by_hand.forward_passes == whole.forward_passes == len(fed)
+    assert torch.equal(by_hand.logits, whole.logits)

@@ -8,6 +8,8 @@ pack it once and repack only if the weight changes.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from solm.core.models import text_config
@@ -37,6 +39,14 @@ class OutputHead:
             self._packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), 1)
             self._key = key
         return self._packed
+
+    def model_logits(self, inputs: dict, rows: Callable[[torch.Tensor], torch.Tensor]
+                     ) -> torch.Tensor:
+        """Run the model on `inputs` and return logits of the hidden rows `rows` selects
+        (from [B, q, hidden]); through this head where it is usable, else the model's own."""
+        if self.usable:
+            return self(rows(self.model.base_model(**inputs).last_hidden_state))
+        return rows(self.model(**inputs).logits)
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.packs:

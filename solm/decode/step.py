@@ -55,7 +55,4 @@ class PoolStep:
                       position_ids=torch.tensor([[a.pos for a in attrs]], device=self.device),
                       attention_mask=visible[None, None], cache=self.cache, use_cache=True)
         with attention_implementation(self.model):
-            if self.head.usable:
-                hidden = self.model.base_model(**inputs).last_hidden_state
-                return self.head(hidden[0])
-            return self.model(**inputs).logits[0]
+            return self.head.model_logits(inputs, lambda rows: rows[0])

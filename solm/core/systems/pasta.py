@@ -40,7 +40,6 @@ from solm.core.structure import IGNORE, Attrs, Structure, or_masks, pairwise
 
 NAME = "pasta"
 MAIN = 0
-EMPTY = -1  # thread id of an unused pool slot
 ATTR_NAMES = ("thread", "order", "anchor", "epoch", "join")  # what visibility reads
 
 
@@ -99,10 +98,10 @@ class _Fork:
 class PastaTracker:
     """Assigns TokenAttrs to tokens as each thread emits them (any interleaving)."""
 
-    def __init__(self, vocab: PastaVocab, start_pos: int = 0):
+    def __init__(self, vocab: PastaVocab):
         self.vocab = vocab
         self.main_order = 0
-        self.main_pos = start_pos
+        self.main_pos = 0
         self.epoch = 0
         self.forks: dict[int, _Fork] = {}
         self._in_topic = False
@@ -170,7 +169,6 @@ def joined_after_sync(q: Attrs, k: Attrs) -> torch.Tensor:
 
 
 pasta_visible = or_masks(main_up_to_promise, own_block, joined_after_sync)
-"""Pasta-Lang visibility. Keys with thread == EMPTY (unused pool slots) match no term."""
 
 
 def attrs_to_tensors(attrs: Sequence[TokenAttrs], device=None) -> dict[str, torch.Tensor]:

@@ -167,11 +167,7 @@ class TipRuntime:
                       attention_mask=None, cache=self.cache, use_cache=True)
         with attention_implementation(self.model, PAGED_NAME), \
                 paged_reads(st, scores=policy.needs_scores) as sink:
-            if self.head.usable:
-                hidden = self.model.base_model(**inputs).last_hidden_state[:, -1]
-                logits = self.head(hidden)
-            else:
-                logits = self.model(**inputs).logits[:, -1]
+            logits = self.head.model_logits(inputs, lambda rows: rows[:, -1])
         if sink is not None:
             total = sink.total.cpu()
             for v, start in zip(vis, st.offsets):
