@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -11,6 +12,7 @@ from typing import Any, Callable, Iterator
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
@@ -72,6 +74,74 @@ ModelOption = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Alias (`solm mo
 DebugOption = typer.Option(False, "--debug", help="Show full tracebacks on errors.")
 
 
+def one_of(*allowed: str) -> Callable:
+    """Option callback: the value must be one of `allowed` (checked before anything loads)."""
+
+    def check(value: str | None) -> str | None:
+        if value is not None and value not in allowed:
+            raise typer.BadParameter(f"'{value}' is not one of {', '.join(allowed)}")
+        return value
+
+    return check
+
+
+def greater_than(bound: float) -> Callable:
+    """Option callback: the value must be > bound (an open lower end, which min= cannot say)."""
+
+    def check(value: float | None) -> float | None:
+        if value is not None and not value > bound:
+            raise typer.BadParameter(f"must be > {bound:g}, got {value:g}")
+        return value
+
+    return check
+
+
+def probability_mass(value: float | None) -> float | None:
+    """Option callback for top-p: in (0, 1]."""
+    if value is not None and not 0 < value <= 1:
+        raise typer.BadParameter(f"must be in (0, 1], got {value:g}")
+    return value
+
+
+def check_device(value: str | None) -> str | None:
+    """Option callback: a device torch can use here (cpu, cuda, cuda:N, mps)."""
+    if value is None:
+        return None
+    if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", value):
+        raise typer.BadParameter(f"'{value}' is not a device: use cpu, cuda, cuda:N or mps")
+    if value.startswith("cuda"):
+        import torch
+        if not torch.cuda.is_available():
+            raise typer.BadParameter(f"'{value}': this torch build sees no CUDA device")
+        index = int(value.split(":")[1]) if ":" in value else 0
+        if index >= torch.cuda.device_count():
+            raise typer.BadParameter(f"'{value}': only {torch.cuda.device_count()} CUDA "
+                                     f"device(s) here")
+    if value == "mps":
+        import torch
+        if not torch.backends.mps.is_available():
+            raise typer.BadParameter("'mps': not available on this machine")
+    return value
+
+
+DtypeOption = typer.Option("auto", callback=one_of("auto", "fp32", "bf16", "fp16"),
+                           help="auto (bf16 where the device computes it fast, else fp32), "
+                                "fp32, bf16, fp16.")
+DeviceOption = typer.Option(None, callback=check_device, help="cpu, cuda, cuda:N or mps "
+                            "(default: cuda when available, else cpu).")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from solm import __version__
+        out_console.print(f"solm {__version__}")
+        raise typer.Exit()
+
+
+VersionOption = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                             help="Print solm's version and exit.")
+
+
 def handle_errors(fn: Callable) -> Callable:
     """Turn user errors into one red line and a non-zero exit (traceback only with --debug)."""
 
@@ -89,7 +159,14 @@ def handle_errors(fn: Callable) -> Callable:
         except (SolmError, FileNotFoundError, ValueError) as e:
             if _STATE["debug"]:
                 raise
-            console.print(f"[bold red]error:[/] {e}")
+            console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
+            raise typer.Exit(1)
+        except OSError as e:  # a folder where a file was expected, a read-only place, ...
+            if _STATE["debug"]:
+                raise
+            where = f"{e.filename}: " if e.filename else ""
+            console.print(f"[bold red]error:[/] {escape(where + str(e.strerror or e))}",
+                          highlight=False)
             raise typer.Exit(1)
 
     return wrapper
@@ -114,6 +191,16 @@ def progress(description: str, total: int | None) -> Iterator[Callable[..., None
                 bar.update(task, advance=n)
 
         yield advance
+
+
+def check_output(output: Path, *inputs: object) -> None:
+    """An output may not be one of the inputs (appending to the file being read loses rows)."""
+    if str(output) == "-":
+        return
+    for source in inputs:
+        if source is not None and str(source) != "-" and Path(str(source)).exists() \
+                and Path(str(source)).resolve() == Path(output).resolve():
+            raise SolmError(f"{output}: the output is also an input; choose another output path")
 
 
 def settings_from(local_vars: dict[str, Any]) -> dict[str, Any]:

@@ -5,14 +5,21 @@ from __future__ import annotations
 import typer
 
 from solm.cli import pasta, pdiff, tip
-from solm.cli.common import DEFAULT_MODEL, DebugOption, handle_errors, out_console
+from solm.cli.common import (DEFAULT_MODEL, DebugOption, VersionOption, handle_errors,
+                             out_console)
+from solm.cli.errors import SolmGroup
 
 app = typer.Typer(
-    name="solm", no_args_is_help=True, rich_markup_mode="markdown",
+    cls=SolmGroup, name="solm", no_args_is_help=True, rich_markup_mode="markdown",
     help="Self-orchestrating language models: PASTA, TIP (Thinking in Place), Planned Diffusion.")
 app.add_typer(pasta.app, name="pasta")
 app.add_typer(tip.app, name="tip")
 app.add_typer(pdiff.app, name="pdiff")
+
+
+@app.callback()
+def main(version: bool = VersionOption) -> None:
+    """Keeps the app a command group and gives it `--version`."""
 
 
 @app.command()
@@ -34,8 +41,12 @@ def prepare(
     debug: bool = DebugOption,
 ) -> None:
     """Convert a GGUF model (alias or file) once into the safetensors cache."""
-    from solm.core.models import resolve_model_path
+    from solm.core.errors import SolmError
+    from solm.core.models import ALIASES, resolve_model_path
 
+    if model not in ALIASES and not model.endswith(".gguf"):
+        raise SolmError(f"--model {model}: prepare converts an alias ({', '.join(ALIASES)}) or "
+                        f"a .gguf file; other models need no preparation")
     out_console.print(resolve_model_path(model))
 
 

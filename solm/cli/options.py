@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional, Union
 
 import typer
 
+from solm.cli.common import greater_than, one_of
 from solm.core.settings import cli_name, is_setting
 
 
@@ -30,7 +31,13 @@ def config_parameters(cls: type) -> list[inspect.Parameter]:
         if not is_setting(f):
             continue
         default = ... if f.default is dataclasses.MISSING else f.default
-        option = typer.Option(default, *f.metadata["flags"], help=f.metadata["help"])
+        meta = f.metadata
+        checks = {k: meta[k] for k in ("min", "max") if meta.get(k) is not None}
+        if meta.get("above") is not None:
+            checks["callback"] = greater_than(meta["above"])
+        elif meta.get("choices"):
+            checks["callback"] = one_of(*meta["choices"])
+        option = typer.Option(default, *meta["flags"], help=meta["help"], **checks)
         params.append(inspect.Parameter(cli_name(f), inspect.Parameter.KEYWORD_ONLY,
                                         default=option, annotation=_plain(hints[f.name])))
     required_first = sorted(params, key=lambda p: p.default.default is not ...)

@@ -8,14 +8,16 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (DEFAULT_MODEL, ConfigOption, DebugOption, ModelOption,
-                             QuietOption, handle_errors, info, is_quiet, out_console, progress,
-                             settings_from, show_control_tokens)
+from solm.cli.common import (DEFAULT_MODEL, ConfigOption, DebugOption, DeviceOption,
+                             DtypeOption, ModelOption, QuietOption, VersionOption, check_output,
+                             greater_than, handle_errors, info, is_quiet, one_of, out_console,
+                             probability_mass, progress, settings_from, show_control_tokens)
+from solm.cli.errors import SolmGroup
 from solm.cli.options import config_from_options, config_parameters, with_parameters
 from solm.train.sft import PastaSFTConfig
 
 app = typer.Typer(
-    name="pasta", no_args_is_help=True, rich_markup_mode="markdown",
+    cls=SolmGroup, name="pasta", no_args_is_help=True, rich_markup_mode="markdown",
     help="PASTA: models that promise independent chunks, decoded as parallel threads.\n\n"
          "Pipeline: `annotate` -> `sft` -> `prefs` -> `bonbon`; run with `decode`, "
          "measure with `bench`.")
@@ -42,6 +44,11 @@ matches its block (`--fix-lengths` recomputes N instead of rejecting).
 """
 
 
+@app.callback()
+def main(version: bool = VersionOption) -> None:
+    """Keeps the app a command group and gives it `--version`."""
+
+
 @app.command(help=ANNOTATE_HELP)
 @handle_errors
 def annotate(
@@ -53,19 +60,19 @@ def annotate(
     rejects: Optional[Path] = typer.Option(None, help="Rejected rows with a reason "
                                            "(default: OUTPUT with .rejects.jsonl)."),
     tokenizer: str = typer.Option(DEFAULT_MODEL, help="Tokenizer that counts chunk lengths."),
-    limit: Optional[int] = typer.Option(None, help="Only N rows (the first N, or a random N "
+    limit: Optional[int] = typer.Option(None, min=1, help="Only N rows (the first N, or a random N "
                                         "with --seed)."),
     seed: Optional[int] = typer.Option(None, help="With --limit: a seeded random subset."),
-    min_chunk_tokens: int = typer.Option(12, help="rules: shorter descriptions stay in the "
+    min_chunk_tokens: int = typer.Option(12, min=1, help="rules: shorter descriptions stay in the "
                                          "main thread."),
-    concurrency: int = typer.Option(8, help="LLM: requests in flight."),
-    rpm: Optional[float] = typer.Option(None, help="LLM: requests per minute (token bucket)."),
-    max_tries: int = typer.Option(4, help="LLM: tries per row (429/5xx/timeouts/bad replies)."),
-    timeout: float = typer.Option(120.0, help="LLM: seconds per request."),
+    concurrency: int = typer.Option(8, min=1, help="LLM: requests in flight."),
+    rpm: Optional[float] = typer.Option(None, callback=greater_than(0), help="LLM: requests per minute (token bucket)."),
+    max_tries: int = typer.Option(4, min=1, help="LLM: tries per row (429/5xx/timeouts/bad replies)."),
+    timeout: float = typer.Option(120.0, callback=greater_than(0), help="LLM: seconds per request."),
     base_url: Optional[str] = typer.Option(None, help="LLM: server URL (overrides the spec's)."),
     fix_lengths: bool = typer.Option(False, help="LLM: recompute tokens=N from the real block."),
-    temperature: float = typer.Option(0.0, help="LLM: sampling temperature."),
-    max_output_tokens: int = typer.Option(4096, help="LLM: cap on each reply's length."),
+    temperature: float = typer.Option(0.0, min=0.0, help="LLM: sampling temperature."),
+    max_output_tokens: int = typer.Option(4096, min=1, help="LLM: cap on each reply's length."),
     split: str = typer.Option("train", help="Split, for hub datasets."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
@@ -77,6 +84,8 @@ def annotate(
     from solm.core.records import load_records, sample_records
 
     rejects = rejects or output.with_name(output.stem + ".rejects.jsonl")
+    check_output(output, input)
+    check_output(rejects, input, output)
     tok = load_tokenizer(tokenizer)
     count = lambda s: len(tok(s, add_special_tokens=False).input_ids)  # noqa: E731
     if seed is not None and limit is not None:
@@ -165,28 +174,28 @@ def decode(
                                            "(default: two built-in demo prompts)."),
     out: Path = typer.Option(Path("runs/decode.jsonl"), "--out", "-o",
                              help="Results are appended here; rerun resumes."),
-    mode: str = typer.Option("parallel", help="`parallel` acts on the tags; `sequential` "
+    mode: str = typer.Option("parallel", callback=one_of("parallel", "sequential"), help="`parallel` acts on the tags; `sequential` "
                              "decodes one token at a time with the same runtime (baseline)."),
-    max_new_tokens: int = typer.Option(512, help="Cap on generated tokens (all threads)."),
-    temperature: float = typer.Option(0.0, help="0 = greedy."),
-    top_p: float = typer.Option(1.0, help="Nucleus sampling mass."),
-    repetition_penalty: float = typer.Option(1.0, help="Above 1 discourages tokens a thread "
+    max_new_tokens: int = typer.Option(512, min=1, help="Cap on generated tokens (all threads)."),
+    temperature: float = typer.Option(0.0, min=0.0, help="0 = greedy."),
+    top_p: float = typer.Option(1.0, callback=probability_mass, help="Nucleus sampling mass."),
+    repetition_penalty: float = typer.Option(1.0, callback=greater_than(0), help="Above 1 discourages tokens a thread "
                                              "already wrote (control tokens exempt); small "
                                              "models loop without it."),
-    no_repeat_ngram: int = typer.Option(0, help="N > 0: a thread may not repeat an N-gram it "
+    no_repeat_ngram: int = typer.Option(0, min=0, help="N > 0: a thread may not repeat an N-gram it "
                                         "already wrote (control tokens and EOS stay allowed); "
                                         "breaks loops the penalty cannot (an empty list item "
                                         "written again and again). "
                                         "0 = off."),
-    penalize: str = typer.Option("all", help="Threads the repetition penalty and n-gram ban "
+    penalize: str = typer.Option("all", callback=one_of("all", "blocks"), help="Threads the repetition penalty and n-gram ban "
                                  "apply to: `all`, or `blocks` (async blocks only; the main "
                                  "thread's list markers repeat by design). Sequential mode: all."),
     seed: int = typer.Option(0),
-    pool_size: int = typer.Option(2048, help="KV pool slots shared by all threads."),
-    max_fork_tokens: int = typer.Option(512, help="A block longer than this is closed (flagged)."),
-    dtype: str = typer.Option("auto", help="auto (bf16 where fast, else fp32), fp32, bf16."),
-    device: Optional[str] = typer.Option(None, help="cpu, cuda, cuda:1 ... (default: best)."),
-    limit: Optional[int] = typer.Option(None, help="Only the first N prompts."),
+    pool_size: int = typer.Option(2048, min=2, help="KV pool slots shared by all threads."),
+    max_fork_tokens: int = typer.Option(512, min=1, help="A block longer than this is closed (flagged)."),
+    dtype: str = DtypeOption,
+    device: Optional[str] = DeviceOption,
+    limit: Optional[int] = typer.Option(None, min=1, help="Only the first N prompts."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Decode prompts; promised chunks run as parallel threads in one shared KV pool."""
@@ -201,6 +210,7 @@ def decode(
     if mode not in MODES:
         raise ValueError(f"--mode must be one of {', '.join(MODES)}")
     source = prompts or DEMO_PROMPTS
+    check_output(out, source)
     records = list(load_records(str(source), limit=limit))
     info(f"loading {model} ...")
     m, tok = load_model(model, dtype=dtype, device=device)
@@ -241,11 +251,9 @@ def stats(
     and (*over rows with a promise) parallelism = tokens decoded per forward pass and content
     speedup = text tokens (tags removed) per forward pass; tokens/s."""
     from rich.table import Table
+    from solm.eval.pasta_format import format_stats, read_decode_rows
 
-    from solm.core.jsonl import read_jsonl
-    from solm.eval.pasta_format import format_stats
-
-    results = {str(p): format_stats(list(read_jsonl(p))).to_dict() for p in decoded}
+    results = {str(p): format_stats(read_decode_rows(p)).to_dict() for p in decoded}
     table = Table("file", "rows", "well-formed", "with promise", "parallelism*",
                   "content speedup*", "tokens", "tok/s")
     for name, st in results.items():
@@ -264,17 +272,17 @@ def bench(
     annotated: Path = typer.Option(..., "--annotated", "-a", help="JSONL with `prompt` and "
                                    "`annotated` (e.g. from `pasta annotate`)."),
     model: str = ModelOption,
-    rows: int = typer.Option(40, help="How many annotated rows to replay."),
-    min_promises: int = typer.Option(2, help="Only rows with at least this many promises."),
-    max_tokens: Optional[int] = typer.Option(None, help="Only rows whose plain response has at "
+    rows: int = typer.Option(40, min=1, help="How many annotated rows to replay."),
+    min_promises: int = typer.Option(2, min=0, help="Only rows with at least this many promises."),
+    max_tokens: Optional[int] = typer.Option(None, min=1, help="Only rows whose plain response has at "
                                              "most this many tokens."),
-    repeats: int = typer.Option(2, help="Decode each row this many times; time the last "
+    repeats: int = typer.Option(2, min=1, help="Decode each row this many times; time the last "
                                 "(the paper: 2)."),
-    generate_rows: Optional[int] = typer.Option(None, help="Compare with model.generate on the "
+    generate_rows: Optional[int] = typer.Option(None, min=0, help="Compare with model.generate on the "
                                                 "first N rows only (default: all)."),
-    pool_size: int = typer.Option(2048),
-    dtype: str = typer.Option("auto"),
-    device: Optional[str] = typer.Option(None),
+    pool_size: int = typer.Option(2048, min=2),
+    dtype: str = DtypeOption,
+    device: Optional[str] = DeviceOption,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Per-row results (JSONL) and a "
                                        "summary next to it."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,

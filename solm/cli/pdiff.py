@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import typer
 
-from solm.cli.common import DebugOption, ModelOption, handle_errors, show_control_tokens
+from solm.cli.common import (DebugOption, ModelOption, VersionOption, handle_errors,
+                             show_control_tokens)
+from solm.cli.errors import SolmGroup
 
 app = typer.Typer(
-    name="pdiff", no_args_is_help=True, rich_markup_mode="markdown",
+    cls=SolmGroup, name="pdiff", no_args_is_help=True, rich_markup_mode="markdown",
     help="Planned Diffusion: the model writes a plan of promises, then every planned chunk is "
          "denoised in parallel by masked diffusion, then decoding continues.")
 
 
 @app.callback()
-def main() -> None:
+def main(version: bool = VersionOption) -> None:
     """Keeps `pdiff` a command group (`pdiff tokens`) while it has a single subcommand."""
 
 

@@ -8,13 +8,15 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (DEFAULT_MODEL, ConfigOption, DebugOption, ModelOption,
-                             QuietOption, handle_errors, info, out_console, progress,
-                             settings_from, show_control_tokens)
+from solm.cli.common import (DEFAULT_MODEL, ConfigOption, DebugOption, DeviceOption,
+                             DtypeOption, ModelOption, QuietOption, VersionOption, check_output,
+                             handle_errors, info, one_of, out_console, probability_mass,
+                             progress, settings_from, show_control_tokens)
+from solm.cli.errors import SolmGroup
 from solm.decode.tip.policies import POLICIES, policies_help
 
 app = typer.Typer(
-    name="tip", no_args_is_help=True, rich_markup_mode="markdown",
+    cls=SolmGroup, name="tip", no_args_is_help=True, rich_markup_mode="markdown",
     help="TIP (Thinking in Place): each reasoning step opens with a register `<reg_i>`; reusing "
          "a register kills the older step and the paged runtime frees its KV pages.")
 
@@ -28,6 +30,11 @@ def _load(model: str, registers: int, dtype: str, device: Optional[str]):
     return load_model(model, dtype=dtype, device=device, system="tip", num_registers=registers)
 
 
+@app.callback()
+def main(version: bool = VersionOption) -> None:
+    """Keeps the app a command group and gives it `--version`."""
+
+
 @app.command()
 @handle_errors
 def decode(
@@ -36,22 +43,22 @@ def decode(
                                  "question or problem field)."),
     out: Path = typer.Option(Path("runs/tip_decode.jsonl"), "--out", "-o",
                              help="One row per (problem, sample), appended; rerun resumes."),
-    registers: int = typer.Option(16, help="Thought registers <reg_0> ... <reg_{N-1}>."),
-    policy: str = typer.Option("tip", help=POLICY_HELP),
-    budget: int = typer.Option(2048, help="KV budget in tokens (for the policies that read "
+    registers: int = typer.Option(16, min=1, help="Thought registers <reg_0> ... <reg_{N-1}>."),
+    policy: str = typer.Option("tip", callback=one_of(*POLICIES), help=POLICY_HELP),
+    budget: int = typer.Option(2048, min=1, help="KV budget in tokens (for the policies that read "
                                "one: " + ", ".join(n for n, c in POLICIES.items()
                                                    if c.needs_budget) + ")."),
-    page_size: int = typer.Option(64, help="Tokens per KV page."),
-    num_pages: int = typer.Option(2048, help="Pages in the pool (shared by the batch)."),
-    batch_size: int = typer.Option(16, help="Requests decoded together (refilled as they end)."),
-    samples: int = typer.Option(1, help="Samples per problem."),
-    temperature: float = typer.Option(0.6),
-    top_p: float = typer.Option(0.95),
+    page_size: int = typer.Option(64, min=1, help="Tokens per KV page."),
+    num_pages: int = typer.Option(2048, min=1, help="Pages in the pool (shared by the batch)."),
+    batch_size: int = typer.Option(16, min=1, help="Requests decoded together (refilled as they end)."),
+    samples: int = typer.Option(1, min=1, help="Samples per problem."),
+    temperature: float = typer.Option(0.6, min=0.0),
+    top_p: float = typer.Option(0.95, callback=probability_mass),
     seed: int = typer.Option(0),
-    max_new_tokens: int = typer.Option(4096),
-    limit: Optional[int] = typer.Option(None, help="Only the first N problems."),
-    dtype: str = typer.Option("auto"),
-    device: Optional[str] = typer.Option(None),
+    max_new_tokens: int = typer.Option(4096, min=1),
+    limit: Optional[int] = typer.Option(None, min=1, help="Only the first N problems."),
+    dtype: str = DtypeOption,
+    device: Optional[str] = DeviceOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Decode problems with the paged runtime under an eviction policy; reports live KV
@@ -64,6 +71,7 @@ def decode(
     from solm.decode.tip.runtime import TipDecodeConfig, TipRuntime
 
     make_policy(policy, budget, page_size)  # fail on bad flags before loading the model
+    check_output(out, prompts)
     records = list(load_records(str(prompts), limit=limit))
     m, tok = _load(model, registers, dtype, device)
     rt = TipRuntime(m, tok, num_pages=num_pages, page_size=page_size, num_registers=registers)
@@ -85,10 +93,10 @@ def traces(
     out: Path = typer.Option(..., "--out", "-o", help="JSONL of traces (prompt, response)."),
     source: Path = typer.Option(Path("../shared/data/math/deepmath_sample.jsonl"),
                                 help="JSONL with worked solutions (`solution` or `answer`)."),
-    n: int = typer.Option(16, help="How many traces."),
-    min_tokens: int = typer.Option(4000, help="Each trace has at least this many tokens."),
-    registers: int = typer.Option(16),
-    min_step_tokens: int = typer.Option(24, help="Sentences merge until a step is this long."),
+    n: int = typer.Option(16, min=1, help="How many traces."),
+    min_tokens: int = typer.Option(4000, min=1, help="Each trace has at least this many tokens."),
+    registers: int = typer.Option(16, min=1),
+    min_step_tokens: int = typer.Option(24, min=1, help="Sentences merge until a step is this long."),
     tokenizer: str = typer.Option(DEFAULT_MODEL, help="Tokenizer that counts step lengths."),
     debug: bool = DebugOption,
 ) -> None:
@@ -117,14 +125,14 @@ def bench(
     model: str = ModelOption,
     policies: str = typer.Option(",".join(POLICIES), help="Comma-separated, side by side in "
                                  "one run. " + policies_help() + "."),
-    registers: int = typer.Option(16),
-    budget: int = typer.Option(1024, help="Token budget of the policies that read one."),
-    page_size: int = typer.Option(64),
-    batch_size: int = typer.Option(16),
-    limit: Optional[int] = typer.Option(None, help="Only the first N traces."),
-    max_tokens: Optional[int] = typer.Option(None, help="Cut each trace to N response tokens."),
-    dtype: str = typer.Option("auto"),
-    device: Optional[str] = typer.Option(None),
+    registers: int = typer.Option(16, min=1),
+    budget: int = typer.Option(1024, min=1, help="Token budget of the policies that read one."),
+    page_size: int = typer.Option(64, min=1),
+    batch_size: int = typer.Option(16, min=1),
+    limit: Optional[int] = typer.Option(None, min=1, help="Only the first N traces."),
+    max_tokens: Optional[int] = typer.Option(None, min=1, help="Cut each trace to N response tokens."),
+    dtype: str = DtypeOption,
+    device: Optional[str] = DeviceOption,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Summary JSON here."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
@@ -178,7 +186,7 @@ def bench(
 @handle_errors
 def tokens(
     model: str = ModelOption,
-    registers: int = typer.Option(16, help="Number of thought registers."),
+    registers: int = typer.Option(16, min=1, help="Number of thought registers."),
     debug: bool = DebugOption,
 ) -> None:
     """Show the register tokens and their ids in a model's tokenizer."""

@@ -23,6 +23,8 @@ def read_jsonl(path: str | os.PathLike, skip_partial_last_line: bool = False) ->
     path = Path(path)
     if not path.exists():
         raise DataError("file not found", path=str(path))
+    if path.is_dir():
+        raise DataError("is a folder; expected a JSONL file", path=str(path))
     with open(path, "r", encoding="utf-8") as f:
         lines = f.readlines()
     for number, line in enumerate(lines, start=1):

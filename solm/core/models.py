@@ -157,9 +157,21 @@ def resolve_dtype(dtype: str | torch.dtype = "auto", device: str | None = None) 
     return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
 
 
+def _check_model_folder(path: str) -> None:
+    folder = Path(path)
+    if folder.is_dir() and not (folder / "config.json").exists() \
+            and not (folder / "adapter_config.json").exists():
+        raise SolmError(f"{path}: a folder without config.json is not a Hugging Face model "
+                        f"folder (was it saved completely?)")
+    if folder.is_file():
+        raise SolmError(f"{path}: a file, not a model (use an alias, a model folder, a hub id "
+                        f"or a .gguf file)")
+
+
 def load_tokenizer(name_or_path: str = DEFAULT_MODEL):
     from transformers import AutoTokenizer
     path = resolve_model_path(str(name_or_path))
+    _check_model_folder(path)
     try:
         return AutoTokenizer.from_pretrained(path)
     except OSError as e:
@@ -197,6 +209,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "au
             add_control_tokens(model, tokenizer, system, num_registers=num_registers)
         return model, tokenizer
     path = resolve_model_path(name_or_path)
+    _check_model_folder(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(

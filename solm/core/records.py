@@ -94,6 +94,8 @@ def load_records(source: str | os.PathLike, split: str = "train", limit: int | N
         origin = source
         numbered = enumerate(read_jsonl(source), start=1)
     count = 0
+    if limit is not None and limit <= 0:
+        return
     for line, raw in numbered:
         stem_id = f"{Path(origin).stem}-{line - 1}"
         try:

@@ -47,6 +47,27 @@ class FormatStats:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
+DECODE_FIELDS = {"annotated": str, "content_tokens": int, "critical_path": int}
+
+
+def read_decode_rows(path) -> list[dict]:
+    """The rows of a `pasta decode` output; anything else is a DataError naming the file,
+    line and missing field."""
+    from solm.core.errors import DataError
+    from solm.core.jsonl import read_jsonl
+
+    rows = []
+    for line, row in enumerate(read_jsonl(path), start=1):
+        for name, kind in DECODE_FIELDS.items():
+            if not isinstance(row.get(name), kind):
+                raise DataError(f"not a `pasta decode` output row (needs {name} as "
+                                f"{kind.__name__})", path=str(path), line=line, field=name)
+        rows.append(row)
+    if not rows:
+        raise DataError("no decoded rows", path=str(path))
+    return rows
+
+
 def format_stats(rows: list[dict]) -> FormatStats:
     if not rows:
         raise ValueError("no decoded rows")

@@ -40,32 +40,36 @@ class TrainConfig:
     model: str = setting(DEFAULT_MODEL, "Parent model: alias, HF folder, hub id or .gguf file.",
                          flags=("--model", "-m"))
     learning_rate: float = setting(1e-5, "Peak learning rate (linear decay to 0).",
-                                   flags=("--lr",), cli_name="lr")
-    epochs: float = setting(4.0, "Passes over the training rows.")
-    max_steps: int = setting(-1, "Stop after N optimizer steps (overrides epochs).")
-    batch_size: int = setting(8, "Global batch (all devices x accumulation).")
-    micro_batch_size: int = setting(1, "Rows per device per forward pass.")
-    eval_rows: int = setting(32, "Held-out rows for the eval loss (seeded split).")
-    eval_every: Optional[int] = setting(None, "Eval every N steps (default: each epoch).")
-    save_every: int = setting(50, "Steps between resumable checkpoints.")
+                                   flags=("--lr",), cli_name="lr", above=0)
+    epochs: float = setting(4.0, "Passes over the training rows.", above=0)
+    max_steps: int = setting(-1, "Stop after N optimizer steps (overrides epochs; -1: off).",
+                             min=-1)
+    batch_size: int = setting(8, "Global batch (all devices x accumulation).", min=1)
+    micro_batch_size: int = setting(1, "Rows per device per forward pass.", min=1)
+    eval_rows: int = setting(32, "Held-out rows for the eval loss (seeded split).", min=0)
+    eval_every: Optional[int] = setting(None, "Eval every N steps (default: each epoch).",
+                                        min=1)
+    save_every: int = setting(50, "Steps between resumable checkpoints.", min=1)
     lora_r: int = setting(0, "LoRA rank on all linear layers (0 = full finetuning); "
-                             "control-token embeddings train too.")
-    lora_alpha: Optional[int] = setting(None, "LoRA alpha (default 2 x rank).")
-    lora_dropout: float = setting(0.0, "LoRA dropout.")
+                             "control-token embeddings train too.", min=0)
+    lora_alpha: Optional[int] = setting(None, "LoRA alpha (default 2 x rank).", min=1)
+    lora_dropout: float = setting(0.0, "LoRA dropout.", min=0, max=1)
     merge: bool = setting(False, "LoRA: save merged full weights, not the adapter.")
     gradient_checkpointing: Optional[bool] = setting(
         None, "Recompute activations in backward (default: on for GPU, off on CPU).",
         flags=("--gradient-checkpointing/--no-gradient-checkpointing",))
     precision: str = setting("auto", "auto (bf16 mixed precision where the hardware has it, "
-                                     "else fp32), bf16, fp32.")
-    warmup_ratio: float = setting(0.0, "Fraction of steps warming up the lr.")
+                                     "else fp32), bf16, fp32.",
+                             choices=("auto", "bf16", "fp32"))
+    warmup_ratio: float = setting(0.0, "Fraction of steps warming up the lr.", min=0, max=1)
     control_token_lr_scale: float = setting(
         10.0, "Full finetuning: the control tokens' embedding rows learn this many times "
-              "faster (they start far from any useful value).")
-    weight_decay: float = setting(0.0, "AdamW weight decay.")
+              "faster (they start far from any useful value).", above=0)
+    weight_decay: float = setting(0.0, "AdamW weight decay.", min=0)
     seed: int = setting(0, "Seed of the data order, the held-out split and LoRA's init.")
-    limit: Optional[int] = setting(None, "Only the first N rows of the data.")
-    logging_steps: int = setting(5, "Optimizer steps between log lines (train_log.jsonl).")
+    limit: Optional[int] = setting(None, "Only the first N rows of the data.", min=1)
+    logging_steps: int = setting(5, "Optimizer steps between log lines (train_log.jsonl).",
+                                 min=1)
     quiet: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # more keys for solm.json
 

@@ -26,11 +26,11 @@ class PastaSFTConfig(TrainConfig):
     strip_annotations: bool = setting(False, "Baseline-SFT: remove the tags and train on the "
                                              "plain text of the same rows.")
     max_len: int = setting(2048, "Rows with more prompt + response tokens are skipped (see "
-                                 "--truncate).")
+                                 "--truncate).", min=2)
     truncate: bool = setting(False, "Cut long rows to --max-len instead.")
     control_token_loss_weight: float = setting(
         1.0, "Targets that are control tokens (promise, topic closers, async, sync) count this "
-             "many times in the training loss; held-out loss stays unweighted.")
+             "many times in the training loss; held-out loss stays unweighted.", above=0)
 
 
 def drop_long_rows(rows: list[dict], collator) -> tuple[list[dict], int]:
