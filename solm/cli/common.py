@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -24,9 +25,24 @@ out_console = Console()
 _STATE = {"quiet": False, "debug": bool(os.environ.get("SOLM_DEBUG"))}
 
 
+def silence_library_bars() -> None:
+    """--quiet: no progress bars from transformers, datasets or the hub either."""
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    os.environ["TQDM_DISABLE"] = "1"
+    if "huggingface_hub" in sys.modules:
+        sys.modules["huggingface_hub"].utils.disable_progress_bars()
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+        hf_logging.disable_progress_bar()
+    if "datasets" in sys.modules:
+        sys.modules["datasets"].disable_progress_bars()
+
+
 def set_global(quiet: bool | None = None, debug: bool | None = None) -> None:
     if quiet is not None:
         _STATE["quiet"] = quiet
+        if quiet:
+            silence_library_bars()
     if debug is not None:
         _STATE["debug"] = debug or _STATE["debug"]
 

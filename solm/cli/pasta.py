@@ -10,8 +10,9 @@ import typer
 
 from solm.cli.common import (DEFAULT_MODEL, ConfigOption, DebugOption, DeviceOption,
                              DtypeOption, ModelOption, QuietOption, VersionOption, check_output,
-                             greater_than, handle_errors, info, is_quiet, one_of, out_console,
-                             probability_mass, progress, settings_from, show_control_tokens)
+                             console, greater_than, handle_errors, info, is_quiet, one_of,
+                             out_console, probability_mass, progress, settings_from,
+                             show_control_tokens)
 from solm.cli.errors import SolmGroup
 from solm.cli.options import config_from_options, config_parameters, with_parameters
 from solm.train.sft import PastaSFTConfig
@@ -53,12 +54,15 @@ def main(version: bool = VersionOption) -> None:
 @handle_errors
 def annotate(
     input: str = typer.Option(..., "--input", "-i", help="JSONL of responses (ShareGPT, Alpaca, "
-                              "OpenAI messages or prompt/response), or a hub dataset name."),
-    output: Path = typer.Option(..., "--output", "-o", help="Accepted rows are appended here."),
+                              "OpenAI messages or prompt/response), `-` for standard input, or "
+                              "a hub dataset name."),
+    output: Path = typer.Option(..., "--output", "-o", help="Accepted rows are appended here "
+                                "(`-`: standard output; the summary goes to standard error)."),
     annotator: str = typer.Option("rules", help="`rules`, `gemini:MODEL[@URL]`, "
                                   "`openai:MODEL[@URL]` or `hf:MODEL` (see above)."),
     rejects: Optional[Path] = typer.Option(None, help="Rejected rows with a reason "
-                                           "(default: OUTPUT with .rejects.jsonl)."),
+                                           "(default: OUTPUT with .rejects.jsonl; under `-o -` "
+                                           "none unless given)."),
     tokenizer: str = typer.Option(DEFAULT_MODEL, help="Tokenizer that counts chunk lengths."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only N rows (the first N, or a random N "
                                         "with --seed)."),
@@ -83,7 +87,13 @@ def annotate(
     from solm.core.provenance import write_manifest
     from solm.core.records import load_records, sample_records
 
-    rejects = rejects or output.with_name(output.stem + ".rejects.jsonl")
+    import os
+
+    from solm.core.jsonl import is_stdio
+
+    # under `-o -` rejected rows are only counted (stderr summary) unless --rejects names a file
+    rejects = rejects or (Path(os.devnull) if is_stdio(output)
+                          else output.with_name(output.stem + ".rejects.jsonl"))
     check_output(output, input)
     check_output(rejects, input, output)
     tok = load_tokenizer(tokenizer)
@@ -124,7 +134,7 @@ def annotate(
                                                     cfg, on_update=update))
     write_manifest(output, "pasta annotate", settings_from(locals()), inputs=[input],
                    model=tokenizer, extra={"summary": summary.to_dict(), **extra})
-    out_console.print_json(json.dumps(summary.to_dict()))
+    (console if is_stdio(output) else out_console).print_json(json.dumps(summary.to_dict()))
 
 
 SFT_HELP = """Finetune a model to write Pasta-Lang (Pasta-SFT), or the same rows without tags
@@ -170,10 +180,12 @@ app.command(name="sft", help=SFT_HELP)(handle_errors(with_parameters(
 @handle_errors
 def decode(
     model: str = ModelOption,
-    prompts: Optional[Path] = typer.Option(None, "--prompts", "-p", help="JSONL of prompts "
-                                           "(default: two built-in demo prompts)."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", "-p", help="JSONL of prompts, "
+                                           "`-` for standard input (default: two built-in "
+                                           "demo prompts)."),
     out: Path = typer.Option(Path("runs/decode.jsonl"), "--out", "-o",
-                             help="Results are appended here; rerun resumes."),
+                             help="Results are appended here; rerun resumes. `-`: records "
+                                  "to standard output, everything else to standard error."),
     mode: str = typer.Option("parallel", callback=one_of("parallel", "sequential"), help="`parallel` acts on the tags; `sequential` "
                              "decodes one token at a time with the same runtime (baseline)."),
     max_new_tokens: int = typer.Option(512, min=1, help="Cap on generated tokens (all threads)."),
@@ -202,6 +214,7 @@ def decode(
     from solm.core.control_tokens import add_control_tokens
     from solm.core.models import load_model
     from solm.core.provenance import write_manifest
+    from solm.core.jsonl import is_stdio, read_jsonl
     from solm.core.records import load_records
     from solm.core.sampling import SamplingConfig
     from solm.decode.pasta.decode_file import DEMO_PROMPTS, decode_file
@@ -223,13 +236,18 @@ def decode(
                                                     repetition_penalty=repetition_penalty,
                                                     no_repeat_ngram=no_repeat_ngram),
                             penalize=penalize)
+    to_stdout = is_stdio(out)  # records on stdout; texts, progress and the summary on stderr
+    written: list[dict] = []
+
+    def on_row(s, row: dict) -> None:
+        written.append(row)
+        advance(status=f"{s.content_tokens / max(s.decode_s, 1e-9):.1f} tok/s")
+
     with progress(f"decoding ({mode})", len(records)) as advance:
-        summary = decode_file(rt, records, out, cfg, on_row=lambda s, r: advance(
-            status=f"{s.content_tokens / max(s.decode_s, 1e-9):.1f} tok/s"))
-    from solm.core.jsonl import read_jsonl
+        summary = decode_file(rt, records, out, cfg, on_row=on_row)
     from solm.eval.pasta_format import format_stats
 
-    rows = list(read_jsonl(out))
+    rows = written if to_stdout else list(read_jsonl(out))
     stats = format_stats(rows).to_dict() if rows else {}
     write_manifest(out, "pasta decode", settings_from(locals()), inputs=[source], model=model,
                    extra={"summary": summary.to_dict(), "format": stats})
@@ -238,13 +256,16 @@ def decode(
             info(f"[bold cyan]{row['id']}[/] [dim]({row['content_tokens']} tokens, "
                  f"{row['forward_passes']} passes, {row['threads']} threads"
                  f"{', ' + ','.join(row['flags']) if row['flags'] else ''})[/]\n{row['response']}")
-    out_console.print_json(json.dumps({**summary.to_dict(), "format (whole file)": stats}))
+    scope = "format (this run)" if to_stdout else "format (whole file)"
+    (console if to_stdout else out_console).print_json(
+        json.dumps({**summary.to_dict(), scope: stats}))
 
 
 @app.command()
 @handle_errors
 def stats(
-    decoded: list[Path] = typer.Argument(..., help="Outputs of `pasta decode`."),
+    decoded: list[Path] = typer.Argument(..., help="Outputs of `pasta decode` (`-` reads "
+                                         "standard input)."),
     quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Format statistics of decode outputs: well-formed Pasta-Lang, rows with a promise,

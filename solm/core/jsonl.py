@@ -8,25 +8,37 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from solm.core.errors import DataError
 
 
+STDIO = "-"  # a path that means standard input (reading) or standard output (writing)
+
+
+def is_stdio(path: str | os.PathLike | None) -> bool:
+    return path is not None and str(path) == STDIO
+
+
 def read_jsonl(path: str | os.PathLike, skip_partial_last_line: bool = False) -> Iterator[dict]:
     """Yield one dict per non-empty line; a malformed line raises DataError naming file and line.
+    `-` reads standard input.
 
     With `skip_partial_last_line`, a last line without a trailing newline that does not parse is
     ignored: that is what a writer killed mid-record leaves behind.
     """
-    path = Path(path)
-    if not path.exists():
-        raise DataError("file not found", path=str(path))
-    if path.is_dir():
-        raise DataError("is a folder; expected a JSONL file", path=str(path))
-    with open(path, "r", encoding="utf-8") as f:
-        lines = f.readlines()
+    if is_stdio(path):
+        path, lines = Path("<stdin>"), sys.stdin.readlines()
+    else:
+        path = Path(path)
+        if not path.exists():
+            raise DataError("file not found", path=str(path))
+        if path.is_dir():
+            raise DataError("is a folder; expected a JSONL file", path=str(path))
+        with open(path, "r", encoding="utf-8") as f:
+            lines = f.readlines()
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -58,14 +70,18 @@ def _repair_tail(path: Path) -> None:
 
 
 class JsonlWriter:
-    """Append records to a JSONL file, one flushed (and fsynced) line per record."""
+    """Append records to a JSONL file, one flushed (and fsynced) line per record; `-` writes
+    to standard output (flushed per line, for pipes)."""
 
     def __init__(self, path: str | os.PathLike, fsync: bool = True):
         self.path = Path(path)
+        if is_stdio(path):
+            self._file, self._fsync, self._owned = sys.stdout, False, False
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _repair_tail(self.path)
         self._file = open(self.path, "a", encoding="utf-8")
-        self._fsync = fsync
+        self._fsync, self._owned = fsync, True
 
     def write(self, record: dict[str, Any]) -> None:
         self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -74,7 +90,8 @@ class JsonlWriter:
             os.fsync(self._file.fileno())
 
     def close(self) -> None:
-        self._file.close()
+        if self._owned:
+            self._file.close()
 
     def __enter__(self) -> "JsonlWriter":
         return self
@@ -98,7 +115,7 @@ def done_ids(*paths: str | os.PathLike, key: str = "id") -> set[str]:
     """Ids already written to any of these files (missing files count as empty)."""
     seen: set[str] = set()
     for p in paths:
-        if Path(p).exists():
+        if not is_stdio(p) and Path(p).exists():
             for r in read_jsonl(p, skip_partial_last_line=True):
                 if key in r:
                     seen.add(str(r[key]))

@@ -71,14 +71,18 @@ def manifest_path(output: str | os.PathLike) -> Path:
 
 def write_manifest(output: str | os.PathLike, command: str, settings: dict[str, Any],
                    inputs: list[str | os.PathLike] = (), model: str | None = None,
-                   extra: dict[str, Any] | None = None) -> Path:
-    """Write the manifest next to `output` (never containing secrets) and return its path."""
+                   extra: dict[str, Any] | None = None) -> Path | None:
+    """Write the manifest next to `output` (never containing secrets) and return its path;
+    nothing for standard output (`-`), which has no "next to"."""
+    if str(output) == "-":
+        return None
     record = {
         "command": command,
         "argv": redacted_argv(sys.argv),
         "settings": _scrub(settings),
         "model": model,
-        "inputs": {str(p): file_sha256(p) for p in inputs if p and Path(p).is_file()},
+        "inputs": {str(p): file_sha256(p) for p in inputs
+                   if p and str(p) != "-" and Path(p).is_file()},
         "versions": package_versions(),
         "python": platform.python_version(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
