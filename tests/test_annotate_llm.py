@@ -203,3 +203,24 @@ def test_hf_backend_with_the_embedded_model(tmp_path, count):
     assert len(out) + len(rej) == 2
     for r in out:  # whatever it wrote, only faithful annotations may pass
         assert r["annotated"] is None or faithful(r["annotated"], r["response"])
+
+
+def test_rows_rejected_while_the_server_was_down_are_retried_on_rerun(tmp_path, count):
+    """Transport failures are the service's, not the row's: a rerun tries them again, while
+    rows rejected for their content stay rejected."""
+    recs = records(4)
+    with FakeLLM(count) as server:
+        url = server.url
+    # the server is down now: every row fails on transport after its tries
+    down = make_client(f"openai:m@{url}", timeout=1)
+    summary, accepted, rejected = run(down, recs, tmp_path, count, max_tries=1)
+    assert not accepted and len(rejected) == 4
+    assert all(r["transient"] for r in rejected)
+    with open(tmp_path / "rej.jsonl", "a") as f:  # a content reject must stay settled
+        f.write(json.dumps({"id": "r3", "reason": "unfaithful", "transient": False}) + "\n")
+    with FakeLLM(count) as server:
+        up = make_client(f"openai:m@{server.url}", timeout=5)
+        summary, accepted, _ = run(up, recs, tmp_path, count)
+    assert summary.retried_rejects == 3
+    assert sorted(r["id"] for r in accepted) == ["r0", "r1", "r2"]
+    assert summary.skipped_done == 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Callable, Iterable
 
 from solm.annotate.prompt import extract_annotation, prompt_version, system_prompt, user_prompt
 from solm.annotate.rules import tens_for
-from solm.core.jsonl import JsonlWriter, done_ids
+from solm.core.jsonl import JsonlWriter, done_ids, is_stdio, read_jsonl
 from solm.core.llm.base import ChatClient, LLMError
 from solm.core.llm.spec import cost_usd
 from solm.core.pasta_lang import (PastaSyntaxError, Promise, faithful, parse, promises,
@@ -42,6 +43,7 @@ class LLMAnnotateConfig:
 class LLMAnnotateSummary:
     rows: int = 0
     skipped_done: int = 0
+    retried_rejects: int = 0  # rows a failed service rejected before, tried again
     accepted: int = 0
     unannotated: int = 0  # accepted, but the annotator found nothing to parallelise
     rejected: dict[str, int] = field(default_factory=dict)
@@ -116,6 +118,28 @@ def check_annotation(annotated: str, source: str, count_tokens: Callable[[str], 
     return serialize(items)
 
 
+def is_transient(reason: str) -> bool:
+    """A failure of the service, not of the row (server down, timeouts, 429, 5xx): such a
+    reject is retried when the job runs again."""
+    return reason in ("timeout", "transport", "http_429") or bool(re.fullmatch(r"http_5\d\d",
+                                                                                reason))
+
+
+def settled_ids(output: Path, rejects: Path) -> tuple[set[str], int]:
+    """Ids a rerun skips: every accepted row, and every reject that is not transient; also
+    how many transient rejects will be retried."""
+    seen = done_ids(output)
+    retried = set()
+    if not is_stdio(rejects) and Path(rejects).exists():
+        for row in read_jsonl(rejects, skip_partial_last_line=True):
+            rid = str(row.get("id"))
+            if is_transient(str(row.get("reason", ""))):
+                retried.add(rid)
+            else:
+                seen.add(rid)
+    return seen, len(retried - seen)
+
+
 async def annotate_with_llm(records: Iterable[Record], client: ChatClient, output: Path,
                             rejects: Path, count_tokens: Callable[[str], int],
                             cfg: LLMAnnotateConfig,
@@ -123,7 +147,7 @@ async def annotate_with_llm(records: Iterable[Record], client: ChatClient, outpu
                             seed: int = 0) -> LLMAnnotateSummary:
     summary = LLMAnnotateSummary()
     started = time.perf_counter()
-    seen = done_ids(output, rejects)
+    seen, summary.retried_rejects = settled_ids(output, rejects)
     version, system = prompt_version(), system_prompt()
     limiter = TokenBucket(cfg.rpm, burst=max(1.0, min(cfg.concurrency, cfg.rpm / 60))) \
         if cfg.rpm else None
@@ -146,7 +170,8 @@ async def annotate_with_llm(records: Iterable[Record], client: ChatClient, outpu
     def reject(rec: Record, reason: str, detail: str, tries: int):
         summary.rejected[reason] = summary.rejected.get(reason, 0) + 1
         rej.write({"id": rec.id, "reason": reason, "detail": detail[:500], "tries": tries,
-                   "annotator": client.spec, "prompt_version": version})
+                   "transient": is_transient(reason), "annotator": client.spec,
+                   "prompt_version": version})
         notify()
 
     async def handle(rec: Record) -> None:
