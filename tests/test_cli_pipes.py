@@ -38,3 +38,25 @@ def test_annotate_reads_stdin_and_writes_stdout(tmp_path):
     assert r.exit_code == 0, r.output
     records = [json.loads(line) for line in r.stdout.splitlines()]
     assert [rec["id"] for rec in records] == ["a"] and "<promise" in records[0]["annotated"]
+
+
+def test_rerun_with_other_row_settings_is_refused_unless_forced(tmp_path, tiny_folder):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"Say {i}"}) + "\n"
+                               for i in range(3)))
+    out = tmp_path / "out.jsonl"
+    base = ["decode", "-p", str(prompts), "-o", str(out), "-m", tiny_folder,
+            "--max-new-tokens", "3", "-q"]
+    runner = CliRunner()
+    assert runner.invoke(pasta.app, base + ["--limit", "1"]).exit_code == 0
+    # more rows with the same settings: resumes
+    r = runner.invoke(pasta.app, base + ["--limit", "2"])
+    assert r.exit_code == 0 and len(out.read_text().splitlines()) == 2
+    before = out.read_bytes()
+    r = runner.invoke(pasta.app, base + ["--temperature", "0.7"])
+    assert r.exit_code == 1 and "temperature=0.0 (now 0.7)" in r.output
+    assert out.read_bytes() == before  # nothing appended
+    r = runner.invoke(pasta.app, base + ["--temperature", "0.7", "--force"])
+    assert r.exit_code == 0 and len(out.read_text().splitlines()) == 3
+    manifest = json.loads((tmp_path / "out.jsonl.manifest.json").read_text())
+    assert manifest["mixed_settings"] is True and manifest["row_settings"]["temperature"] == 0.7

@@ -140,6 +140,8 @@ def check_device(value: str | None) -> str | None:
     return value
 
 
+ForceOption = typer.Option(False, "--force", help="Append to an output whose rows were made "
+                           "with other settings (the manifest then says mixed_settings).")
 DtypeOption = typer.Option("auto", callback=one_of("auto", "fp32", "bf16", "fp16"),
                            help="auto (bf16 where the device computes it fast, else fp32), "
                                 "fp32, bf16, fp16.")

@@ -9,9 +9,9 @@ from typing import Optional
 import typer
 
 from solm.cli.common import (DEFAULT_MODEL, ConfigOption, DebugOption, DeviceOption,
-                             DtypeOption, ModelOption, QuietOption, VersionOption, check_output,
-                             console, greater_than, handle_errors, info, is_quiet, one_of,
-                             out_console, probability_mass, progress, settings_from,
+                             DtypeOption, ForceOption, ModelOption, QuietOption, VersionOption,
+                             check_output, console, greater_than, handle_errors, info, is_quiet,
+                             one_of, out_console, probability_mass, progress, settings_from,
                              show_control_tokens)
 from solm.cli.errors import SolmGroup
 from solm.cli.options import config_from_options, config_parameters, with_parameters
@@ -78,13 +78,14 @@ def annotate(
     temperature: float = typer.Option(0.0, min=0.0, help="LLM: sampling temperature."),
     max_output_tokens: int = typer.Option(4096, min=1, help="LLM: cap on each reply's length."),
     split: str = typer.Option("train", help="Split, for hub datasets."),
+    force: bool = ForceOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     import asyncio
 
     from solm.annotate.pipeline import annotate_rules_job
     from solm.core.models import load_tokenizer
-    from solm.core.provenance import write_manifest
+    from solm.core.provenance import check_rerun_settings, write_manifest
     from solm.core.records import load_records, sample_records
 
     import os
@@ -96,6 +97,13 @@ def annotate(
                           else output.with_name(output.stem + ".rejects.jsonl"))
     check_output(output, input)
     check_output(rejects, input, output)
+    from solm.annotate.prompt import prompt_version
+
+    row_settings = {"annotator": annotator, "tokenizer": tokenizer,
+                    "min_chunk_tokens": min_chunk_tokens, "fix_lengths": fix_lengths,
+                    "temperature": temperature, "max_output_tokens": max_output_tokens,
+                    "prompt_version": None if annotator == "rules" else prompt_version()}
+    mixed = check_rerun_settings(output, row_settings, force)
     tok = load_tokenizer(tokenizer)
     count = lambda s: len(tok(s, add_special_tokens=False).input_ids)  # noqa: E731
     if seed is not None and limit is not None:
@@ -112,7 +120,6 @@ def annotate(
                                                 f"{sum(s.rejected.values())}"))
     else:
         from solm.annotate.llm_job import LLMAnnotateConfig, annotate_with_llm
-        from solm.annotate.prompt import prompt_version
         from solm.core.llm import make_client
 
         client = make_client(annotator, base_url=base_url, timeout=timeout,
@@ -133,7 +140,8 @@ def annotate(
             summary = asyncio.run(annotate_with_llm(records, client, output, rejects, count,
                                                     cfg, on_update=update))
     write_manifest(output, "pasta annotate", settings_from(locals()), inputs=[input],
-                   model=tokenizer, extra={"summary": summary.to_dict(), **extra})
+                   model=tokenizer, extra={"summary": summary.to_dict(), **extra},
+                   row_settings=row_settings, mixed=mixed)
     (console if is_stdio(output) else out_console).print_json(json.dumps(summary.to_dict()))
 
 
@@ -208,12 +216,13 @@ def decode(
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N prompts."),
+    force: bool = ForceOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Decode prompts; promised chunks run as parallel threads in one shared KV pool."""
     from solm.core.control_tokens import add_control_tokens
     from solm.core.models import load_model
-    from solm.core.provenance import write_manifest
+    from solm.core.provenance import check_rerun_settings, write_manifest
     from solm.core.jsonl import is_stdio, read_jsonl
     from solm.core.records import load_records
     from solm.core.sampling import SamplingConfig
@@ -224,6 +233,11 @@ def decode(
         raise ValueError(f"--mode must be one of {', '.join(MODES)}")
     source = prompts or DEMO_PROMPTS
     check_output(out, source)
+    row_settings = {"model": model, "mode": mode, "max_new_tokens": max_new_tokens,
+                    "temperature": temperature, "top_p": top_p, "seed": seed,
+                    "repetition_penalty": repetition_penalty, "no_repeat_ngram": no_repeat_ngram,
+                    "penalize": penalize, "max_fork_tokens": max_fork_tokens, "dtype": dtype}
+    mixed = check_rerun_settings(out, row_settings, force)
     records = list(load_records(str(source), limit=limit))
     info(f"loading {model} ...")
     m, tok = load_model(model, dtype=dtype, device=device)
@@ -250,7 +264,8 @@ def decode(
     rows = written if to_stdout else list(read_jsonl(out))
     stats = format_stats(rows).to_dict() if rows else {}
     write_manifest(out, "pasta decode", settings_from(locals()), inputs=[source], model=model,
-                   extra={"summary": summary.to_dict(), "format": stats})
+                   extra={"summary": summary.to_dict(), "format": stats},
+                   row_settings=row_settings, mixed=mixed)
     if not quiet:
         for row in rows[-min(len(records), 3):]:
             info(f"[bold cyan]{row['id']}[/] [dim]({row['content_tokens']} tokens, "

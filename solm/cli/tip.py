@@ -9,9 +9,9 @@ from typing import Optional
 import typer
 
 from solm.cli.common import (DEFAULT_MODEL, ConfigOption, DebugOption, DeviceOption,
-                             DtypeOption, ModelOption, QuietOption, VersionOption, check_output,
-                             handle_errors, info, one_of, out_console, probability_mass,
-                             progress, settings_from, show_control_tokens)
+                             DtypeOption, ForceOption, ModelOption, QuietOption, VersionOption,
+                             check_output, handle_errors, info, one_of, out_console,
+                             probability_mass, progress, settings_from, show_control_tokens)
 from solm.cli.errors import SolmGroup
 from solm.decode.tip.policies import POLICIES, policies_help
 
@@ -59,11 +59,12 @@ def decode(
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N problems."),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
+    force: bool = ForceOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Decode problems with the paged runtime under an eviction policy; reports live KV
     tokens, peak pages, throughput and decode time per sample and overall."""
-    from solm.core.provenance import write_manifest
+    from solm.core.provenance import check_rerun_settings, write_manifest
     from solm.core.records import load_records
     from solm.core.sampling import SamplingConfig
     from solm.decode.tip.decode_file import decode_prompts
@@ -72,6 +73,10 @@ def decode(
 
     make_policy(policy, budget, page_size)  # fail on bad flags before loading the model
     check_output(out, prompts)
+    row_settings = {"model": model, "registers": registers, "policy": policy, "budget": budget,
+                    "page_size": page_size, "temperature": temperature, "top_p": top_p,
+                    "seed": seed, "max_new_tokens": max_new_tokens, "dtype": dtype}
+    mixed = check_rerun_settings(out, row_settings, force)
     records = list(load_records(str(prompts), limit=limit))
     m, tok = _load(model, registers, dtype, device)
     rt = TipRuntime(m, tok, num_pages=num_pages, page_size=page_size, num_registers=registers)
@@ -83,6 +88,7 @@ def decode(
             status=f"{s.generated_tokens / max(s.wall_s, 1e-9):.0f} tok/s, live "
                    f"{r['mean_live_tokens']:.0f}"))
     write_manifest(out, "tip decode", settings_from(locals()), inputs=[prompts], model=model,
+                   row_settings=row_settings, mixed=mixed,
                    extra={"summary": summary.to_dict()})
     out_console.print_json(json.dumps(summary.to_dict()))
 

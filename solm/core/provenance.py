@@ -12,6 +12,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from solm.core.errors import SolmError
+
 _PACKAGES = ("solm", "torch", "transformers", "trl", "peft", "datasets", "accelerate")
 _SECRET_HINTS = ("key", "token", "secret", "password")
 
@@ -69,9 +71,35 @@ def manifest_path(output: str | os.PathLike) -> Path:
     return output.with_name(output.name + ".manifest.json")
 
 
+def check_rerun_settings(output: str | os.PathLike, row_settings: dict[str, Any],
+                         force: bool = False) -> bool:
+    """Refuse to append to `output` with settings that change what a row contains (model,
+    annotator, prompt version, decoding settings) when its manifest says its rows were made
+    with others: resuming would mix two kinds of rows silently. Settings that do not change
+    rows (--limit, --quiet, concurrency) are not passed here, so raising --limit resumes.
+    Returns True when the rows will be mixed (`force`)."""
+    if str(output) == "-" or not Path(output).is_file() or Path(output).stat().st_size == 0:
+        return False
+    path = manifest_path(output)
+    if not path.exists():
+        return False
+    recorded = json.loads(path.read_text()).get("row_settings")
+    if recorded is None:
+        return False
+    changed = {k: (recorded.get(k), v) for k, v in _scrub(row_settings).items()
+               if k in recorded and recorded[k] != v}
+    if changed and not force:
+        what = ", ".join(f"{k}={old!r} (now {new!r})" for k, (old, new) in changed.items())
+        raise SolmError(f"{output} holds rows made with {what}; rerun with the same settings, "
+                        f"choose another output, or pass --force to append anyway")
+    return bool(changed)
+
+
 def write_manifest(output: str | os.PathLike, command: str, settings: dict[str, Any],
                    inputs: list[str | os.PathLike] = (), model: str | None = None,
-                   extra: dict[str, Any] | None = None) -> Path | None:
+                   extra: dict[str, Any] | None = None,
+                   row_settings: dict[str, Any] | None = None,
+                   mixed: bool = False) -> Path | None:
     """Write the manifest next to `output` (never containing secrets) and return its path;
     nothing for standard output (`-`), which has no "next to"."""
     if str(output) == "-":
@@ -89,6 +117,11 @@ def write_manifest(output: str | os.PathLike, command: str, settings: dict[str, 
     }
     if extra:
         record.update(extra)
+    if row_settings is not None:
+        record["row_settings"] = _scrub(row_settings)
+        previous = manifest_path(output)
+        was_mixed = previous.exists() and json.loads(previous.read_text()).get("mixed_settings")
+        record["mixed_settings"] = bool(mixed or was_mixed)
     path = manifest_path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
