@@ -210,7 +210,7 @@ def decode(
     penalize: str = typer.Option("all", callback=one_of("all", "blocks"), help="Threads the repetition penalty and n-gram ban "
                                  "apply to: `all`, or `blocks` (async blocks only; the main "
                                  "thread's list markers repeat by design). Sequential mode: all."),
-    seed: int = typer.Option(0),
+    seed: int = typer.Option(0, help="Sampling seed (per prompt; ignored when greedy)."),
     pool_size: int = typer.Option(2048, min=2, help="KV pool slots shared by all threads."),
     max_fork_tokens: int = typer.Option(512, min=1, help="A block longer than this is closed (flagged)."),
     dtype: str = DtypeOption,
@@ -219,7 +219,18 @@ def decode(
     force: bool = ForceOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
-    """Decode prompts; promised chunks run as parallel threads in one shared KV pool."""
+    """Decode prompts; promised chunks run as parallel threads in one shared KV pool.
+
+    Input: JSONL, one prompt per line, as `{"id": "q1", "prompt": "..."}` or Alpaca
+    (`instruction`/`input`), ShareGPT (`conversations`) or OpenAI `messages` rows; `-` reads
+    standard input. Output: one JSON row per prompt (response, annotated text, promises,
+    critical path, parallelism, timings, flags), appended; a rerun resumes.
+
+    Examples:
+
+    - `pasta decode -m runs/pasta-sft -p ../shared/data/alpaca_eval/alpaca_eval.jsonl --limit 50 -o out.jsonl`
+    - `cat prompts.jsonl | pasta decode -p - -o - | pasta stats -`
+    """
     from solm.core.control_tokens import add_control_tokens
     from solm.core.models import load_model
     from solm.core.provenance import check_rerun_settings, write_manifest
@@ -316,7 +327,7 @@ def bench(
                                 "(the paper: 2)."),
     generate_rows: Optional[int] = typer.Option(None, min=0, help="Compare with model.generate on the "
                                                 "first N rows only (default: all)."),
-    pool_size: int = typer.Option(2048, min=2),
+    pool_size: int = typer.Option(2048, min=2, help="KV pool slots shared by all threads."),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Per-row results (JSONL) and a "
@@ -325,8 +336,13 @@ def bench(
 ) -> None:
     """Replay annotated responses: realized vs theoretical speedup, efficiency, vs generate.
 
-    Prints a JSON summary with `realized_speedup`, `theoretical_speedup`, `efficiency`
-    (geometric means) and `seq_vs_generate`; warm-up time is reported separately.
+    Input: JSONL rows with `id`, `prompt` and `annotated` (a Pasta-Lang response), as
+    `pasta annotate` writes them (README "Input formats" has a two-line example).
+    Each row is teacher-forced on the real parallel schedule and its stripped text
+    sequentially. Prints a JSON summary with `realized_speedup`, `theoretical_speedup`,
+    `efficiency` (geometric means) and `seq_vs_generate`; warm-up time is reported separately.
+
+    Example: `pasta bench -a runs/bench/gpt4_rules.jsonl --config configs/pasta_bench_cpu.yaml -o runs/bench/replay.jsonl`
     """
     from dataclasses import asdict
 

@@ -10,7 +10,7 @@ import typer
 
 from solm.cli.common import (DEFAULT_MODEL, ConfigOption, DebugOption, DeviceOption,
                              DtypeOption, ForceOption, ModelOption, QuietOption, VersionOption,
-                             check_output, handle_errors, info, one_of, out_console,
+                             check_output, console, handle_errors, info, one_of, out_console,
                              probability_mass, progress, settings_from, show_control_tokens)
 from solm.cli.errors import SolmGroup
 from solm.decode.tip.policies import POLICIES, policies_help
@@ -52,10 +52,10 @@ def decode(
     num_pages: int = typer.Option(2048, min=1, help="Pages in the pool (shared by the batch)."),
     batch_size: int = typer.Option(16, min=1, help="Requests decoded together (refilled as they end)."),
     samples: int = typer.Option(1, min=1, help="Samples per problem."),
-    temperature: float = typer.Option(0.6, min=0.0),
-    top_p: float = typer.Option(0.95, callback=probability_mass),
-    seed: int = typer.Option(0),
-    max_new_tokens: int = typer.Option(4096, min=1),
+    temperature: float = typer.Option(0.6, min=0.0, help="Sampling temperature (0 = greedy)."),
+    top_p: float = typer.Option(0.95, callback=probability_mass, help="Nucleus sampling mass."),
+    seed: int = typer.Option(0, help="Sampling seed (sample k of a problem uses seed + k)."),
+    max_new_tokens: int = typer.Option(4096, min=1, help="Cap on generated tokens per sample."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N problems."),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
@@ -63,7 +63,14 @@ def decode(
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Decode problems with the paged runtime under an eviction policy; reports live KV
-    tokens, peak pages, throughput and decode time per sample and overall."""
+    tokens, peak pages, throughput and decode time per sample and overall.
+
+    Input: JSONL with a `prompt`, `question` or `problem` field per line, e.g.
+    `{"id": "aime24-1", "problem": "Find ..."}`. Output: one row per (problem, sample),
+    appended; a rerun resumes.
+
+    Example: `tip decode -m M -p ../shared/data/aime/aime2024.jsonl --registers 16 --samples 16 -o runs/tip.jsonl`
+    """
     from solm.core.provenance import check_rerun_settings, write_manifest
     from solm.core.records import load_records
     from solm.core.sampling import SamplingConfig
@@ -90,7 +97,7 @@ def decode(
     write_manifest(out, "tip decode", settings_from(locals()), inputs=[prompts], model=model,
                    row_settings=row_settings, mixed=mixed,
                    extra={"summary": summary.to_dict()})
-    out_console.print_json(json.dumps(summary.to_dict()))
+    (console if str(out) == "-" else out_console).print_json(json.dumps(summary.to_dict()))
 
 
 @app.command()
@@ -101,13 +108,18 @@ def traces(
                                 help="JSONL with worked solutions (`solution` or `answer`)."),
     n: int = typer.Option(16, min=1, help="How many traces."),
     min_tokens: int = typer.Option(4000, min=1, help="Each trace has at least this many tokens."),
-    registers: int = typer.Option(16, min=1),
+    registers: int = typer.Option(16, min=1, help="Registers cycled through: step k opens "
+                                  "<reg_{k mod N}>."),
     min_step_tokens: int = typer.Option(24, min=1, help="Sentences merge until a step is this long."),
     tokenizer: str = typer.Option(DEFAULT_MODEL, help="Tokenizer that counts step lengths."),
     debug: bool = DebugOption,
 ) -> None:
     """Build synthetic register-annotated traces from real solutions: step k opens with
-    <reg_{k mod registers}> (see solm/annotate/tip_traces.py)."""
+    <reg_{k mod registers}> (see solm/annotate/tip_traces.py).
+
+    Input: JSONL with a question and a worked `solution` (or `answer`) per line, e.g. the
+    MATH rows in ../shared/data/math/. Example: `tip traces -o runs/tip/traces.jsonl --n 16 --min-tokens 4000`
+    """
     from solm.core.control_tokens import add_control_tokens
     from solm.core.jsonl import write_jsonl
     from solm.core.models import load_tokenizer
@@ -131,10 +143,11 @@ def bench(
     model: str = ModelOption,
     policies: str = typer.Option(",".join(POLICIES), help="Comma-separated, side by side in "
                                  "one run. " + policies_help() + "."),
-    registers: int = typer.Option(16, min=1),
+    registers: int = typer.Option(16, min=1, help="Register tokens the model's tokenizer gets."),
     budget: int = typer.Option(1024, min=1, help="Token budget of the policies that read one."),
-    page_size: int = typer.Option(64, min=1),
-    batch_size: int = typer.Option(16, min=1),
+    page_size: int = typer.Option(64, min=1, help="Tokens per KV page."),
+    batch_size: int = typer.Option(16, min=1, help="Traces replayed together (refilled as "
+                                   "they end)."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N traces."),
     max_tokens: Optional[int] = typer.Option(None, min=1, help="Cut each trace to N response tokens."),
     dtype: str = DtypeOption,
@@ -143,7 +156,14 @@ def bench(
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Replay traces token by token with each policy, side by side in one run: throughput,
-    live KV tokens, peak pages, fragmentation, and the ratios against dense."""
+    live KV tokens, peak pages, fragmentation, and the ratios against dense.
+
+    Input: JSONL with `prompt` and a register-annotated `response`, e.g.
+    `{"prompt": "Solve ...", "response": "<reg_0>First, ...\n<reg_1>Then ..."}` (`tip traces`
+    writes such files).
+
+    Example: `tip bench -t runs/tip/traces.jsonl --max-tokens 4000 --policies dense,tip -o runs/tip/bench.json`
+    """
     from solm.core.chat import prompt_ids, text_ids
     from solm.core.jsonl import read_jsonl
     from solm.core.provenance import write_manifest
