@@ -60,3 +60,15 @@ def test_rerun_with_other_row_settings_is_refused_unless_forced(tmp_path, tiny_f
     assert r.exit_code == 0 and len(out.read_text().splitlines()) == 3
     manifest = json.loads((tmp_path / "out.jsonl.manifest.json").read_text())
     assert manifest["mixed_settings"] is True and manifest["row_settings"]["temperature"] == 0.7
+
+
+def test_one_prompt_from_the_command_line(tmp_path, tiny_folder, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(pasta.app, ["decode", "Name a fruit", "-m", tiny_folder,
+                                       "--max-new-tokens", "4", "--compare", "-q"])
+    assert r.exit_code == 0, r.output
+    assert "forward passes" in r.stderr and "realized speedup" in r.stderr
+    assert "forward passes" not in r.stdout and r.stdout.endswith("\n")  # the answer alone
+    assert os.listdir(tmp_path) == []  # a single prompt writes no files
+    r = CliRunner().invoke(pasta.app, ["decode", "hi", "-p", "x.jsonl", "-m", tiny_folder])
+    assert r.exit_code == 1 and "not both" in r.output

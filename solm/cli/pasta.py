@@ -187,6 +187,9 @@ app.command(name="sft", help=SFT_HELP)(handle_errors(with_parameters(
 @app.command()
 @handle_errors
 def decode(
+    text: Optional[str] = typer.Argument(None, help="One prompt to answer instead of --prompts: "
+                                         "the answer goes to standard output, its figures "
+                                         "to standard error; nothing is written to files."),
     model: str = ModelOption,
     prompts: Optional[Path] = typer.Option(None, "--prompts", "-p", help="JSONL of prompts, "
                                            "`-` for standard input (default: two built-in "
@@ -217,6 +220,8 @@ def decode(
     device: Optional[str] = DeviceOption,
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N prompts."),
     force: bool = ForceOption,
+    compare: bool = typer.Option(False, help="With a single prompt: also decode it "
+                                 "sequentially and print the realized speedup."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Decode prompts; promised chunks run as parallel threads in one shared KV pool.
@@ -232,9 +237,10 @@ def decode(
     - `cat prompts.jsonl | pasta decode -p - -o - | pasta stats -`
     """
     from solm.core.control_tokens import add_control_tokens
+    from solm.core.errors import SolmError
+    from solm.core.jsonl import is_stdio, read_jsonl
     from solm.core.models import load_model
     from solm.core.provenance import check_rerun_settings, write_manifest
-    from solm.core.jsonl import is_stdio, read_jsonl
     from solm.core.records import load_records
     from solm.core.sampling import SamplingConfig
     from solm.decode.pasta.decode_file import DEMO_PROMPTS, decode_file
@@ -242,14 +248,17 @@ def decode(
 
     if mode not in MODES:
         raise ValueError(f"--mode must be one of {', '.join(MODES)}")
+    if text is not None and prompts is not None:
+        raise SolmError("give one prompt as an argument or --prompts FILE, not both")
     source = prompts or DEMO_PROMPTS
-    check_output(out, source)
     row_settings = {"model": model, "mode": mode, "max_new_tokens": max_new_tokens,
                     "temperature": temperature, "top_p": top_p, "seed": seed,
                     "repetition_penalty": repetition_penalty, "no_repeat_ngram": no_repeat_ngram,
                     "penalize": penalize, "max_fork_tokens": max_fork_tokens, "dtype": dtype}
-    mixed = check_rerun_settings(out, row_settings, force)
-    records = list(load_records(str(source), limit=limit))
+    if text is None:
+        check_output(out, source)
+        mixed = check_rerun_settings(out, row_settings, force)
+        records = list(load_records(str(source), limit=limit))
     info(f"loading {model} ...")
     m, tok = load_model(model, dtype=dtype, device=device)
     add_control_tokens(m, tok, "pasta")
@@ -261,6 +270,9 @@ def decode(
                                                     repetition_penalty=repetition_penalty,
                                                     no_repeat_ngram=no_repeat_ngram),
                             penalize=penalize)
+    if text is not None:
+        answer_one(rt, text, cfg, compare)
+        return
     to_stdout = is_stdio(out)  # records on stdout; texts, progress and the summary on stderr
     written: list[dict] = []
 
@@ -285,6 +297,32 @@ def decode(
     scope = "format (this run)" if to_stdout else "format (whole file)"
     (console if to_stdout else out_console).print_json(
         json.dumps({**summary.to_dict(), scope: stats}))
+
+
+def answer_one(rt, text: str, cfg, compare: bool) -> None:
+    """`pasta decode "a prompt"`: the answer on stdout, threads and speedup on stderr."""
+    from dataclasses import replace
+
+    from solm.core.chat import prompt_ids
+    from solm.core.records import Record
+    from solm.decode.pasta.decode_file import result_record
+
+    ids = prompt_ids(rt.tokenizer, text)
+    rt.grammar  # built once per runtime (a pass over the vocabulary): not decode time
+    res = rt.generate(ids, cfg)
+    row = result_record(rt, Record("cli", text), res, cfg.mode)
+    out_console.print(row["response"], markup=False, highlight=False, soft_wrap=True)
+    figures = (f"{row['content_tokens']} tokens, {row['threads']} threads, "
+               f"{row['forward_passes']} forward passes (critical path {row['critical_path']}): "
+               f"{row['content_speedup']:.2f}x fewer steps than sequential; "
+               f"{row['content_tokens'] / max(res.decode_s, 1e-9):.1f} tok/s")
+    if res.flags:
+        figures += f"; flags: {', '.join(res.flags)}"
+    if compare and cfg.mode == "parallel":
+        seq = rt.generate(ids, replace(cfg, mode="sequential"))
+        figures += f"; sequential took {seq.decode_s:.2f} s vs {res.decode_s:.2f} s: " \
+                   f"realized speedup {seq.decode_s / max(res.decode_s, 1e-9):.2f}x"
+    console.print(figures, markup=False, highlight=False)
 
 
 @app.command()
