@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.console import Group
 
 from solm.cli.common import (DEFAULT_MODEL, ConfigOption, DebugOption, DeviceOption,
                              DtypeOption, ForceOption, ModelOption, QuietOption, VersionOption,
@@ -299,6 +300,15 @@ def decode(
         json.dumps({**summary.to_dict(), scope: stats}))
 
 
+def figures_line(row: dict, res) -> str:
+    """How a decode went, in one line: tokens, threads, steps, speedup in steps, tok/s."""
+    line = (f"{row['content_tokens']} tokens, {row['threads']} threads, "
+            f"{row['forward_passes']} forward passes (critical path {row['critical_path']}): "
+            f"{row['content_speedup']:.2f}x fewer steps than sequential; "
+            f"{row['content_tokens'] / max(res.decode_s, 1e-9):.1f} tok/s")
+    return line + (f"; flags: {', '.join(res.flags)}" if res.flags else "")
+
+
 def answer_one(rt, text: str, cfg, compare: bool) -> None:
     """`pasta decode "a prompt"`: the answer on stdout, threads and speedup on stderr."""
     from dataclasses import replace
@@ -312,17 +322,86 @@ def answer_one(rt, text: str, cfg, compare: bool) -> None:
     res = rt.generate(ids, cfg)
     row = result_record(rt, Record("cli", text), res, cfg.mode)
     out_console.print(row["response"], markup=False, highlight=False, soft_wrap=True)
-    figures = (f"{row['content_tokens']} tokens, {row['threads']} threads, "
-               f"{row['forward_passes']} forward passes (critical path {row['critical_path']}): "
-               f"{row['content_speedup']:.2f}x fewer steps than sequential; "
-               f"{row['content_tokens'] / max(res.decode_s, 1e-9):.1f} tok/s")
-    if res.flags:
-        figures += f"; flags: {', '.join(res.flags)}"
+    figures = figures_line(row, res)
     if compare and cfg.mode == "parallel":
         seq = rt.generate(ids, replace(cfg, mode="sequential"))
         figures += f"; sequential took {seq.decode_s:.2f} s vs {res.decode_s:.2f} s: " \
                    f"realized speedup {seq.decode_s / max(res.decode_s, 1e-9):.2f}x"
     console.print(figures, markup=False, highlight=False)
+
+
+def render_threads(views) -> Group:
+    """A panel per thread: main, then each block titled by its topic (yellow while it is
+    written, green once joined-ready)."""
+    from rich.panel import Panel
+    from rich.text import Text
+
+    panels = []
+    for v in views:
+        title = "main" if v.tid == 0 else f"block {v.tid}: {v.topic.strip() or '?'}"
+        style = "green" if v.done else "yellow"
+        panels.append(Panel(Text(v.text or "…"), title=title, title_align="left",
+                            border_style=style))
+    return Group(*panels)
+
+
+@app.command()
+@handle_errors
+def chat(
+    model: str = ModelOption,
+    system: Optional[str] = typer.Option(None, help="A system message for the conversation."),
+    max_new_tokens: int = typer.Option(512, min=1, help="Cap on generated tokens per answer."),
+    temperature: float = typer.Option(0.0, min=0.0, help="0 = greedy."),
+    top_p: float = typer.Option(1.0, callback=probability_mass, help="Nucleus sampling mass."),
+    repetition_penalty: float = typer.Option(1.0, callback=greater_than(0),
+                                             help="Above 1 discourages repeated tokens."),
+    seed: int = typer.Option(0, help="Sampling seed."),
+    pool_size: int = typer.Option(4096, min=2, help="KV pool slots for a whole answer."),
+    dtype: str = DtypeOption,
+    device: Optional[str] = DeviceOption,
+    debug: bool = DebugOption,
+) -> None:
+    """Talk to a model. A PASTA model's threads are shown live as they fork and join, and
+    each answer ends with its threads, steps and speedup over sequential decoding. An empty
+    line or Ctrl-D ends the chat."""
+    from rich.live import Live
+
+    from solm.core.chat import messages_ids
+    from solm.core.control_tokens import add_control_tokens
+    from solm.core.models import load_model
+    from solm.core.records import Record
+    from solm.core.sampling import SamplingConfig
+    from solm.decode.pasta.decode_file import result_record
+    from solm.decode.pasta.live import thread_views
+    from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
+
+    console.print(f"loading {model} ...")
+    m, tok = load_model(model, dtype=dtype, device=device)
+    add_control_tokens(m, tok, "pasta")
+    rt = PastaRuntime(m, tok, pool_size=pool_size)
+    cfg = PastaDecodeConfig(max_new_tokens=max_new_tokens, sampling=SamplingConfig(
+        temperature=temperature, top_p=top_p, seed=seed,
+        repetition_penalty=repetition_penalty))
+    rt.grammar
+    messages = [{"role": "system", "content": system}] if system else []
+    while True:
+        try:
+            text = console.input("[bold cyan]you>[/] ")
+        except EOFError:
+            break
+        if not text.strip():
+            break
+        messages.append({"role": "user", "content": text})
+        state = rt.prefill(messages_ids(tok, messages), cfg, rt.chooser(cfg))
+        with Live(render_threads(thread_views(rt, state)), console=console,
+                  transient=True, refresh_per_second=8) as live:
+            while rt.step(state):
+                live.update(render_threads(thread_views(rt, state)))
+        res = rt.finish(state)
+        row = result_record(rt, Record("chat", text), res, cfg.mode)
+        out_console.print(f"[bold green]model>[/] {row['response']}", highlight=False)
+        console.print(f"[dim]{figures_line(row, res)}[/]", highlight=False)
+        messages.append({"role": "assistant", "content": row["response"]})
 
 
 @app.command()

@@ -7,13 +7,20 @@ def prompt_ids(tokenizer, prompt: str, system: str | None = None) -> list[int]:
     """Token ids of a user turn plus the assistant header, ready for decoding."""
     messages = ([{"role": "system", "content": system}] if system else []) + [
         {"role": "user", "content": prompt}]
+    return messages_ids(tokenizer, messages)
+
+
+def messages_ids(tokenizer, messages: list[dict]) -> list[int]:
+    """Token ids of a conversation (`role`/`content` dicts) plus the assistant header."""
     if getattr(tokenizer, "chat_template", None):
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         if hasattr(ids, "keys"):
             ids = ids["input_ids"]
         return [int(t) for t in ids]
-    text = (f"{system}\n\n" if system else "") + f"User: {prompt}\nAssistant:"
-    return tokenizer(text, add_special_tokens=False).input_ids
+    turns = {"system": "{}\n\n", "user": "User: {}\n", "assistant": "Assistant: {}\n"}
+    text = "".join(turns.get(m["role"], m["role"] + ": {}\n").format(m["content"])
+                   for m in messages)
+    return tokenizer(text + "Assistant:", add_special_tokens=False).input_ids
 
 
 def text_ids(tokenizer, text: str) -> list[int]:

@@ -155,12 +155,17 @@ class PastaRuntime:
 
     def generate(self, prompt_ids: Sequence[int], config: PastaDecodeConfig
                  ) -> PastaDecodeResult:
+        return self.run(prompt_ids, config, chooser=self.chooser(config))
+
+    def chooser(self, config: PastaDecodeConfig) -> Chooser:
+        """The sampler of `config` under Pasta-Lang's grammar (for driving prefill / step /
+        finish by hand, as `generate` does)."""
         always = [*self.vocab.control_ids, *self.vocab.eos]
         exempt = list(always)
         if config.sampling.repetition_penalty != 1.0:
             exempt += formatting_token_ids(self.tokenizer)
         sampler = Sampler(config.sampling, device="cpu", exempt=exempt, always_allowed=always)
-        return self.run(prompt_ids, config, chooser=self.sampling_chooser(sampler, config))
+        return self.sampling_chooser(sampler, config)
 
     def replay(self, prompt_ids: Sequence[int], response_ids: Sequence[int],
                mode: str = "parallel", record_logits: bool = False,
