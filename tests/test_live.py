@@ -6,9 +6,8 @@ from typer.testing import CliRunner
 from solm.cli import pasta as pasta_cli
 from solm.core.chat import text_ids
 from solm.core.pasta_lang import strip
-from solm.core.systems import pasta
 from solm.decode.pasta.live import final_reading_order, thread_views
-from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
+from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime, replay_scripts
 
 TEXT = ('Tips:\n1.<promise topic="sleep" tokens="2"/><async> Sleep eight hours every night and '
         'keep a regular schedule.</async>\n2.<promise topic="food" tokens="1"/><async> Eat '
@@ -18,12 +17,7 @@ TEXT = ('Tips:\n1.<promise topic="sleep" tokens="2"/><async> Sleep eight hours e
 def test_final_prefix_only_grows_and_ends_as_the_answer(pasta_tokenizer, tiny, vocab):
     rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=512)
     resp = text_ids(pasta_tokenizer, TEXT)
-    attrs, _ = pasta.walk_training_order(resp, vocab)
-    streams, anchors = {}, set()
-    for tok, a in zip(resp, attrs):
-        streams.setdefault(a.thread, []).append(tok)
-        if a.thread:
-            anchors.add(a.anchor)
+    streams, anchors = replay_scripts(resp, vocab)
     cfg = PastaDecodeConfig(max_new_tokens=len(resp) + 1, max_fork_tokens=len(resp) + 1)
     state = rt.prefill([1, 2, 3], cfg, chooser=None, scripts=streams, replay_anchors=anchors)
     prefixes, saw_two_open, while_first_open = [], False, set()

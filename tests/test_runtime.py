@@ -11,11 +11,10 @@ from solm.core.models import tiny_model
 from solm.core.pasta_lang import strip
 from solm.core.sampling import SamplingConfig
 from solm.core.structure import model_mask
-from solm.core.systems import pasta
 from solm.core.systems.pasta import structure
 from solm.core.systems.pasta_schedule import schedule_steps
 from solm.decode.pasta import runtime as pr
-from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
+from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime, replay_scripts
 
 PROMPT = "User: give me some tips\nAssistant:"
 ANNOTATED = [
@@ -346,12 +345,14 @@ def named_sequences(v):
                                   "block_after_sync_sees_joined_blocks",
                                   "three_blocks_two_syncs", "promise_without_block_then_block"])
 def test_runtime_replay_equals_the_oracle_on_named_sequences(pasta_tokenizer, tiny, vocab, name):
-    resp = named_sequences(vocab)[name]
-    prompt = [1, 2, 3]
-    res = PastaRuntime(tiny, pasta_tokenizer, pool_size=256).replay(prompt, resp,
-                                                                      record_logits=True)
+    assert_replay_matches_oracle(tiny, pasta_tokenizer, named_sequences(vocab)[name])
+
+
+def assert_replay_matches_oracle(model, tokenizer, resp, prompt=(1, 2, 3)):
+    prompt = list(prompt)
+    res = PastaRuntime(model, tokenizer, pool_size=256).replay(prompt, resp, record_logits=True)
     assert res.ids == resp
-    ref = oracle_forward_logits(tiny, prompt + resp, pasta_tokenizer)[len(prompt):]
+    ref = oracle_forward_logits(model, prompt + resp, tokenizer)[len(prompt):]
     assert (res.logits - ref).abs().max().item() < 1e-4
 
 
@@ -362,12 +363,7 @@ def test_runtime_replay_equals_a_forward_under_the_oracle(pasta_tokenizer, tiny,
     positions computes (oracle, not structure()): a rule the tracker got wrong for both
     training and decoding still fails here."""
     resp = data.draw(wellformed_pasta(pasta_tokenizer))
-    prompt = [1, 2, 3]
-    res = PastaRuntime(tiny, pasta_tokenizer, pool_size=256).replay(prompt, resp,
-                                                                      record_logits=True)
-    assert res.ids == resp
-    ref = oracle_forward_logits(tiny, prompt + resp, pasta_tokenizer)[len(prompt):]
-    assert (res.logits - ref).abs().max().item() < 1e-4
+    assert_replay_matches_oracle(tiny, pasta_tokenizer, resp)
 
 
 def test_one_step_at_a_time_is_the_whole_run(pasta_tokenizer, tiny, vocab):
@@ -379,12 +375,7 @@ def test_one_step_at_a_time_is_the_whole_run(pasta_tokenizer, tiny, vocab):
     rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=256)
     whole = rt.replay(prompt, resp, record_logits=True)
 
-    attrs, _ = pasta.walk_training_order(resp, v)
-    streams, anchors = {}, set()
-    for tok, a in zip(resp, attrs):
-        streams.setdefault(a.thread, []).append(tok)
-        if a.thread:
-            anchors.add(a.anchor)
+    streams, anchors = replay_scripts(resp, v)
     cfg = PastaDecodeConfig(record_logits=True, max_new_tokens=len(resp) + 1,
                             max_fork_tokens=len(resp) + 1)
     state = rt.prefill(prompt, cfg, chooser=None, scripts=streams, replay_anchors=anchors)

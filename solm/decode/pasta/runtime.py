@@ -175,16 +175,10 @@ class PastaRuntime:
                                    max_new_tokens=max_new_tokens or len(response_ids) + 1,
                                    max_fork_tokens=len(response_ids) + 1)
         response_ids = [int(t) for t in response_ids]
-        anchors: set[int] = set()
         if mode == "parallel":
-            attrs, _ = walk_training_order(response_ids, self.vocab)
-            streams: dict[int, list[int]] = {MAIN: []}
-            for tok, a in zip(response_ids, attrs):
-                streams.setdefault(a.thread, []).append(tok)
-                if a.thread != MAIN:
-                    anchors.add(a.anchor)
+            streams, anchors = replay_scripts(response_ids, self.vocab)
         else:
-            streams = {MAIN: response_ids}
+            streams, anchors = {MAIN: response_ids}, set()
         return self.run(prompt_ids, config, chooser=None, scripts=streams,
                         replay_anchors=anchors)
 
@@ -370,6 +364,20 @@ class PastaRuntime:
                     nxt = v.async_close
             th.pending = nxt
         return stop
+
+
+def replay_scripts(response_ids: Sequence[int], vocab: PastaVocab
+                   ) -> tuple[dict[int, list[int]], set[int]]:
+    """A recorded response split for replay: each thread's token stream, and the main-stream
+    indices of the promises whose closing token opens a block."""
+    attrs, _ = walk_training_order(response_ids, vocab)
+    streams: dict[int, list[int]] = {MAIN: []}
+    anchors: set[int] = set()
+    for tok, a in zip(response_ids, attrs):
+        streams.setdefault(a.thread, []).append(int(tok))
+        if a.thread != MAIN:
+            anchors.add(a.anchor)
+    return streams, anchors
 
 
 def _training_order(threads: dict[int, _Thread], fork_anchor: dict[int, int],
