@@ -28,7 +28,8 @@ def test_decode_from_stdin_to_stdout_into_stats(tmp_path, tiny_folder):
     assert os.listdir(tmp_path) == []  # no file named "-", no manifest
 
 
-def test_annotate_reads_stdin_and_writes_stdout(tmp_path):
+def test_annotate_reads_stdin_and_writes_stdout(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     rows = [{"id": "a", "prompt": "Tips?", "response": "Here are tips:\n\n1. Sleep well - "
              "aim for eight hours every night and keep a regular schedule.\n2. Eat well - "
              "choose vegetables, fruit and whole grains over processed food.\n"}]
@@ -38,6 +39,7 @@ def test_annotate_reads_stdin_and_writes_stdout(tmp_path):
     assert r.exit_code == 0, r.output
     records = [json.loads(line) for line in r.stdout.splitlines()]
     assert [rec["id"] for rec in records] == ["a"] and "<promise" in records[0]["annotated"]
+    assert os.listdir(tmp_path) == []  # no rejects file, no manifest
 
 
 def test_rerun_with_other_row_settings_is_refused_unless_forced(tmp_path, tiny_folder):
