@@ -318,7 +318,6 @@ def answer_one(rt, text: str, cfg, compare: bool) -> None:
     from solm.decode.pasta.decode_file import result_record
 
     ids = prompt_ids(rt.tokenizer, text)
-    rt.grammar  # built once per runtime (a pass over the vocabulary): not decode time
     res = rt.generate(ids, cfg)
     row = result_record(rt, Record("cli", text), res, cfg.mode)
     out_console.print(row["response"], markup=False, highlight=False, soft_wrap=True)
@@ -382,7 +381,6 @@ def chat(
     cfg = PastaDecodeConfig(max_new_tokens=max_new_tokens, sampling=SamplingConfig(
         temperature=temperature, top_p=top_p, seed=seed,
         repetition_penalty=repetition_penalty))
-    rt.grammar
     messages = [{"role": "system", "content": system}] if system else []
     while True:
         try:

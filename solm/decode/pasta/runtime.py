@@ -193,7 +193,8 @@ class PastaRuntime:
 
     def sampling_chooser(self, sampler: Sampler, config: PastaDecodeConfig) -> Chooser:
         """Next-token choice under Pasta-Lang's grammar for each thread's state."""
-        g = self.grammar if config.mode == "parallel" else None
+        grammar = self.grammar  # built here, once per runtime: never inside decode timing
+        g = grammar if config.mode == "parallel" else None
         if config.penalize not in PENALIZE_SCOPES:
             raise ValueError(f"penalize must be 'all' or 'blocks', got {config.penalize!r}")
         penalize_main = config.penalize == "all" or config.mode != "parallel"
@@ -202,7 +203,7 @@ class PastaRuntime:
             # the penalty and the n-gram ban look at what this thread wrote
             history = thread.fed if (penalize_main or thread.tid != MAIN) else ()
             if g is None:
-                return sampler(logits, self.grammar.sequential, history)
+                return sampler(logits, grammar.sequential, history)
             if thread.tid != MAIN:
                 return sampler(logits, g.fork, history)
             if thread.in_topic:
