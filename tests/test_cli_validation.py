@@ -58,6 +58,10 @@ CASES = [
     (tip, ["decode", "-p", "{d}/prompts.jsonl", "--policy", "nope"], "--policy"),
     (tip, ["bench", "-t", "{d}/prompts.jsonl", "--policies", "dense,nope"], "nope"),
     (solm_main, ["prepare", "--model", "{d}/prompts.jsonl"], "prompts.jsonl"),
+    (pasta, ["serve", "--port", "0"], "--port"),
+    (pasta, ["serve", "--mode", "fast"], "--mode"),
+    (solm_main, ["serve", "--max-queue", "0"], "--max-queue"),
+    (solm_main, ["serve", "--temperature", "3"], "--temperature"),
 ]
 if not os.environ.get("CUDA_VISIBLE_DEVICES") and not __import__("torch").cuda.is_available():
     CASES.append((pasta, ["decode", "--device", "cuda"], "--device"))

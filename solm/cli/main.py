@@ -8,6 +8,7 @@ from solm.cli import pasta, pdiff, tip
 from solm.cli.common import (DEFAULT_MODEL, DebugOption, VersionOption, handle_errors,
                              out_console)
 from solm.cli.errors import SolmGroup
+from solm.cli.serve import SERVE_HELP, serve
 
 app = typer.Typer(
     cls=SolmGroup, name="solm", no_args_is_help=True, rich_markup_mode="markdown",
@@ -15,6 +16,7 @@ app = typer.Typer(
 app.add_typer(pasta.app, name="pasta")
 app.add_typer(tip.app, name="tip")
 app.add_typer(pdiff.app, name="pdiff")
+app.command(name="serve", help=SERVE_HELP)(serve)
 
 
 @app.callback()

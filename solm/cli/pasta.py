@@ -16,6 +16,7 @@ from solm.cli.common import (DEFAULT_MODEL, ConfigOption, DebugOption, DeviceOpt
                              show_control_tokens)
 from solm.cli.errors import SolmGroup
 from solm.cli.options import config_from_options, config_parameters, with_parameters
+from solm.cli.serve import SERVE_HELP, serve
 from solm.train.sft import PastaSFTConfig
 
 app = typer.Typer(
@@ -400,6 +401,9 @@ def chat(
         out_console.print(f"[bold green]model>[/] {row['response']}", highlight=False)
         console.print(f"[dim]{figures_line(row, res)}[/]", highlight=False)
         messages.append({"role": "assistant", "content": row["response"]})
+
+
+app.command(name="serve", help=SERVE_HELP)(serve)
 
 
 @app.command()

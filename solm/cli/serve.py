@@ -1,0 +1,108 @@
+"""`pasta serve` (also `solm serve`): an OpenAI-compatible server over the PASTA runtime."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import typer
+
+from solm.cli.common import (DebugOption, DeviceOption, DtypeOption, ModelOption, QuietOption,
+                             console, greater_than, handle_errors, info, one_of,
+                             probability_mass)
+
+API_KEY_ENV = "SOLM_API_KEY"
+
+SERVE_HELP = f"""Serve a model over OpenAI's API: `/v1/chat/completions`, `/v1/completions`,
+`/v1/models` (streaming with server-sent events), so any OpenAI client, and solm's own
+`openai:` judge backend, can talk to a PASTA model.
+
+A PASTA model's promised chunks decode as parallel threads; `content` is the answer without
+tags, and an extra top-level field `solm` carries the annotated text, threads, critical
+path, steps and timings (`"compare": true` in a request adds a sequential decode and the
+realized speedup). Streaming sends text as it becomes final in reading order: the main
+thread's prefix, and a block's text once it is finished. `logprobs` / `top_logprobs` are
+given for `"mode": "sequential"` requests. Requests decode one at a time, in order; over
+`--max-queue` waiting requests the server answers 429.
+
+Request fields beyond OpenAI's: `mode` (parallel | sequential), `repetition_penalty`,
+`no_repeat_ngram`, `penalize`, `compare` (the `openai` client's `extra_body`). A request's
+`temperature`, `top_p`, `seed` and `max_tokens` override the server's settings below;
+omitted, the server's apply (greedy by default, as `pasta decode`).
+
+Binds to 127.0.0.1 unless `--host` says otherwise. With `--api-key` or ${API_KEY_ENV} set,
+every `/v1` request needs `Authorization: Bearer KEY` (the key is never logged).
+
+Examples:
+
+- `pasta serve -m runs/pasta-sft --port 8000`
+- `curl localhost:8000/v1/chat/completions -H 'Content-Type: application/json' -d '{{"model": "runs/pasta-sft", "messages": [{{"role": "user", "content": "Name three fruits."}}]}}'`
+- `OpenAI(base_url="http://localhost:8000/v1", api_key="none").chat.completions.create(model="runs/pasta-sft", messages=[...], stream=True)`
+"""
+
+
+@handle_errors
+def serve(
+    model: str = ModelOption,
+    host: str = typer.Option("127.0.0.1", help="Address to bind (0.0.0.0: every interface; "
+                             "set an API key then)."),
+    port: int = typer.Option(8000, min=1, max=65535, help="TCP port."),
+    served_model_name: Optional[str] = typer.Option(None, help="The name `/v1/models` lists "
+                                                     "and requests give (default: --model)."),
+    api_key: Optional[str] = typer.Option(None, help=f"Require this bearer key (default: "
+                                          f"${API_KEY_ENV} when set; none otherwise).",
+                                          show_default=False),
+    mode: str = typer.Option("parallel", callback=one_of("parallel", "sequential"),
+                             help="Default decoding mode (a request's `mode` overrides it)."),
+    max_new_tokens: int = typer.Option(512, min=1, help="Default and upper bound of a "
+                                       "request's max_tokens (over it: 400)."),
+    temperature: float = typer.Option(0.0, min=0.0, max=2.0, help="Default temperature; "
+                                      "0 = greedy."),
+    top_p: float = typer.Option(1.0, callback=probability_mass, help="Default nucleus mass."),
+    repetition_penalty: float = typer.Option(1.0, callback=greater_than(0),
+                                             help="Default repetition penalty (1 = off)."),
+    no_repeat_ngram: int = typer.Option(0, min=0, help="Default n-gram ban (0 = off)."),
+    penalize: str = typer.Option("all", callback=one_of("all", "blocks"),
+                                 help="Threads the penalty and n-gram ban apply to."),
+    seed: int = typer.Option(0, help="Default sampling seed."),
+    pool_size: int = typer.Option(4096, min=2, help="KV pool slots: prompt + answer must fit "
+                                  "(a longer prompt: 400 context_length_exceeded)."),
+    max_fork_tokens: int = typer.Option(512, min=1, help="A block longer than this is closed."),
+    max_queue: int = typer.Option(32, min=1, help="Requests that may wait; more get 429."),
+    max_request_bytes: int = typer.Option(1 << 20, min=1024, help="Largest request body "
+                                          "(over it: 413)."),
+    dtype: str = DtypeOption,
+    device: Optional[str] = DeviceOption,
+    quiet: bool = QuietOption, debug: bool = DebugOption,
+) -> None:
+    import uvicorn
+
+    from solm.core.control_tokens import add_control_tokens
+    from solm.core.models import load_model
+    from solm.core.sampling import SamplingConfig
+    from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
+    from solm.serve.app import ServeSettings, create_app
+    from solm.serve.engine import ServeEngine
+
+    key = api_key or os.environ.get(API_KEY_ENV) or None
+    info(f"loading {model} ...")
+    m, tok = load_model(model, dtype=dtype, device=device)
+    add_control_tokens(m, tok, "pasta")
+    rt = PastaRuntime(m, tok, pool_size=pool_size)
+    rt.grammar  # built once now, not inside the first request
+    defaults = PastaDecodeConfig(
+        mode=mode, max_new_tokens=max_new_tokens, max_fork_tokens=max_fork_tokens,
+        penalize=penalize, sampling=SamplingConfig(
+            temperature=temperature, top_p=top_p, seed=seed,
+            repetition_penalty=repetition_penalty, no_repeat_ngram=no_repeat_ngram))
+    name = served_model_name or model
+    app = create_app(ServeEngine(rt, max_queue=max_queue),
+                     ServeSettings(model_name=name, defaults=defaults, api_key=key,
+                                   max_request_bytes=max_request_bytes))
+    if key is None and host not in ("127.0.0.1", "localhost", "::1"):
+        console.print(f"[yellow]warning:[/] serving on {host} without an API key")
+    console.print(f"serving '{name}' at http://{host}:{port}/v1 "
+                  f"({'bearer key required' if key else 'no key'}; {mode} by default)",
+                  highlight=False)
+    uvicorn.run(app, host=host, port=port, log_level="warning" if quiet else "info",
+                access_log=not quiet)

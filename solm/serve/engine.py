@@ -1,0 +1,139 @@
+"""The server's decoding engine: one runtime, one worker thread, a bounded queue.
+
+A PASTA runtime owns one KV pool, so requests decode one at a time in arrival order (a
+request's own promised chunks still decode in parallel). The HTTP side submits a `Job` and
+reads its events from an asyncio queue: text deltas as they become final in reading order,
+then the outcome. Over the queue bound, `submit` refuses at once (the HTTP side answers 429).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from solm.core.records import Record
+from solm.decode.flags import MAX_NEW_TOKENS, POOL_FULL
+from solm.decode.pasta.decode_file import result_record
+from solm.decode.pasta.live import final_reading_order
+from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
+from solm.serve.streaming import TextStream, TokenLogprob, recording_chooser
+
+CANCELLED = "cancelled"
+
+
+class QueueFull(Exception):
+    pass
+
+
+@dataclass
+class Job:
+    prompt_ids: list[int]
+    config: PastaDecodeConfig
+    top_k: int | None = None  # logprobs with this many alternatives; None: no logprobs
+    compare: bool = False  # also decode sequentially and report the realized speedup
+    stream: bool = False
+    loop: asyncio.AbstractEventLoop | None = None
+    events: asyncio.Queue | None = None
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def emit(self, kind: str, payload: Any) -> None:
+        self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, payload))
+
+
+@dataclass
+class Outcome:
+    text: str  # the answer without tags, in reading order
+    finish_reason: str  # "stop" or "length"
+    prompt_tokens: int
+    completion_tokens: int  # every generated token, tags included
+    figures: dict  # the annotated text, threads, critical path, timings, flags
+    logprobs: list[TokenLogprob] | None = None
+
+
+class ServeEngine:
+    def __init__(self, runtime: PastaRuntime, max_queue: int = 32):
+        self.runtime = runtime
+        self.jobs: queue.Queue[Job] = queue.Queue(maxsize=max_queue)
+        self.lock = threading.Lock()  # one decode at a time, also for direct `run` calls
+        self._worker = threading.Thread(target=self._work, name="solm-decode", daemon=True)
+        self._worker.start()
+
+    @property
+    def tokenizer(self):
+        return self.runtime.tokenizer
+
+    def submit(self, job: Job) -> None:
+        """Queue a job; its events arrive on `job.events`. Raises QueueFull over the bound."""
+        job.loop = job.loop or asyncio.get_running_loop()
+        job.events = job.events or asyncio.Queue()
+        try:
+            self.jobs.put_nowait(job)
+        except queue.Full:
+            raise QueueFull(f"{self.jobs.maxsize} requests are already waiting") from None
+
+    def _work(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job.cancelled.is_set():
+                continue
+            try:
+                job.emit("done", self.run(job))
+            except Exception as e:  # reported to that request; the server keeps serving
+                traceback.print_exc(file=sys.stderr)
+                job.emit("error", e)
+
+    def run(self, job: Job) -> Outcome:
+        """Decode one job, emitting text deltas when it streams."""
+        with self.lock:
+            return self._run(job)
+
+    def _run(self, job: Job) -> Outcome:
+        rt, cfg = self.runtime, job.config
+        sink: list[TokenLogprob] = []
+        chooser = rt.chooser(cfg)
+        if job.top_k is not None:
+            chooser = recording_chooser(chooser, sink, job.top_k)
+        stream = TextStream(rt.tokenizer)
+        state = rt.prefill(job.prompt_ids, cfg, chooser)
+        sent_logprobs = 0
+        while rt.step(state):
+            if job.cancelled.is_set():
+                state.flags.add(CANCELLED)
+                break
+            if job.stream:
+                final = final_reading_order(rt, state)
+                delta = stream.update(final)
+                if delta or (job.top_k is not None and len(final) > sent_logprobs):
+                    job.emit("delta", (delta, sink[sent_logprobs:len(final)]))
+                    sent_logprobs = len(final)
+        res = rt.finish(state)
+        row = result_record(rt, Record("serve", ""), res, cfg.mode)
+        content_len = row["content_tokens"]
+        if job.stream:
+            rest = stream.finish(row["response"])
+            if rest or (job.top_k is not None and content_len > sent_logprobs):
+                job.emit("delta", (rest, sink[sent_logprobs:content_len]))
+        figures = {k: row[k] for k in ("mode", "annotated", "threads", "promises",
+                                       "critical_path", "forward_passes", "total_tokens",
+                                       "content_tokens", "parallelism", "content_speedup",
+                                       "prefill_s", "decode_s", "flags")}
+        figures["tokens_per_s"] = round(content_len / max(res.decode_s, 1e-9), 2)
+        if job.compare and cfg.mode == "parallel":
+            seq = rt.generate(job.prompt_ids, replace(cfg, mode="sequential"))
+            figures["sequential_decode_s"] = round(seq.decode_s, 4)
+            figures["realized_speedup"] = round(seq.decode_s / max(res.decode_s, 1e-9), 4)
+        cut = {MAX_NEW_TOKENS, POOL_FULL} & set(res.flags)
+        return Outcome(text=row["response"], finish_reason="length" if cut else "stop",
+                       prompt_tokens=len(job.prompt_ids), completion_tokens=len(res.ids),
+                       figures=figures,
+                       logprobs=sink[:content_len] if job.top_k is not None else None)
+
+
+def now() -> int:
+    return int(time.time())

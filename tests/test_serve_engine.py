@@ -1,0 +1,127 @@
+"""The server's engine without HTTP: streamed text is final in reading order and adds up to
+the answer, incomplete characters are held back, logprobs describe the chosen tokens, and
+the queue bound refuses instead of growing."""
+
+import asyncio
+
+import pytest
+
+from solm.core.chat import text_ids
+from solm.core.pasta_lang import strip
+from solm.core.sampling import SamplingConfig
+from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime, replay_scripts
+from solm.serve.engine import Job, QueueFull, ServeEngine
+from solm.serve.streaming import TextStream, token_bytes
+
+TEXT = ('Tips:\n1.<promise topic="sleep" tokens="2"/><async> Sleep eight hours every night and '
+        'keep a regular schedule.</async>\n2.<promise topic="food" tokens="1"/><async> Eat '
+        'greens.</async><sync/> Done.')
+
+
+def scripted_chooser(streams: dict[int, list[int]], eos: int):
+    """Each thread writes its recorded stream, then main ends: a PASTA answer decoded
+    through the real (non-replay) scheduling path, whatever the tiny model predicts."""
+
+    def choose(thread, logits, state):
+        stream = streams[thread.tid]
+        return stream[len(thread.fed)] if len(thread.fed) < len(stream) else eos
+
+    return choose
+
+
+def run_job(engine: ServeEngine, job: Job) -> list:
+    async def go():
+        engine.submit(job)
+        events = []
+        while True:
+            kind, payload = await job.events.get()
+            events.append((kind, payload))
+            if kind != "delta":
+                return events
+
+    return asyncio.run(go())
+
+
+@pytest.fixture()
+def runtime(tiny, pasta_tokenizer):
+    return PastaRuntime(tiny, pasta_tokenizer, pool_size=512)
+
+
+def test_stream_sends_final_text_in_reading_order_and_adds_up(runtime, pasta_tokenizer, vocab,
+                                                              monkeypatch):
+    resp = text_ids(pasta_tokenizer, TEXT)
+    streams, _ = replay_scripts(resp, vocab)
+    monkeypatch.setattr(runtime, "chooser",
+                        lambda cfg: scripted_chooser(streams, vocab.eos[0]))
+    cfg = PastaDecodeConfig(max_new_tokens=len(resp) + 5, max_fork_tokens=len(resp))
+    events = run_job(ServeEngine(runtime), Job([1, 2, 3], cfg, stream=True))
+    kind, outcome = events[-1]
+    assert kind == "done"
+    deltas = [text for k, (text, _) in events[:-1]]
+    assert outcome.text == strip(TEXT)
+    assert "".join(deltas) == outcome.text
+    # a block is sent whole, once finished: the delta that starts it carries all of it
+    block = " Sleep eight hours every night and keep a regular schedule."
+    start = strip(TEXT).index(block)
+    sent, crossed = "", 0
+    for d in deltas:
+        if len(sent) <= start < len(sent) + len(d):
+            assert (sent + d).startswith(strip(TEXT)[:start] + block)
+            crossed += 1
+        sent += d
+    assert crossed == 1
+    assert len(deltas) > 3
+    assert outcome.figures["threads"] == 2 and outcome.finish_reason == "stop"
+    assert outcome.figures["critical_path"] < outcome.figures["total_tokens"]
+
+
+def test_incomplete_characters_are_held_back(pasta_tokenizer):
+    text = "Fruit: 🍎🍐 and 日本 tea."
+    ids = text_ids(pasta_tokenizer, text)
+    stream, pieces = TextStream(pasta_tokenizer), []
+    for n in range(1, len(ids) + 1):
+        pieces.append(stream.update(ids[:n]))
+    assert all("\ufffd" not in p for p in pieces)
+    assert "".join(pieces) == text
+    assert b"".join(token_bytes(pasta_tokenizer, i) for i in ids) == text.encode()
+
+
+def test_logprobs_describe_each_chosen_token(runtime, pasta_tokenizer):
+    cfg = PastaDecodeConfig(mode="sequential", max_new_tokens=12,
+                            sampling=SamplingConfig(temperature=0.0))
+    events = run_job(ServeEngine(runtime), Job([1, 2, 3, 4], cfg, top_k=3))
+    kind, outcome = events[-1]
+    assert kind == "done" and len(outcome.logprobs) == outcome.completion_tokens == 12
+    for entry in outcome.logprobs:
+        assert len(entry.top) == 3
+        assert entry.top[0][0] == entry.token_id  # greedy picks the most likely token
+        assert entry.logprob == pytest.approx(entry.top[0][1])
+        assert entry.top[0][1] >= entry.top[1][1] >= entry.top[2][1]
+    ids = [e.token_id for e in outcome.logprobs]
+    assert outcome.text == pasta_tokenizer.decode(ids, skip_special_tokens=True)
+    assert outcome.finish_reason == "length"
+
+
+def test_a_full_queue_refuses_and_a_cancelled_job_is_skipped(runtime):
+    engine = ServeEngine(runtime, max_queue=2)
+    cfg = PastaDecodeConfig(mode="sequential", max_new_tokens=4)
+
+    async def go():
+        engine.lock.acquire()  # the worker is busy: queued jobs wait
+        try:
+            jobs = [Job([1, 2, 3], cfg) for _ in range(3)]
+            engine.submit(jobs[0])
+            # the worker may already hold jobs[0] (blocked on the lock) or not
+            await asyncio.sleep(0.1)
+            engine.submit(jobs[1])
+            engine.submit(jobs[2])
+            with pytest.raises(QueueFull):
+                engine.submit(Job([1, 2, 3], cfg))
+            jobs[1].cancelled.set()
+        finally:
+            engine.lock.release()
+        kinds = [(await j.events.get())[0] for j in (jobs[0], jobs[2])]
+        assert kinds == ["done", "done"]
+        assert jobs[1].events.empty()
+
+    asyncio.run(go())
