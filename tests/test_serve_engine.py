@@ -29,6 +29,11 @@ def scripted_chooser(streams: dict[int, list[int]], eos: int):
     return choose
 
 
+def started(engine: ServeEngine) -> ServeEngine:
+    engine.start_in_thread()
+    return engine
+
+
 def run_job(engine: ServeEngine, job: Job) -> list:
     async def go():
         engine.submit(job)
@@ -54,7 +59,7 @@ def test_stream_sends_final_text_in_reading_order_and_adds_up(runtime, pasta_tok
     monkeypatch.setattr(runtime, "chooser",
                         lambda cfg: scripted_chooser(streams, vocab.eos[0]))
     cfg = PastaDecodeConfig(max_new_tokens=len(resp) + 5, max_fork_tokens=len(resp))
-    events = run_job(ServeEngine(runtime), Job([1, 2, 3], cfg, stream=True))
+    events = run_job(started(ServeEngine(runtime)), Job([1, 2, 3], cfg, stream=True))
     kind, outcome = events[-1]
     assert kind == "done"
     deltas = [text for k, (text, _) in events[:-1]]
@@ -89,7 +94,7 @@ def test_incomplete_characters_are_held_back(pasta_tokenizer):
 def test_logprobs_describe_each_chosen_token(runtime, pasta_tokenizer):
     cfg = PastaDecodeConfig(mode="sequential", max_new_tokens=12,
                             sampling=SamplingConfig(temperature=0.0))
-    events = run_job(ServeEngine(runtime), Job([1, 2, 3, 4], cfg, top_k=3))
+    events = run_job(started(ServeEngine(runtime)), Job([1, 2, 3, 4], cfg, top_k=3))
     kind, outcome = events[-1]
     assert kind == "done" and len(outcome.logprobs) == outcome.completion_tokens == 12
     for entry in outcome.logprobs:
@@ -103,7 +108,7 @@ def test_logprobs_describe_each_chosen_token(runtime, pasta_tokenizer):
 
 
 def test_a_full_queue_refuses_and_a_cancelled_job_is_skipped(runtime):
-    engine = ServeEngine(runtime, max_queue=2)
+    engine = started(ServeEngine(runtime, max_queue=2))
     cfg = PastaDecodeConfig(mode="sequential", max_new_tokens=4)
 
     async def go():

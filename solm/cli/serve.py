@@ -96,13 +96,44 @@ def serve(
             temperature=temperature, top_p=top_p, seed=seed,
             repetition_penalty=repetition_penalty, no_repeat_ngram=no_repeat_ngram))
     name = served_model_name or model
-    app = create_app(ServeEngine(rt, max_queue=max_queue),
-                     ServeSettings(model_name=name, defaults=defaults, api_key=key,
-                                   max_request_bytes=max_request_bytes))
+    engine = ServeEngine(rt, max_queue=max_queue)
+    app = create_app(engine, ServeSettings(model_name=name, defaults=defaults, api_key=key,
+                                           max_request_bytes=max_request_bytes))
     if key is None and host not in ("127.0.0.1", "localhost", "::1"):
         console.print(f"[yellow]warning:[/] serving on {host} without an API key")
-    console.print(f"serving '{name}' at http://{host}:{port}/v1 "
-                  f"({'bearer key required' if key else 'no key'}; {mode} by default)",
-                  highlight=False)
-    uvicorn.run(app, host=host, port=port, log_level="warning" if quiet else "info",
-                access_log=not quiet)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, access_log=not quiet,
+                                           log_level="warning" if quiet else "info"))
+    run_until_stopped(server, engine, f"serving '{name}' at http://{host}:{port}/v1 "
+                                      f"({'bearer key required' if key else 'no key'}; "
+                                      f"{mode} by default)")
+
+
+def run_until_stopped(server, engine, banner: str) -> None:
+    """HTTP on a side thread, decoding in this one (the thread that loaded the model; see
+    solm.serve.engine), until Ctrl-C or SIGTERM."""
+    import signal
+    import threading
+    import time
+
+    from solm.core.errors import SolmError
+
+    http = threading.Thread(target=server.run, name="solm-http", daemon=True)
+    http.start()
+    while not server.started:
+        if not http.is_alive():
+            raise SolmError(f"could not listen on {server.config.host}:{server.config.port} "
+                            f"(in use? see the message above)")
+        time.sleep(0.05)
+    console.print(banner, highlight=False)
+
+    def stop(*_):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        engine.work(keep_going=http.is_alive)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.should_exit = True
+        http.join(timeout=10)
