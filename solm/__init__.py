@@ -21,3 +21,10 @@ def _tune_mkl_for_amd() -> None:
 
 
 _tune_mkl_for_amd()
+
+import logging as _logging
+
+# torchao (optional; imported by transformers or inductor when installed) warns at import
+# about CUDA kernels a CPU build lacks, and torch about enums it registers: noise for users
+_logging.getLogger("torchao").setLevel(_logging.ERROR)
+_logging.getLogger("torch.utils._pytree").setLevel(_logging.ERROR)

@@ -145,6 +145,15 @@ ForceOption = typer.Option(False, "--force", help="Append to an output whose row
 DtypeOption = typer.Option("auto", callback=one_of("auto", "fp32", "bf16", "fp16"),
                            help="auto (bf16 where the device computes it fast, else fp32), "
                                 "fp32, bf16, fp16.")
+CompileOption = typer.Option(
+    None, "--compile/--no-compile", show_default=False,
+    help="Run decode steps as graphs compiled per shape bucket (torch.compile; cached on "
+         "disk). Default: on for CUDA, and on a CPU for jobs long enough to repay the "
+         "compilation (see README \"Fast decode step\").")
+QuantizeOption = typer.Option(None, callback=one_of("int8", "int4"),
+                              help="Weight-only quantization for decoding (torchao): int8 "
+                                   "(CPU, CUDA) or int4 (CUDA). Outputs agree with the "
+                                   "full-precision model, they are not equal to it.")
 DeviceOption = typer.Option(None, callback=check_device, help="cpu, cuda, cuda:N or mps "
                             "(default: cuda when available, else cpu).")
 

@@ -9,7 +9,8 @@ from typing import Optional
 import typer
 from rich.console import Group
 
-from solm.cli.common import (DEFAULT_MODEL, ConfigOption, DebugOption, DeviceOption,
+from solm.cli.common import (DEFAULT_MODEL, CompileOption, ConfigOption, DebugOption,
+                             DeviceOption, QuantizeOption,
                              DtypeOption, ForceOption, ModelOption, QuietOption, VersionOption,
                              check_output, console, greater_than, handle_errors, info, is_quiet,
                              one_of, out_console, probability_mass, progress, settings_from,
@@ -224,6 +225,8 @@ def decode(
     force: bool = ForceOption,
     compare: bool = typer.Option(False, help="With a single prompt: also decode it "
                                  "sequentially and print the realized speedup."),
+    compile: Optional[bool] = CompileOption,
+    quantize: Optional[str] = QuantizeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Decode prompts; promised chunks run as parallel threads in one shared KV pool.
@@ -238,13 +241,13 @@ def decode(
     - `pasta decode -m runs/pasta-sft -p ../shared/data/alpaca_eval/alpaca_eval.jsonl --limit 50 -o out.jsonl`
     - `cat prompts.jsonl | pasta decode -p - -o - | pasta stats -`
     """
-    from solm.core.control_tokens import add_control_tokens
     from solm.core.errors import SolmError
     from solm.core.jsonl import is_stdio, read_jsonl
-    from solm.core.models import load_model
+    from solm.core.models import load_decoder
     from solm.core.provenance import check_rerun_settings, write_manifest
     from solm.core.records import load_records
     from solm.core.sampling import SamplingConfig
+    from solm.decode.compiled import should_compile
     from solm.decode.pasta.decode_file import DEMO_PROMPTS, decode_file
     from solm.decode.pasta.runtime import MODES, PastaDecodeConfig, PastaRuntime
 
@@ -256,15 +259,17 @@ def decode(
     row_settings = {"model": model, "mode": mode, "max_new_tokens": max_new_tokens,
                     "temperature": temperature, "top_p": top_p, "seed": seed,
                     "repetition_penalty": repetition_penalty, "no_repeat_ngram": no_repeat_ngram,
-                    "penalize": penalize, "max_fork_tokens": max_fork_tokens, "dtype": dtype}
+                    "penalize": penalize, "max_fork_tokens": max_fork_tokens, "dtype": dtype,
+                    "quantize": quantize}
+    records = []
     if text is None:
         check_output(out, source)
         mixed = check_rerun_settings(out, row_settings, force)
         records = list(load_records(str(source), limit=limit))
     info(f"loading {model} ...")
-    m, tok = load_model(model, dtype=dtype, device=device)
-    add_control_tokens(m, tok, "pasta")
-    rt = PastaRuntime(m, tok, pool_size=pool_size)
+    m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)
+    compiled = should_compile(compile, max(1, len(records)) * max_new_tokens, m.device)
+    rt = PastaRuntime(m, tok, pool_size=pool_size, compile=compiled)
     cfg = PastaDecodeConfig(mode=mode, max_new_tokens=max_new_tokens,
                             max_fork_tokens=max_fork_tokens,
                             sampling=SamplingConfig(temperature=temperature, top_p=top_p,
@@ -288,8 +293,10 @@ def decode(
 
     rows = written if to_stdout else list(read_jsonl(out))
     stats = format_stats(rows).to_dict() if rows else {}
+    speed = {"compiled": compiled, "quantize": quantize,
+             **decode_bandwidth(m, summary.forward_passes, summary.kv_read, summary.decode_s)}
     write_manifest(out, "pasta decode", settings_from(locals()), inputs=[source], model=model,
-                   extra={"summary": summary.to_dict(), "format": stats},
+                   extra={"summary": summary.to_dict(), "format": stats, "speed": speed},
                    row_settings=row_settings, mixed=mixed)
     if not quiet:
         for row in rows[-min(len(records), 3):]:
@@ -298,15 +305,35 @@ def decode(
                  f"{', ' + ','.join(row['flags']) if row['flags'] else ''})[/]\n{row['response']}")
     scope = "format (this run)" if to_stdout else "format (whole file)"
     (console if to_stdout else out_console).print_json(
-        json.dumps({**summary.to_dict(), scope: stats}))
+        json.dumps({**summary.to_dict(), "speed": speed, scope: stats}))
 
 
-def figures_line(row: dict, res) -> str:
-    """How a decode went, in one line: tokens, threads, steps, speedup in steps, tok/s."""
+def decode_bandwidth(model, steps: int, kv_read: int, seconds: float) -> dict:
+    """Bandwidth a decode achieved and its share of the machine's (probed once, cached)."""
+    from solm.core.quantize import weight_bytes
+    from solm.decode.bandwidth import achieved, kv_bytes_per_token, machine_bandwidth
+
+    if not steps or seconds <= 0:
+        return {}
+    device = next(model.parameters()).device
+    return achieved(weight_bytes(model), steps, kv_read, kv_bytes_per_token(model), seconds,
+                    machine_bandwidth(device))
+
+
+def figures_line(row: dict, res, model=None) -> str:
+    """How a decode went, in one line: tokens, threads, steps, speedup in steps, tok/s, and
+    (given the model) the memory bandwidth the steps achieved."""
     line = (f"{row['content_tokens']} tokens, {row['threads']} threads, "
             f"{row['forward_passes']} forward passes (critical path {row['critical_path']}): "
             f"{row['content_speedup']:.2f}x fewer steps than sequential; "
             f"{row['content_tokens'] / max(res.decode_s, 1e-9):.1f} tok/s")
+    if model is not None:
+        bw = decode_bandwidth(model, res.forward_passes, res.kv_read, res.decode_s)
+        if bw:
+            line += (f"; {bw['bandwidth_gbs']:.1f} GB/s = {bw['bandwidth_fraction']:.0%} of "
+                     f"this machine's {bw['machine_gbs']:.1f} GB/s")
+    if res.compile_s:
+        line += f"; {res.compile_s:.1f} s building compiled graphs, not counted"
     return line + (f"; flags: {', '.join(res.flags)}" if res.flags else "")
 
 
@@ -322,7 +349,7 @@ def answer_one(rt, text: str, cfg, compare: bool) -> None:
     res = rt.generate(ids, cfg)
     row = result_record(rt, Record("cli", text), res, cfg.mode)
     out_console.print(row["response"], markup=False, highlight=False, soft_wrap=True)
-    figures = figures_line(row, res)
+    figures = figures_line(row, res, rt.model)
     if compare and cfg.mode == "parallel":
         seq = rt.generate(ids, replace(cfg, mode="sequential"))
         figures += f"; sequential took {seq.decode_s:.2f} s vs {res.decode_s:.2f} s: " \
@@ -359,6 +386,8 @@ def chat(
     pool_size: int = typer.Option(4096, min=2, help="KV pool slots for a whole answer."),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
+    compile: Optional[bool] = CompileOption,
+    quantize: Optional[str] = QuantizeOption,
     debug: bool = DebugOption,
 ) -> None:
     """Talk to a model. A PASTA model's threads are shown live as they fork and join, and
@@ -367,18 +396,18 @@ def chat(
     from rich.live import Live
 
     from solm.core.chat import messages_ids
-    from solm.core.control_tokens import add_control_tokens
-    from solm.core.models import load_model
+    from solm.core.models import load_decoder
     from solm.core.records import Record
     from solm.core.sampling import SamplingConfig
+    from solm.decode.compiled import should_compile
     from solm.decode.pasta.decode_file import result_record
     from solm.decode.pasta.live import thread_views
     from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
 
     console.print(f"loading {model} ...")
-    m, tok = load_model(model, dtype=dtype, device=device)
-    add_control_tokens(m, tok, "pasta")
-    rt = PastaRuntime(m, tok, pool_size=pool_size)
+    m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)
+    rt = PastaRuntime(m, tok, pool_size=pool_size,
+                      compile=should_compile(compile, max_new_tokens, m.device))
     cfg = PastaDecodeConfig(max_new_tokens=max_new_tokens, sampling=SamplingConfig(
         temperature=temperature, top_p=top_p, seed=seed,
         repetition_penalty=repetition_penalty))
@@ -399,7 +428,7 @@ def chat(
         res = rt.finish(state)
         row = result_record(rt, Record("chat", text), res, cfg.mode)
         out_console.print(f"[bold green]model>[/] {row['response']}", highlight=False)
-        console.print(f"[dim]{figures_line(row, res)}[/]", highlight=False)
+        console.print(f"[dim]{figures_line(row, res, m)}[/]", highlight=False)
         messages.append({"role": "assistant", "content": row["response"]})
 
 
@@ -451,6 +480,8 @@ def bench(
     device: Optional[str] = DeviceOption,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Per-row results (JSONL) and a "
                                        "summary next to it."),
+    compile: Optional[bool] = CompileOption,
+    quantize: Optional[str] = QuantizeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Replay annotated responses: realized vs theoretical speedup, efficiency, vs generate.
@@ -466,16 +497,17 @@ def bench(
     from dataclasses import asdict
 
     from solm.core.chat import text_ids
-    from solm.core.control_tokens import add_control_tokens
     from solm.core.jsonl import JsonlWriter, read_jsonl
-    from solm.core.models import load_model
+    from solm.core.models import load_decoder
     from solm.core.pasta_lang import promises, strip
     from solm.core.provenance import write_manifest
+    from solm.core.quantize import weight_bytes
+    from solm.decode.bandwidth import kv_bytes_per_token, machine_bandwidth
+    from solm.decode.compiled import should_compile
     from solm.decode.pasta.runtime import PastaRuntime
-    from solm.eval.pasta_bench import plot_speedups, run_pasta_bench
+    from solm.eval.pasta_bench import plot_speedups, run_pasta_bench, sequential_bandwidth
 
-    m, tok = load_model(model, dtype=dtype, device=device)
-    add_control_tokens(m, tok, "pasta")
+    m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)
     chosen = []
     for row in read_jsonl(annotated):
         text = row.get("annotated")
@@ -486,8 +518,11 @@ def bench(
         chosen.append(row)
         if len(chosen) >= rows:
             break
-    info(f"replaying {len(chosen)} rows from {annotated} (dtype {m.dtype})")
-    rt = PastaRuntime(m, tok, pool_size=pool_size)
+    expected = sum(2 * repeats * len(text_ids(tok, strip(r["annotated"]))) for r in chosen)
+    compiled = should_compile(compile, expected, m.device)
+    info(f"replaying {len(chosen)} rows from {annotated} (dtype {m.dtype}"
+         f"{', compiled step' if compiled else ''}{', ' + quantize if quantize else ''})")
+    rt = PastaRuntime(m, tok, pool_size=pool_size, compile=compiled)
     writer = None
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -503,7 +538,11 @@ def bench(
         results, summary = run_pasta_bench(rt, chosen, repeats=repeats, generate_rows=generate_rows,
                                      on_row=lambda r: on_row(r, advance))
     summary.update({"model": model, "dtype": str(m.dtype).replace("torch.", ""),
-                    "repeats": repeats, "max_tokens": max_tokens})
+                    "repeats": repeats, "max_tokens": max_tokens, "compiled": compiled,
+                    "quantize": quantize,
+                    "sequential_bandwidth": sequential_bandwidth(
+                        results, weight_bytes(m), kv_bytes_per_token(m),
+                        machine_bandwidth(m.device))})
     if out:
         writer.close()
         Path(str(out) + ".summary.json").write_text(json.dumps(summary, indent=2))

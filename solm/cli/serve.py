@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (DebugOption, DeviceOption, DtypeOption, ModelOption, QuietOption,
+from solm.cli.common import (CompileOption, DebugOption, DeviceOption, DtypeOption,
+                             ModelOption, QuantizeOption, QuietOption,
                              console, greater_than, handle_errors, info, one_of,
                              probability_mass)
 
@@ -73,22 +74,25 @@ def serve(
                                           "(over it: 413)."),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
+    compile: Optional[bool] = CompileOption,
+    quantize: Optional[str] = QuantizeOption,
     quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     import uvicorn
 
-    from solm.core.control_tokens import add_control_tokens
-    from solm.core.models import load_model
+    from solm.core.models import load_decoder
     from solm.core.sampling import SamplingConfig
+    from solm.decode.compiled import should_compile
     from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
     from solm.serve.app import ServeSettings, create_app
     from solm.serve.engine import ServeEngine
 
     key = api_key or os.environ.get(API_KEY_ENV) or None
     info(f"loading {model} ...")
-    m, tok = load_model(model, dtype=dtype, device=device)
-    add_control_tokens(m, tok, "pasta")
-    rt = PastaRuntime(m, tok, pool_size=pool_size)
+    m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)
+    # a CPU server compiles only when asked: each new shape bucket would stall a request
+    rt = PastaRuntime(m, tok, pool_size=pool_size,
+                      compile=should_compile(compile, 0, m.device))
     rt.grammar  # built once now, not inside the first request
     defaults = PastaDecodeConfig(
         mode=mode, max_new_tokens=max_new_tokens, max_fork_tokens=max_fork_tokens,

@@ -284,3 +284,18 @@ def tiny_model(tokenizer=None, hidden_size: int = 64, num_layers: int = 2, num_h
     torch.manual_seed(seed)
     model = model_cls(config).to(dtype).eval()
     return model, tokenizer
+
+
+def load_decoder(name_or_path: str, dtype: str = "auto", device: str | None = None,
+                 system: str = "pasta", quantize: str | None = None, num_registers: int = 16):
+    """A model ready for a runtime: loaded, with `system`'s control tokens, weights
+    quantized for decoding when asked (`solm.core.quantize`)."""
+    from solm.core.control_tokens import add_control_tokens
+
+    model, tokenizer = load_model(name_or_path, dtype=dtype, device=device)
+    add_control_tokens(model, tokenizer, system, num_registers=num_registers)
+    if quantize:
+        from solm.core.quantize import quantize_weights
+
+        quantize_weights(model, quantize)
+    return model, tokenizer

@@ -61,6 +61,16 @@ class PoolCache(Cache):
         self.state = PoolState(capacity)
         super().__init__(layers=[PoolLayer(self.state) for _ in range(num_layers)])
 
+    def allocate(self, kv_heads: int, head_dim: int, dtype: torch.dtype, device) -> None:
+        """Create every layer's pool now instead of at the first forward pass (a compiled
+        step must not see the pool appear)."""
+        shape = (1, kv_heads, self.state.capacity, head_dim)
+        for layer in self.layers:
+            layer.keys = torch.zeros(shape, dtype=dtype, device=device)
+            layer.values = torch.zeros(shape, dtype=dtype, device=device)
+            layer.device = device
+            layer.is_initialized = True
+
     def set_step(self, first_slot: int, count: int, device=None) -> None:
         self.state.write_slots = torch.arange(first_slot, first_slot + count, device=device)
         self.state.kv_len = first_slot + count
@@ -74,3 +84,13 @@ def num_layers_of(model) -> int:
     from solm.core.models import text_config
 
     return text_config(model).num_hidden_layers
+
+
+def kv_shape_of(model) -> tuple[int, int]:
+    """(key/value heads, head dim) of a decoder's attention layers."""
+    from solm.core.models import text_config
+
+    cfg = text_config(model)
+    heads = cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    return getattr(cfg, "num_key_value_heads", None) or heads, head_dim

@@ -10,32 +10,75 @@ module. Positions come with the tokens. Returns one logits row per fed token.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 import torch
 
 from solm.core.structure import MaskTerm, pairwise
 from solm.decode.attention import attention_implementation
+from solm.decode.compiled import (KV_BLOCK, TOKEN_BUCKET_MAX, CompiledForward, bucket,
+                                  kv_bucket, padded_step_inputs, pool_body)
 from solm.decode.head import OutputHead
-from solm.decode.pool import PoolCache, num_layers_of
+from solm.decode.pool import PoolCache, kv_shape_of, num_layers_of
+
+
+def activation_dtype(model) -> torch.dtype:
+    """The dtype hidden states (and so keys and values) have: the model's float dtype."""
+    return next(p.dtype for p in model.parameters() if p.dtype.is_floating_point)
 
 
 class PoolStep:
     """`step(tokens, attrs)`: feed tokens whose attributes (objects with the term's attribute
-    names and `pos`) come from the system's tracker; `reset()` empties the pool."""
+    names and `pos`) come from the system's tracker; `reset()` empties the pool.
 
-    def __init__(self, model, pool_size: int, visible: MaskTerm, attr_names: Sequence[str]):
+    `compile`: steps of up to `TOKEN_BUCKET_MAX` tokens run as graphs compiled per bucket
+    (`solm.decode.compiled`); the pool gets room for a padded step past `pool_size`."""
+
+    def __init__(self, model, pool_size: int, visible: MaskTerm, attr_names: Sequence[str],
+                 compile: bool = False, backend: str = "inductor"):
         self.model = model
         self.device = next(model.parameters()).device
         self.pool_size = pool_size
         self.visible = visible
-        self.cache = PoolCache(num_layers_of(model), pool_size)
+        self.capacity = pool_size + TOKEN_BUCKET_MAX if compile else pool_size
+        self.cache = PoolCache(num_layers_of(model), self.capacity)
         self.head = OutputHead(model)
+        self.compiled = None
+        if compile:
+            self.cache.allocate(*kv_shape_of(model), dtype=activation_dtype(model),
+                                device=self.device)
+            self.compiled = CompiledForward(pool_body(model, self.cache, self.head), backend)
         self._slots = {n: torch.empty(pool_size, dtype=torch.long) for n in attr_names}
         self.used = 0
+        self.compile_s = 0.0  # time spent in steps that built a graph (excluded from timings)
 
     def reset(self) -> None:
         self.used = 0
+
+    @torch.no_grad()
+    def compile_buckets(self, max_fed: int, max_slots: int) -> int:
+        """Build, now, every graph a decode feeding up to `max_fed` tokens per step into up
+        to `max_slots` slots will use (so no timed step compiles); returns the graph count.
+        Writes scratch values into the pool: call between decodes."""
+        if self.compiled is None:
+            return 0
+        fed = bucket(min(max_fed, TOKEN_BUCKET_MAX), TOKEN_BUCKET_MAX)
+        last_kv = kv_bucket(min(max_slots, self.capacity), KV_BLOCK, self.capacity)
+        sizes = sorted({kv_bucket(k, KV_BLOCK, self.capacity)
+                        for k in [KV_BLOCK * 2 ** i for i in range(16)] + [last_kv]
+                        if k <= last_kv})
+        b = 1
+        with attention_implementation(self.model):
+            while b <= fed:
+                for k in sizes:
+                    first = min(k - b, self.pool_size - b)
+                    self.compiled(*padded_step_inputs(
+                        [0] * b, [first] * b, torch.ones(b, first + b, dtype=torch.bool),
+                        first, TOKEN_BUCKET_MAX, k, self.capacity, self.device))
+                b *= 2
+        self.reset()
+        return self.compiled.compiles
 
     def fits(self, n: int) -> bool:
         return self.used + n <= self.pool_size
@@ -49,7 +92,17 @@ class PoolStep:
         self.used += n
         q = {name: s[name][first:self.used] for name in s}
         k = {name: s[name][:self.used] for name in s}
-        visible = pairwise(self.visible, q, k).to(self.device)
+        visible = pairwise(self.visible, q, k)
+        if self.compiled is not None and n <= TOKEN_BUCKET_MAX:
+            args = padded_step_inputs(list(tokens), [a.pos for a in attrs], visible, first,
+                                      TOKEN_BUCKET_MAX, KV_BLOCK, self.capacity, self.device)
+            graphs, started = self.compiled.compiles, time.perf_counter()
+            with attention_implementation(self.model):
+                logits = self.compiled(*args)[:n]
+            if self.compiled.compiles != graphs:  # this step built a graph: not decode time
+                self.compile_s += time.perf_counter() - started
+            return logits
+        visible = visible.to(self.device)
         self.cache.set_step(first, n, device=self.device)
         inputs = dict(input_ids=torch.tensor([list(tokens)], device=self.device),
                       position_ids=torch.tensor([[a.pos for a in attrs]], device=self.device),

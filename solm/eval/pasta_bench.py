@@ -39,6 +39,8 @@ class PastaBenchRow:
     replay_exact: bool
     seq_tokens_per_s: float | None = None
     generate_tokens_per_s: float | None = None
+    seq_forward_passes: int = 0
+    seq_kv_read: int = 0  # pool slots the sequential decode's steps read
 
 
 def time_generate(model, ids: list[int], n_tokens: int) -> float:
@@ -72,12 +74,40 @@ def bench_row(rt: PastaRuntime, row: dict, repeats: int = 2, compare_generate: b
         promises=metrics.promises, seq_s=seq.decode_s, par_s=par.decode_s,
         realized_speedup=realized, theoretical_speedup=theoretical,
         efficiency=realized / theoretical,
-        replay_exact=par.ids == annotated and seq.ids == plain)
+        replay_exact=par.ids == annotated and seq.ids == plain,
+        seq_forward_passes=seq.forward_passes, seq_kv_read=seq.kv_read)
     if compare_generate:
         out.seq_tokens_per_s = len(plain) / seq.wall_s
         gen_s = time_generate(rt.model, prompt, len(plain))
         out.generate_tokens_per_s = len(plain) / gen_s
     return out
+
+
+def sequential_bandwidth(rows: list[PastaBenchRow], weight_bytes: int, kv_token_bytes: int,
+                         machine: float | None) -> dict:
+    """Bandwidth the sequential decodes achieved (weights per step + keys/values read)."""
+    from solm.decode.bandwidth import achieved
+
+    return achieved(weight_bytes, sum(r.seq_forward_passes for r in rows),
+                    sum(r.seq_kv_read for r in rows), kv_token_bytes,
+                    sum(r.seq_s for r in rows), machine)
+
+
+def compile_for(rt: PastaRuntime, rows: list[dict]) -> float:
+    """With a compiled step: build every graph these rows' replays will use, before timing.
+    Returns the seconds it took (0 when the step is not compiled)."""
+    if rt.forward.compiled is None:
+        return 0.0
+    t = time.perf_counter()
+    tok = rt.tokenizer
+    slots, fed = 0, 1
+    for row in rows:
+        annotated = text_ids(tok, row["annotated"])
+        slots = max(slots, len(prompt_ids(tok, row["prompt"], row.get("system")))
+                    + len(annotated) + 1)
+        fed = max(fed, pasta_metrics(annotated, rt.vocab).promises + 1)
+    rt.forward.compile_buckets(fed, slots)
+    return time.perf_counter() - t
 
 
 def warm_up(rt: PastaRuntime, row: dict, compare_generate: bool) -> float:
@@ -121,7 +151,7 @@ def run_pasta_bench(rt: PastaRuntime, rows: Iterable[dict], repeats: int = 2,
     if not rows:
         raise ValueError("no annotated rows to benchmark")
     want_generate = generate_rows is None or generate_rows > 0
-    warmup_s = warm_up(rt, rows[0], want_generate)
+    warmup_s = compile_for(rt, rows) + warm_up(rt, rows[0], want_generate)
     results = []
     for i, row in enumerate(rows):
         compare = generate_rows is None or i < generate_rows

@@ -23,6 +23,7 @@ class PastaDecodeSummary:
     flagged: dict[str, int] = field(default_factory=dict)
     content_tokens: int = 0
     forward_passes: int = 0
+    kv_read: int = 0
     decode_s: float = 0.0
 
     def to_dict(self) -> dict:
@@ -49,7 +50,8 @@ def result_record(rt: PastaRuntime, rec: Record, res: PastaDecodeResult, mode: s
         "content_speedup": round(metrics.content_speedup, 4) if metrics else 1.0,
         "forward_passes": res.forward_passes, "threads": res.threads,
         "wall_s": round(res.wall_s, 4), "prefill_s": round(res.prefill_s, 4),
-        "decode_s": round(res.decode_s, 4), "flags": res.flags,
+        "decode_s": round(res.decode_s, 4), "compile_s": round(res.compile_s, 2),
+        "flags": res.flags,
     }
 
 
@@ -71,6 +73,7 @@ def decode_file(rt: PastaRuntime, records: Iterable[Record], out: Path,
             summary.done += 1
             summary.content_tokens += row["content_tokens"]
             summary.forward_passes += res.forward_passes
+            summary.kv_read += res.kv_read
             summary.decode_s += res.decode_s
             for f in res.flags:
                 summary.flagged[f] = summary.flagged.get(f, 0) + 1

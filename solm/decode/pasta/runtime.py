@@ -64,6 +64,8 @@ class PastaDecodeResult:
     decode_s: float
     flags: list[str]
     logits: torch.Tensor | None = None  # [len(ids), vocab] in training order, when recorded
+    kv_read: int = 0  # pool slots attention read, summed over decode steps (bandwidth)
+    compile_s: float = 0.0  # steps that built a compiled graph (not in prefill_s/decode_s)
 
     @property
     def wall_s(self) -> float:
@@ -102,6 +104,9 @@ class PastaRunState:
     steps: int = 0
     fed_total: int = 0
     generated: int = 0
+    kv_read: int = 0
+    compile_base: float = 0.0  # the step's compile clock when this decode started
+    compile_s: float = 0.0
     prefill_s: float = 0.0
     decode_started: float = 0.0
     decode_s: float = 0.0
@@ -128,11 +133,13 @@ class PastaRunState:
 class PastaRuntime:
     """Decode with one model; reuse the object across prompts (the pool is reused)."""
 
-    def __init__(self, model, tokenizer, pool_size: int = 2048):
+    def __init__(self, model, tokenizer, pool_size: int = 2048, compile: bool = False,
+                 compile_backend: str = "inductor"):
         self.model = model
         self.tokenizer = tokenizer
         self.vocab = PastaVocab.from_tokenizer(tokenizer)
-        self.forward = PoolStep(model, pool_size, pasta_visible, ATTR_NAMES)
+        self.forward = PoolStep(model, pool_size, pasta_visible, ATTR_NAMES, compile=compile,
+                                backend=compile_backend)
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self._grammar: PastaGrammar | None = None
 
@@ -234,9 +241,11 @@ class PastaRuntime:
             for tid, stream in scripts.items():
                 state.threads.setdefault(tid, _Thread(tid)).script = stream
         t0 = time.perf_counter()
+        state.compile_base = self.forward.compile_s
         prompt_attrs = [state.tracker.main(t) for t in prompt_ids]
         logits = self.forward(prompt_ids, prompt_attrs)[-1]
-        state.prefill_s = time.perf_counter() - t0
+        state.compile_s = self.forward.compile_s - state.compile_base
+        state.prefill_s = time.perf_counter() - t0 - state.compile_s
         state.decode_started = time.perf_counter()
         state.main.pending = state.next_token(state.main, logits)
         state.generated = 0 if state.main.pending is None else 1
@@ -254,6 +263,7 @@ class PastaRuntime:
         logits = self.forward([tok for _, tok in batch], attrs)
         state.steps += 1
         state.fed_total += len(batch)
+        state.kv_read += self.forward.used  # a step reads the written slots once
         if self._advance(state, batch, logits):
             state.flags.add(FLAG_MAX_NEW_TOKENS)
             return self._stop(state)
@@ -274,13 +284,16 @@ class PastaRuntime:
                                  threads=len(state.threads) - 1, tokens_fed=state.fed_total,
                                  prefill_s=state.prefill_s, decode_s=state.decode_s,
                                  flags=sorted(state.flags),
-                                 logits=torch.stack(logit_rows) if logit_rows else None)
+                                 logits=torch.stack(logit_rows) if logit_rows else None,
+                                 kv_read=state.kv_read, compile_s=state.compile_s)
 
     # ---- the pieces of a step ---------------------------------------------------------
 
-    @staticmethod
-    def _stop(state: PastaRunState) -> bool:
-        state.decode_s = time.perf_counter() - state.decode_started
+    def _stop(self, state: PastaRunState) -> bool:
+        """Decoding ended: its time, less any step that built a compiled graph."""
+        in_decode = self.forward.compile_s - state.compile_base - state.compile_s
+        state.compile_s += in_decode
+        state.decode_s = time.perf_counter() - state.decode_started - in_decode
         return False
 
     def _end_main_at_eos(self, state: PastaRunState) -> None:

@@ -1,0 +1,87 @@
+"""Memory bandwidth: what a decode step moves, and what the machine can move.
+
+At batch 1 a decode step reads every weight and the keys/values it attends to once; that
+many bytes over the step's time is the bandwidth it achieved (gpt-fast reports the same).
+The machine's own figure comes from a small probe (a large tensor copy, best of a few),
+measured once per device and cached under solm's cache folder.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import torch
+
+PROBE_BYTES = 256 << 20
+
+
+def probe_bandwidth(device: str | torch.device = "cpu", nbytes: int = PROBE_BYTES,
+                    repeats: int = 5) -> float:
+    """Bytes per second of a copy (read + write) of `nbytes`, best of `repeats`."""
+    device = torch.device(device)
+    src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    best = float("inf")
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * nbytes / best
+
+
+def machine_bandwidth(device: str | torch.device = "cpu") -> float:
+    """The probe's figure for this device, measured once and cached (bytes/s)."""
+    from solm.core.models import cache_root
+
+    device = torch.device(device)
+    key = _device_key(device)
+    path = cache_root() / "bandwidth.json"
+    known = json.loads(path.read_text()) if path.exists() else {}
+    if key not in known:
+        known[key] = probe_bandwidth(device)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(known, indent=2))
+    return float(known[key])
+
+
+def kv_bytes_per_token(model) -> int:
+    """Bytes of one token's keys and values over every layer."""
+    from solm.decode.pool import kv_shape_of, num_layers_of
+    from solm.decode.step import activation_dtype
+
+    heads, dim = kv_shape_of(model)
+    size = torch.tensor([], dtype=activation_dtype(model)).element_size()
+    return 2 * num_layers_of(model) * heads * dim * size
+
+
+def achieved(weight_bytes: int, steps: int, kv_tokens_read: int, kv_token_bytes: int,
+             seconds: float, machine: float | None = None) -> dict:
+    """Bandwidth a decode achieved: weights once per step plus the keys/values read."""
+    moved = weight_bytes * steps + kv_tokens_read * kv_token_bytes
+    gbs = moved / max(seconds, 1e-12) / 1e9
+    out = {"bandwidth_gbs": round(gbs, 2)}
+    if machine:
+        out["machine_gbs"] = round(machine / 1e9, 2)
+        out["bandwidth_fraction"] = round(gbs / (machine / 1e9), 3)
+    return out
+
+
+def _device_key(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(device)}"
+    name = "cpu"
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f
+                         if line.startswith("model name")), name)
+    except OSError:
+        pass
+    return f"cpu:{name}:{torch.get_num_threads()}threads"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

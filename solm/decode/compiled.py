@@ -1,0 +1,143 @@
+"""A decode step compiled whole over static shapes (gpt-fast's recipe, on transformers' models).
+
+`torch.compile` pays only when shapes repeat: a graph is built per (tokens fed, keys read)
+shape, so both are rounded up to buckets. Tokens fed per step go to the next power of two
+(1, 2, 4, ... 16); padded rows write their keys past the last real slot (slots no real
+token has reached yet, overwritten before anyone may see them) and attend to slot 0 only, so
+they change nothing real. Keys read go up to the next power of two (at least `KV_BLOCK`),
+the slots past the real ones masked out: a few graphs per token bucket over a whole pool
+(a graph per 256 slots was measured no faster per step; a dynamic key length was 1.25x
+slower per step than a static one on this CPU). The model's own forward runs inside the graph (no
+hand-written model), so anything transformers loads as a decoder with a Cache compiles.
+
+Steps with more tokens than the largest bucket (long prompts) run eagerly on the same pool.
+Graphs are cached by inductor on disk (`TORCHINDUCTOR_CACHE_DIR`), so a second process
+spends seconds, not a minute, per bucket; `compiles` counts graphs built in this process.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import torch
+
+from solm.decode.head import OutputHead
+
+TOKEN_BUCKET_MAX = 16  # PASTA steps feed one token per thread; longer prefills run eagerly
+KV_BLOCK = 256
+
+
+def power_of_two_at_least(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def bucket(n: int, largest: int) -> int:
+    """Tokens fed, padded: the power of two >= n (n <= largest)."""
+    if n > largest:
+        raise ValueError(f"{n} tokens is over the largest bucket ({largest})")
+    return power_of_two_at_least(n)
+
+
+def kv_bucket(n: int, smallest: int, capacity: int) -> int:
+    """The power of two >= n, at least `smallest`, at most `capacity`."""
+    return min(max(power_of_two_at_least(n), smallest), capacity)
+
+
+def configure_dynamo(max_graphs: int) -> None:
+    import logging
+
+    import torch._dynamo
+
+    # torchao (imported by inductor when installed) warns about CUDA kernels a CPU lacks
+    logging.getLogger("torchao").setLevel(logging.ERROR)
+
+    cfg = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(cfg, name):
+            setattr(cfg, name, max(getattr(cfg, name), max_graphs))
+    if hasattr(cfg, "accumulated_recompile_limit"):
+        cfg.accumulated_recompile_limit = max(cfg.accumulated_recompile_limit, 4 * max_graphs)
+    os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
+
+
+class CompiledForward:
+    """`fn(input_ids [1, B], position_ids [1, B], mask [1, 1, B, K], write_slots [B])` ->
+    logits [B, V], compiled once per (B, K). `body` runs the model on the pool with the read
+    length K taken from the mask's shape (a constant of each graph)."""
+
+    def __init__(self, body: Callable, backend: str | Callable = "inductor",
+                 max_graphs: int = 128):
+        configure_dynamo(max_graphs)
+        self.compiles = 0
+        inner = _backend(backend)
+
+        def counting(gm, example_inputs):
+            self.compiles += 1
+            return inner(gm, example_inputs)
+
+        self.fn = torch.compile(body, backend=counting, dynamic=False)
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+
+def _backend(backend: str | Callable) -> Callable:
+    if callable(backend):
+        return backend
+    if backend == "inductor":
+        from torch._inductor.compile_fx import compile_fx
+
+        return compile_fx
+    if backend == "eager":
+        return lambda gm, example_inputs: gm.forward
+    raise ValueError(f"unknown compile backend {backend!r}")
+
+
+def pool_body(model, cache, head: OutputHead) -> Callable:
+    """The compiled function for a `PoolCache`: write at `write_slots`, read the first K."""
+
+    def body(input_ids, position_ids, mask, write_slots):
+        cache.state.write_slots = write_slots
+        cache.state.kv_len = mask.shape[-1]
+        inputs = dict(input_ids=input_ids, position_ids=position_ids, attention_mask=mask,
+                      cache=cache, use_cache=True)
+        if head.usable:  # the plain projection: inductor picks its own GEMM
+            return head.linear(model.base_model(**inputs).last_hidden_state[0])
+        return model(**inputs).logits[0]
+
+    return body
+
+
+def padded_step_inputs(tokens: list[int], positions: list[int], visible: torch.Tensor,
+                       first_slot: int, largest: int, kv_block: int, capacity: int,
+                       device) -> tuple[torch.Tensor, ...]:
+    """Pad one step to its bucket: ids, positions, the bool mask [1, 1, B, K] (real rows:
+    `visible` [n, first_slot + n] in the top-left corner; padded rows see slot 0) and the
+    slots to write."""
+    n = len(tokens)
+    b = bucket(n, largest)
+    k = kv_bucket(first_slot + n, kv_block, capacity)
+    mask = torch.zeros(b, k, dtype=torch.bool)
+    mask[:n, :visible.shape[1]] = visible
+    mask[n:, 0] = True
+    pad = b - n
+    ids = torch.tensor([list(tokens) + [0] * pad], device=device)
+    pos = torch.tensor([list(positions) + [0] * pad], device=device)
+    slots = torch.arange(first_slot, first_slot + b, device=device)
+    return ids, pos, mask[None, None].to(device), slots
+
+
+# On a 2-core AVX-512 CPU a graph took 40-70 s to build the first time and 15-35 s from the
+# disk cache, and saved 10-20 ms per token (bf16): compiling repays itself after ~5,000
+# tokens. `auto` compiles on CUDA always, and on a CPU from that many expected tokens.
+COMPILE_PAYS_TOKENS = 5000
+
+
+def should_compile(flag: bool | None, expected_tokens: int, device) -> bool:
+    """`--compile/--no-compile` when given, else whether compiling repays itself here."""
+    if flag is not None:
+        return flag
+    if torch.device(device).type == "cuda":
+        return True
+    return expected_tokens >= COMPILE_PAYS_TOKENS
