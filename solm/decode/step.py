@@ -84,7 +84,10 @@ class PoolStep:
         return self.used + n <= self.pool_size
 
     @torch.no_grad()
-    def __call__(self, tokens: Sequence[int], attrs: Sequence[Any]) -> torch.Tensor:
+    def __call__(self, tokens: Sequence[int], attrs: Sequence[Any], prefill: bool = False
+                 ) -> torch.Tensor:
+        """Logits of every fed token. `prefill` runs eagerly (a prompt's length is its own
+        shape, seen once per decode: not worth a graph)."""
         n, first = len(tokens), self.used
         s = self._slots
         for name in s:
@@ -93,7 +96,7 @@ class PoolStep:
         q = {name: s[name][first:self.used] for name in s}
         k = {name: s[name][:self.used] for name in s}
         visible = pairwise(self.visible, q, k)
-        if self.compiled is not None and n <= TOKEN_BUCKET_MAX:
+        if self.compiled is not None and not prefill and n <= TOKEN_BUCKET_MAX:
             args = padded_step_inputs(list(tokens), [a.pos for a in attrs], visible, first,
                                       TOKEN_BUCKET_MAX, KV_BLOCK, self.capacity, self.device)
             graphs, started = self.compiled.compiles, time.perf_counter()

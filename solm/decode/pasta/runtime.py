@@ -243,7 +243,7 @@ class PastaRuntime:
         t0 = time.perf_counter()
         state.compile_base = self.forward.compile_s
         prompt_attrs = [state.tracker.main(t) for t in prompt_ids]
-        logits = self.forward(prompt_ids, prompt_attrs)[-1]
+        logits = self.forward(prompt_ids, prompt_attrs, prefill=True)[-1]
         state.compile_s = self.forward.compile_s - state.compile_base
         state.prefill_s = time.perf_counter() - t0 - state.compile_s
         state.decode_started = time.perf_counter()

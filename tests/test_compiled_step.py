@@ -1,0 +1,82 @@
+"""The compiled decode step computes what the eager step computes (fp32, < 1e-4) through
+forks, joins and every bucket boundary, and stops compiling once its buckets exist."""
+
+import pytest
+import torch
+
+from solm.core.chat import text_ids
+from solm.decode.compiled import bucket, kv_bucket, should_compile
+from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
+
+ITEMS = ["Sleep eight hours every night and keep the same hours on weekends too.",
+         "Eat greens and fruit every day, and cook at home more than you eat out.",
+         "Walk for an hour a day, or take the stairs instead of the lift at work.",
+         "Drink water with every meal instead of soda or sweet juice.",
+         "See friends every week, even for a short coffee after work.",
+         "Read a book before bed instead of looking at a phone screen."]
+# each block runs while main writes the next promises: steps feed 1 to 7 tokens, crossing
+# the token buckets 1, 2, 4 and 8
+TEXT = "Tips:" + "".join(
+    f'\n{i + 1}.<promise topic="t{i}" tokens="{3 * len(item.split())}"/><async> {item} {item}'
+    f' {item}</async>' for i, item in enumerate(ITEMS)) + "<sync/> Done."
+
+
+@pytest.fixture(scope="module")
+def runtimes(tiny, pasta_tokenizer):
+    eager = PastaRuntime(tiny, pasta_tokenizer, pool_size=512)
+    compiled = PastaRuntime(tiny, pasta_tokenizer, pool_size=512, compile=True)
+    return eager, compiled
+
+
+def test_buckets():
+    assert [bucket(n, 16) for n in (1, 2, 3, 5, 9, 16)] == [1, 2, 4, 8, 16, 16]
+    with pytest.raises(ValueError):
+        bucket(17, 16)
+    assert [kv_bucket(n, 256, 528) for n in (1, 256, 257, 513, 600)] == [256, 256, 512, 528, 528]
+    assert should_compile(False, 10 ** 9, "cpu") is False
+    assert should_compile(None, 10, "cpu") is False
+    assert should_compile(None, 10 ** 6, "cpu") is True
+
+
+@pytest.mark.parametrize("prompt_len", [20, 240])  # 240: the keys read cross 256
+def test_compiled_replay_logits_equal_eager(runtimes, pasta_tokenizer, prompt_len):
+    eager, compiled = runtimes
+    response = text_ids(pasta_tokenizer, TEXT)
+    prompt = [(7 * i) % 900 + 5 for i in range(prompt_len)]
+    a = eager.replay(prompt, response, record_logits=True)
+    b = compiled.replay(prompt, response, record_logits=True)
+    assert a.ids == b.ids == response
+    assert a.threads == len(ITEMS) and a.forward_passes == b.forward_passes
+    assert a.tokens_fed - a.forward_passes > 4 * len(ITEMS)  # steps fed several threads
+    assert (a.logits - b.logits).abs().max().item() < 1e-4
+    if prompt_len > 200:
+        assert compiled.used > 256  # the run crossed a key bucket
+
+
+def test_compiled_sampling_follows_the_eager_decode(runtimes):
+    eager, compiled = runtimes
+    cfg = PastaDecodeConfig(mode="sequential", max_new_tokens=40, record_logits=True)
+    a = eager.generate([5, 6, 7, 8], cfg)
+    b = compiled.generate([5, 6, 7, 8], cfg)
+    assert a.ids == b.ids
+    assert (a.logits - b.logits).abs().max().item() < 1e-4
+
+
+def test_no_recompilation_after_warm_up_over_a_long_decode(tiny, pasta_tokenizer):
+    rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=1024, compile=True,
+                      compile_backend="eager")
+    built = rt.forward.compile_buckets(max_fed=1, max_slots=1024)
+    assert built == 3  # one token per step; keys read: 256, 512, 1024
+    cfg = PastaDecodeConfig(mode="sequential", max_new_tokens=900)
+    res = rt.generate([5, 6, 7, 8], cfg)
+    assert res.forward_passes > 512  # crossed every key bucket
+    assert rt.forward.compiled.compiles == built
+    assert res.compile_s == 0.0
+
+
+def test_a_step_that_compiles_is_not_counted_as_decode_time(tiny, pasta_tokenizer):
+    rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=256, compile=True)
+    res = rt.generate([5, 6, 7], PastaDecodeConfig(mode="sequential", max_new_tokens=8))
+    assert rt.forward.compiled.compiles >= 1 and res.compile_s > 0
+    assert res.decode_s < res.compile_s  # a graph takes seconds; eight tiny steps do not
+    torch._dynamo.reset()
