@@ -80,3 +80,32 @@ def test_a_step_that_compiles_is_not_counted_as_decode_time(tiny, pasta_tokenize
     assert rt.forward.compiled.compiles >= 1 and res.compile_s > 0
     assert res.decode_s < res.compile_s  # a graph takes seconds; eight tiny steps do not
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("policy", ["dense", "tip"])
+def test_compiled_tip_step_logits_equal_eager(tip_model, tip_tok, policy):
+    """Rows of different lengths, refills, a last row decoding alone (padded batch), reads
+    crossing 256 (dense), pages evicted (tip)."""
+    from conftest import TIP_REGISTERS
+    from policy_matrix import register_traces
+
+    from solm.decode.tip.runtime import TipDecodeConfig, TipRuntime
+
+    reqs = register_traces(tip_tok, 3, 280, seed=4)
+    reqs[1].forced = reqs[1].forced[:120]
+    cfg = TipDecodeConfig(policy=policy, batch_size=2, record_logits=True, check_reads=True)
+    runs = {}
+    for compiled in (False, True):
+        rt = TipRuntime(tip_model, tip_tok, num_pages=256, page_size=4,
+                        num_registers=TIP_REGISTERS, compile=compiled)
+        runs[compiled] = {r.rid: r for r in rt.run(reqs, cfg)}
+    assert rt.compiled.compiles >= 1
+    for rid, eager in runs[False].items():
+        fast = runs[True][rid]
+        assert fast.ids == eager.ids == reqs[rid].forced
+        assert fast.mean_live_tokens == eager.mean_live_tokens
+        assert (fast.logits - eager.logits).abs().max().item() < 1e-4
+    if policy == "tip":
+        assert all(r.evicted_pages > 0 for r in runs[True].values())
+    else:
+        assert max(r.peak_live_tokens for r in runs[True].values()) > 256

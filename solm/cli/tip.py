@@ -8,7 +8,8 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (DEFAULT_MODEL, ConfigOption, DebugOption, DeviceOption,
+from solm.cli.common import (DEFAULT_MODEL, CompileOption, ConfigOption, DebugOption,
+                             DeviceOption, QuantizeOption,
                              DtypeOption, ForceOption, ModelOption, QuietOption, VersionOption,
                              check_output, console, handle_errors, info, one_of, out_console,
                              probability_mass, progress, settings_from, show_control_tokens)
@@ -23,11 +24,13 @@ app = typer.Typer(
 POLICY_HELP = "Eviction policy: " + policies_help() + "."
 
 
-def _load(model: str, registers: int, dtype: str, device: Optional[str]):
-    from solm.core.models import load_model
+def _load(model: str, registers: int, dtype: str, device: Optional[str],
+          quantize: Optional[str] = None):
+    from solm.core.models import load_decoder
 
     info(f"loading {model} ...")
-    return load_model(model, dtype=dtype, device=device, system="tip", num_registers=registers)
+    return load_decoder(model, dtype=dtype, device=device, system="tip", quantize=quantize,
+                        num_registers=registers)
 
 
 @app.callback()
@@ -60,6 +63,8 @@ def decode(
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     force: bool = ForceOption,
+    compile: Optional[bool] = CompileOption,
+    quantize: Optional[str] = QuantizeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Decode problems with the paged runtime under an eviction policy; reports live KV
@@ -82,11 +87,16 @@ def decode(
     check_output(out, prompts)
     row_settings = {"model": model, "registers": registers, "policy": policy, "budget": budget,
                     "page_size": page_size, "temperature": temperature, "top_p": top_p,
-                    "seed": seed, "max_new_tokens": max_new_tokens, "dtype": dtype}
+                    "seed": seed, "max_new_tokens": max_new_tokens, "dtype": dtype,
+                    "quantize": quantize}
     mixed = check_rerun_settings(out, row_settings, force)
     records = list(load_records(str(prompts), limit=limit))
-    m, tok = _load(model, registers, dtype, device)
-    rt = TipRuntime(m, tok, num_pages=num_pages, page_size=page_size, num_registers=registers)
+    m, tok = _load(model, registers, dtype, device, quantize)
+    from solm.decode.compiled import should_compile
+
+    rt = TipRuntime(m, tok, num_pages=num_pages, page_size=page_size, num_registers=registers,
+                    compile=should_compile(compile, len(records) * samples * max_new_tokens,
+                                           m.device))
     cfg = TipDecodeConfig(policy=policy, budget=budget, batch_size=batch_size, max_new_tokens=max_new_tokens,
                           sampling=SamplingConfig(temperature, top_p, seed))
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -141,8 +151,8 @@ def bench(
     traces_file: Path = typer.Option(..., "--traces", "-t", help="From `tip traces` (or any "
                                      "JSONL with prompt + register-annotated response)."),
     model: str = ModelOption,
-    policies: str = typer.Option(",".join(POLICIES), help="Comma-separated, side by side in "
-                                 "one run. " + policies_help() + "."),
+    policies: str = typer.Option("all", help="Comma-separated, side by side in one run, or "
+                                 "`all` (every registered policy). " + policies_help() + "."),
     registers: int = typer.Option(16, min=1, help="Register tokens the model's tokenizer gets."),
     budget: int = typer.Option(1024, min=1, help="Token budget of the policies that read one."),
     page_size: int = typer.Option(64, min=1, help="Tokens per KV page."),
@@ -153,6 +163,8 @@ def bench(
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Summary JSON here."),
+    compile: Optional[bool] = CompileOption,
+    quantize: Optional[str] = QuantizeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Replay traces token by token with each policy, side by side in one run: throughput,
@@ -172,16 +184,20 @@ def bench(
     from solm.decode.tip.policies import make_policy
     from solm.decode.tip.runtime import TipRuntime
 
-    names = [p.strip() for p in policies.split(",") if p.strip()]
+    names = (list(POLICIES) if policies.strip() == "all"
+             else [p.strip() for p in policies.split(",") if p.strip()])
     for name in names:  # fail on bad flags before loading the model
         make_policy(name, budget, page_size)
     rows = list(read_jsonl(traces_file))[:limit]
 
-    m, tok = _load(model, registers, dtype, device)  # one load: the model's own tokenizer
+    m, tok = _load(model, registers, dtype, device, quantize)  # one load: its own tokenizer
     pairs = [(prompt_ids(tok, r["prompt"]), text_ids(tok, r["response"])[:max_tokens])
              for r in rows]
+    from solm.decode.compiled import should_compile
+
+    compiled = should_compile(compile, sum(len(r) for _, r in pairs) * len(names), m.device)
     rt = TipRuntime(m, tok, num_pages=pages_needed(pairs, page_size, batch_size, registers),
-                    page_size=page_size, num_registers=registers)
+                    page_size=page_size, num_registers=registers, compile=compiled)
     info(f"replaying {len(pairs)} traces (mean {sum(len(r) for _, r in pairs) / len(pairs):.0f}"
          f" tokens) with {', '.join(names)}")
     done: list[dict] = []
@@ -197,7 +213,8 @@ def bench(
     with progress("replaying (tokens)", sum(len(r) for _, r in pairs) * len(names)) as advance:
         summary = run_tip_bench(rt, pairs, names, budget, batch_size,
                                 on_policy=policy_done, on_step=advance)
-    summary["model"] = model
+    summary.update({"model": model, "compiled": compiled, "quantize": quantize,
+                    "compile_s": round(rt.compile_s, 1)})
     if out:
         from solm.eval.tip_plots import plot_tip_bench
 

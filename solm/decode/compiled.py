@@ -18,6 +18,7 @@ spends seconds, not a minute, per bucket; `compiles` counts graphs built in this
 from __future__ import annotations
 
 import os
+import time
 from typing import Callable
 
 import torch
@@ -70,6 +71,7 @@ class CompiledForward:
                  max_graphs: int = 128):
         configure_dynamo(max_graphs)
         self.compiles = 0
+        self.build_s = 0.0  # wall time of the calls that built a graph
         inner = _backend(backend)
 
         def counting(gm, example_inputs):
@@ -79,7 +81,11 @@ class CompiledForward:
         self.fn = torch.compile(body, backend=counting, dynamic=False)
 
     def __call__(self, *args):
-        return self.fn(*args)
+        graphs, started = self.compiles, time.perf_counter()
+        out = self.fn(*args)
+        if self.compiles != graphs:
+            self.build_s += time.perf_counter() - started
+        return out
 
 
 def _backend(backend: str | Callable) -> Callable:
@@ -105,6 +111,22 @@ def pool_body(model, cache, head: OutputHead) -> Callable:
         if head.usable:  # the plain projection: inductor picks its own GEMM
             return head.linear(model.base_model(**inputs).last_hidden_state[0])
         return model(**inputs).logits[0]
+
+    return body
+
+
+def paged_body(model, cache, head: OutputHead) -> Callable:
+    """The compiled function for a `PagedCache` decode step (one token per row): write at
+    `write_slots`, each row reading its `L` slots of `read_index` [B * L]."""
+
+    def body(input_ids, position_ids, mask, write_slots, read_index):
+        cache.state.write_slots = write_slots
+        cache.state.padded_index = read_index
+        inputs = dict(input_ids=input_ids, position_ids=position_ids, attention_mask=mask,
+                      cache=cache, use_cache=True)
+        if head.usable:
+            return head.linear(model.base_model(**inputs).last_hidden_state[:, -1])
+        return model(**inputs).logits[:, -1]
 
     return body
 

@@ -68,6 +68,10 @@ class PagedState:
         self.allocator: PageAllocator | None = None
         self.check_reads = False
         self.reads = 0  # slots gathered (all layers): the memory traffic of attention
+        # compiled steps: every row reads L slots of this [B * L] index (padded; the mask
+        # passed to the model hides the padding); None: ragged reads (`read_flat`)
+        self.padded_index: torch.Tensor | None = None
+        self.extra_slots = 0  # past the pages: a scratch slot padded rows write to
         self._scratch: dict[str, torch.Tensor] = {}
 
     def set_reads(self, rows: list[torch.Tensor], causal: bool = False) -> None:
@@ -116,10 +120,13 @@ class PagedLayer(CacheLayerMixin):
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         _, h, _, d = key_states.shape
-        slots = self.state.num_pages * self.state.page_size
-        self.keys = key_states.new_zeros((slots, h, d))
-        self.values = value_states.new_zeros((slots, h, value_states.shape[-1]))
-        self.device = key_states.device
+        self.allocate(h, d, value_states.shape[-1], key_states.dtype, key_states.device)
+
+    def allocate(self, heads: int, key_dim: int, value_dim: int, dtype, device) -> None:
+        slots = self.state.num_pages * self.state.page_size + self.state.extra_slots
+        self.keys = torch.zeros((slots, heads, key_dim), dtype=dtype, device=device)
+        self.values = torch.zeros((slots, heads, value_dim), dtype=dtype, device=device)
+        self.device = device
         self.is_initialized = True
 
     def update(self, key_states, value_states, *args, **kwargs):
@@ -130,6 +137,11 @@ class PagedLayer(CacheLayerMixin):
         self.keys.index_copy_(0, st.write_slots, key_states.transpose(1, 2).reshape(b * q, h, d))
         self.values.index_copy_(0, st.write_slots,
                                 value_states.transpose(1, 2).reshape(b * q, h, -1))
+        if st.padded_index is not None:  # [B, kv_heads, L, dim], padding masked by the caller
+            length = st.padded_index.numel() // b
+            keys = self.keys.index_select(0, st.padded_index).view(b, length, h, -1)
+            values = self.values.index_select(0, st.padded_index).view(b, length, h, -1)
+            return keys.transpose(1, 2), values.transpose(1, 2)
         if st.check_reads:
             st.assert_reads_owned()
         n = st.read_flat.numel()
@@ -139,17 +151,27 @@ class PagedLayer(CacheLayerMixin):
                                     out=st.scratch("v", self.values, n))
         return keys.transpose(0, 1).unsqueeze(0), values.transpose(0, 1).unsqueeze(0)
 
+    def _read_length(self) -> int:
+        st = self.state
+        return (st.padded_index if st.padded_index is not None else st.read_flat).numel()
+
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.state.read_flat.numel(), 0
+        return self._read_length(), 0
 
     def get_seq_length(self) -> int:
-        return self.state.read_flat.numel()
+        return self._read_length()
 
     def get_max_length(self) -> int:
         return self.state.num_pages * self.state.page_size
 
 
 class PagedCache(Cache):
-    def __init__(self, num_layers: int, num_pages: int, page_size: int):
+    def __init__(self, num_layers: int, num_pages: int, page_size: int, extra_slots: int = 0):
         self.state = PagedState(num_pages, page_size)
+        self.state.extra_slots = extra_slots
         super().__init__(layers=[PagedLayer(self.state) for _ in range(num_layers)])
+
+    def allocate(self, kv_heads: int, head_dim: int, dtype, device) -> None:
+        """Create every layer's slots now (a compiled step must not see them appear)."""
+        for layer in self.layers:
+            layer.allocate(kv_heads, head_dim, head_dim, dtype, device)

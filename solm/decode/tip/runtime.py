@@ -28,7 +28,9 @@ from solm.decode.flags import MAX_NEW_TOKENS as FLAG_MAX_NEW_TOKENS
 from solm.decode.head import OutputHead
 from solm.decode.paged import PageAllocator, PagedCache
 from solm.decode.paged_attention import PAGED_NAME, paged_reads
-from solm.decode.pool import num_layers_of
+from solm.decode.compiled import KV_BLOCK, CompiledForward, kv_bucket, paged_body
+from solm.decode.pool import kv_shape_of, num_layers_of
+from solm.decode.step import activation_dtype
 from solm.decode.tip.policies import EvictionPolicy, Page, RequestKV, make_policy
 
 
@@ -97,20 +99,34 @@ class TipRuntime:
     """Reuse one runtime across batches: the pool and its pages are reused."""
 
     def __init__(self, model, tokenizer, num_pages: int = 1024, page_size: int = 64,
-                 num_registers: int = 16):
+                 num_registers: int = 16, compile: bool = False,
+                 compile_backend: str = "inductor"):
         self.model, self.tokenizer = model, tokenizer
         self.device = next(model.parameters()).device
         self.page_size, self.num_pages = page_size, num_pages
-        self.cache = PagedCache(num_layers_of(model), num_pages, page_size)
+        self.cache = PagedCache(num_layers_of(model), num_pages, page_size,
+                                extra_slots=1 if compile else 0)
+        self.scratch_slot = num_pages * page_size  # padded rows of a compiled step write here
         self.allocator = PageAllocator(num_pages)
         self.cache.state.allocator = self.allocator
         self.head = OutputHead(model)
+        self.compiled = None
+        if compile:
+            self.cache.allocate(*kv_shape_of(model), dtype=activation_dtype(model),
+                                device=self.device)
+            self.compiled = CompiledForward(paged_body(model, self.cache, self.head),
+                                            compile_backend)
         try:
             self.vocab: TipVocab | None = TipVocab.from_tokenizer(tokenizer, num_registers)
         except ValueError:
             self.vocab = None
         self.eos = set(eos_ids(tokenizer))
         self._record_reads = False
+
+    @property
+    def compile_s(self) -> float:
+        """Time spent in steps that built a compiled graph (left out of decode times)."""
+        return self.compiled.build_s if self.compiled is not None else 0.0
 
     # ---- pages --------------------------------------------------------------------------
 
@@ -162,12 +178,17 @@ class TipRuntime:
         st.write_slots = torch.tensor(write_slots, dtype=torch.long, device=self.device)
         st.set_reads([x.to(self.device) for x in read], causal=prefill_causal)
         st.read_owner = torch.tensor([r.kv.rid for r in rows], device=self.device)
-        inputs = dict(input_ids=torch.tensor(tokens, device=self.device),
-                      position_ids=torch.tensor(positions, device=self.device),
-                      attention_mask=None, cache=self.cache, use_cache=True)
-        with attention_implementation(self.model, PAGED_NAME), \
-                paged_reads(st, scores=policy.needs_scores) as sink:
-            logits = self.head.model_logits(inputs, lambda rows: rows[:, -1])
+        st.padded_index = None
+        sink = None
+        if self.compiled is not None and not prefill_causal and not policy.needs_scores:
+            logits = self._compiled_forward(tokens, positions, read, write_slots)
+        else:
+            inputs = dict(input_ids=torch.tensor(tokens, device=self.device),
+                          position_ids=torch.tensor(positions, device=self.device),
+                          attention_mask=None, cache=self.cache, use_cache=True)
+            with attention_implementation(self.model, PAGED_NAME), \
+                    paged_reads(st, scores=policy.needs_scores) as sink:
+                logits = self.head.model_logits(inputs, lambda rows: rows[:, -1])
         if sink is not None:
             total = sink.total.cpu()
             for v, start in zip(vis, st.offsets):
@@ -180,6 +201,33 @@ class TipRuntime:
             if self._record_reads and not prefill_causal:
                 r.reads.append([t for p, n in v for t in p.tokens[:n]])
         return logits
+
+    def _compiled_forward(self, tokens: list[list[int]], positions: list[list[int]],
+                          read: list[torch.Tensor], write_slots: list[int]) -> torch.Tensor:
+        """A decode step as a compiled graph: rows padded to the batch size (padded rows write
+        and read the scratch slot), reads padded to a power-of-two length under a mask."""
+        st = self.cache.state
+        if st.check_reads:
+            st.assert_reads_owned()
+        st.reads += st.read_flat.numel() * len(self.cache.layers)
+        n, b = len(tokens), self._batch_bucket
+        longest = max(len(x) for x in read)
+        length = kv_bucket(longest, KV_BLOCK, self.num_pages * self.page_size)
+        index = torch.full((b, length), self.scratch_slot, dtype=torch.long)
+        mask = torch.zeros(b, length, dtype=torch.bool)
+        for i, x in enumerate(read):
+            index[i, :len(x)] = x
+            mask[i, :len(x)] = True
+        mask[n:, 0] = True
+        pad = b - n
+        args = (torch.tensor([t for t, in tokens] + [0] * pad, device=self.device)[:, None],
+                torch.tensor([p for p, in positions] + [0] * pad, device=self.device)[:, None],
+                mask[:, None, None].to(self.device),
+                torch.tensor(list(write_slots) + [self.scratch_slot] * pad,
+                             device=self.device),
+                index.view(-1).to(self.device))
+        with attention_implementation(self.model):
+            return self.compiled(*args)[:n]
 
     # ---- the loop -----------------------------------------------------------------------
 
@@ -236,6 +284,7 @@ class TipRuntime:
         """Decode every request; results come out in the order requests finish.
         `on_step(n)` is called after each decode step with the tokens it fed (for progress)."""
         policy = make_policy(config.policy, config.budget, self.page_size)
+        self._batch_bucket = config.batch_size
         if policy.needs_registers and self.vocab is None:
             raise SolmError(f"--policy {policy.name} needs a tokenizer with the register tokens")
         self.cache.state.check_reads = config.check_reads
@@ -276,8 +325,9 @@ class TipRuntime:
             tokens.append([r.pending])
             positions.append([pos])
             r.ids.append(r.pending)
+        built = self.compile_s
         logits = self._forward(rows, tokens, slots, positions, policy)
-        elapsed = time.perf_counter() - started
+        elapsed = time.perf_counter() - started - (self.compile_s - built)
         for i, r in enumerate(rows):
             r.decode_s += elapsed
             r.peak_pages = max(r.peak_pages, len(r.kv.pages))
