@@ -169,7 +169,8 @@ def step_width(report: Report, ctx: dict) -> None:
     report.add("step_16_vs_1", out)
 
 
-def replay_efficiency(report: Report, model_name: str, rows_path: Path, n_rows: int) -> None:
+def replay_efficiency(report: Report, model_name: str, rows_path: Path, n_rows: int,
+                      compile: bool = True) -> None:
     from solm.core.jsonl import read_jsonl
     from solm.core.models import load_decoder
     from solm.core.pasta_lang import promises
@@ -179,12 +180,12 @@ def replay_efficiency(report: Report, model_name: str, rows_path: Path, n_rows: 
     out = {"rows": len(rows), "source": str(rows_path)}
     for dtype in ("fp32", "bf16"):
         m, tok = load_decoder(model_name, dtype=dtype)
-        rt = runtime_for(m, tok, True, pool=1024)
+        rt = runtime_for(m, tok, compile, pool=1024)
         _, summary = run_pasta_bench(rt, rows, repeats=2, generate_rows=0)
         out[dtype] = {k: round(summary[k], 3) if isinstance(summary[k], float) else summary[k]
                       for k in ("realized_speedup", "theoretical_speedup", "efficiency",
                                 "replay_exact", "warmup_s")}
-    report.add("replay_efficiency_compiled", out)
+    report.add("replay_efficiency_" + ("compiled" if compile else "eager"), out)
 
 
 def engines(report: Report, ctx: dict, max_new: int, gguf_dir: Path) -> None:
@@ -279,7 +280,7 @@ def main() -> None:
                     default=Path(__file__).parent.parent / "solm/eval/demo_annotated.jsonl")
     ap.add_argument("--replay-n", type=int, default=4)
     ap.add_argument("--gguf-dir", type=Path, default=Path("runs/gguf"))
-    ap.add_argument("--only", default="sequential,width,engines,replay",
+    ap.add_argument("--only", default="sequential,width,engines,replay,replay_eager",
                     help="comma-separated sections to run (width and engines need sequential's "
                          "model and prompts, loaded without timing when sequential is left out)")
     ap.add_argument("--out", type=Path, default=None)
@@ -302,6 +303,8 @@ def main() -> None:
         engines(report, ctx, args.max_new_tokens, args.gguf_dir)
     if "replay" in only:
         replay_efficiency(report, args.model, args.replay_rows, args.replay_n)
+    if "replay_eager" in only:  # the same rows with today's eager step, for comparison
+        replay_efficiency(report, args.model, args.replay_rows, args.replay_n, compile=False)
 
 
 if __name__ == "__main__":

@@ -76,5 +76,8 @@ def test_decode_end_to_end_with_a_saved_tiny_model(tmp_path, pasta_tokenizer):
         assert key in rows[0]
     manifest = json.loads((tmp_path / "out.jsonl.manifest.json").read_text())
     assert manifest["settings"]["max_new_tokens"] == 12 and manifest["inputs"]
+    # 2 prompts x 12 tokens: too short for compiling to pay; bandwidth reported either way
+    assert manifest["speed"]["compiled"] is False
+    assert 0 < manifest["speed"]["bandwidth_fraction"] and manifest["speed"]["bandwidth_gbs"] > 0
     r = runner.invoke(pasta.app, args)  # resumes: nothing new to do
     assert r.exit_code == 0 and len(out.read_text().splitlines()) == 2

@@ -68,7 +68,8 @@ def test_tip_bench_reports_ratios_against_dense(tmp_path, tiny_folder):
     out = tmp_path / "bench.json"
     r = runner.invoke(tip.app, ["bench", "--traces", str(traces), "--model", tiny_folder,
                                 "--registers", "4", "--budget", "32", "--page-size", "8",
-                                "--batch-size", "2", "--out", str(out), "--quiet"])
+                                "--batch-size", "2", "--out", str(out), "--quiet",
+                                "--policies", "dense,tip,streamingllm,h2o"])
     assert r.exit_code == 0, r.output
     s = json.loads(out.read_text())
     by = {p["policy"]: p for p in s["policies"]}
@@ -77,4 +78,5 @@ def test_tip_bench_reports_ratios_against_dense(tmp_path, tiny_folder):
     assert s["live_kv_vs_dense"] == by["tip"]["live_kv_vs_dense"] < 0.95
     assert by["streamingllm"]["mean_live_tokens"] <= 32 and by["h2o"]["mean_live_tokens"] <= 32
     assert s["throughput_vs_dense"] > 0
+    assert all(p["bandwidth_gbs"] > 0 and 0 < p["bandwidth_fraction"] for p in s["policies"])
     assert out.with_suffix(".png").stat().st_size > 0  # the bar chart beside the JSON

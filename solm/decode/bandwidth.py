@@ -62,11 +62,16 @@ def achieved(weight_bytes: int, steps: int, kv_tokens_read: int, kv_token_bytes:
     """Bandwidth a decode achieved: weights once per step plus the keys/values read."""
     moved = weight_bytes * steps + kv_tokens_read * kv_token_bytes
     gbs = moved / max(seconds, 1e-12) / 1e9
-    out = {"bandwidth_gbs": round(gbs, 2)}
+    out = {"bandwidth_gbs": _significant(gbs)}
     if machine:
-        out["machine_gbs"] = round(machine / 1e9, 2)
-        out["bandwidth_fraction"] = round(gbs / (machine / 1e9), 3)
+        out["machine_gbs"] = _significant(machine / 1e9)
+        out["bandwidth_fraction"] = _significant(gbs / (machine / 1e9))
     return out
+
+
+def _significant(x: float, digits: int = 4) -> float:
+    """Rounded to a few significant digits (a tiny test model's fraction is not 0)."""
+    return float(f"{x:.{digits}g}")
 
 
 def _device_key(device: torch.device) -> str:

@@ -24,8 +24,16 @@ def replay_policy(rt: TipRuntime, traces: list[tuple[list[int], list[int]]], pol
     cfg = TipDecodeConfig(policy=policy, budget=budget, batch_size=batch_size,
                           max_new_tokens=max(len(r) for _, r in traces) + 1)
     reqs = [TipRequest(i, p, forced=r) for i, (p, r) in enumerate(traces)]
+    steps = [0]
+
+    def count(n: int) -> None:
+        steps[0] += 1
+        if on_step is not None:
+            on_step(n)
+
+    reads_before, steps_s = rt.step_reads, rt.steps_s
     started, built = time.perf_counter(), rt.compile_s
-    results = list(rt.run(reqs, cfg, on_step=on_step))
+    results = list(rt.run(reqs, cfg, on_step=count))
     wall = time.perf_counter() - started - (rt.compile_s - built)  # graph building apart
     tokens = sum(r.generated for r in results)
     return {
@@ -35,7 +43,20 @@ def replay_policy(rt: TipRuntime, traces: list[tuple[list[int], list[int]]], pol
         "peak_pages": max(r.peak_pages for r in results),
         "fragmentation": sum(r.fragmentation for r in results) / len(results),
         "prefill_s": round(sum(r.prefill_s for r in results), 2),
+        **step_bandwidth(rt, steps[0], rt.step_reads - reads_before,
+                         rt.steps_s - steps_s),
     }
+
+
+def step_bandwidth(rt: TipRuntime, steps: int, slot_reads: int, seconds: float) -> dict:
+    """Bandwidth the decode steps achieved: weights once per step plus the KV slots gathered
+    (counted per layer by the paged cache), against the machine's probed bandwidth."""
+    from solm.core.quantize import weight_bytes
+    from solm.decode.bandwidth import achieved, kv_bytes_per_token, machine_bandwidth
+
+    per_layer = kv_bytes_per_token(rt.model) // len(rt.cache.layers)
+    return achieved(weight_bytes(rt.model), steps, slot_reads, per_layer, seconds,
+                    machine_bandwidth(rt.device))
 
 
 def run_tip_bench(rt: TipRuntime, traces: list[tuple[list[int], list[int]]],

@@ -122,6 +122,8 @@ class TipRuntime:
             self.vocab = None
         self.eos = set(eos_ids(tokenizer))
         self._record_reads = False
+        # decode steps' time and KV slots gathered (per layer), over this runtime's life
+        self.steps_s, self.step_reads = 0.0, 0
 
     @property
     def compile_s(self) -> float:
@@ -325,9 +327,11 @@ class TipRuntime:
             tokens.append([r.pending])
             positions.append([pos])
             r.ids.append(r.pending)
-        built = self.compile_s
+        built, reads = self.compile_s, self.cache.state.reads
         logits = self._forward(rows, tokens, slots, positions, policy)
         elapsed = time.perf_counter() - started - (self.compile_s - built)
+        self.steps_s += elapsed
+        self.step_reads += self.cache.state.reads - reads
         for i, r in enumerate(rows):
             r.decode_s += elapsed
             r.peak_pages = max(r.peak_pages, len(r.kv.pages))
