@@ -188,7 +188,7 @@ def replay_efficiency(report: Report, model_name: str, rows_path: Path, n_rows: 
     report.add("replay_efficiency_" + ("compiled" if compile else "eager"), out)
 
 
-def engines(report: Report, ctx: dict, max_new: int, gguf_dir: Path) -> None:
+def engines(report: Report, ctx: dict, max_new: int, gguf_dir: Path, model_name: str) -> None:
     """llama.cpp and model.generate on the same prompts, decode tokens/s (prefill apart)."""
     from solm.eval.pasta_bench import time_generate
 
@@ -207,6 +207,7 @@ def engines(report: Report, ctx: dict, max_new: int, gguf_dir: Path) -> None:
         out["llama_cpp"] = "llama-cpp-python is not installed (pip install llama-cpp-python)"
         report.add("engines", out)
         return
+    reference = fp32_greedy(model_name, ctx["ids"], max_new)
     q4 = embedded_gguf()
     files = {"Q4_1 (embedded GGUF)": q4}
     for kind in ("F32", "BF16"):
@@ -215,21 +216,42 @@ def engines(report: Report, ctx: dict, max_new: int, gguf_dir: Path) -> None:
             dequantized_gguf(q4, path, kind)
         files[f"{kind} (same weights as solm)"] = path
     for label, path in files.items():
+        # logits_all: llama-cpp-python keeps a row of `scores` per position only then (without
+        # it the rows read back as zeros); a decode step computes one row either way
         llm = llama_cpp.Llama(model_path=str(path), n_ctx=1024, n_threads=os.cpu_count(),
-                              verbose=False)
-        rates = []
-        for p in [ids[0]] + ids:  # the first is a warm-up
+                              verbose=False, logits_all=True)
+        rates, same_start = [], []
+        for i, p in enumerate([ids[0]] + ids):  # the first is a warm-up
             llm.reset()
             llm.eval(p)
+            greedy = []
             t = time.perf_counter()
             for _ in range(max_new):
                 tok = int(llm.scores[llm.n_tokens - 1].argmax())
+                greedy.append(tok)
                 llm.eval([tok])
             rates.append(max_new / (time.perf_counter() - t))
-        out[f"llama_cpp {label}"] = {"tokens_per_s": round(statistics.mean(rates[1:]), 2),
-                                     "file_mb": round(path.stat().st_size / 1e6, 1)}
+            if i and reference:
+                ref = reference[i - 1]
+                same_start.append(next((k for k, (a, b) in enumerate(zip(greedy, ref)) if a != b),
+                                       min(len(greedy), len(ref))))
+        out[f"llama_cpp {label}"] = {
+            "tokens_per_s": round(statistics.mean(rates[1:]), 2),
+            "file_mb": round(path.stat().st_size / 1e6, 1),
+            "greedy_tokens_equal_to_solm_fp32_before_first_difference": same_start}
         del llm
     report.add("engines", out)
+
+
+def fp32_greedy(model_name: str, ids: list[list[int]], max_new: int) -> list[list[int]]:
+    """solm's eager fp32 greedy tokens per prompt (what the F32 GGUF should reproduce)."""
+    from solm.core.models import load_decoder
+    from solm.decode.pasta.runtime import PastaDecodeConfig
+
+    m, tok = load_decoder(model_name, dtype="fp32")
+    rt = runtime_for(m, tok, False)
+    cfg = PastaDecodeConfig(mode="sequential", max_new_tokens=max_new)
+    return [rt.generate(p, cfg).ids for p in ids]
 
 
 def embedded_gguf() -> Path:
@@ -300,7 +322,7 @@ def main() -> None:
     if "width" in only:
         step_width(report, ctx)
     if "engines" in only:
-        engines(report, ctx, args.max_new_tokens, args.gguf_dir)
+        engines(report, ctx, args.max_new_tokens, args.gguf_dir, args.model)
     if "replay" in only:
         replay_efficiency(report, args.model, args.replay_rows, args.replay_n)
     if "replay_eager" in only:  # the same rows with today's eager step, for comparison
