@@ -70,6 +70,17 @@ def shared_path(*parts: str) -> str:
     return os.path.join(SHARED, *parts)
 
 
-def needs_shared(*parts: str):
-    return pytest.mark.skipif(not os.path.exists(shared_path(*parts)),
-                              reason="../shared/data not available")
+SAMPLE = os.path.join(os.path.dirname(__file__), "data", "instruct_sample.jsonl")
+
+
+def sample_records(n: int):
+    """n records from the committed instruct sample (tests/data/SOURCE.md), cycled with fresh
+    ids when n is larger than the sample: real responses without ../shared."""
+    from dataclasses import replace
+
+    from solm.core.records import load_records
+
+    base = list(load_records(SAMPLE))
+    return [replace(base[i % len(base)], id=f"{base[i % len(base)].id}~{i // len(base)}")
+            for i in range(n)]
+

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import needs_shared, shared_path
+from conftest import sample_records
 from fake_llm_server import FakeLLM
 from solm.annotate.llm_job import (LLMAnnotateConfig, Rejection, TokenBucket, annotate_with_llm,
                                    check_annotation)
@@ -19,7 +19,7 @@ from solm.core.jsonl import read_jsonl
 from solm.core.llm import make_client, parse_spec
 from solm.core.llm.base import redact
 from solm.core.pasta_lang import faithful, validate
-from solm.core.records import Record, load_records
+from solm.core.records import Record
 
 SECRET = "sk-test-SECRET-123456"
 
@@ -159,12 +159,11 @@ def test_killed_run_resumes_with_every_id_exactly_once(tmp_path, count):
 
 
 @pytest.mark.slow
-@needs_shared("instruct", "dolly_5k.jsonl")
 @pytest.mark.parametrize("backend", ["gemini", "openai"])
-def test_acceptance_1000_dolly_rows_at_concurrency_32(backend, tmp_path, count, monkeypatch):
+def test_acceptance_1000_instruct_rows_at_concurrency_32(backend, tmp_path, count, monkeypatch):
     monkeypatch.setenv("GEMINI_API_KEY", SECRET)
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    recs = list(load_records(shared_path("instruct", "dolly_5k.jsonl"), limit=1000))
+    recs = sample_records(1000)  # dolly and OpenOrca responses (tests/data), cycled
     with FakeLLM(count, fault_rate=0.10, seed=7, slow_s=3.0) as server:
         client = make_client(f"{backend}:gemini-1.5-flash@{server.url}", timeout=2.0)
         t = time.perf_counter()

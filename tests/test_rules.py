@@ -1,4 +1,6 @@
-from conftest import needs_shared, shared_path
+import os
+
+from conftest import SAMPLE, shared_path
 from solm.annotate.pipeline import annotate_rules_job
 from solm.annotate.rules import annotate_rules, split_units, tens_for
 from solm.core.jsonl import read_jsonl
@@ -46,12 +48,13 @@ def test_units_cover_the_text_exactly():
     assert "".join(u.text for u in split_units(text)) == text
 
 
-@needs_shared("alpaca_eval", "outputs_gpt4_1106_preview.jsonl")
-@needs_shared("instruct", "dolly_5k.jsonl")
-def test_faithful_on_every_shared_response(tmp_path):
-    sources = [shared_path("alpaca_eval", "outputs_gpt4_1106_preview.jsonl"),
-               shared_path("instruct", "dolly_5k.jsonl"),
-               shared_path("instruct", "openorca_gpt4_284.jsonl")]
+def test_faithful_on_every_real_response(tmp_path):
+    """The committed sample always; every shared response too where ../shared is present."""
+    shared = [shared_path("alpaca_eval", "outputs_gpt4_1106_preview.jsonl"),
+              shared_path("instruct", "dolly_5k.jsonl"),
+              shared_path("instruct", "openorca_gpt4_284.jsonl")]
+    present = [p for p in shared if os.path.exists(p)]
+    sources = [SAMPLE, *present]
     annotated = 0
     for src in sources:
         for rec in load_records(src):
@@ -62,7 +65,7 @@ def test_faithful_on_every_shared_response(tmp_path):
             if n:
                 parse(ann)
                 annotated += 1
-    assert annotated > 1000
+    assert annotated > (1000 if len(present) == len(shared) else 100)
 
 
 def test_job_counts_annotated_plain_and_skips_done(tmp_path):
