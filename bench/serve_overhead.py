@@ -12,24 +12,16 @@ import argparse
 import concurrent.futures
 import json
 import os
-import platform
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
+from fast_step import cpu_description  # bench/ is on the path when run as a script
+
 TOPICS = ("sleep", "tea", "running", "chess", "gardens", "rain", "bread", "music", "rivers",
           "birds", "bicycles", "clouds")
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines()
-                    if line.startswith("Model name"))
-    except (OSError, StopIteration):
-        return platform.processor()
 
 
 def main() -> None:
@@ -100,7 +92,7 @@ def main() -> None:
     same = sum(text == r.choices[0].message.content
                for text, (_, r) in zip(local_text, served))
     summary = {
-        "cpu": cpu_name(), "threads": os.cpu_count(), "dtype": args.dtype,
+        "cpu": cpu_description(), "threads": os.cpu_count(), "dtype": args.dtype,
         "prompts": len(prompts), "max_tokens": args.max_tokens,
         "tokens": sum(r.usage.completion_tokens for _, r in served),
         "in_process_s_per_request": round(sum(local) / len(local), 4),

@@ -108,9 +108,7 @@ def pool_body(model, cache, head: OutputHead) -> Callable:
         cache.state.kv_len = mask.shape[-1]
         inputs = dict(input_ids=input_ids, position_ids=position_ids, attention_mask=mask,
                       cache=cache, use_cache=True)
-        if head.usable:  # the plain projection: inductor picks its own GEMM
-            return head.linear(model.base_model(**inputs).last_hidden_state[0])
-        return model(**inputs).logits[0]
+        return head.model_logits(inputs, lambda hidden: hidden[0], plain=True)
 
     return body
 
@@ -124,9 +122,7 @@ def paged_body(model, cache, head: OutputHead) -> Callable:
         cache.state.padded_index = read_index
         inputs = dict(input_ids=input_ids, position_ids=position_ids, attention_mask=mask,
                       cache=cache, use_cache=True)
-        if head.usable:
-            return head.linear(model.base_model(**inputs).last_hidden_state[:, -1])
-        return model(**inputs).logits[:, -1]
+        return head.model_logits(inputs, lambda hidden: hidden[:, -1], plain=True)
 
     return body
 

@@ -40,12 +40,14 @@ class OutputHead:
             self._key = key
         return self._packed
 
-    def model_logits(self, inputs: dict, rows: Callable[[torch.Tensor], torch.Tensor]
-                     ) -> torch.Tensor:
+    def model_logits(self, inputs: dict, rows: Callable[[torch.Tensor], torch.Tensor],
+                     plain: bool = False) -> torch.Tensor:
         """Run the model on `inputs` and return logits of the hidden rows `rows` selects
-        (from [B, q, hidden]); through this head where it is usable, else the model's own."""
+        (from [B, q, hidden]); through this head where it is usable, else the model's own.
+        `plain`: the unpacked projection (inside a compiled graph, inductor picks the GEMM)."""
         if self.usable:
-            return self(rows(self.model.base_model(**inputs).last_hidden_state))
+            hidden = rows(self.model.base_model(**inputs).last_hidden_state)
+            return self.linear(hidden) if plain else self(hidden)
         return rows(self.model(**inputs).logits)
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -68,9 +68,11 @@ class PoolStep:
             return 0
         fed = bucket(min(max_fed, TOKEN_BUCKET_MAX), TOKEN_BUCKET_MAX)
         last_kv = kv_bucket(min(max_slots, self.capacity), KV_BLOCK, self.capacity)
-        sizes = sorted({kv_bucket(k, KV_BLOCK, self.capacity)
-                        for k in [KV_BLOCK * 2 ** i for i in range(16)] + [last_kv]
-                        if k <= last_kv})
+        sizes, k = [], KV_BLOCK
+        while k < last_kv:
+            sizes.append(k)
+            k *= 2
+        sizes.append(last_kv)
         b = 1
         with attention_implementation(self.model):
             while b <= fed:

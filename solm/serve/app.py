@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import time
 import uuid
 from dataclasses import dataclass, replace
 from typing import AsyncIterator
@@ -22,7 +23,7 @@ from starlette.exceptions import HTTPException
 from solm.core.chat import messages_ids, text_ids
 from solm.core.sampling import SamplingConfig
 from solm.decode.pasta.runtime import PastaDecodeConfig
-from solm.serve.engine import Job, Outcome, QueueFull, ServeEngine, now
+from solm.serve.engine import Job, Outcome, QueueFull, ServeEngine
 from solm.serve.protocol import (ApiError, ChatRequest, CompletionRequest, SolmFields,
                                  error_body)
 from solm.serve.streaming import TokenLogprob, token_bytes, token_text
@@ -84,6 +85,10 @@ def create_app(engine: ServeEngine, settings: ServeSettings) -> FastAPI:
         return await _answer(engine, job, req, settings, chat=False)
 
     return app
+
+
+def now() -> int:
+    return int(time.time())
 
 
 def _model_card(name: str) -> dict:

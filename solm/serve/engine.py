@@ -16,7 +16,6 @@ import asyncio
 import queue
 import sys
 import threading
-import time
 import traceback
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -145,7 +144,3 @@ class ServeEngine:
                        prompt_tokens=len(job.prompt_ids), completion_tokens=len(res.ids),
                        figures=figures,
                        logprobs=sink[:content_len] if job.top_k is not None else None)
-
-
-def now() -> int:
-    return int(time.time())
