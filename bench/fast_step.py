@@ -169,6 +169,35 @@ def step_width(report: Report, ctx: dict) -> None:
     report.add("step_16_vs_1", out)
 
 
+def gemm_floor(report: Report, ctx: dict) -> None:
+    """The width ratio of the matrix multiplies alone: one of the model's MLP weights
+    ([1536, 576]) times M tokens, over 60 distinct copies so weights stream from memory as in
+    a real step. No step over these kernels can be cheaper, relative to one token, than this."""
+    import torch.nn.functional as F
+
+    model = ctx["model"]
+    shape = tuple(model.model.layers[0].mlp.up_proj.weight.shape)
+    out = {"weight_shape": list(shape)}
+    for dtype in (torch.float32, torch.bfloat16):
+        weights = [torch.randn(*shape, dtype=dtype) for _ in range(60)]
+        us = {}
+        for m in (1, 2, 4, 8, 16):
+            x = torch.randn(m, shape[1], dtype=dtype)
+            best = float("inf")
+            for _ in range(5):
+                t = time.perf_counter()
+                for w in weights:
+                    F.linear(x, w)
+                best = min(best, (time.perf_counter() - t) / len(weights))
+            us[m] = best * 1e6
+        name = str(dtype).replace("torch.", "")
+        out[name] = {"us_per_matmul": {m: round(v, 1) for m, v in us.items()},
+                     "ratio_to_1_token": {m: round(v / us[1], 3) for m, v in us.items()},
+                     "gbs_at_1_token": round(weights[0].numel() * weights[0].element_size()
+                                             / us[1] / 1e3, 2)}
+    report.add("gemm_floor", out)
+
+
 def replay_efficiency(report: Report, model_name: str, rows_path: Path, n_rows: int,
                       compile: bool = True) -> None:
     from solm.core.jsonl import read_jsonl
@@ -302,7 +331,7 @@ def main() -> None:
                     default=Path(__file__).parent.parent / "solm/eval/demo_annotated.jsonl")
     ap.add_argument("--replay-n", type=int, default=4)
     ap.add_argument("--gguf-dir", type=Path, default=Path("runs/gguf"))
-    ap.add_argument("--only", default="sequential,width,engines,replay,replay_eager",
+    ap.add_argument("--only", default="sequential,width,gemm,engines,replay,replay_eager",
                     help="comma-separated sections to run (width and engines need sequential's "
                          "model and prompts, loaded without timing when sequential is left out)")
     ap.add_argument("--out", type=Path, default=None)
@@ -317,10 +346,12 @@ def main() -> None:
     ctx = None
     if "sequential" in only:
         ctx = sequential_speed(report, args.model, args.max_new_tokens)
-    elif only & {"width", "engines"}:
+    elif only & {"width", "gemm", "engines"}:
         ctx = context(args.model)
     if "width" in only:
         step_width(report, ctx)
+    if "gemm" in only:
+        gemm_floor(report, ctx)
     if "engines" in only:
         engines(report, ctx, args.max_new_tokens, args.gguf_dir, args.model)
     if "replay" in only:
