@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +17,10 @@ from typing import Callable, Iterable
 
 from solm.annotate.prompt import extract_annotation, prompt_version, system_prompt, user_prompt
 from solm.annotate.rules import tens_for
-from solm.core.jsonl import JsonlWriter, done_ids, is_stdio, read_jsonl
+from solm.core.jsonl import JsonlWriter
 from solm.core.llm.base import ChatClient, LLMError
+from solm.core.llm.jobs import (JobLimits, TokenBucket, backoff_delay, is_transient,  # noqa: F401
+                                settled_ids)
 from solm.core.llm.spec import cost_usd
 from solm.core.pasta_lang import (PastaSyntaxError, Promise, faithful, parse, promises,
                                   serialize)
@@ -27,12 +28,7 @@ from solm.core.records import Record
 
 
 @dataclass
-class LLMAnnotateConfig:
-    concurrency: int = 8
-    rpm: float | None = None  # requests per minute; None = unlimited
-    max_tries: int = 4
-    base_delay: float = 1.0
-    max_delay: float = 60.0
+class LLMAnnotateConfig(JobLimits):
     fix_lengths: bool = False
     length_tolerance: float = 0.5  # |N - real tens| allowed: max(1, tolerance * real tens)
     max_output_tokens: int = 4096
@@ -61,37 +57,6 @@ class LLMAnnotateSummary:
         return d
 
 
-class TokenBucket:
-    """At most `rate_per_minute` acquisitions per minute, with bursts up to `burst`."""
-
-    def __init__(self, rate_per_minute: float, burst: float | None = None):
-        self.rate = rate_per_minute / 60.0
-        self.capacity = burst if burst is not None else max(1.0, self.rate)
-        self.tokens = self.capacity
-        self.updated = time.monotonic()
-        self._lock = asyncio.Lock()
-
-    async def acquire(self) -> None:
-        async with self._lock:
-            while True:
-                now = time.monotonic()
-                self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
-                self.updated = now
-                if self.tokens >= 1:
-                    self.tokens -= 1
-                    return
-                await asyncio.sleep((1 - self.tokens) / self.rate)
-
-
-def backoff_delay(attempt: int, cfg: LLMAnnotateConfig, retry_after: float | None,
-                  rng: random.Random) -> float:
-    """Exponential back-off with full jitter; a server's retry hint is a lower bound."""
-    delay = rng.uniform(0, min(cfg.max_delay, cfg.base_delay * 2 ** attempt))
-    if retry_after is not None:
-        delay = max(delay, min(retry_after, cfg.max_delay))
-    return delay
-
-
 class Rejection(Exception):
     def __init__(self, reason: str, detail: str = "", retryable: bool = True):
         self.reason, self.detail, self.retryable = reason, detail, retryable
@@ -116,28 +81,6 @@ def check_annotation(annotated: str, source: str, count_tokens: Callable[[str], 
                 raise Rejection("length_mismatch", f"tokens={it.tens} but the block is ~{real}0 "
                                 f"tokens (use --fix-lengths to recompute)")
     return serialize(items)
-
-
-def is_transient(reason: str) -> bool:
-    """A failure of the service, not of the row (server down, timeouts, 429, 5xx): such a
-    reject is retried when the job runs again."""
-    return reason in ("timeout", "transport", "http_429") or bool(re.fullmatch(r"http_5\d\d",
-                                                                                reason))
-
-
-def settled_ids(output: Path, rejects: Path) -> tuple[set[str], int]:
-    """Ids a rerun skips: every accepted row, and every reject that is not transient; also
-    how many transient rejects will be retried."""
-    seen = done_ids(output)
-    retried = set()
-    if not is_stdio(rejects) and Path(rejects).exists():
-        for row in read_jsonl(rejects, skip_partial_last_line=True):
-            rid = str(row.get("id"))
-            if is_transient(str(row.get("reason", ""))):
-                retried.add(rid)
-            else:
-                seen.add(rid)
-    return seen, len(retried - seen)
 
 
 async def annotate_with_llm(records: Iterable[Record], client: ChatClient, output: Path,

@@ -8,6 +8,7 @@ from solm.cli import pasta, pdiff, tip
 from solm.cli.common import (DEFAULT_MODEL, DebugOption, VersionOption, handle_errors,
                              out_console)
 from solm.cli.errors import SolmGroup
+from solm.cli.judge import JUDGE_HELP, judge
 from solm.cli.serve import SERVE_HELP, serve
 
 app = typer.Typer(
@@ -17,6 +18,7 @@ app.add_typer(pasta.app, name="pasta")
 app.add_typer(tip.app, name="tip")
 app.add_typer(pdiff.app, name="pdiff")
 app.command(name="serve", help=SERVE_HELP)(serve)
+app.command(name="judge", help=JUDGE_HELP)(judge)
 
 
 @app.callback()

@@ -17,6 +17,8 @@ from solm.cli.common import (DEFAULT_MODEL, CompileOption, ConfigOption, DebugOp
                              show_control_tokens)
 from solm.cli.errors import SolmGroup
 from solm.cli.options import config_from_options, config_parameters, with_parameters
+from solm.cli.judge import JUDGE_HELP, judge
+from solm.cli.pasta_eval import app as eval_app
 from solm.cli.serve import SERVE_HELP, serve
 from solm.train.sft import PastaSFTConfig
 
@@ -433,6 +435,8 @@ def chat(
 
 
 app.command(name="serve", help=SERVE_HELP)(serve)
+app.command(name="judge", help=JUDGE_HELP)(judge)
+app.add_typer(eval_app, name="eval")
 
 
 @app.command()

@@ -12,6 +12,9 @@ class Completion:
     text: str
     input_tokens: int | None = None
     output_tokens: int | None = None
+    # per output token, its most likely alternatives: token text -> log-probability
+    # (filled when `logprobs` was asked for and the backend returns them)
+    top_logprobs: list[dict[str, float]] | None = None
 
 
 class LLMError(Exception):
@@ -31,7 +34,9 @@ class ChatClient(ABC):
 
     @abstractmethod
     async def complete(self, system: str, user: str, *, max_tokens: int = 4096,
-                       temperature: float = 0.0) -> Completion: ...
+                       temperature: float = 0.0, logprobs: int = 0) -> Completion:
+        """`logprobs` > 0 asks for that many alternatives per output token, where the backend
+        can give them (`Completion.top_logprobs` stays None where it cannot)."""
 
     async def aclose(self) -> None:
         return None

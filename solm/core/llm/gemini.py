@@ -37,11 +37,13 @@ class GeminiClient(ChatClient):
         self.client = genai.Client(api_key=key, http_options=options)
 
     async def complete(self, system: str, user: str, *, max_tokens: int = 4096,
-                       temperature: float = 0.0) -> Completion:
+                       temperature: float = 0.0, logprobs: int = 0) -> Completion:
         from google.genai import errors
 
+        extra = {"response_logprobs": True, "logprobs": logprobs} if logprobs else {}
         config = self._types.GenerateContentConfig(
-            system_instruction=system, temperature=temperature, max_output_tokens=max_tokens)
+            system_instruction=system, temperature=temperature, max_output_tokens=max_tokens,
+            **extra)
         try:
             resp = await self.client.aio.models.generate_content(
                 model=self.model, contents=user, config=config)
@@ -61,13 +63,23 @@ class GeminiClient(ChatClient):
             raise LLMError("empty_reply", "no text in the reply", True)
         usage = getattr(resp, "usage_metadata", None)
         return Completion(text, getattr(usage, "prompt_token_count", None),
-                          getattr(usage, "candidates_token_count", None))
+                          getattr(usage, "candidates_token_count", None),
+                          _top_logprobs(resp) if logprobs else None)
 
     async def aclose(self) -> None:
         try:
             await self.client.aio.aclose()
         except Exception:
             pass
+
+
+def _top_logprobs(resp) -> list[dict[str, float]] | None:
+    candidates = getattr(resp, "candidates", None) or []
+    result = getattr(candidates[0], "logprobs_result", None) if candidates else None
+    top = getattr(result, "top_candidates", None)
+    if not top:
+        return None
+    return [{c.token: c.log_probability for c in (step.candidates or [])} for step in top]
 
 
 def _transport_kind(e: Exception) -> str:

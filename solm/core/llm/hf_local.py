@@ -24,12 +24,12 @@ class HFClient(ChatClient):
         self._worker: asyncio.Task | None = None
 
     async def complete(self, system: str, user: str, *, max_tokens: int = 4096,
-                       temperature: float = 0.0) -> Completion:
+                       temperature: float = 0.0, logprobs: int = 0) -> Completion:
         if self._queue is None:
             self._queue = asyncio.Queue()
             self._worker = asyncio.create_task(self._serve())
         fut = asyncio.get_running_loop().create_future()
-        await self._queue.put((system, user, max_tokens, temperature, fut))
+        await self._queue.put((system, user, max_tokens, temperature, logprobs, fut))
         return await fut
 
     async def _serve(self) -> None:
@@ -55,18 +55,34 @@ class HFClient(ChatClient):
         enc = {k: v.to(self.lm.device) for k, v in enc.items()}
         max_new = max(item[2] for item in batch)
         temperature = batch[0][3]
+        top_k = max(item[4] for item in batch)
         with torch.no_grad():
             out = self.lm.generate(**enc, max_new_tokens=max_new, do_sample=temperature > 0,
                                    temperature=temperature if temperature > 0 else None,
-                                   top_p=None, top_k=None, pad_token_id=self.tok.pad_token_id)
+                                   top_p=None, top_k=None, pad_token_id=self.tok.pad_token_id,
+                                   return_dict_in_generate=True, output_logits=top_k > 0)
         n_in = enc["input_ids"].shape[1]
         results = []
-        for row, mask in zip(out, enc["attention_mask"]):
+        for i, (row, mask) in enumerate(zip(out.sequences, enc["attention_mask"])):
             new = row[n_in:]
-            text = self.tok.decode(new, skip_special_tokens=True)
             n_out = int((new != self.tok.pad_token_id).sum())
-            results.append(Completion(text, int(mask.sum()), n_out))
+            text = self.tok.decode(new, skip_special_tokens=True)
+            top = self._top_logprobs(out.logits, i, n_out, batch[i][4]) if batch[i][4] else None
+            results.append(Completion(text, int(mask.sum()), n_out, top))
         return results
+
+    def _top_logprobs(self, logits, row: int, n_out: int, k: int) -> list[dict[str, float]]:
+        """Per output token, the k most likely tokens (decoded text -> log-probability) of the
+        model's own distribution (before temperature)."""
+        steps = []
+        for step in logits[:n_out]:
+            logp = torch.log_softmax(step[row].float(), dim=-1)
+            values, ids = logp.topk(k)
+            alternatives: dict[str, float] = {}
+            for v, t in zip(values.tolist(), ids.tolist()):
+                alternatives.setdefault(self.tok.decode([t]), v)
+            steps.append(alternatives)
+        return steps
 
     async def aclose(self) -> None:
         if self._worker is not None:

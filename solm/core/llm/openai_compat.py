@@ -21,14 +21,15 @@ class OpenAIClient(ChatClient):
                                          max_retries=0)  # retries are the pipeline's job
 
     async def complete(self, system: str, user: str, *, max_tokens: int = 4096,
-                       temperature: float = 0.0) -> Completion:
+                       temperature: float = 0.0, logprobs: int = 0) -> Completion:
         import openai
 
+        extra = {"logprobs": True, "top_logprobs": logprobs} if logprobs else {}
         try:
             resp = await self.client.chat.completions.create(
                 model=self.model, temperature=temperature, max_tokens=max_tokens,
                 messages=[{"role": "system", "content": system},
-                          {"role": "user", "content": user}])
+                          {"role": "user", "content": user}], **extra)
         except openai.APIStatusError as e:
             code = e.status_code
             retry_after = None
@@ -52,7 +53,16 @@ class OpenAIClient(ChatClient):
             raise LLMError("empty_reply", "empty message", True)
         usage = resp.usage
         return Completion(text, getattr(usage, "prompt_tokens", None),
-                          getattr(usage, "completion_tokens", None))
+                          getattr(usage, "completion_tokens", None),
+                          _top_logprobs(resp.choices[0]) if logprobs else None)
 
     async def aclose(self) -> None:
         await self.client.close()
+
+
+def _top_logprobs(choice) -> list[dict[str, float]] | None:
+    content = getattr(getattr(choice, "logprobs", None), "content", None)
+    if not content:
+        return None
+    return [{alt.token: alt.logprob for alt in (item.top_logprobs or [])}
+            or {item.token: item.logprob} for item in content]

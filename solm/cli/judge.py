@@ -1,0 +1,121 @@
+"""`pasta judge` (also `solm judge`): compare two output files pair by pair with an LLM judge."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from solm.cli.common import (ConfigOption, DebugOption, ForceOption, QuietOption, check_output,
+                             console,
+                             greater_than, handle_errors, one_of, out_console, progress,
+                             settings_from)
+
+JUDGE_HELP = """Judge a model's outputs against a baseline's, pair by pair, with an LLM judge.
+
+Each pair is asked in both orders (the model's output shown first, then the baseline's) and
+the two verdicts combined, which cancels a judge's lean towards a position (reported as
+`position_bias`). Every single-order verdict is cached on disk by judge, prompt version,
+instruction and both responses in order, so a rerun, or another evaluation sharing
+comparisons, sends no request for them.
+
+Output: one JSONL row per pair in AlpacaEval's annotation format (`instruction`, `output_1` =
+baseline, `output_2` = model, `generator_1/2`, `preference` in [1, 2], 2 = the model better,
+fractional = soft) plus `p_2`, `winner`, `confidence`, the two single-order verdicts, judge
+and prompt version. `pasta eval winrate --annotations OUT` turns it into win rates.
+
+Outputs files: JSONL or a JSON list with `instruction` (or `prompt`) and `output` (or
+`response`), optionally `id` and `generator` (`pasta decode` output and AlpacaEval's
+`model_outputs.json` both work). Rows are paired by id, else by instruction.
+
+**Judges** (`--judge`, the same backends as `pasta annotate`):
+
+- `openai:MODEL[@URL]`: any OpenAI-compatible server; the verdict's confidence comes from the
+  log-probabilities of the one-token answer `A`/`B` (AlpacaEval's weighted annotator).
+- `gemini:MODEL[@URL]`: by default asks for a JSON verdict with a stated confidence
+  (`--mode token` asks for log-probabilities where the model returns them).
+- `hf:MODEL`: a local model; log-probabilities from its own distribution.
+
+Example: `pasta judge --baseline base.jsonl --model pasta.jsonl -o judged.jsonl --judge hf:smollm2-135m`
+"""
+
+
+@handle_errors
+def judge(
+    baseline: Path = typer.Option(..., "--baseline", "-b", help="The baseline's outputs "
+                                  "(output_1)."),
+    model: Path = typer.Option(..., "--model", "-m", help="The outputs being evaluated "
+                               "(output_2)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Judgments are appended here; a "
+                                "rerun skips pairs already judged."),
+    judge_spec: str = typer.Option("hf:smollm2-135m", "--judge", "-j", help="Judge backend: "
+                                   "gemini:MODEL[@URL], openai:MODEL[@URL] or hf:MODEL."),
+    mode: str = typer.Option("auto", callback=one_of("auto", "token", "reply"),
+                             help="token: one-letter answer read through log-probabilities; "
+                                  "reply: a JSON verdict with a confidence; auto: reply for "
+                                  "gemini, token elsewhere."),
+    rejects: Optional[Path] = typer.Option(None, help="Pairs the judge could not decide, with "
+                                           "the reason (default: OUTPUT with .rejects.jsonl)."),
+    cache_dir: Optional[Path] = typer.Option(None, help="Verdict cache folder (default: "
+                                             "$SOLM_CACHE/judge)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the cache."),
+    limit: Optional[int] = typer.Option(None, min=1, help="Only the first N pairs."),
+    concurrency: int = typer.Option(8, min=1, help="Requests in flight."),
+    rpm: Optional[float] = typer.Option(None, callback=greater_than(0),
+                                        help="Requests per minute (token bucket)."),
+    max_tries: int = typer.Option(4, min=1, help="Tries per verdict (429/5xx/timeouts/"
+                                  "unreadable replies)."),
+    timeout: float = typer.Option(120.0, callback=greater_than(0), help="Seconds per request."),
+    base_url: Optional[str] = typer.Option(None, help="Server URL (overrides the spec's)."),
+    top_logprobs: int = typer.Option(5, min=1, max=20, help="token mode: alternatives asked "
+                                     "for per token."),
+    force: bool = ForceOption,
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+) -> None:
+    import asyncio
+
+    from solm.core.llm import make_client
+    from solm.core.models import cache_root
+    from solm.core.provenance import check_rerun_settings, write_manifest
+    from solm.judge.cache import VerdictCache
+    from solm.judge.job import JudgeConfig, judge_pairs, resolve_mode
+    from solm.judge.pairs import make_pairs, read_outputs
+    from solm.judge.prompt import prompt_version
+
+    rejects = rejects or output.with_name(output.stem + ".rejects.jsonl")
+    check_output(output, baseline, model)
+    check_output(rejects, baseline, model, output)
+    base_rows, model_rows = read_outputs(baseline), read_outputs(model)
+    pairs = make_pairs(base_rows, model_rows, limit)
+    unpaired = len(model_rows) - len(pairs) if limit is None else 0
+    if unpaired:
+        console.print(f"[yellow]warning:[/] {unpaired} row(s) of {model} have no partner in "
+                      f"{baseline}; left out")
+    client = make_client(judge_spec, base_url=base_url, timeout=timeout,
+                         batch_size=concurrency)
+    cfg = JudgeConfig(concurrency=concurrency, rpm=rpm, max_tries=max_tries, mode=mode,
+                      top_logprobs=top_logprobs)
+    folder = None if no_cache else (cache_dir or cache_root() / "judge")
+    version = prompt_version(resolve_mode(mode, client.spec))
+    row_settings = {"judge": client.spec, "prompt_version": version,
+                    "baseline": str(baseline), "model": str(model)}
+    mixed = check_rerun_settings(output, row_settings, force)
+    with progress(f"judging with {client.spec}", len(pairs)) as advance:
+        done = [0]
+
+        def update(s):
+            n = s.skipped_done + s.judged + sum(s.rejected.values())
+            advance(n - done[0], status=f"judged {s.judged} rejected {sum(s.rejected.values())}"
+                                        f" cached {s.cache_hits}")
+            done[0] = n
+
+        summary = asyncio.run(judge_pairs(pairs, client, output, rejects, cfg,
+                                          VerdictCache(folder), on_update=update))
+    result = {**summary.to_dict(), "unpaired": unpaired, "judge": client.spec,
+              "prompt_version": version}
+    write_manifest(output, "pasta judge", settings_from(locals()),
+                   inputs=[str(baseline), str(model)], model=client.spec,
+                   extra={"summary": result}, row_settings=row_settings, mixed=mixed)
+    out_console.print_json(json.dumps(result))
