@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.solm-installed
 TORCH  ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast bench-pasta sft-pasta-cpu bench-tip-cpu clean
+.PHONY: setup demo test test-fast bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu clean
 
 setup: $(STAMP)
 
@@ -45,13 +45,15 @@ bench-pasta: setup
 SFT_DIR  ?= runs/sft
 SFT_ARGS ?= --lr 3e-4 --control-token-lr-scale 30 --batch-size 4 --epochs 1 --max-len 384 --eval-rows 16 --save-every 40 --warmup-ratio 0.05 --control-token-loss-weight 5
 ALPACA   := ../shared/data/alpaca_eval/alpaca_eval.jsonl
-sft-pasta-cpu: setup
+$(SFT_DIR)/sft_rows.jsonl: | setup
 	mkdir -p $(SFT_DIR)
 	$(BIN)/pasta annotate -i ../shared/data/instruct/dolly_5k.jsonl -o $(SFT_DIR)/dolly_rules.jsonl -q
 	$(BIN)/pasta annotate -i ../shared/data/instruct/openorca_gpt4_284.jsonl -o $(SFT_DIR)/orca_rules.jsonl -q
 	cat $(SFT_DIR)/dolly_rules.jsonl $(SFT_DIR)/orca_rules.jsonl | jq -c 'select(.promises >= 2)' > $(SFT_DIR)/multi.jsonl
 	cat $(SFT_DIR)/dolly_rules.jsonl $(SFT_DIR)/orca_rules.jsonl | jq -c 'select(.promises == 0)' | head -n 200 > $(SFT_DIR)/plain.jsonl
 	cat $(SFT_DIR)/multi.jsonl $(SFT_DIR)/plain.jsonl > $(SFT_DIR)/sft_rows.jsonl
+
+sft-pasta-cpu: setup $(SFT_DIR)/sft_rows.jsonl
 	$(BIN)/pasta sft --data $(SFT_DIR)/sft_rows.jsonl --out $(SFT_DIR)/pasta-sft $(SFT_ARGS)
 	$(BIN)/pasta decode --model $(SFT_DIR)/pasta-sft --prompts $(ALPACA) --limit 50 \
 		--out $(SFT_DIR)/decode_pasta.jsonl --max-new-tokens 384 --dtype fp32 --repetition-penalty 1.2 -q
@@ -59,6 +61,20 @@ sft-pasta-cpu: setup
 	$(BIN)/pasta decode --model $(SFT_DIR)/baseline-sft --prompts $(ALPACA) --limit 50 \
 		--out $(SFT_DIR)/decode_baseline.jsonl --max-new-tokens 384 --dtype fp32 --repetition-penalty 1.2 -q
 	$(BIN)/pasta stats $(SFT_DIR)/decode_pasta.jsonl $(SFT_DIR)/decode_baseline.jsonl
+
+# The issue-15 artifacts: the same rows, LoRA rank 8 (with the control tokens' embedding rows
+# trained as their own parameters), Pasta-SFT and Baseline-SFT. The adapters (< 20 MB each)
+# are copied into the package, where the aliases pasta-sft-cpu / baseline-sft-cpu load them.
+LORA_ARGS ?= --lora-r 8 --lr 1e-3 --batch-size 4 --epochs 1 --max-len 384 --eval-rows 16 --save-every 40 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
+ARTIFACTS := solm/artifacts
+ADAPTER_FILES := adapter_config.json adapter_model.safetensors solm.json tokenizer.json tokenizer_config.json chat_template.jinja
+sft-lora-cpu: setup $(SFT_DIR)/sft_rows.jsonl
+	$(BIN)/pasta sft --data $(SFT_DIR)/sft_rows.jsonl --out $(SFT_DIR)/pasta-sft-lora $(LORA_ARGS)
+	$(BIN)/pasta sft --data $(SFT_DIR)/sft_rows.jsonl --out $(SFT_DIR)/baseline-sft-lora --strip-annotations $(LORA_ARGS)
+	mkdir -p $(ARTIFACTS)/pasta-sft-cpu $(ARTIFACTS)/baseline-sft-cpu
+	for f in $(ADAPTER_FILES); do test ! -f $(SFT_DIR)/pasta-sft-lora/$$f || cp $(SFT_DIR)/pasta-sft-lora/$$f $(ARTIFACTS)/pasta-sft-cpu/; \
+		test ! -f $(SFT_DIR)/baseline-sft-lora/$$f || cp $(SFT_DIR)/baseline-sft-lora/$$f $(ARTIFACTS)/baseline-sft-cpu/; done
+	du -sh $(ARTIFACTS)/*
 
 # The issue-6 acceptance run (~1 h 45 min on 2 cores): 16 synthetic register traces of
 # 4,000 tokens replayed with dense and tip at batch 16. See README "TIP runtime".

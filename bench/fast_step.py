@@ -22,30 +22,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 import torch
 
+from solm.decode.bandwidth import cpu_description  # noqa: F401  (bench/serve_overhead.py imports it from here)
+
 PROMPTS = ["Give me three tips for staying healthy.", "What is the capital of France?",
            "Write a haiku about autumn.", "Explain photosynthesis in one paragraph.",
            "List four uses of a paperclip.", "How do I boil an egg?"]
-
-
-def cpu_description() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    except OSError:
-        return platform.processor()
-    name = next((line.split(":", 1)[1].strip() for line in out.splitlines()
-                 if line.startswith("Model name")), "?")
-    flags = next((line for line in out.splitlines() if line.startswith("Flags")), "")
-    isa = "AVX-512 + avx512_bf16" if "avx512_bf16" in flags else (
-        "AVX-512" if "avx512f" in flags else ("AVX2" if "avx2" in flags else "no AVX2"))
-    return f"{name}, {os.cpu_count()} cores, {isa}"
 
 
 class Report:

@@ -30,12 +30,18 @@ def main(version: bool = VersionOption) -> None:
 @handle_errors
 def models(debug: bool = DebugOption) -> None:
     """List model aliases and whether their converted copy is cached."""
-    from solm.core.models import ALIASES, cache_root, is_complete_folder
+    from solm.core.models import (ALIASES, ARTIFACTS, ARTIFACTS_DIR, cache_root,
+                                  is_complete_folder)
 
     for name, spec in ALIASES.items():
         folder = cache_root() / "models" / name
         state = f"cached at {folder}" if is_complete_folder(folder) else "not converted yet"
         out_console.print(f"[bold]{name}[/]: {spec.description} — {state}")
+    for name, description in ARTIFACTS.items():
+        folder = ARTIFACTS_DIR / name
+        state = (f"adapter in {folder}" if (folder / "adapter_config.json").exists()
+                 else "not built (make sft-lora-cpu)")
+        out_console.print(f"[bold]{name}[/]: {description} — {state}")
 
 
 @app.command()

@@ -8,8 +8,11 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import DebugOption, handle_errors, out_console
+from solm.cli.common import (CompileOption, DebugOption, DeviceOption, DtypeOption, QuietOption,
+                             greater_than, handle_errors, info, one_of, out_console,
+                             probability_mass, progress)
 from solm.cli.errors import SolmGroup
+from solm.core.errors import SolmError
 
 app = typer.Typer(cls=SolmGroup, name="eval", no_args_is_help=True,
                   rich_markup_mode="markdown",
@@ -69,3 +72,180 @@ def _recorded_judge(path: Path) -> str | None:
     from solm.eval.winrate import read_judgment_field
 
     return read_judgment_field(path, "judge")
+
+
+RUN_HELP = """Decode AlpacaEval's instructions with several methods side by side, judge each
+against the baseline, and summarise speed and quality (resumable: rerun the same command).
+
+**Methods** (`--method KIND=MODEL` or `KIND:LABEL=MODEL`, repeatable), all decoded by solm's
+runtimes so their wall times compare on equal terms:
+
+- `sequential=MODEL`: one token per step (the baseline; the thesis' is a Baseline-SFT model);
+- `apar=MODEL`: a Pasta-Lang model trained on rule annotations (APAR's rules), decoded by the
+  asynchronous runtime;
+- `pasta=MODEL`: a Pasta-Lang model trained on LLM annotations or past preference training;
+- `sot=MODEL`: Skeleton-of-Thought on any model; the points decode as threads of one pool.
+
+Per prompt, the realized speedup is the baseline's wall time over the method's, the
+theoretical speedup the baseline's tokens over the method's critical path; both are
+summarised as geometric and arithmetic means. Quality: `--judge` compares each method's
+outputs with the baseline's (both orders), giving raw and length-controlled win rates; with
+`--reference` (e.g. AlpacaEval's gpt4_1106_preview outputs) every method is also judged
+against it.
+
+The run folder keeps `run.json`, `outputs/LABEL.jsonl` (AlpacaEval's `instruction` /
+`output` / `generator`, plus timings), `judgments/` and `summary.json`;
+`pasta eval report RUN_DIR` draws the plots.
+
+Example (CPU, 30 prompts):
+`pasta eval run --prompts alpaca_eval.jsonl --limit 30 -o runs/eval-cpu --method sequential=baseline-sft-cpu --method sot=smollm2-135m --method apar=pasta-sft-cpu --judge hf:smollm2-135m`
+"""
+
+
+@app.command(help=RUN_HELP)
+@handle_errors
+def run(
+    out: Path = typer.Option(..., "--out", "-o", help="Run folder (created; a rerun resumes)."),
+    method: list[str] = typer.Option(..., "--method", help="KIND=MODEL or KIND:LABEL=MODEL; "
+                                     "KIND is sequential, pasta, apar or sot. Repeatable."),
+    prompts: str = typer.Option("tatsu-lab/alpaca_eval", "--prompts", "-p", help="AlpacaEval "
+                                "instructions: a JSONL / JSON file with `instruction`, or the "
+                                "hub dataset."),
+    limit: Optional[int] = typer.Option(None, min=1, help="Only the first N instructions."),
+    baseline: Optional[str] = typer.Option(None, help="Label of the baseline method (default: "
+                                           "the first sequential method)."),
+    judge: str = typer.Option("hf:smollm2-135m", "--judge", "-j", help="Judge backend "
+                              "(see `pasta judge --help`)."),
+    no_judge: bool = typer.Option(False, "--no-judge", help="Decode only (judge later by "
+                                  "rerunning without this flag)."),
+    reference: Optional[Path] = typer.Option(None, help="Reference outputs to judge every "
+                                             "method against (AlpacaEval model_outputs)."),
+    judge_mode: str = typer.Option("auto", callback=one_of("auto", "token", "reply"),
+                                   help="How verdicts are read (see `pasta judge`)."),
+    concurrency: int = typer.Option(8, min=1, help="Judge requests in flight."),
+    rpm: Optional[float] = typer.Option(None, callback=greater_than(0),
+                                        help="Judge requests per minute."),
+    max_tries: int = typer.Option(4, min=1, help="Tries per verdict."),
+    timeout: float = typer.Option(120.0, callback=greater_than(0), help="Seconds per judge "
+                                  "request."),
+    base_url: Optional[str] = typer.Option(None, help="Judge server URL."),
+    gamed_csv: Optional[Path] = typer.Option(None, help="alpaca_eval's df_gamed.csv for the "
+                                             "exact LC (see `pasta eval winrate`)."),
+    max_new_tokens: int = typer.Option(512, min=1, help="Cap on generated tokens per answer."),
+    temperature: float = typer.Option(0.0, min=0.0, help="0 = greedy."),
+    top_p: float = typer.Option(1.0, callback=probability_mass, help="Nucleus sampling mass."),
+    repetition_penalty: float = typer.Option(1.0, callback=greater_than(0),
+                                             help="Above 1 discourages repeated tokens."),
+    no_repeat_ngram: int = typer.Option(0, min=0, help="Ban repeating an N-gram (0 = off)."),
+    seed: int = typer.Option(0, help="Sampling seed."),
+    sot_skeleton_tokens: int = typer.Option(160, min=8, help="sot: cap on the skeleton."),
+    sot_point_tokens: int = typer.Option(128, min=4, help="sot: cap on each point."),
+    repeats: Optional[int] = typer.Option(None, min=1, help="Decodes per request, the last "
+                                          "timed (default: 2 on CUDA, 1 on a CPU after a "
+                                          "warm-up decode)."),
+    pool_size: int = typer.Option(2048, min=64, help="KV pool slots per runtime."),
+    dtype: str = DtypeOption,
+    device: Optional[str] = DeviceOption,
+    compile: Optional[bool] = CompileOption,
+    quiet: bool = QuietOption, debug: bool = DebugOption,
+) -> None:
+    from solm.core.models import default_device
+    from solm.core.sampling import SamplingConfig
+    from solm.decode.compiled import should_compile
+    from solm.eval.methods import DecodeSettings, Method, default_repeats, load_runners
+    from solm.eval.run import (alpaca_eval_records, decode_outputs, judge_outputs,
+                               write_run_file)
+    from solm.eval.summary import summarize
+
+    methods = [Method.parse(spec) for spec in method]
+    labels = [m.label for m in methods]
+    if len(set(labels)) != len(labels):
+        raise SolmError("two --method share a label; name them with KIND:LABEL=MODEL")
+    if baseline is None:
+        baseline = next((m.label for m in methods if m.kind == "sequential"), labels[0])
+    if baseline not in labels:
+        raise SolmError(f"--baseline {baseline}: no --method has that label "
+                        f"({', '.join(labels)})")
+    if reference is not None and not reference.exists():
+        raise SolmError(f"--reference {reference}: file not found")
+    records = alpaca_eval_records(prompts, limit)
+    device = device or default_device()
+    repeats = repeats or default_repeats(device)
+    settings = DecodeSettings(max_new_tokens=max_new_tokens, sampling=SamplingConfig(
+        temperature=temperature, top_p=top_p, seed=seed, repetition_penalty=repetition_penalty,
+        no_repeat_ngram=no_repeat_ngram), sot_skeleton_tokens=sot_skeleton_tokens,
+        sot_point_tokens=sot_point_tokens)
+    compile_on = should_compile(compile, len(records) * len(methods) * max_new_tokens, device)
+    decode_record = {"max_new_tokens": max_new_tokens, "temperature": temperature,
+                     "top_p": top_p, "repetition_penalty": repetition_penalty,
+                     "no_repeat_ngram": no_repeat_ngram, "seed": seed,
+                     "sot_skeleton_tokens": sot_skeleton_tokens,
+                     "sot_point_tokens": sot_point_tokens, "dtype": dtype}
+    write_run_file(out, methods, baseline, {
+        "prompts": prompts, "limit": limit, "judge": None if no_judge else judge,
+        "reference": None if reference is None else str(reference),
+        "decode": decode_record, "repeats": repeats, "compile": compile_on,
+        "machine": _machine(device)})
+    runners = load_runners(methods, settings, dtype=dtype, device=device, pool_size=pool_size,
+                           compile=compile_on)
+    with progress(f"decoding {len(records)} prompts x {len(methods)} methods",
+                  len(records) * len(methods)) as advance:
+        def on_row(label: str, row: dict | None) -> None:
+            status = None if row is None else (f"{label}: {row['content_tokens']} tokens in "
+                                               f"{row['wall_s']:.1f} s")
+            advance(status=status)
+
+        decode_outputs(runners, records, out, repeats, on_row)
+    del runners
+    if not no_judge:
+        judge_options = {"concurrency": concurrency, "rpm": rpm, "max_tries": max_tries,
+                         "mode": judge_mode, "timeout": timeout, "base_url": base_url}
+        with progress(f"judging with {judge}", None) as advance:
+            summaries = judge_outputs(out, labels, baseline, judge, judge_options, reference,
+                                      on_update=lambda s: advance(0, status=(
+                                          f"judged {s.judged} cached {s.cache_hits}")))
+        for name, s in summaries.items():
+            if s["rejected"]:
+                info(f"{name}: {sum(s['rejected'].values())} pair(s) rejected "
+                     f"({s['rejected']}); rerun to retry transient ones")
+    summary = summarize(out, gamed_csv)
+    out_console.print_json(json.dumps({label: {
+        "realized_speedup": m["speed"]["realized_speedup"]["geomean"],
+        "theoretical_speedup": m["speed"]["theoretical_speedup"]["geomean"],
+        "win_rate": (m.get("vs_baseline") or {}).get("win_rate"),
+        "lc_win_rate": (m.get("vs_baseline") or {}).get("lc_win_rate"),
+        "prompts": m["speed"]["prompts"]} for label, m in summary["methods"].items()}))
+
+
+def _machine(device: str) -> dict:
+    import platform
+
+    import torch
+
+    from solm.decode.bandwidth import cpu_description
+
+    out = {"device": str(device), "cpu": cpu_description(), "torch": torch.__version__,
+           "threads": torch.get_num_threads(), "python": platform.python_version()}
+    if torch.device(device).type == "cuda":
+        out["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return out
+
+
+REPORT_HELP = """report.md and PNG plots for one or more run folders: win rate against
+realized speedup, theoretical speedup and parallelism, one point per method, the baseline
+starred, the Pareto frontier dashed. Summaries are recomputed from the run folders."""
+
+
+@app.command(help=REPORT_HELP)
+@handle_errors
+def report(
+    run_dirs: list[Path] = typer.Argument(..., help="Run folders of `pasta eval run`."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Report folder (default: "
+                                       "the first run folder)."),
+    gamed_csv: Optional[Path] = typer.Option(None, help="alpaca_eval's df_gamed.csv."),
+    debug: bool = DebugOption,
+) -> None:
+    from solm.eval.report import write_report
+
+    path = write_report(run_dirs, out or run_dirs[0], gamed_csv)
+    out_console.print(str(path))

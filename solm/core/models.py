@@ -37,6 +37,26 @@ ALIASES: dict[str, GgufAlias] = {
 }
 DEFAULT_MODEL = "smollm2-135m"
 
+# Small trained models kept in the package: LoRA adapters (with their trained control-token
+# rows) over the embedded model, made by `make sft-lora-cpu`; loaded by name like aliases.
+ARTIFACTS_DIR = Path(__file__).resolve().parent.parent / "artifacts"
+ARTIFACTS: dict[str, str] = {
+    "pasta-sft-cpu": "Pasta-SFT on the embedded model: LoRA r=8 on 517 rule-annotated rows "
+                     "(the APAR-style model of the CPU evaluation)",
+    "baseline-sft-cpu": "Baseline-SFT: the same rows with the tags stripped, same LoRA",
+}
+
+
+def artifact_folder(name: str) -> str | None:
+    """The package folder of a kept model (`pasta-sft-cpu`, ...), None for other names."""
+    if name not in ARTIFACTS:
+        return None
+    folder = ARTIFACTS_DIR / name
+    if not (folder / "adapter_config.json").exists():
+        raise SolmError(f"model '{name}' is not in this installation ({folder}); make it with "
+                        f"`make sft-lora-cpu`")
+    return str(folder)
+
 
 def cache_root() -> Path:
     """`$SOLM_CACHE`, else `$XDG_CACHE_HOME/solm`, else `~/.cache/solm`."""
@@ -103,7 +123,10 @@ def convert_gguf(gguf_path: Path, target: Path) -> Path:
 
 
 def resolve_model_path(name_or_path: str) -> str:
-    """Turn an alias or a .gguf path into a local safetensors folder; pass other names through."""
+    """Turn an alias or a .gguf path into a local safetensors folder, a kept model's name into
+    its package folder; pass other names through."""
+    if name_or_path in ARTIFACTS:
+        return artifact_folder(name_or_path)
     if name_or_path in ALIASES:
         target = cache_root() / "models" / name_or_path
         if is_complete_folder(target):
@@ -198,7 +221,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "au
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    name_or_path = str(name_or_path)
+    name_or_path = artifact_folder(str(name_or_path)) or str(name_or_path)
     device = device or default_device()
     torch_dtype = resolve_dtype(dtype, device)
     if (Path(name_or_path) / "adapter_config.json").exists():

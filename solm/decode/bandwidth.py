@@ -9,6 +9,7 @@ measured once per device and cached under solm's cache folder.
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import torch
@@ -90,3 +91,21 @@ def _device_key(device: torch.device) -> str:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def cpu_description() -> str:
+    """CPU model, core count and vector ISA (AVX2 / AVX-512 / avx512_bf16): what every
+    timing on a CPU is stated beside."""
+    import platform
+    import subprocess
+
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    except OSError:
+        return platform.processor()
+    name = next((line.split(":", 1)[1].strip() for line in out.splitlines()
+                 if line.startswith("Model name")), "?")
+    flags = next((line for line in out.splitlines() if line.startswith("Flags")), "")
+    isa = "AVX-512 + avx512_bf16" if "avx512_bf16" in flags else (
+        "AVX-512" if "avx512f" in flags else ("AVX2" if "avx2" in flags else "no AVX2"))
+    return f"{name}, {os.cpu_count()} cores, {isa}"

@@ -87,3 +87,5 @@ class HFClient(ChatClient):
     async def aclose(self) -> None:
         if self._worker is not None:
             self._worker.cancel()
+        # the model stays loaded: the next request (in any event loop) starts a new worker
+        self._queue, self._worker = None, None

@@ -1,0 +1,132 @@
+"""The decoding methods `pasta eval run` compares, all decoded by solm's runtimes so their
+wall times are comparable: `sequential` (any model, one token per step), `pasta` and `apar`
+(a Pasta-Lang model through the asynchronous runtime: the same decoding, told apart by how the
+model was trained), `sot` (Skeleton-of-Thought on any model, points as threads of one pool).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import torch
+
+from solm.core.chat import prompt_ids
+from solm.core.errors import SolmError
+from solm.core.records import Record
+from solm.core.sampling import SamplingConfig
+
+KINDS = ("sequential", "pasta", "apar", "sot")
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+
+
+@dataclass(frozen=True)
+class Method:
+    label: str  # names its outputs file and its point on the plots
+    kind: str
+    model: str
+
+    @classmethod
+    def parse(cls, spec: str) -> "Method":
+        """`KIND=MODEL` or `KIND:LABEL=MODEL`, e.g. `sot=smollm2-135m`,
+        `apar:pasta-sft-lora=pasta-sft-cpu`."""
+        head, eq, model = spec.partition("=")
+        kind, colon, label = head.partition(":")
+        if not eq or not model or kind not in KINDS or (colon and not label):
+            raise SolmError(f"--method {spec!r}: expected KIND=MODEL or KIND:LABEL=MODEL with "
+                            f"KIND one of {', '.join(KINDS)}")
+        label = label or kind
+        if not _LABEL.match(label):
+            raise SolmError(f"--method {spec!r}: a label is letters, digits and _.+- only")
+        return cls(label, kind, model)
+
+
+@dataclass
+class DecodeSettings:
+    max_new_tokens: int = 512
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    sot_skeleton_tokens: int = 160
+    sot_point_tokens: int = 128
+    max_fork_tokens: int = 512
+
+
+class MethodRunner:
+    """One method's runtime; `decode(record)` returns the outputs row (timed fields from the
+    last of `repeats` decodes)."""
+
+    def __init__(self, method: Method, model, tokenizer, settings: DecodeSettings,
+                 pool_size: int = 2048, compile: bool = False):
+        self.method, self.settings, self.tokenizer = method, settings, tokenizer
+        if method.kind == "sot":
+            from solm.decode.sot.runtime import SotRuntime
+            self.runtime = SotRuntime(model, tokenizer, pool_size=pool_size, compile=compile)
+        else:
+            from solm.decode.pasta.runtime import PastaRuntime
+            self.runtime = PastaRuntime(model, tokenizer, pool_size=pool_size, compile=compile)
+
+    def warm_up(self) -> None:
+        """One short decode, untimed (first-call allocations, graph builds)."""
+        saved = self.settings.max_new_tokens
+        try:
+            self.settings.max_new_tokens = 8
+            self._decode_once("Say hello.")
+        finally:
+            self.settings.max_new_tokens = saved
+
+    def decode(self, record: Record, index: int, repeats: int = 1) -> dict:
+        for _ in range(max(1, repeats)):
+            row = self._decode_once(record.prompt, record.system)
+        return {"id": record.id, "index": index, "instruction": record.prompt,
+                "generator": self.method.label, "kind": self.method.kind,
+                "model": self.method.model, "repeats": repeats, **row}
+
+    def _decode_once(self, prompt: str, system: str | None = None) -> dict:
+        s = self.settings
+        if self.method.kind == "sot":
+            from solm.decode.sot.runtime import SotConfig
+
+            res = self.runtime.generate(prompt, SotConfig(
+                max_skeleton_tokens=s.sot_skeleton_tokens, max_point_tokens=s.sot_point_tokens,
+                sampling=s.sampling))
+            return {"output": res.text, "content_tokens": res.content_tokens,
+                    "critical_path": res.critical_path, "forward_passes": res.forward_passes,
+                    "points": len(res.points), "skeleton_tokens": res.skeleton_tokens,
+                    "wall_s": round(res.wall_s, 4), "prefill_s": round(res.prefill_s, 4),
+                    "decode_s": round(res.decode_s, 4), "flags": res.flags}
+        from solm.decode.pasta.decode_file import result_record
+        from solm.decode.pasta.runtime import PastaDecodeConfig
+
+        mode = "sequential" if self.method.kind == "sequential" else "parallel"
+        cfg = PastaDecodeConfig(mode=mode, max_new_tokens=s.max_new_tokens,
+                                sampling=s.sampling, max_fork_tokens=s.max_fork_tokens)
+        ids = prompt_ids(self.tokenizer, prompt, system)
+        res = self.runtime.generate(ids, cfg)
+        row = result_record(self.runtime, Record("-", prompt, system=system), res, mode)
+        keep = ("content_tokens", "critical_path", "forward_passes", "promises", "threads",
+                "wall_s", "prefill_s", "decode_s", "flags")
+        out = {"output": row["response"], **{k: row[k] for k in keep}}
+        if mode == "parallel":
+            out["annotated"] = row["annotated"]
+        return out
+
+
+def load_runners(methods: list[Method], settings: DecodeSettings, dtype: str = "auto",
+                 device: str | None = None, pool_size: int = 2048,
+                 compile: bool = False) -> dict[str, MethodRunner]:
+    """A runner per method; methods naming the same model share its weights."""
+    from solm.core.models import load_decoder
+
+    loaded: dict[str, tuple] = {}
+    runners = {}
+    for m in methods:
+        if m.model not in loaded:
+            loaded[m.model] = load_decoder(m.model, dtype=dtype, device=device)
+        model, tok = loaded[m.model]
+        runners[m.label] = MethodRunner(m, model, tok, settings, pool_size, compile)
+    return runners
+
+
+def default_repeats(device: torch.device | str) -> int:
+    """Decode each request twice and time the second on GPUs (as the thesis does); on a CPU
+    one decode after the runner's warm-up is already steady."""
+    return 2 if torch.device(device).type == "cuda" else 1

@@ -1,0 +1,126 @@
+"""`pasta eval report`: report.md and the quality-speed plots of one or more run folders.
+
+One point per (run, method): win rate against the run's baseline (length-controlled where it
+was computed, else raw; the axis says which) against realized speedup, theoretical speedup
+and parallelism (geometric means). The baseline sits at (1, 50%) by definition and is drawn
+as a star; the Pareto frontier (no other point both faster and better) is drawn as a line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from solm.eval.summary import summarize
+
+AXES = (("realized_speedup", "realized speedup (geomean, wall time)"),
+        ("theoretical_speedup", "theoretical speedup (geomean, baseline tokens / critical path)"),
+        ("parallelism", "parallelism (geomean, content tokens / critical path)"))
+
+
+def points(summaries: list[dict]) -> list[dict]:
+    out = []
+    several = len(summaries) > 1
+    for s in summaries:
+        run_name = Path(s["run"]).name
+        for label, m in s["methods"].items():
+            q = m.get("vs_baseline") or {}
+            win = q.get("lc_win_rate") if q.get("lc_win_rate") is not None else q.get("win_rate")
+            out.append({"name": f"{run_name}/{label}" if several else label,
+                        "baseline": m["baseline"], "kind": m["kind"], "model": m["model"],
+                        "win": win, "raw": q.get("win_rate"), "lc": q.get("lc_win_rate"),
+                        "lc_method": q.get("lc_method"),
+                        **{axis: (m["speed"].get(axis) or {}).get("geomean")
+                           for axis, _ in AXES}})
+    return out
+
+
+def pareto(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Points no other point beats on both coordinates (higher is better), by x."""
+    front = [p for p in pts if not any(q[0] >= p[0] and q[1] >= p[1] and q != p for q in pts)]
+    return sorted(set(front))
+
+
+def plot(pts: list[dict], axis: str, xlabel: str, ylabel: str, png: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    usable = [p for p in pts if p[axis] is not None and p["win"] is not None]
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    colors = {"sequential": "#555555", "pasta": "#c44e52", "apar": "#4c72b0", "sot": "#55a868"}
+    for p in usable:
+        x = 1.0 if p["baseline"] else p[axis]
+        ax.scatter([x], [p["win"]], s=180 if p["baseline"] else 70,
+                   marker="*" if p["baseline"] else "o", color=colors.get(p["kind"], "#8172b2"),
+                   edgecolor="black", linewidth=0.6, zorder=3,
+                   label=f"{p['name']} (baseline)" if p["baseline"] else p["name"])
+        ax.annotate(p["name"], (x, p["win"]), textcoords="offset points", xytext=(6, 5),
+                    fontsize=8)
+    front = pareto([(1.0 if p["baseline"] else p[axis], p["win"]) for p in usable])
+    if len(front) > 1:
+        ax.plot(*zip(*front), linestyle="--", color="#999999", zorder=2, label="Pareto frontier")
+    ax.axhline(50, color="#dddddd", linewidth=1, zorder=1)
+    ax.axvline(1, color="#dddddd", linewidth=1, zorder=1)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.margins(x=0.2, y=0.2)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def _fmt(value, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def write_report(run_dirs: list[Path], out_dir: Path, gamed_csv: Path | None = None) -> Path:
+    summaries = [summarize(Path(d), gamed_csv) for d in run_dirs]
+    pts = points(summaries)
+    lc_all = all(p["lc"] is not None for p in pts if p["win"] is not None)
+    methods = sorted({p["lc_method"] for p in pts if p["lc_method"] and not p["baseline"]})
+    ylabel = ("LC win rate vs baseline (%)" if lc_all else "win rate vs baseline (%)")
+    if lc_all and methods:
+        ylabel += f" [{', '.join(methods)}]"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pngs = []
+    for axis, xlabel in AXES:
+        png = out_dir / f"winrate_vs_{axis}.png"
+        plot(pts, axis, xlabel, ylabel, png)
+        pngs.append(png)
+    lines = ["# Evaluation report", ""]
+    for s in summaries:
+        lines += [f"## {s['run']}", "",
+                  f"Baseline: `{s['baseline']}`; judge: `{s.get('judge')}`; machine: "
+                  f"{(s.get('machine') or {}).get('cpu', '?')}, "
+                  f"{(s.get('machine') or {}).get('device', '?')}; decode: "
+                  f"`{s.get('decode')}`", "",
+                  "| method | kind | model | prompts | realized speedup (geo / mean) | "
+                  "theoretical (geo / mean) | parallelism (geo) | tokens/s | win rate | "
+                  "LC win rate | LC method | vs reference (win / LC) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for label, m in s["methods"].items():
+            sp, q, r = m["speed"], m.get("vs_baseline") or {}, m.get("vs_reference") or {}
+            lines.append(
+                f"| {label}{' (baseline)' if m['baseline'] else ''} | {m['kind']} | "
+                f"`{m['model']}` | {sp['prompts']} | "
+                f"{_fmt(sp['realized_speedup']['geomean'])} / "
+                f"{_fmt(sp['realized_speedup']['mean'])} | "
+                f"{_fmt(sp['theoretical_speedup']['geomean'])} / "
+                f"{_fmt(sp['theoretical_speedup']['mean'])} | "
+                f"{_fmt(sp['parallelism']['geomean'])} | {_fmt(sp['tokens_per_s'], 1)} | "
+                f"{_fmt(q.get('win_rate'), 1)} | {_fmt(q.get('lc_win_rate'), 1)} | "
+                f"{q.get('lc_method') or '—'} | "
+                f"{_fmt(r.get('win_rate'), 1)} / {_fmt(r.get('lc_win_rate'), 1)} |")
+        notes = {m.get("vs_baseline", {}).get("lc_note") for m in s["methods"].values()
+                 if m.get("vs_baseline")} - {None}
+        warnings = {label: m["vs_baseline"]["lc_warning"] for label, m in s["methods"].items()
+                    if (m.get("vs_baseline") or {}).get("lc_warning")}
+        lines += [""] + [f"- LC: {n}" for n in sorted(notes)]
+        lines += [f"- `{label}`: {w}" for label, w in warnings.items()]
+        lines.append("")
+    lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
+    report = out_dir / "report.md"
+    report.write_text("\n".join(lines))
+    return report

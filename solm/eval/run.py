@@ -1,0 +1,153 @@
+"""`pasta eval run`: decode AlpacaEval's instructions with every method, judge each against the
+baseline (and a reference, when given), and summarise speed and quality.
+
+A run folder holds:
+- `run.json`: the methods, the baseline, the judge, the decode settings, the machine;
+- `outputs/LABEL.jsonl`: one row per prompt (AlpacaEval's `instruction` / `output` /
+  `generator`, plus tokens, critical path, forward passes, wall time, flags);
+- `judgments/LABEL.jsonl`: LABEL (output_2) against the baseline (output_1), and
+  `judgments/LABEL__vs__reference.jsonl` against the reference outputs;
+- `summary.json`: per method, the speed and quality figures.
+
+Every step resumes: prompts already in an outputs file are skipped per method, judged pairs
+are skipped by `pasta judge`'s machinery (and verdicts come from its cache).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Iterable
+
+from solm.core.errors import SolmError
+from solm.core.jsonl import JsonlWriter, done_ids, read_jsonl
+from solm.core.records import Record
+from solm.eval.methods import Method, MethodRunner
+
+REFERENCE = "reference"
+
+
+def outputs_path(run_dir: Path, label: str) -> Path:
+    return Path(run_dir) / "outputs" / f"{label}.jsonl"
+
+
+def judgments_path(run_dir: Path, label: str, against: str | None = None) -> Path:
+    suffix = f"__vs__{against}" if against else ""
+    return Path(run_dir) / "judgments" / f"{label}{suffix}.jsonl"
+
+
+def write_run_file(run_dir: Path, methods: list[Method], baseline: str, settings: dict) -> None:
+    """Record what the run is; a rerun into the same folder must ask for the same methods."""
+    path = Path(run_dir) / "run.json"
+    record = {"methods": [asdict(m) for m in methods], "baseline": baseline, **settings}
+    if path.exists():
+        old = json.loads(path.read_text())
+        old_methods = {m["label"]: m for m in old.get("methods", [])}
+        for m in methods:
+            if m.label in old_methods and old_methods[m.label] != asdict(m):
+                raise SolmError(f"{run_dir}: method '{m.label}' was {old_methods[m.label]} in "
+                                f"this run; use another label or another run folder")
+        for name in ("decode", "baseline"):
+            if old.get(name) is not None and old.get(name) != record.get(name):
+                raise SolmError(f"{run_dir}: its {name} settings were {old.get(name)}; now "
+                                f"{record.get(name)}: use another run folder")
+        merged = {**old_methods, **{m.label: asdict(m) for m in methods}}
+        record["methods"] = list(merged.values())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1))
+
+
+def read_run_file(run_dir: Path) -> dict:
+    path = Path(run_dir) / "run.json"
+    if not path.exists():
+        raise SolmError(f"{run_dir}: not a run folder (no run.json); make one with "
+                        f"`pasta eval run`")
+    return json.loads(path.read_text())
+
+
+def decode_outputs(runners: dict[str, MethodRunner], records: list[tuple[int, Record]],
+                   run_dir: Path, repeats: int,
+                   on_row: Callable[[str, dict | None], None] | None = None) -> dict[str, int]:
+    """Decode every (prompt, method) not yet in the outputs files, prompt by prompt with the
+    methods side by side (so a slow spell of the machine hits every method alike)."""
+    done = {label: done_ids(outputs_path(run_dir, label)) for label in runners}
+    writers = {label: JsonlWriter(outputs_path(run_dir, label), fsync=False)
+               for label in runners}
+    counts = {label: 0 for label in runners}
+    warmed: set[str] = set()
+    try:
+        for index, rec in records:
+            for label, runner in runners.items():
+                if rec.id in done[label]:
+                    if on_row:
+                        on_row(label, None)
+                    continue
+                if label not in warmed:
+                    runner.warm_up()
+                    warmed.add(label)
+                row = runner.decode(rec, index, repeats)
+                writers[label].write(row)
+                counts[label] += 1
+                if on_row:
+                    on_row(label, row)
+    finally:
+        for w in writers.values():
+            w.close()
+    return counts
+
+
+def alpaca_eval_records(source: str, limit: int | None) -> list[tuple[int, Record]]:
+    """(index in the set, record) for AlpacaEval's instructions: a local JSONL (or JSON list)
+    with `instruction`, or the hub dataset `tatsu-lab/alpaca_eval` (split `eval`)."""
+    from solm.core.records import load_records
+
+    if source.endswith(".json") and Path(source).exists():
+        rows = json.loads(Path(source).read_text())
+        from solm.core.records import record_from_dict
+        recs = [record_from_dict(r, f"{Path(source).stem}-{i}") for i, r in enumerate(rows)]
+        recs = recs[:limit] if limit else recs
+    else:
+        split = "eval" if "alpaca_eval" in source and not Path(source).exists() else "train"
+        recs = list(load_records(source, split=split, limit=limit))
+    return list(enumerate(recs))
+
+
+def judge_outputs(run_dir: Path, labels: Iterable[str], baseline: str, judge: str,
+                  judge_options: dict, reference: Path | None,
+                  on_update: Callable | None = None) -> dict[str, dict]:
+    """Judge every method against the baseline (and every method, baseline included, against
+    the reference outputs). Returns the judge summaries by judgments file name."""
+    import asyncio
+
+    from solm.core.llm import make_client
+    from solm.core.models import cache_root
+    from solm.judge.cache import VerdictCache
+    from solm.judge.job import JudgeConfig, judge_pairs
+    from solm.judge.pairs import make_pairs, read_outputs
+
+    opts = dict(judge_options)
+    cache_dir = opts.pop("cache_dir", None) or cache_root() / "judge"
+    client_opts = {k: opts.pop(k) for k in ("timeout", "base_url") if k in opts}
+    jobs = []
+    base_rows = read_outputs(outputs_path(run_dir, baseline))
+    for label in labels:
+        rows = read_outputs(outputs_path(run_dir, label))
+        if label != baseline:
+            jobs.append((judgments_path(run_dir, label), make_pairs(base_rows, rows)))
+        if reference is not None:
+            jobs.append((judgments_path(run_dir, label, REFERENCE),
+                         make_pairs(read_outputs(reference), rows)))
+    summaries = {}
+    for path, pairs in jobs:
+        client = make_client(judge, batch_size=opts.get("concurrency", 8), **client_opts)
+        rejects = path.with_name(path.stem + ".rejects.jsonl")
+        summary = asyncio.run(judge_pairs(pairs, client, path, rejects, JudgeConfig(**opts),
+                                          VerdictCache(cache_dir), on_update=on_update))
+        summaries[path.name] = summary.to_dict()
+    return summaries
+
+
+def load_outputs(run_dir: Path, label: str) -> dict[str, dict]:
+    path = outputs_path(run_dir, label)
+    return {r["id"]: r for r in read_jsonl(path)} if path.exists() else {}

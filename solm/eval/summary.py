@@ -1,0 +1,94 @@
+"""Speed and quality of each method of a run, against its baseline.
+
+Per prompt (the same prompt for both): realized speedup = baseline wall time / method wall
+time; theoretical speedup = baseline tokens / method critical path (tokens decoded one after
+another); parallelism = method content tokens / critical path. Across prompts: geometric mean
+(the thesis' figure) and arithmetic mean beside it. Quality: win rate and length-controlled
+win rate of the judgments against the baseline (and against the reference, when judged).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from solm.eval.length_control import find_gamed_csv, length_controlled
+from solm.eval.run import REFERENCE, judgments_path, load_outputs, read_run_file
+from solm.eval.stats import geomean
+from solm.eval.winrate import read_judgment_field, read_judgments
+
+SPEED_FLOOR = 1e-3  # a prompt with an empty answer still counts (pulls the mean down)
+
+
+def _means(values: list[float]) -> dict:
+    if not values:
+        return {"geomean": None, "mean": None}
+    return {"geomean": round(geomean(values, floor=SPEED_FLOOR), 4),
+            "mean": round(statistics.fmean(values), 4)}
+
+
+def speed(method_rows: dict[str, dict], base_rows: dict[str, dict]) -> dict:
+    shared = [i for i in method_rows if i in base_rows]
+    realized, theoretical, parallelism = [], [], []
+    for i in shared:
+        m, b = method_rows[i], base_rows[i]
+        cp = max(m.get("critical_path") or 0, 1)
+        if m.get("wall_s"):
+            realized.append(b["wall_s"] / m["wall_s"])
+        theoretical.append(b["content_tokens"] / cp)
+        parallelism.append(m["content_tokens"] / cp)
+    rows = [method_rows[i] for i in shared]
+    wall = sum(r["wall_s"] for r in rows)
+    return {"prompts": len(shared),
+            "realized_speedup": _means(realized), "theoretical_speedup": _means(theoretical),
+            "parallelism": _means(parallelism),
+            "content_tokens_mean": round(statistics.fmean(r["content_tokens"] for r in rows), 1)
+            if rows else None,
+            "tokens_per_s": round(sum(r["content_tokens"] for r in rows) / wall, 2)
+            if wall else None,
+            "flagged": sum(1 for r in rows if r.get("flags"))}
+
+
+def quality(path: Path, gamed_csv: Path | None) -> dict | None:
+    if not path.exists():
+        return None
+    judgments = read_judgments(path)
+    if not judgments:
+        return None
+    result = length_controlled(judgments, gamed_csv, read_judgment_field(path, "judge"))
+    keep = ("win_rate", "lc_win_rate", "lc_method", "lc_note", "lc_warning", "standard_error",
+            "n", "n_wins", "n_wins_base", "n_draws")
+    out = {k: result.get(k) for k in keep if result.get(k) is not None}
+    for k in ("win_rate", "lc_win_rate", "standard_error"):
+        if out.get(k) is not None:
+            out[k] = round(float(out[k]), 2)
+    out["judge"] = read_judgment_field(path, "judge")
+    return out
+
+
+def summarize(run_dir: Path, gamed_csv: Path | None = None) -> dict:
+    """summary.json of a run folder (written, and returned)."""
+    run_dir = Path(run_dir)
+    run = read_run_file(run_dir)
+    gamed = find_gamed_csv(gamed_csv)
+    baseline = run["baseline"]
+    base_rows = load_outputs(run_dir, baseline)
+    methods = {}
+    for m in run["methods"]:
+        label = m["label"]
+        rows = load_outputs(run_dir, label)
+        entry = {"kind": m["kind"], "model": m["model"], "baseline": label == baseline,
+                 "speed": speed(rows, base_rows)}
+        if label == baseline:
+            entry["vs_baseline"] = {"win_rate": 50.0, "lc_win_rate": 50.0,
+                                    "lc_method": "by definition", "n": len(rows)}
+        else:
+            entry["vs_baseline"] = quality(judgments_path(run_dir, label), gamed)
+        entry["vs_reference"] = quality(judgments_path(run_dir, label, REFERENCE), gamed)
+        methods[label] = entry
+    summary = {"run": str(run_dir), "baseline": baseline, "judge": run.get("judge"),
+               "reference": run.get("reference"), "machine": run.get("machine"),
+               "decode": run.get("decode"), "methods": methods}
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary

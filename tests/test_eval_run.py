@@ -1,0 +1,100 @@
+"""`pasta eval run` / `report` end to end on a tiny model with the fake judge, resumption, and
+the aggregation they rest on."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from fake_llm_server import FakeLLM
+from solm.core.errors import SolmError
+from solm.eval.methods import Method
+from solm.eval.report import pareto
+from solm.eval.summary import speed
+
+
+def test_method_specs():
+    assert Method.parse("sot=smollm2-135m") == Method("sot", "sot", "smollm2-135m")
+    assert Method.parse("apar:lora-1=runs/x") == Method("lora-1", "apar", "runs/x")
+    for bad in ("sot", "beam=m", "sot:=m", "sot:a b=m", "=m"):
+        with pytest.raises(SolmError):
+            Method.parse(bad)
+
+
+def test_speed_aggregates_per_prompt_ratios():
+    base = {"a": {"wall_s": 4.0, "content_tokens": 100}, "b": {"wall_s": 1.0, "content_tokens": 10},
+            "c": {"wall_s": 2.0, "content_tokens": 50}}
+    method = {"a": {"wall_s": 1.0, "content_tokens": 100, "critical_path": 25},
+              "b": {"wall_s": 4.0, "content_tokens": 10, "critical_path": 10},
+              "z": {"wall_s": 1.0, "content_tokens": 5, "critical_path": 5}}  # no baseline row
+    s = speed(method, base)
+    assert s["prompts"] == 2
+    assert s["realized_speedup"]["geomean"] == pytest.approx(1.0)  # 4x and 1/4x
+    assert s["realized_speedup"]["mean"] == pytest.approx((4 + 0.25) / 2)
+    assert s["theoretical_speedup"]["geomean"] == pytest.approx(math.sqrt(4 * 1))
+    assert s["parallelism"]["mean"] == pytest.approx((4 + 1) / 2)
+    assert s["tokens_per_s"] == pytest.approx(110 / 5)
+
+
+def test_pareto_front():
+    pts = [(1.0, 50.0), (2.0, 40.0), (1.5, 45.0), (1.2, 30.0), (0.8, 60.0)]
+    assert pareto(pts) == [(0.8, 60.0), (1.0, 50.0), (1.5, 45.0), (2.0, 40.0)]
+
+
+def _cli(*args, env_extra=None):
+    import os
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "solm.cli.main", "pasta", "eval", *args],
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_eval_run_and_report_end_to_end(tmp_path, tiny_folder):
+    prompts = tmp_path / "alpaca.jsonl"
+    prompts.write_text("\n".join(json.dumps({"instruction": q}) for q in (
+        "Name three fruits.", "How do I boil an egg?", "Write a haiku about rain.")) + "\n")
+    run_dir = tmp_path / "run"
+    with FakeLLM(None) as server:
+        args = ["run", "-o", str(run_dir), "--prompts", str(prompts),
+                "--method", f"sequential={tiny_folder}", "--method", f"sot={tiny_folder}",
+                "--method", f"apar:tiny-apar={tiny_folder}",
+                "--judge", f"openai:judge@{server.url}", "--max-new-tokens", "8",
+                "--sot-skeleton-tokens", "12", "--sot-point-tokens", "4", "--dtype", "fp32",
+                "--no-compile", "-q"]
+        first = _cli(*args, env_extra={"SOLM_CACHE": str(tmp_path / "cache")})
+        assert first.returncode == 0, first.stderr[-3000:]
+        requests = server.judge_requests
+        assert requests == 2 * 3 * 2  # two methods x three prompts x both orders
+        # the same command again: nothing decoded, nothing asked
+        again = _cli(*args, env_extra={"SOLM_CACHE": str(tmp_path / "cache")})
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert server.judge_requests == requests
+    for label in ("sequential", "sot", "tiny-apar"):
+        rows = [json.loads(x) for x in (run_dir / "outputs" / f"{label}.jsonl").read_text()
+                .splitlines()]
+        assert len(rows) == 3 and [r["index"] for r in rows] == [0, 1, 2]
+        assert all(r["generator"] == label and r["wall_s"] > 0 and "output" in r
+                   for r in rows)
+    for label in ("sot", "tiny-apar"):
+        judged = (run_dir / "judgments" / f"{label}.jsonl").read_text().splitlines()
+        assert len(judged) == 3
+    summary = json.loads((run_dir / "summary.json").read_text())
+    seq = summary["methods"]["sequential"]
+    assert seq["baseline"] and seq["speed"]["theoretical_speedup"]["geomean"] == 1.0
+    sot = summary["methods"]["sot"]
+    assert sot["speed"]["prompts"] == 3 and sot["speed"]["realized_speedup"]["geomean"] > 0
+    assert sot["vs_baseline"]["n"] == 3 and 0 <= sot["vs_baseline"]["win_rate"] <= 100
+    printed = json.loads(again.stdout)
+    assert set(printed) == {"sequential", "sot", "tiny-apar"}
+    # a different method under a used label is refused
+    clash = _cli("run", "-o", str(run_dir), "--prompts", str(prompts),
+                 "--method", "sequential=smollm2-135m", "--no-judge")
+    assert clash.returncode != 0 and "sequential" in clash.stderr
+    report = _cli("report", str(run_dir), "-o", str(tmp_path / "report"))
+    assert report.returncode == 0, report.stderr[-3000:]
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "| sot | sot |" in text and "(baseline)" in text
+    for axis in ("realized_speedup", "theoretical_speedup", "parallelism"):
+        png = tmp_path / "report" / f"winrate_vs_{axis}.png"
+        assert png.exists() and png.stat().st_size > 5000
