@@ -97,19 +97,37 @@ def decode_outputs(runners: dict[str, MethodRunner], records: list[tuple[int, Re
     return counts
 
 
-def alpaca_eval_records(source: str, limit: int | None) -> list[tuple[int, Record]]:
-    """(index in the set, record) for AlpacaEval's instructions: a local JSONL (or JSON list)
-    with `instruction`, or the hub dataset `tatsu-lab/alpaca_eval` (split `eval`)."""
-    from solm.core.records import load_records
+ALPACA_EVAL_HUB = "tatsu-lab/alpaca_eval"
 
-    if source.endswith(".json") and Path(source).exists():
-        rows = json.loads(Path(source).read_text())
-        from solm.core.records import record_from_dict
-        recs = [record_from_dict(r, f"{Path(source).stem}-{i}") for i, r in enumerate(rows)]
-        recs = recs[:limit] if limit else recs
+
+def alpaca_eval_records(source: str, limit: int | None) -> list[tuple[int, Record]]:
+    """(index in the set, record) for AlpacaEval's instructions: a local JSONL or JSON list
+    with `instruction`, or `tatsu-lab/alpaca_eval` (its `alpaca_eval.json` from the hub)."""
+    from solm.core.records import load_records, record_from_dict
+
+    if source == ALPACA_EVAL_HUB and not Path(source).exists():
+        try:
+            from huggingface_hub import hf_hub_download
+            source = hf_hub_download(ALPACA_EVAL_HUB, "alpaca_eval.json", repo_type="dataset")
+        except Exception as e:  # offline, no hub
+            raise SolmError(f"could not download AlpacaEval's instructions from the hub "
+                            f"({type(e).__name__}); pass a local file with --prompts (a JSONL "
+                            f"or JSON list with an `instruction` field)") from None
+    path = Path(source)
+    if path.suffix == ".json" and path.exists():
+        try:
+            rows = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise SolmError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+        recs = []
+        for i, row in enumerate(rows[:limit] if limit else rows):
+            try:
+                recs.append(record_from_dict(row, f"{path.stem}-{i}"))
+            except (ValueError, TypeError, AttributeError) as e:
+                from solm.core.errors import DataError
+                raise DataError(str(e), path=f"{path}: item {i}") from None
     else:
-        split = "eval" if "alpaca_eval" in source and not Path(source).exists() else "train"
-        recs = list(load_records(source, split=split, limit=limit))
+        recs = list(load_records(source, limit=limit))
     return list(enumerate(recs))
 
 

@@ -42,6 +42,9 @@ class Pair:
 class JudgeConfig(JobLimits):
     mode: str = "auto"  # token | reply | auto (reply for gemini:, token elsewhere)
     top_logprobs: int = 5
+    # a reply that names no winner is asked again this many times at most (at temperature 0
+    # most backends answer the same again), while service failures get `max_tries`
+    unreadable_tries: int = 2
     max_output_tokens: int | None = None  # None: 8 in token mode, 64 in reply mode
     temperature: float = 0.0
 
@@ -98,8 +101,10 @@ class Judge:
         if hit is not None:
             self.summary.cache_hits += 1
             return float(hit["p_first"])
-        s, last, retry_after = self.summary, None, None
+        s, last, retry_after, unreadable = self.summary, None, None, 0
         for attempt in range(self.cfg.max_tries):
+            if unreadable >= self.cfg.unreadable_tries:
+                break
             if attempt:
                 await asyncio.sleep(backoff_delay(attempt - 1, self.cfg, retry_after, self.rng))
             retry_after = None
@@ -126,7 +131,7 @@ class Judge:
                     raise
                 continue
             except VerdictError as e:
-                last = e
+                last, unreadable = e, unreadable + 1
                 s.retries[e.reason] = s.retries.get(e.reason, 0) + 1
                 notify()
                 continue

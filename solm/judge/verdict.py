@@ -2,10 +2,12 @@
 orders of a comparison.
 
 One order: A = x, B = y. Its verdict `p_first` = P(A better). From log-probabilities: the first
-of the reply's first three tokens whose alternatives include a label; P(A) and P(B) summed over
-the spellings of each label (" A", "A", "`A"), then normalised over the two: a label absent from
-the alternatives counts as probability 0. Without log-probabilities: the reply itself (`token`
-mode: its first letter; `reply` mode: the JSON's `better` and `confidence`).
+of the reply's first few tokens whose alternatives include a label (a weak judge may write
+"Response A" or "**A**" before the letter); P(A) and P(B) summed over the spellings of each
+label (" A", "A", "`A"), then normalised over the two: a label absent from the alternatives
+counts as probability 0. Without log-probabilities: the reply itself (`token` mode: a leading
+letter, else the first "response A/B" or "first/second response" it names; `reply` mode: the
+JSON's `better` and `confidence`).
 
 Both orders: with p1 = P(x better) shown first and p2 = P(y better) shown first,
 P(x better) = (p1 + 1 - p2) / 2, which cancels a judge's constant lean towards a position.
@@ -21,6 +23,8 @@ from solm.judge.prompt import LABELS
 
 _DECOR = " \t\n`'\"*([{<"
 _FIRST_LABEL = re.compile(r"^(?:[Rr]esponse\s*)?([AB])\b")  # the letter's case matters: "a"
+_NAMED_LABEL = re.compile(r"\b(?:[Rr]esponse|[Oo]utput|[Aa]nswer)\s*\"?([AB])\b")
+_ORDINAL = re.compile(r"\b(first|second)\s+(?:response|answer|output|one)\b", re.I)
 _JSON = re.compile(r"\{[^{}]*\}", re.S)
 _BETTER = re.compile(r"\"?[Bb]etter\"?\s*[:=]\s*\"?(?:[Rr]esponse\s*)?([AB])\b")
 _CONFIDENCE = re.compile(r"\"?confidence\"?\s*[:=]\s*([0-9]*\.?[0-9]+)", re.I)
@@ -40,7 +44,7 @@ def _label(token: str) -> str | None:
 
 
 def p_first_from_logprobs(top_logprobs: list[dict[str, float]] | None,
-                          max_position: int = 3) -> float | None:
+                          max_position: int = 6) -> float | None:
     """P(A better) from per-token alternatives, or None when no label is among them."""
     for alternatives in (top_logprobs or [])[:max_position]:
         mass = {label: 0.0 for label in LABELS}
@@ -57,10 +61,13 @@ def p_first_from_logprobs(top_logprobs: list[dict[str, float]] | None,
 def p_first_from_reply(text: str, mode: str) -> float:
     """P(A better) stated by the reply; raises VerdictError when it names no winner."""
     if mode == "token":
-        m = _FIRST_LABEL.match(text.strip(_DECOR))
-        if not m:
-            raise VerdictError("unparsable_reply", text[:200])
-        return 1.0 if m.group(1) == LABELS[0] else 0.0
+        m = _FIRST_LABEL.match(text.strip(_DECOR)) or _NAMED_LABEL.search(text)
+        if m:
+            return 1.0 if m.group(1) == LABELS[0] else 0.0
+        m = _ORDINAL.search(text)
+        if m:
+            return 1.0 if m.group(1).lower() == "first" else 0.0
+        raise VerdictError("unparsable_reply", text[:200])
     better, confidence = None, None
     for candidate in _JSON.findall(text):
         try:
