@@ -59,13 +59,22 @@ def test_eval_run_and_report_end_to_end(tmp_path, tiny_folder):
         args = ["run", "-o", str(run_dir), "--prompts", str(prompts),
                 "--method", f"sequential={tiny_folder}", "--method", f"sot={tiny_folder}",
                 "--method", f"apar:tiny-apar={tiny_folder}",
+                "--method", f"sequential:seq2={tiny_folder}", "--baseline", "sequential",
                 "--judge", f"openai:judge@{server.url}", "--max-new-tokens", "8",
                 "--sot-skeleton-tokens", "12", "--sot-point-tokens", "4", "--dtype", "fp32",
                 "--no-compile", "-q"]
         first = _cli(*args, env_extra={"SOLM_CACHE": str(tmp_path / "cache")})
         assert first.returncode == 0, first.stderr[-3000:]
         requests = server.judge_requests
-        assert requests == 2 * 3 * 2  # two methods x three prompts x both orders
+        out = {label: [json.loads(x) for x in (run_dir / "outputs" / f"{label}.jsonl")
+                       .read_text().splitlines()]
+               for label in ("sequential", "sot", "tiny-apar", "seq2")}
+        # both orders of every pair, each distinct comparison asked once (identical outputs of
+        # two methods share their verdicts through the cache)
+        distinct = {(b["instruction"], *order) for label in ("sot", "tiny-apar", "seq2")
+                    for b, m in zip(out["sequential"], out[label])
+                    for order in ((b["output"], m["output"]), (m["output"], b["output"]))}
+        assert len(distinct) <= requests <= 3 * 3 * 2
         # the same command again: nothing decoded, nothing asked
         again = _cli(*args, env_extra={"SOLM_CACHE": str(tmp_path / "cache")})
         assert again.returncode == 0, again.stderr[-3000:]
@@ -86,7 +95,10 @@ def test_eval_run_and_report_end_to_end(tmp_path, tiny_folder):
     assert sot["speed"]["prompts"] == 3 and sot["speed"]["realized_speedup"]["geomean"] > 0
     assert sot["vs_baseline"]["n"] == 3 and 0 <= sot["vs_baseline"]["win_rate"] <= 100
     printed = json.loads(again.stdout)
-    assert set(printed) == {"sequential", "sot", "tiny-apar"}
+    assert set(printed) == {"sequential", "sot", "tiny-apar", "seq2"}
+    # sot's own model also decoded sequentially (seq2): its speedup without a model change
+    assert sot["speed_vs_same_model"]["sequential"] == "seq2"
+    assert sot["speed_vs_same_model"]["prompts"] == 3
     # a different method under a used label is refused
     clash = _cli("run", "-o", str(run_dir), "--prompts", str(prompts),
                  "--method", "sequential=smollm2-135m", "--no-judge")
@@ -95,6 +107,7 @@ def test_eval_run_and_report_end_to_end(tmp_path, tiny_folder):
     assert report.returncode == 0, report.stderr[-3000:]
     text = (tmp_path / "report" / "report.md").read_text()
     assert "| sot | sot |" in text and "(baseline)" in text
+    assert "`sot` against `seq2` (its own model, sequential)" in text
     for axis in ("realized_speedup", "theoretical_speedup", "parallelism"):
         png = tmp_path / "report" / f"winrate_vs_{axis}.png"
         assert png.exists() and png.stat().st_size > 5000

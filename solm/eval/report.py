@@ -117,7 +117,17 @@ def write_report(run_dirs: list[Path], out_dir: Path, gamed_csv: Path | None = N
                  if m.get("vs_baseline")} - {None}
         warnings = {label: m["vs_baseline"]["lc_warning"] for label, m in s["methods"].items()
                     if (m.get("vs_baseline") or {}).get("lc_warning")}
-        lines += [""] + [f"- LC: {n}" for n in sorted(notes)]
+        lines += [""]
+        for label, m in s["methods"].items():
+            same = m.get("speed_vs_same_model")
+            if same:
+                lines.append(
+                    f"- `{label}` against `{same['sequential']}` (its own model, sequential): "
+                    f"realized speedup {_fmt(same['realized_speedup']['geomean'])} (geomean) / "
+                    f"{_fmt(same['realized_speedup']['mean'])} (mean), theoretical "
+                    f"{_fmt(same['theoretical_speedup']['geomean'])}, over {same['prompts']} "
+                    f"prompts")
+        lines += [f"- LC: {n}" for n in sorted(notes)]
         lines += [f"- `{label}`: {w}" for label, w in warnings.items()]
         lines.append("")
     lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]

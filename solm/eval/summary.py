@@ -5,6 +5,9 @@ time; theoretical speedup = baseline tokens / method critical path (tokens decod
 another); parallelism = method content tokens / critical path. Across prompts: geometric mean
 (the thesis' figure) and arithmetic mean beside it. Quality: win rate and length-controlled
 win rate of the judgments against the baseline (and against the reference, when judged).
+When the run also decodes a method's own model sequentially (under another label), the
+method's speed against that is reported too (`speed_vs_same_model`): a speedup without a
+change of model.
 """
 
 from __future__ import annotations
@@ -75,11 +78,18 @@ def summarize(run_dir: Path, gamed_csv: Path | None = None) -> dict:
     baseline = run["baseline"]
     base_rows = load_outputs(run_dir, baseline)
     methods = {}
+    sequential_of = {m["model"]: m["label"] for m in run["methods"]
+                     if m["kind"] == "sequential"}
     for m in run["methods"]:
         label = m["label"]
         rows = load_outputs(run_dir, label)
         entry = {"kind": m["kind"], "model": m["model"], "baseline": label == baseline,
                  "speed": speed(rows, base_rows)}
+        same = sequential_of.get(m["model"])
+        if m["kind"] != "sequential" and same is not None and same != baseline:
+            # the method's own model decoded sequentially: its speedup without a model change
+            entry["speed_vs_same_model"] = {"sequential": same,
+                                            **speed(rows, load_outputs(run_dir, same))}
         if label == baseline:
             entry["vs_baseline"] = {"win_rate": 50.0, "lc_win_rate": 50.0,
                                     "lc_method": "by definition", "n": len(rows)}
