@@ -186,3 +186,43 @@ def test_hf_judge_reads_its_own_logprobs(tmp_path, pasta_tokenizer):
     assert summary.read_from.get("logprobs", 0) == 2 * len(out)  # the whole vocabulary: found
     for r in out:
         assert 0.0 < r["p_2"] < 1.0
+
+
+# ---- the command ---------------------------------------------------------------------------
+
+def test_pasta_judge_pairs_files_by_instruction_and_resumes(tmp_path):
+    from typer.testing import CliRunner
+
+    from solm.cli.pasta import app
+
+    instructions = [f"question {i}" for i in range(4)]
+    # AlpacaEval style (a JSON list, no ids): paired by instruction
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps([{"instruction": q, "output": f"plain {i}",
+                                     "generator": "base"} for i, q in enumerate(instructions)]))
+    model = tmp_path / "model.jsonl"
+    model.write_text("\n".join(json.dumps({"prompt": q, "response": f"GOOD {i}"})
+                               for i, q in enumerate(reversed(instructions))) + "\n")
+    out = tmp_path / "judged.jsonl"
+    runner = CliRunner()
+    with FakeLLM(None) as server:
+        args = ["judge", "-b", str(baseline), "-m", str(model), "-o", str(out),
+                "--judge", f"openai:judge@{server.url}", "--cache-dir", str(tmp_path / "c"),
+                "-q"]
+        first = runner.invoke(app, args)
+        assert first.exit_code == 0, first.output
+        assert server.judge_requests == 8
+        second = runner.invoke(app, args)
+        assert second.exit_code == 0 and server.judge_requests == 8
+    rows = list(read_jsonl(out))
+    assert len(rows) == 4 and all(r["winner"] == 2 and r["generator_2"] == "model" for r in rows)
+    assert {r["instruction"] for r in rows} == set(instructions)
+    assert json.loads(second.output[second.output.index("{"):])["skipped_done"] == 4
+    assert (tmp_path / "judged.jsonl.manifest.json").exists() or any(
+        p.name.endswith(".manifest.json") for p in tmp_path.iterdir())
+    # a row without an output is named by file and row
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"prompt": "q"}) + "\n")
+    res = runner.invoke(app, ["judge", "-b", str(baseline), "-m", str(bad), "-o",
+                              str(tmp_path / "x.jsonl"), "--judge", "openai:j@http://127.0.0.1:9"])
+    assert res.exit_code != 0 and "bad.jsonl:1" in res.output and "output" in res.output

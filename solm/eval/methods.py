@@ -102,8 +102,8 @@ class MethodRunner:
         ids = prompt_ids(self.tokenizer, prompt, system)
         res = self.runtime.generate(ids, cfg)
         row = result_record(self.runtime, Record("-", prompt, system=system), res, mode)
-        keep = ("content_tokens", "critical_path", "forward_passes", "promises", "threads",
-                "wall_s", "prefill_s", "decode_s", "flags")
+        keep = ("content_tokens", "total_tokens", "critical_path", "forward_passes", "promises",
+                "threads", "wall_s", "prefill_s", "decode_s", "flags")
         out = {"output": row["response"], **{k: row[k] for k in keep}}
         if mode == "parallel":
             out["annotated"] = row["annotated"]
