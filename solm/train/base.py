@@ -58,6 +58,10 @@ class TrainConfig:
     gradient_checkpointing: Optional[bool] = setting(
         None, "Recompute activations in backward (default: on for GPU, off on CPU).",
         flags=("--gradient-checkpointing/--no-gradient-checkpointing",))
+    attention: str = setting("auto", "Attention in training: flex (FlexAttention block masks "
+                             "built from the structure's terms: masked-out blocks are skipped), "
+                             "sdpa (dense mask), auto (flex on CUDA, sdpa on a CPU, where it "
+                             "measured faster).", choices=("auto", "sdpa", "flex"))
     precision: str = setting("auto", "auto (bf16 mixed precision where the hardware has it, "
                                      "else fp32), bf16, fp32.",
                              choices=("auto", "bf16", "fp32"))
@@ -152,6 +156,12 @@ class SolmTrainer:
         from transformers import Trainer
         return Trainer
 
+    def attention(self) -> str:
+        """`sdpa` or `flex` for this run (`--attention auto` resolved for the device)."""
+        from solm.train.flex import resolve_attention
+        return resolve_attention(self.config.attention,
+                                 "cuda" if torch.cuda.is_available() else "cpu")
+
     # ---- shared -----------------------------------------------------------------------
 
     def check(self) -> None:
@@ -172,7 +182,8 @@ class SolmTrainer:
         from solm.core.systems import get_system
 
         cfg = self.config
-        model, tok = load_model(cfg.model, dtype="fp32", device="cpu")
+        impl = "flex_attention" if self.attention() == "flex" else "sdpa"
+        model, tok = load_model(cfg.model, dtype="fp32", device="cpu", attn_implementation=impl)
         add_control_tokens(model, tok, self.control_tokens)
         vocab = get_system(self.control_tokens).structure_module().Vocab.from_tokenizer(tok)
         model.config.use_cache = False
@@ -289,8 +300,12 @@ class SolmTrainer:
         if not cfg.lora_r:  # LoRA trains the rows as their own parameters at the adapter's lr
             callbacks.append(ControlTokenLrScale(model, vocab.control_ids,
                                                  cfg.control_token_lr_scale))
-        trainer = self.trainer_class()(
-            model=model, args=args, data_collator=self.data_collator(tok, vocab),
+        trainer_cls, collator = self.trainer_class(), self.data_collator(tok, vocab)
+        if getattr(collator, "flex", False):
+            from solm.train.flex import flex_trainer
+            trainer_cls = flex_trainer(trainer_cls, collator.term)
+        trainer = trainer_cls(
+            model=model, args=args, data_collator=collator,
             train_dataset=train_ds, eval_dataset=eval_ds, processing_class=tok,
             callbacks=callbacks, compute_loss_func=self.compute_loss_func(model, vocab))
         if cfg.quiet:  # the Trainer prints each log dict when its progress bar is off

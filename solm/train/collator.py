@@ -16,7 +16,7 @@ import torch
 from solm.core.chat import prompt_ids, text_ids
 from solm.core.pasta_lang import strip
 from solm.core.structure import IGNORE
-from solm.core.systems.pasta import PastaVocab, structure
+from solm.core.systems.pasta import ATTR_NAMES, PastaVocab, pasta_visible, structure
 
 
 @dataclass
@@ -26,6 +26,7 @@ class PastaExample:
     visible: torch.Tensor  # bool [T, T]
     targets: list[int]  # per token: what it predicts (IGNORE for prompt tokens)
     prompt_len: int
+    attrs: dict[str, torch.Tensor] | None = None  # what the mask terms read
 
 
 @dataclass
@@ -34,6 +35,10 @@ class PastaCollator:
     vocab: PastaVocab
     max_len: int = 2048
     strip_annotations: bool = False  # Baseline-SFT: the same rows with tags removed
+    # flex: batches carry the structure's attributes (the trainer builds a BlockMask from
+    # `term`) instead of a dense [B, 1, T, T] mask
+    flex: bool = False
+    term = staticmethod(pasta_visible)
 
     def encode(self, row: dict) -> PastaExample:
         prompt = prompt_ids(self.tokenizer, row["prompt"], row.get("system"))
@@ -46,7 +51,8 @@ class PastaCollator:
         targets = s.targets.tolist()
         for i in range(min(len(prompt) - 1, len(targets))):
             targets[i] = IGNORE
-        return PastaExample(ids, s.position_ids.tolist(), s.visible, targets, len(prompt))
+        return PastaExample(ids, s.position_ids.tolist(), s.visible, targets, len(prompt),
+                            {n: s.attrs[n] for n in ATTR_NAMES})
 
     def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
         examples = [self.encode(r) for r in rows]
@@ -56,13 +62,24 @@ class PastaCollator:
         input_ids = torch.full((b, n), pad, dtype=torch.long)
         position_ids = torch.zeros((b, n), dtype=torch.long)
         labels = torch.full((b, n), IGNORE, dtype=torch.long)
-        # padding rows see only themselves, so no softmax row is empty
-        visible = torch.eye(n, dtype=torch.bool).repeat(b, 1, 1)
         for i, e in enumerate(examples):
             t = len(e.input_ids)
             input_ids[i, :t] = torch.tensor(e.input_ids)
             position_ids[i, :t] = torch.tensor(e.position_ids)
-            visible[i, :t, :t] = e.visible
             labels[i, 1:t] = torch.tensor(e.targets[: t - 1])  # pre-shifted for HF's loss
-        return {"input_ids": input_ids, "position_ids": position_ids,
-                "attention_mask": visible[:, None], "labels": labels}
+        batch = {"input_ids": input_ids, "position_ids": position_ids, "labels": labels}
+        if self.flex:
+            attrs = {name: torch.zeros((b, n), dtype=torch.long) for name in ATTR_NAMES}
+            for i, e in enumerate(examples):
+                for name in ATTR_NAMES:
+                    attrs[name][i, :len(e.input_ids)] = e.attrs[name]
+            batch["structure_attrs"] = attrs
+            batch["lengths"] = torch.tensor([len(e.input_ids) for e in examples])
+            return batch
+        # padding rows see only themselves, so no softmax row is empty
+        visible = torch.eye(n, dtype=torch.bool).repeat(b, 1, 1)
+        for i, e in enumerate(examples):
+            t = len(e.input_ids)
+            visible[i, :t, :t] = e.visible
+        batch["attention_mask"] = visible[:, None]
+        return batch

@@ -58,7 +58,8 @@ class PastaSFTTrainer(SolmTrainer):
 
     def data_collator(self, tokenizer, vocab):
         from solm.train.collator import PastaCollator
-        return PastaCollator(tokenizer, vocab, max_len=self.config.max_len)
+        return PastaCollator(tokenizer, vocab, max_len=self.config.max_len,
+                             flex=self.attention() == "flex")
 
     def prepare_data(self, rows: list[dict], tokenizer, vocab) -> PreparedData:
         from solm.core.provenance import file_sha256
