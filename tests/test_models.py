@@ -112,3 +112,14 @@ def test_embedded_model_answers_paris_and_reloads_fast():
     answer = tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
     assert "Paris" in answer
     assert load_s < 5.0, f"cached load took {load_s:.1f}s"
+
+
+@pytest.mark.parametrize("name", ["pasta-sft-cpu", "baseline-sft-cpu"])
+def test_kept_models_are_small_and_load_by_name(name):
+    from solm.core.models import ARTIFACTS_DIR, load_model
+
+    folder = ARTIFACTS_DIR / name
+    size = sum(p.stat().st_size for p in folder.iterdir())
+    assert size <= 20e6, f"{name}: {size / 1e6:.1f} MB"
+    model, tok = load_model(name, dtype="fp32", device="cpu")
+    assert "<sync/>" in tok.get_vocab() and model.get_input_embeddings().weight.shape[0] == len(tok)

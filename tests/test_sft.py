@@ -157,6 +157,11 @@ def test_lora_adapter_and_merged_outputs_load_to_the_same_model(tmp_path, tiny_f
     run_sft(config(tmp_path / "adapter", data, tiny_folder, lora_r=4, max_steps=3))
     run_sft(config(tmp_path / "merged", data, tiny_folder, lora_r=4, max_steps=3, merge=True))
     assert (tmp_path / "adapter" / "out" / "adapter_config.json").exists()
+    from safetensors import safe_open
+    with safe_open(str(tmp_path / "adapter" / "out" / "adapter_model.safetensors"), "pt") as f:
+        # only the control tokens' rows are saved, not the whole (resized) embeddings
+        assert not [k for k in f.keys() if "base_layer" in k]
+        assert any("trainable_tokens_delta" in k for k in f.keys())
     meta = json.loads((tmp_path / "merged" / "out" / "solm.json").read_text())
     assert meta["format"] == "lora-merged"
     base, _ = load_model(tiny_folder, dtype="fp32", device="cpu", system="pasta")

@@ -326,7 +326,13 @@ class SolmTrainer:
             else:
                 fmt = "lora-adapter"
         final.config.use_cache = True
-        final.save_pretrained(str(out), safe_serialization=True)
+        extra = {}
+        if fmt == "lora-adapter":
+            # the control tokens' rows are saved as their trained deltas; the rest of the
+            # (resized) embedding is the parent's, rebuilt on load: without this peft writes
+            # both whole embedding matrices (226 MB for the embedded model)
+            extra["save_embedding_layers"] = False
+        final.save_pretrained(str(out), safe_serialization=True, **extra)
         tok.save_pretrained(str(out))
         return fmt
 
