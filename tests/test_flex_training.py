@@ -16,9 +16,13 @@ ROWS = [
 
 
 def test_auto_picks_flex_on_cuda_only():
+    from solm.core.errors import SolmError
+
     assert resolve_attention("auto", "cuda") == "flex"
     assert resolve_attention("auto", "cpu") == "sdpa"
-    assert resolve_attention("flex", "cpu") == "flex"
+    assert resolve_attention("sdpa", "cuda") == "sdpa"
+    with pytest.raises(SolmError, match="no backward pass on a CPU"):
+        resolve_attention("flex", "cpu")
     with pytest.raises(ValueError):
         resolve_attention("xformers", "cpu")
 

@@ -69,8 +69,9 @@ def judge(
                                   "unreadable replies)."),
     timeout: float = typer.Option(120.0, callback=greater_than(0), help="Seconds per request."),
     base_url: Optional[str] = typer.Option(None, help="Server URL (overrides the spec's)."),
-    top_logprobs: int = typer.Option(5, min=1, max=20, help="token mode: alternatives asked "
-                                     "for per token."),
+    top_logprobs: Optional[int] = typer.Option(None, min=1, max=1000, help="token mode: "
+                                               "alternatives asked for per token (default: 20 "
+                                               "for API backends, OpenAI's most; 100 for hf)."),
     force: bool = ForceOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
@@ -80,9 +81,9 @@ def judge(
     from solm.core.models import cache_root
     from solm.core.provenance import check_rerun_settings, write_manifest
     from solm.judge.cache import VerdictCache
-    from solm.judge.job import JudgeConfig, judge_pairs, resolve_mode
+    from solm.judge.job import (JudgeConfig, judge_pairs, judge_version, resolve_mode,
+                                resolve_top_logprobs)
     from solm.judge.pairs import make_pairs, read_outputs
-    from solm.judge.prompt import prompt_version
 
     rejects = rejects or output.with_name(output.stem + ".rejects.jsonl")
     check_output(output, baseline, model)
@@ -98,7 +99,8 @@ def judge(
     cfg = JudgeConfig(concurrency=concurrency, rpm=rpm, max_tries=max_tries, mode=mode,
                       top_logprobs=top_logprobs)
     folder = None if no_cache else (cache_dir or cache_root() / "judge")
-    version = prompt_version(resolve_mode(mode, client.spec))
+    version = judge_version(resolve_mode(mode, client.spec),
+                            resolve_top_logprobs(top_logprobs, client.spec))
     row_settings = {"judge": client.spec, "prompt_version": version,
                     "baseline": str(baseline), "model": str(model)}
     mixed = check_rerun_settings(output, row_settings, force)

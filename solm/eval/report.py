@@ -2,7 +2,7 @@
 
 One point per (run, method): win rate against the run's baseline (length-controlled where it
 was computed, else raw; the axis says which) against realized speedup, theoretical speedup
-and parallelism (geometric means). The baseline sits at (1, 50%) by definition and is drawn
+and parallelism (geometric means), with the raw win rate's standard error as a bar. The baseline sits at (1, 50%) by definition and is drawn
 as a star; the Pareto frontier (no other point both faster and better) is drawn as a line.
 """
 
@@ -28,6 +28,7 @@ def points(summaries: list[dict]) -> list[dict]:
             out.append({"name": f"{run_name}/{label}" if several else label,
                         "baseline": m["baseline"], "kind": m["kind"], "model": m["model"],
                         "win": win, "raw": q.get("win_rate"), "lc": q.get("lc_win_rate"),
+                        "se": q.get("standard_error"),
                         "lc_method": q.get("lc_method"),
                         **{axis: (m["speed"].get(axis) or {}).get("geomean")
                            for axis, _ in AXES}})
@@ -50,6 +51,9 @@ def plot(pts: list[dict], axis: str, xlabel: str, ylabel: str, png: Path) -> Non
     colors = {"sequential": "#555555", "pasta": "#c44e52", "apar": "#4c72b0", "sot": "#55a868"}
     for p in usable:
         x = 1.0 if p["baseline"] else p[axis]
+        if p.get("se"):  # the raw win rate's standard error, drawn on the plotted value
+            ax.errorbar([x], [p["win"]], yerr=[p["se"]], color="#999999", capsize=3,
+                        linewidth=1, zorder=2)
         ax.scatter([x], [p["win"]], s=180 if p["baseline"] else 70,
                    marker="*" if p["baseline"] else "o", color=colors.get(p["kind"], "#8172b2"),
                    edgecolor="black", linewidth=0.6, zorder=3,
@@ -64,6 +68,9 @@ def plot(pts: list[dict], axis: str, xlabel: str, ylabel: str, png: Path) -> Non
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.margins(x=0.2, y=0.2)
+    if usable:  # never zoom in below +-10 points: a judge's noise would look like a result
+        wins = [p["win"] for p in usable]
+        ax.set_ylim(min(40.0, min(wins) - 5), max(60.0, max(wins) + 5))
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)

@@ -41,7 +41,10 @@ class Pair:
 @dataclass
 class JudgeConfig(JobLimits):
     mode: str = "auto"  # token | reply | auto (reply for gemini:, token elsewhere)
-    top_logprobs: int = 5
+    # alternatives asked per token in token mode; None: 20 for API backends (OpenAI's most),
+    # 100 for a local model, whose whole distribution is at hand (a weak judge seldom puts
+    # A or B among its top 5)
+    top_logprobs: int | None = None
     # a reply that names no winner is asked again this many times at most (at temperature 0
     # most backends answer the same again), while service failures get `max_tries`
     unreadable_tries: int = 2
@@ -78,6 +81,19 @@ def resolve_mode(mode: str, spec: str) -> str:
     return "reply" if spec.startswith("gemini:") else "token"
 
 
+def resolve_top_logprobs(top_logprobs: int | None, spec: str) -> int:
+    if top_logprobs is not None:
+        return top_logprobs
+    return 100 if spec.startswith("hf:") else 20
+
+
+def judge_version(mode: str, top_logprobs: int) -> str:
+    """What a verdict depends on besides the judge and the texts: the prompt, and in token
+    mode how many alternatives were read (the cache key and every judgment carry it)."""
+    version = prompt_version(mode)
+    return f"{version}/top{top_logprobs}" if mode == "token" else version
+
+
 class Judge:
     """Asks one backend for single-order verdicts, through the cache."""
 
@@ -85,7 +101,8 @@ class Judge:
                  summary: JudgeSummary, rng: random.Random):
         self.client, self.cfg, self.cache, self.summary, self.rng = client, cfg, cache, summary, rng
         self.mode = resolve_mode(cfg.mode, client.spec)
-        self.version = prompt_version(self.mode)
+        self.top_logprobs = resolve_top_logprobs(cfg.top_logprobs, client.spec)
+        self.version = judge_version(self.mode, self.top_logprobs)
         self.system = system_prompt(self.mode)
         self.limiter = TokenBucket(cfg.rpm, burst=max(1.0, min(cfg.concurrency, cfg.rpm / 60))) \
             if cfg.rpm else None
@@ -116,7 +133,7 @@ class Judge:
                     reply = await self.client.complete(
                         self.system, user_prompt(instruction, first, second),
                         max_tokens=self.max_tokens, temperature=self.cfg.temperature,
-                        logprobs=self.cfg.top_logprobs if self.mode == "token" else 0)
+                        logprobs=self.top_logprobs if self.mode == "token" else 0)
                 s.input_tokens += reply.input_tokens or 0
                 s.output_tokens += reply.output_tokens or 0
                 p = p_first_from_logprobs(reply.top_logprobs) if self.mode == "token" else None

@@ -5,7 +5,8 @@ every 128 x 128 block the mask leaves empty, which is most of a long PASTA row (
 see each other, main does not see open blocks). The block mask is built from the same terms
 `structure()` uses (`solm.core.structure`), over the batch's attributes, with the collator's
 padding rule: a padded position sees only itself. `--attention auto` picks flex on CUDA and
-SDPA on a CPU, where SDPA measured faster (`bench/flex_attention.py`).
+SDPA on a CPU, where FlexAttention has no backward pass at all (and its forward measured
+slower than SDPA's: `bench/flex_attention.py`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ ATTENTION_CHOICES = ("auto", "sdpa", "flex")
 def resolve_attention(choice: str, device_type: str) -> str:
     if choice not in ATTENTION_CHOICES:
         raise ValueError(f"attention must be one of {', '.join(ATTENTION_CHOICES)}")
+    if choice == "flex" and device_type == "cpu":
+        from solm.core.errors import SolmError
+        raise SolmError("--attention flex: FlexAttention has no backward pass on a CPU in "
+                        f"torch {torch.__version__}; train with --attention sdpa (the default "
+                        "there)")
     if choice != "auto":
         return choice
     return "flex" if device_type == "cuda" else "sdpa"
