@@ -55,6 +55,10 @@ def test_eval_run_and_report_end_to_end(tmp_path, tiny_folder):
     prompts.write_text("\n".join(json.dumps({"instruction": q}) for q in (
         "Name three fruits.", "How do I boil an egg?", "Write a haiku about rain.")) + "\n")
     run_dir = tmp_path / "run"
+    reference = tmp_path / "reference.json"  # AlpacaEval's model_outputs form: no ids
+    reference.write_text(json.dumps([{"instruction": q, "output": "GOOD reference",
+                                      "generator": "gpt4"} for q in (
+        "Name three fruits.", "How do I boil an egg?", "Write a haiku about rain.")]))
     with FakeLLM(None) as server:
         args = ["run", "-o", str(run_dir), "--prompts", str(prompts),
                 "--method", f"sequential={tiny_folder}", "--method", f"sot={tiny_folder}",
@@ -62,7 +66,7 @@ def test_eval_run_and_report_end_to_end(tmp_path, tiny_folder):
                 "--method", f"sequential:seq2={tiny_folder}", "--baseline", "sequential",
                 "--judge", f"openai:judge@{server.url}", "--max-new-tokens", "8",
                 "--sot-skeleton-tokens", "12", "--sot-point-tokens", "4", "--dtype", "fp32",
-                "--no-compile", "-q"]
+                "--reference", str(reference), "--no-compile", "-q"]
         first = _cli(*args, env_extra={"SOLM_CACHE": str(tmp_path / "cache")})
         assert first.returncode == 0, first.stderr[-3000:]
         requests = server.judge_requests
@@ -74,7 +78,10 @@ def test_eval_run_and_report_end_to_end(tmp_path, tiny_folder):
         distinct = {(b["instruction"], *order) for label in ("sot", "tiny-apar", "seq2")
                     for b, m in zip(out["sequential"], out[label])
                     for order in ((b["output"], m["output"]), (m["output"], b["output"]))}
-        assert len(distinct) <= requests <= 3 * 3 * 2
+        references = {(b["instruction"], *order) for label in out for b in out[label]
+                      for order in ((b["output"], "GOOD reference"),
+                                    ("GOOD reference", b["output"]))}
+        assert len(distinct) + len(references) <= requests <= 3 * 3 * 2 + 4 * 3 * 2
         # the same command again: nothing decoded, nothing asked
         again = _cli(*args, env_extra={"SOLM_CACHE": str(tmp_path / "cache")})
         assert again.returncode == 0, again.stderr[-3000:]
@@ -92,6 +99,10 @@ def test_eval_run_and_report_end_to_end(tmp_path, tiny_folder):
     seq = summary["methods"]["sequential"]
     assert seq["baseline"] and seq["speed"]["theoretical_speedup"]["geomean"] == 1.0
     sot = summary["methods"]["sot"]
+    # against the reference (the GOOD one): every method loses every pair
+    for label in ("sequential", "sot", "tiny-apar", "seq2"):
+        vs_ref = summary["methods"][label]["vs_reference"]
+        assert vs_ref["n"] == 3 and vs_ref["win_rate"] < 50
     assert sot["speed"]["prompts"] == 3 and sot["speed"]["realized_speedup"]["geomean"] > 0
     assert sot["vs_baseline"]["n"] == 3 and 0 <= sot["vs_baseline"]["win_rate"] <= 100
     printed = json.loads(again.stdout)
