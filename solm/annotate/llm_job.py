@@ -19,8 +19,8 @@ from solm.annotate.prompt import extract_annotation, prompt_version, system_prom
 from solm.annotate.rules import tens_for
 from solm.core.jsonl import JsonlWriter
 from solm.core.llm.base import ChatClient, LLMError
-from solm.core.llm.jobs import (JobLimits, TokenBucket, backoff_delay, is_transient,  # noqa: F401
-                                settled_ids)
+from solm.core.llm.jobs import (JobLimits, TokenBucket, backoff_delay, drain,  # noqa: F401
+                                is_transient, settled_ids)
 from solm.core.llm.spec import cost_usd
 from solm.core.pasta_lang import (PastaSyntaxError, Promise, faithful, parse, promises,
                                   serialize)
@@ -165,16 +165,8 @@ async def annotate_with_llm(records: Iterable[Record], client: ChatClient, outpu
             return
         reject(rec, last_reason, last_detail, cfg.max_tries)
 
-    async def worker() -> None:
-        while True:
-            try:
-                rec = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            await handle(rec)
-
     try:
-        await asyncio.gather(*(worker() for _ in range(max(1, cfg.concurrency))))
+        await drain(queue, handle, cfg.concurrency)
     finally:
         out.close()
         rej.close()

@@ -120,3 +120,21 @@ def done_ids(*paths: str | os.PathLike, key: str = "id") -> set[str]:
                 if key in r:
                     seen.add(str(r[key]))
     return seen
+
+
+def read_rows_located(path: str | os.PathLike) -> list[tuple[str, Any]]:
+    """The rows of a JSONL file or of a JSON list (AlpacaEval's files are lists), each with
+    where it stands ("file:line", or "file: item i") for error messages."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError("file not found", path=str(path))
+    with open(path, "r", encoding="utf-8", errors="replace") as f:
+        head = f.read(4096).lstrip()[:1]
+    if head == "[":
+        try:
+            items = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise DataError(f"not valid JSON: {e.msg} (line {e.lineno})", path=str(path)) \
+                from None
+        return [(f"{path}: item {i}", row) for i, row in enumerate(items)]
+    return [(f"{path}:{i}", row) for i, row in enumerate(read_jsonl(path), start=1)]

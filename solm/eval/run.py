@@ -115,17 +115,16 @@ def alpaca_eval_records(source: str, limit: int | None) -> list[tuple[int, Recor
                             f"or JSON list with an `instruction` field)") from None
     path = Path(source)
     if path.suffix == ".json" and path.exists():
-        try:
-            rows = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise SolmError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+        from solm.core.errors import DataError
+        from solm.core.jsonl import read_rows_located
+
+        located = read_rows_located(path)
         recs = []
-        for i, row in enumerate(rows[:limit] if limit else rows):
+        for i, (where, row) in enumerate(located[:limit] if limit else located):
             try:
                 recs.append(record_from_dict(row, f"{path.stem}-{i}"))
             except (ValueError, TypeError, AttributeError) as e:
-                from solm.core.errors import DataError
-                raise DataError(str(e), path=f"{path}: item {i}") from None
+                raise DataError(str(e), path=where) from None
     else:
         recs = list(load_records(source, limit=limit))
     return list(enumerate(recs))

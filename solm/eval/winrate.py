@@ -9,14 +9,12 @@ counted.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from solm.core.errors import DataError
-from solm.core.jsonl import read_jsonl
+from solm.core.jsonl import read_rows_located
 
 REQUIRED = ("instruction", "output_1", "output_2", "preference")
 
@@ -51,19 +49,7 @@ def read_judgments(path: str | os.PathLike) -> list[Judgment]:
     """solm's judgments (JSONL from `pasta judge`) or AlpacaEval's annotations (a JSON list,
     or JSONL, with `instruction`, `output_1`, `output_2`, `generator_1`, `generator_2`,
     `preference`). A row that lacks a field raises DataError naming the file, row and field."""
-    path = Path(path)
-    if not path.exists():
-        raise DataError("file not found", path=str(path))
-    text_start = path.read_text(encoding="utf-8", errors="replace").lstrip()[:1]
-    if text_start == "[":
-        try:
-            rows = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise DataError(f"not valid JSON: {e.msg} (line {e.lineno})", path=str(path)) \
-                from None
-        located = [(f"{path}: item {i}", row) for i, row in enumerate(rows)]
-    else:
-        located = [(f"{path}:{i}", row) for i, row in enumerate(read_jsonl(path), start=1)]
+    located = read_rows_located(path)
     out = []
     for where, row in located:
         if not isinstance(row, dict):
@@ -112,10 +98,6 @@ def win_rate(judgments: list[Judgment]) -> dict:
 
 def read_judgment_field(path: str | os.PathLike, name: str) -> str | None:
     """The value of `name` shared by the rows of a judgments file, if exactly one."""
-    path = Path(path)
-    if path.read_text(encoding="utf-8", errors="replace").lstrip()[:1] == "[":
-        rows = json.loads(path.read_text(encoding="utf-8"))
-    else:
-        rows = list(read_jsonl(path))
+    rows = [row for _, row in read_rows_located(path)]
     values = {str(r.get(name)) for r in rows if isinstance(r, dict) and r.get(name) is not None}
     return values.pop() if len(values) == 1 else None

@@ -17,7 +17,8 @@ from typing import Callable, Iterable
 
 from solm.core.jsonl import JsonlWriter
 from solm.core.llm.base import ChatClient, LLMError
-from solm.core.llm.jobs import JobLimits, TokenBucket, backoff_delay, is_transient, settled_ids
+from solm.core.llm.jobs import (JobLimits, TokenBucket, backoff_delay, drain, is_transient,
+                                settled_ids)
 from solm.core.llm.spec import cost_usd
 from solm.judge.cache import VerdictCache, verdict_key
 from solm.judge.prompt import prompt_version, system_prompt, user_prompt
@@ -214,16 +215,8 @@ async def judge_pairs(pairs: Iterable[Pair], client: ChatClient, output: Path, r
         summary.judged += 1
         notify()
 
-    async def worker() -> None:
-        while True:
-            try:
-                pair = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            await handle(pair)
-
     try:
-        await asyncio.gather(*(worker() for _ in range(max(1, cfg.concurrency))))
+        await drain(queue, handle, cfg.concurrency)
     finally:
         out.close()
         rej.close()

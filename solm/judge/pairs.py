@@ -9,25 +9,11 @@ files have no ids).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from solm.core.errors import DataError, SolmError
-from solm.core.jsonl import read_jsonl
+from solm.core.jsonl import read_rows_located
 from solm.judge.job import Pair
-
-
-def _rows(path: Path) -> list[tuple[str, dict]]:
-    if not path.exists():
-        raise DataError("file not found", path=str(path))
-    if path.read_text(encoding="utf-8", errors="replace").lstrip()[:1] == "[":
-        try:
-            items = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise DataError(f"not valid JSON: {e.msg} (line {e.lineno})", path=str(path)) \
-                from None
-        return [(f"{path}: item {i}", row) for i, row in enumerate(items)]
-    return [(f"{path}:{i}", row) for i, row in enumerate(read_jsonl(path), start=1)]
 
 
 def read_outputs(path: str | Path) -> list[dict]:
@@ -35,7 +21,7 @@ def read_outputs(path: str | Path) -> list[dict]:
     output raises DataError naming the file, row and field."""
     path = Path(path)
     out = []
-    for i, (where, row) in enumerate(_rows(path)):
+    for i, (where, row) in enumerate(read_rows_located(path)):
         if not isinstance(row, dict):
             raise DataError("expected an object", path=where)
         instruction = row.get("instruction", row.get("prompt"))

@@ -75,3 +75,15 @@ def settled_ids(output: Path, rejects: Path) -> tuple[set[str], int]:
     return seen, len(retried - seen)
 
 
+async def drain(queue: asyncio.Queue, handle, workers: int) -> None:
+    """Run `await handle(item)` for every item of `queue` with `workers` concurrent workers."""
+
+    async def worker() -> None:
+        while True:
+            try:
+                item = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            await handle(item)
+
+    await asyncio.gather(*(worker() for _ in range(max(1, workers))))
