@@ -12,12 +12,13 @@ import pytest
 
 from conftest import sample_records
 from fake_llm_server import FakeLLM
-from solm.annotate.llm_job import (LLMAnnotateConfig, Rejection, TokenBucket, annotate_with_llm,
+from solm.annotate.llm_job import (LLMAnnotateConfig, Rejection, annotate_with_llm,
                                    check_annotation)
 from solm.annotate.prompt import demonstrations, prompt_version, system_prompt
 from solm.core.jsonl import read_jsonl
 from solm.core.llm import make_client, parse_spec
 from solm.core.llm.base import redact
+from solm.core.llm.jobs import TokenBucket
 from solm.core.pasta_lang import faithful, validate
 from solm.core.records import Record
 

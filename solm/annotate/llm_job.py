@@ -19,8 +19,8 @@ from solm.annotate.prompt import extract_annotation, prompt_version, system_prom
 from solm.annotate.rules import tens_for
 from solm.core.jsonl import JsonlWriter
 from solm.core.llm.base import ChatClient, LLMError
-from solm.core.llm.jobs import (JobLimits, TokenBucket, backoff_delay, drain,  # noqa: F401
-                                is_transient, settled_ids)
+from solm.core.llm.jobs import (JobLimits, backoff_delay, drain, is_transient, queue_pending,
+                                rate_limiter, settled_ids)
 from solm.core.llm.spec import cost_usd
 from solm.core.pasta_lang import (PastaSyntaxError, Promise, faithful, parse, promises,
                                   serialize)
@@ -92,17 +92,10 @@ async def annotate_with_llm(records: Iterable[Record], client: ChatClient, outpu
     started = time.perf_counter()
     seen, summary.retried_rejects = settled_ids(output, rejects)
     version, system = prompt_version(), system_prompt()
-    limiter = TokenBucket(cfg.rpm, burst=max(1.0, min(cfg.concurrency, cfg.rpm / 60))) \
-        if cfg.rpm else None
+    limiter = rate_limiter(cfg)
     rng = random.Random(seed)
-    queue: asyncio.Queue = asyncio.Queue()
-    for rec in records:
-        summary.rows += 1
-        if rec.id in seen:
-            summary.skipped_done += 1
-            continue
-        seen.add(rec.id)  # duplicate ids in the input are annotated once
-        queue.put_nowait(rec)
+    # duplicate ids in the input are annotated once
+    queue, summary.rows, summary.skipped_done = queue_pending(records, seen)
     out, rej = JsonlWriter(output), JsonlWriter(rejects)
 
     def notify():

@@ -17,8 +17,8 @@ from typing import Callable, Iterable
 
 from solm.core.jsonl import JsonlWriter
 from solm.core.llm.base import ChatClient, LLMError
-from solm.core.llm.jobs import (JobLimits, TokenBucket, backoff_delay, drain, is_transient,
-                                settled_ids)
+from solm.core.llm.jobs import (JobLimits, backoff_delay, drain, is_transient, queue_pending,
+                                rate_limiter, settled_ids)
 from solm.core.llm.spec import cost_usd
 from solm.judge.cache import VerdictCache, verdict_key
 from solm.judge.prompt import prompt_version, system_prompt, user_prompt
@@ -105,8 +105,7 @@ class Judge:
         self.top_logprobs = resolve_top_logprobs(cfg.top_logprobs, client.spec)
         self.version = judge_version(self.mode, self.top_logprobs)
         self.system = system_prompt(self.mode)
-        self.limiter = TokenBucket(cfg.rpm, burst=max(1.0, min(cfg.concurrency, cfg.rpm / 60))) \
-            if cfg.rpm else None
+        self.limiter = rate_limiter(cfg)
         self.in_flight = asyncio.Semaphore(max(1, cfg.concurrency))
         self.max_tokens = cfg.max_output_tokens or (8 if self.mode == "token" else 64)
 
@@ -183,14 +182,7 @@ async def judge_pairs(pairs: Iterable[Pair], client: ChatClient, output: Path, r
     started = time.perf_counter()
     seen, summary.retried_rejects = settled_ids(output, rejects)
     judge = Judge(client, cfg, cache, summary, random.Random(seed))
-    queue: asyncio.Queue = asyncio.Queue()
-    for pair in pairs:
-        summary.pairs += 1
-        if pair.id in seen:
-            summary.skipped_done += 1
-            continue
-        seen.add(pair.id)
-        queue.put_nowait(pair)
+    queue, summary.pairs, summary.skipped_done = queue_pending(pairs, seen)
     out, rej = JsonlWriter(output), JsonlWriter(rejects)
 
     def notify() -> None:

@@ -87,3 +87,25 @@ async def drain(queue: asyncio.Queue, handle, workers: int) -> None:
             await handle(item)
 
     await asyncio.gather(*(worker() for _ in range(max(1, workers))))
+
+
+def rate_limiter(cfg: JobLimits) -> TokenBucket | None:
+    """The job's token bucket (bursts up to its concurrency), None without `rpm`."""
+    if not cfg.rpm:
+        return None
+    return TokenBucket(cfg.rpm, burst=max(1.0, min(cfg.concurrency, cfg.rpm / 60)))
+
+
+def queue_pending(items, seen: set[str]) -> tuple[asyncio.Queue, int, int]:
+    """A queue of the items whose `id` is not settled yet (a repeated id once); returns the
+    queue, how many items there were and how many were skipped as settled."""
+    queue: asyncio.Queue = asyncio.Queue()
+    total = skipped = 0
+    for item in items:
+        total += 1
+        if item.id in seen:
+            skipped += 1
+            continue
+        seen.add(item.id)
+        queue.put_nowait(item)
+    return queue, total, skipped
