@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (CompileOption, DebugOption, DeviceOption, DtypeOption, QuietOption,
+from solm.cli.common import (CompileOption, ConfigOption, DebugOption, DeviceOption, DtypeOption, QuietOption,
                              greater_than, handle_errors, info, one_of, out_console,
                              probability_mass, progress)
 from solm.cli.errors import SolmGroup
@@ -147,7 +147,7 @@ def run(
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     compile: Optional[bool] = CompileOption,
-    quiet: bool = QuietOption, debug: bool = DebugOption,
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     from solm.core.models import default_device
     from solm.core.sampling import SamplingConfig
