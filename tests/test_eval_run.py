@@ -122,3 +122,31 @@ def test_eval_run_and_report_end_to_end(tmp_path, tiny_folder):
     for axis in ("realized_speedup", "theoretical_speedup", "parallelism"):
         png = tmp_path / "report" / f"winrate_vs_{axis}.png"
         assert png.exists() and png.stat().st_size > 5000
+
+
+def test_alpaca_eval_prompts_from_the_hub_file_and_local_files(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    from solm.core.errors import DataError
+    from solm.eval.run import alpaca_eval_records
+
+    hub_file = tmp_path / "alpaca_eval.json"  # the hub's file is a JSON list
+    hub_file.write_text(json.dumps([{"instruction": f"q{i}", "output": "o", "generator": "g",
+                                     "dataset": "helpful_base"} for i in range(5)]))
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download",
+                        lambda repo, name, repo_type: str(hub_file))
+    recs = alpaca_eval_records("tatsu-lab/alpaca_eval", limit=3)
+    assert [(i, r.prompt) for i, r in recs] == [(0, "q0"), (1, "q1"), (2, "q2")]
+
+    def offline(*args, **kwargs):
+        raise OSError("no network")
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+    with pytest.raises(SolmError, match="--prompts"):
+        alpaca_eval_records("tatsu-lab/alpaca_eval", limit=3)
+    jsonl = tmp_path / "local.jsonl"
+    jsonl.write_text("\n".join(json.dumps({"instruction": f"l{i}"}) for i in range(4)) + "\n")
+    assert len(alpaca_eval_records(str(jsonl), None)) == 4
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"instruction": "ok"}, {"nothing": 1}]))
+    with pytest.raises(DataError, match="bad.json: item 1"):
+        alpaca_eval_records(str(bad), None)
