@@ -64,10 +64,11 @@ sft-pasta-cpu: setup $(SFT_DIR)/sft_rows.jsonl
 
 # The issue-15 artifacts: the same rows, LoRA rank 8 (with the control tokens' embedding rows
 # trained as their own parameters), Pasta-SFT and Baseline-SFT. The adapters (< 20 MB each)
-# are copied into the package, where the aliases pasta-sft-cpu / baseline-sft-cpu load them.
+# are copied into the package, where the aliases pasta-sft-cpu / baseline-sft-cpu load them
+# (without a tokenizer: loading rebuilds it from the parent's, as training built it).
 LORA_ARGS ?= --lora-r 8 --lr 1e-3 --batch-size 4 --epochs 1 --max-len 384 --eval-rows 16 --save-every 40 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
 ARTIFACTS := solm/artifacts
-ADAPTER_FILES := adapter_config.json adapter_model.safetensors solm.json tokenizer.json tokenizer_config.json chat_template.jinja
+ADAPTER_FILES := adapter_config.json adapter_model.safetensors solm.json
 sft-lora-cpu: setup $(SFT_DIR)/sft_rows.jsonl
 	$(BIN)/pasta sft --data $(SFT_DIR)/sft_rows.jsonl --out $(SFT_DIR)/pasta-sft-lora $(LORA_ARGS)
 	$(BIN)/pasta sft --data $(SFT_DIR)/sft_rows.jsonl --out $(SFT_DIR)/baseline-sft-lora --strip-annotations $(LORA_ARGS)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from solm.decode.bandwidth import cpu_description  # noqa: F401  (bench/serve_overhead.py imports it from here)
+from solm.decode.bandwidth import cpu_description
 
 PROMPTS = ["Give me three tips for staying healthy.", "What is the capital of France?",
            "Write a haiku about autumn.", "Explain photosynthesis in one paragraph.",

@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.request
 
-from fast_step import cpu_description  # bench/ is on the path when run as a script
+from solm.decode.bandwidth import cpu_description
 
 TOPICS = ("sleep", "tea", "running", "chess", "gardens", "rain", "bread", "music", "rivers",
           "birds", "bicycles", "clouds")

@@ -34,7 +34,14 @@ def pairs(n, model_good=True, prefix="p"):
 def run(client, items, tmp_path, cache_dir="cache", **cfg):
     out, rej = tmp_path / "judged.jsonl", tmp_path / "judged.rejects.jsonl"
     cache = VerdictCache(tmp_path / cache_dir if cache_dir else None)
-    summary = asyncio.run(judge_pairs(items, client, out, rej, JudgeConfig(**cfg), cache))
+
+    async def judge_all():
+        try:
+            return await judge_pairs(items, client, out, rej, JudgeConfig(**cfg), cache)
+        finally:
+            await client.aclose()
+
+    summary = asyncio.run(judge_all())
     return (summary, list(read_jsonl(out)) if out.exists() else [],
             list(read_jsonl(rej)) if rej.exists() else [])
 

@@ -60,11 +60,11 @@ def test_point_logits_equal_decoding_each_point_alone(tiny, pasta_tokenizer):
     """The pool shares the prefix; each point must read exactly what a plain forward of
     prefix + its own prompt + its tokens reads (fp32)."""
     rt = SotRuntime(tiny, pasta_tokenizer, pool_size=1024)
-    rt._newline = set()  # a random model writes newlines anywhere: let points run their length
     points = ["Boil the water", "Warm the pot", "Steep three minutes"]
     prefix, own = rt.point_prompts("How do I make tea?", points)
     assert len(prefix) > 50 and all(len(o) > 3 for o in own)
-    cfg = SotConfig(max_point_tokens=7, record_logits=True)
+    # a random model writes newlines anywhere: let points run their length
+    cfg = SotConfig(max_point_tokens=7, record_logits=True, stop_at_newline=False)
     samplers = [Sampler(SamplingConfig()) for _ in points]
     clock = {"prefill": 0.0, "decode": 0.0}
     generated, steps, logits = rt.expand(prefix, own, cfg, samplers, clock, set())

@@ -220,6 +220,18 @@ def progress(description: str, total: int | None) -> Iterator[Callable[..., None
         yield advance
 
 
+def settled_counter(advance: Callable[..., None]) -> Callable[[int, str], None]:
+    """`update(settled, status)` for jobs that report a running total: moves `advance`'s bar
+    by the change since the last call."""
+    done = [0]
+
+    def update(settled: int, status: str) -> None:
+        advance(settled - done[0], status=status)
+        done[0] = settled
+
+    return update
+
+
 def check_output(output: Path, *inputs: object) -> None:
     """An output may not be one of the inputs (appending to the file being read loses rows)."""
     if str(output) == "-":

@@ -11,7 +11,7 @@ import typer
 from solm.cli.common import (ConfigOption, DebugOption, ForceOption, QuietOption, check_output,
                              console,
                              greater_than, handle_errors, one_of, out_console, progress,
-                             settings_from)
+                             settings_from, settled_counter)
 
 JUDGE_HELP = """Judge a model's outputs against a baseline's, pair by pair, with an LLM judge.
 
@@ -105,16 +105,21 @@ def judge(
                     "baseline": str(baseline), "model": str(model)}
     mixed = check_rerun_settings(output, row_settings, force)
     with progress(f"judging with {client.spec}", len(pairs)) as advance:
-        done = [0]
+        counter = settled_counter(advance)
 
         def update(s):
-            n = s.skipped_done + s.judged + sum(s.rejected.values())
-            advance(n - done[0], status=f"judged {s.judged} rejected {sum(s.rejected.values())}"
-                                        f" cached {s.cache_hits}")
-            done[0] = n
+            rejected = sum(s.rejected.values())
+            counter(s.skipped_done + s.judged + rejected,
+                    f"judged {s.judged} rejected {rejected} cached {s.cache_hits}")
 
-        summary = asyncio.run(judge_pairs(pairs, client, output, rejects, cfg,
-                                          VerdictCache(folder), on_update=update))
+        async def judge_all():
+            try:
+                return await judge_pairs(pairs, client, output, rejects, cfg,
+                                         VerdictCache(folder), on_update=update)
+            finally:
+                await client.aclose()
+
+        summary = asyncio.run(judge_all())
     result = {**summary.to_dict(), "unpaired": unpaired, "judge": client.spec,
               "prompt_version": version}
     write_manifest(output, "pasta judge", settings_from(locals()),

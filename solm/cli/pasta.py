@@ -14,7 +14,7 @@ from solm.cli.common import (DEFAULT_MODEL, CompileOption, ConfigOption, DebugOp
                              DtypeOption, ForceOption, ModelOption, QuietOption, VersionOption,
                              check_output, console, greater_than, handle_errors, info, is_quiet,
                              one_of, out_console, probability_mass, progress, settings_from,
-                             show_control_tokens)
+                             settled_counter, show_control_tokens)
 from solm.cli.errors import SolmGroup
 from solm.cli.options import config_from_options, config_parameters, with_parameters
 from solm.cli.judge import JUDGE_HELP, judge
@@ -134,13 +134,12 @@ def annotate(
                                 max_output_tokens=max_output_tokens)
         extra["prompt_version"] = prompt_version()
         with progress(f"annotating with {client.spec}", len(records)) as advance:
-            done = [0]
+            counter = settled_counter(advance)
 
             def update(s):
-                n = s.skipped_done + s.accepted + sum(s.rejected.values())
-                advance(n - done[0], status=f"accepted {s.accepted} rejected "
-                                            f"{sum(s.rejected.values())} retrying {s.retrying}")
-                done[0] = n
+                rejected = sum(s.rejected.values())
+                counter(s.skipped_done + s.accepted + rejected,
+                        f"accepted {s.accepted} rejected {rejected} retrying {s.retrying}")
 
             summary = asyncio.run(annotate_with_llm(records, client, output, rejects, count,
                                                     cfg, on_update=update))

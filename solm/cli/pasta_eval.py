@@ -47,11 +47,11 @@ def winrate(
     debug: bool = DebugOption,
 ) -> None:
     from solm.eval.length_control import find_gamed_csv, length_controlled
-    from solm.eval.winrate import read_judgments
+    from solm.eval.winrate import read_judgments, recorded_judge
 
     judgments = read_judgments(annotations)
     if judge is None:
-        judge = _recorded_judge(annotations)
+        judge = recorded_judge(judgments)
     result = length_controlled(judgments, find_gamed_csv(gamed_csv), judge)
     result = {"win_rate": _pct(result.pop("win_rate")),
               "lc_win_rate": _pct(result.pop("lc_win_rate")), **result}
@@ -65,13 +65,6 @@ def winrate(
 
 def _pct(value: float | None) -> float | None:
     return None if value is None else round(float(value), 2)
-
-
-def _recorded_judge(path: Path) -> str | None:
-    """The `judge` field of solm judgments (None for AlpacaEval files, which have none)."""
-    from solm.eval.winrate import read_judgment_field
-
-    return read_judgment_field(path, "judge")
 
 
 RUN_HELP = """Decode AlpacaEval's instructions with several methods side by side, judge each

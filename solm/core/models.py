@@ -250,7 +250,8 @@ def _load_adapter(folder: Path, torch_dtype: torch.dtype, attn_implementation: s
     """A LoRA output of `pasta sft` (without --merge): its parent with the adapter merged in.
 
     The parent comes from solm.json (an alias or path valid on this machine), else from the
-    adapter's own record; the folder's tokenizer carries the control tokens."""
+    adapter's own record. The tokenizer is the folder's where it has one, else the parent's
+    with the control tokens added (what training added: the kept models carry no copy)."""
     import json
 
     from peft import PeftModel
@@ -263,7 +264,8 @@ def _load_adapter(folder: Path, torch_dtype: torch.dtype, attn_implementation: s
     if not parent:
         raise SolmError(f"{folder}: LoRA adapter without a parent model (no solm.json "
                         f"parent_model, no base_model_name_or_path)")
-    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    own_tokenizer = (folder / "tokenizer_config.json").exists()
+    tokenizer = AutoTokenizer.from_pretrained(str(folder)) if own_tokenizer else None
     try:
         parent_path = resolve_model_path(parent)
         base = AutoModelForCausalLM.from_pretrained(
@@ -275,6 +277,7 @@ def _load_adapter(folder: Path, torch_dtype: torch.dtype, attn_implementation: s
     # the same mean-initialised rows the adapter was trained from
     add_control_tokens(base, base_tok, meta.get("control_tokens", "pasta"),
                        num_registers=meta.get("num_registers", 16))
+    tokenizer = tokenizer or base_tok
     if len(base_tok) != len(tokenizer):
         raise SolmError(f"{folder}: tokenizer has {len(tokenizer)} tokens but the parent "
                         f"{parent} with control tokens has {len(base_tok)}")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from solm.core.errors import DataError
 from solm.eval.winrate import Judgment, valid_preferences, win_rate
 
 AE_BASELINE = "gpt4_1106_preview"
@@ -41,7 +42,6 @@ def find_gamed_csv(explicit: str | os.PathLike | None = None) -> Path | None:
         if candidate:
             path = Path(candidate)
             if not path.is_file():
-                from solm.core.errors import DataError
                 raise DataError("df_gamed.csv not found", path=str(path))
             return path
     hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
@@ -111,7 +111,6 @@ def read_gamed(path: Path) -> dict:
     missing = {"index", "instruction_difficulty", "preference", "std_delta_len",
                "not_gamed_baseline"} - set(df.columns)
     if missing:
-        from solm.core.errors import DataError
         raise DataError(f"missing column(s) {', '.join(sorted(missing))}", path=str(path))
     first = df.drop_duplicates("index")
     difficulty = dict(zip(first["index"].astype(int), first["instruction_difficulty"]))
@@ -122,8 +121,6 @@ def lc_alpaca_eval(judgments: list[Judgment], gamed_csv: Path) -> float:
     """LC exactly as `alpaca_eval.metrics.glm_winrate.get_length_controlled_winrate` computes
     it. Instructions are matched to difficulties by each judgment's `index` (its position in
     AlpacaEval's 805), else by row position, as alpaca_eval does."""
-    from solm.core.errors import DataError
-
     gamed = read_gamed(gamed_csv)
     difficulty_of = gamed["difficulty"]
     rows = gamed["rows"]
@@ -168,7 +165,7 @@ def length_controlled(judgments: list[Judgment], gamed_csv: Path | None = None,
                       judge: str | None = None) -> dict:
     """Raw and length-controlled win rates, with how LC was computed and what it is calibrated
     for. Needs at least N_SPLITS judgments with a verdict (and two different lengths)."""
-    out = {k: v for k, v in win_rate(judgments).items()}
+    out = dict(win_rate(judgments))
     out["lc_win_rate"], out["lc_method"] = None, None
     generators = sorted({j.generator_1 for j in judgments})
     if len(valid_preferences(judgments)) < 2 * N_SPLITS:

@@ -66,12 +66,7 @@ class MethodRunner:
 
     def warm_up(self) -> None:
         """One short decode, untimed (first-call allocations, graph builds)."""
-        saved = self.settings.max_new_tokens
-        try:
-            self.settings.max_new_tokens = 8
-            self._decode_once("Say hello.")
-        finally:
-            self.settings.max_new_tokens = saved
+        self._decode_once("Say hello.", max_new_tokens=8)
 
     def decode(self, record: Record, index: int, repeats: int = 1) -> dict:
         for _ in range(max(1, repeats)):
@@ -80,14 +75,17 @@ class MethodRunner:
                 "generator": self.method.label, "kind": self.method.kind,
                 "model": self.method.model, "repeats": repeats, **row}
 
-    def _decode_once(self, prompt: str, system: str | None = None) -> dict:
+    def _decode_once(self, prompt: str, system: str | None = None,
+                     max_new_tokens: int | None = None) -> dict:
         s = self.settings
         if self.method.kind == "sot":
             from solm.decode.sot.runtime import SotConfig
 
+            skeleton, point = s.sot_skeleton_tokens, s.sot_point_tokens
+            if max_new_tokens is not None:  # the warm-up's short decode
+                skeleton, point = min(skeleton, max_new_tokens), min(point, max_new_tokens)
             res = self.runtime.generate(prompt, SotConfig(
-                max_skeleton_tokens=s.sot_skeleton_tokens, max_point_tokens=s.sot_point_tokens,
-                sampling=s.sampling))
+                max_skeleton_tokens=skeleton, max_point_tokens=point, sampling=s.sampling))
             return {"output": res.text, "content_tokens": res.content_tokens,
                     "critical_path": res.critical_path, "forward_passes": res.forward_passes,
                     "points": len(res.points), "skeleton_tokens": res.skeleton_tokens,
@@ -97,7 +95,7 @@ class MethodRunner:
         from solm.decode.pasta.runtime import PastaDecodeConfig
 
         mode = "sequential" if self.method.kind == "sequential" else "parallel"
-        cfg = PastaDecodeConfig(mode=mode, max_new_tokens=s.max_new_tokens,
+        cfg = PastaDecodeConfig(mode=mode, max_new_tokens=max_new_tokens or s.max_new_tokens,
                                 sampling=s.sampling, max_fork_tokens=s.max_fork_tokens)
         ids = prompt_ids(self.tokenizer, prompt, system)
         res = self.runtime.generate(ids, cfg)

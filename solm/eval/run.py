@@ -144,25 +144,33 @@ def judge_outputs(run_dir: Path, labels: Iterable[str], baseline: str, judge: st
     from solm.judge.pairs import make_pairs, read_outputs
 
     opts = dict(judge_options)
-    cache_dir = opts.pop("cache_dir", None) or cache_root() / "judge"
+    cache = VerdictCache(opts.pop("cache_dir", None) or cache_root() / "judge")
     client_opts = {k: opts.pop(k) for k in ("timeout", "base_url") if k in opts}
     jobs = []
     base_rows = read_outputs(outputs_path(run_dir, baseline))
+    ref_rows = read_outputs(reference) if reference is not None else None
     for label in labels:
         rows = read_outputs(outputs_path(run_dir, label))
         if label != baseline:
             jobs.append((judgments_path(run_dir, label), make_pairs(base_rows, rows)))
-        if reference is not None:
-            jobs.append((judgments_path(run_dir, label, REFERENCE),
-                         make_pairs(read_outputs(reference), rows)))
-    summaries = {}
-    for path, pairs in jobs:
+        if ref_rows is not None:
+            jobs.append((judgments_path(run_dir, label, REFERENCE), make_pairs(ref_rows, rows)))
+
+    async def judge_all() -> dict[str, dict]:
+        # one client (a local judge loads its model once) and one cache for every job
         client = make_client(judge, batch_size=opts.get("concurrency", 8), **client_opts)
-        rejects = path.with_name(path.stem + ".rejects.jsonl")
-        summary = asyncio.run(judge_pairs(pairs, client, path, rejects, JudgeConfig(**opts),
-                                          VerdictCache(cache_dir), on_update=on_update))
-        summaries[path.name] = summary.to_dict()
-    return summaries
+        summaries = {}
+        try:
+            for path, pairs in jobs:
+                rejects = path.with_name(path.stem + ".rejects.jsonl")
+                summary = await judge_pairs(pairs, client, path, rejects, JudgeConfig(**opts),
+                                            cache, on_update=on_update)
+                summaries[path.name] = summary.to_dict()
+        finally:
+            await client.aclose()
+        return summaries
+
+    return asyncio.run(judge_all())
 
 
 def load_outputs(run_dir: Path, label: str) -> dict[str, dict]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from solm.eval.length_control import find_gamed_csv, length_controlled
 from solm.eval.run import REFERENCE, judgments_path, load_outputs, read_run_file
 from solm.eval.stats import geomean
-from solm.eval.winrate import read_judgment_field, read_judgments
+from solm.eval.winrate import read_judgments, recorded_judge
 
 SPEED_FLOOR = 1e-3  # a prompt with an empty answer still counts (pulls the mean down)
 
@@ -59,14 +59,15 @@ def quality(path: Path, gamed_csv: Path | None) -> dict | None:
     judgments = read_judgments(path)
     if not judgments:
         return None
-    result = length_controlled(judgments, gamed_csv, read_judgment_field(path, "judge"))
+    judge = recorded_judge(judgments)
+    result = length_controlled(judgments, gamed_csv, judge)
     keep = ("win_rate", "lc_win_rate", "lc_method", "lc_note", "lc_warning", "standard_error",
             "n", "n_wins", "n_wins_base", "n_draws")
     out = {k: result.get(k) for k in keep if result.get(k) is not None}
     for k in ("win_rate", "lc_win_rate", "standard_error"):
         if out.get(k) is not None:
             out[k] = round(float(out[k]), 2)
-    out["judge"] = read_judgment_field(path, "judge")
+    out["judge"] = judge
     return out
 
 
@@ -76,20 +77,21 @@ def summarize(run_dir: Path, gamed_csv: Path | None = None) -> dict:
     run = read_run_file(run_dir)
     gamed = find_gamed_csv(gamed_csv)
     baseline = run["baseline"]
-    base_rows = load_outputs(run_dir, baseline)
+    rows_of = {m["label"]: load_outputs(run_dir, m["label"]) for m in run["methods"]}
+    base_rows = rows_of[baseline]
     methods = {}
     sequential_of = {m["model"]: m["label"] for m in run["methods"]
                      if m["kind"] == "sequential"}
     for m in run["methods"]:
         label = m["label"]
-        rows = load_outputs(run_dir, label)
+        rows = rows_of[label]
         entry = {"kind": m["kind"], "model": m["model"], "baseline": label == baseline,
                  "speed": speed(rows, base_rows)}
         same = sequential_of.get(m["model"])
         if m["kind"] != "sequential" and same is not None and same != baseline:
             # the method's own model decoded sequentially: its speedup without a model change
             entry["speed_vs_same_model"] = {"sequential": same,
-                                            **speed(rows, load_outputs(run_dir, same))}
+                                            **speed(rows, rows_of[same])}
         if label == baseline:
             entry["vs_baseline"] = {"win_rate": 50.0, "lc_win_rate": 50.0,
                                     "lc_method": "by definition", "n": len(rows)}

@@ -29,6 +29,7 @@ class Judgment:
     generator_2: str = "model"
     index: int | None = None  # position of the instruction in AlpacaEval's 805, when known
     id: str | None = None
+    judge: str | None = None  # solm judgments name their judge; AlpacaEval's files do not
 
 
 def _preference(value, where: str) -> float | None:
@@ -67,7 +68,8 @@ def read_judgments(path: str | os.PathLike) -> list[Judgment]:
                             str(row.get("generator_2") or "model"),
                             int(index) if isinstance(index, (int, float)) and
                             not isinstance(index, bool) else None,
-                            str(row["id"]) if row.get("id") is not None else None))
+                            str(row["id"]) if row.get("id") is not None else None,
+                            str(row["judge"]) if row.get("judge") is not None else None))
     return out
 
 
@@ -96,8 +98,7 @@ def win_rate(judgments: list[Judgment]) -> dict:
             "n_draws": sum(p == 1.5 for p in prefs), "n_dropped": len(judgments) - n}
 
 
-def read_judgment_field(path: str | os.PathLike, name: str) -> str | None:
-    """The value of `name` shared by the rows of a judgments file, if exactly one."""
-    rows = [row for _, row in read_rows_located(path)]
-    values = {str(r.get(name)) for r in rows if isinstance(r, dict) and r.get(name) is not None}
-    return values.pop() if len(values) == 1 else None
+def recorded_judge(judgments: list[Judgment]) -> str | None:
+    """The judge the judgments share, if exactly one is named."""
+    judges = {j.judge for j in judgments} - {None}
+    return judges.pop() if len(judges) == 1 else None

@@ -28,7 +28,6 @@ class VerdictCache:
     def __init__(self, folder: Path | None):
         self.path = Path(folder) / self.FILE if folder is not None else None
         self.entries: dict[str, dict] = {}
-        self.hits = 0
         self._writer: JsonlWriter | None = None
         if self.path is not None and self.path.exists():
             for row in read_jsonl(self.path, skip_partial_last_line=True):
@@ -36,9 +35,7 @@ class VerdictCache:
                     self.entries[row["key"]] = row
 
     def get(self, key: str) -> dict | None:
-        hit = self.entries.get(key)
-        self.hits += hit is not None
-        return hit
+        return self.entries.get(key)
 
     def put(self, key: str, value: dict) -> None:
         row = {"key": key, **value}

@@ -178,6 +178,8 @@ async def judge_pairs(pairs: Iterable[Pair], client: ChatClient, output: Path, r
                       cfg: JudgeConfig, cache: VerdictCache,
                       on_update: Callable[[JudgeSummary], None] | None = None,
                       seed: int = 0) -> JudgeSummary:
+    """Judge every pair not settled yet. The client stays open (the caller's to close: one
+    client may serve several jobs)."""
     summary = JudgeSummary()
     started = time.perf_counter()
     seen, summary.retried_rejects = settled_ids(output, rejects)
@@ -213,7 +215,6 @@ async def judge_pairs(pairs: Iterable[Pair], client: ChatClient, output: Path, r
         out.close()
         rej.close()
         cache.close()
-        await client.aclose()
     summary.elapsed_s = time.perf_counter() - started
     summary.cost_usd = cost_usd(client.model, summary.input_tokens, summary.output_tokens)
     return summary

@@ -33,6 +33,7 @@ class SotConfig:
     max_point_tokens: int = 128
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     record_logits: bool = False
+    stop_at_newline: bool = True  # a point is one or two sentences: a newline ends it
 
 
 @dataclass
@@ -88,8 +89,7 @@ class SotRuntime:
         for tok in tokenizer.all_special_ids:  # control tokens and the like, EOS allowed
             if tok < vocab and tok not in self.eos:
                 self.banned[tok] = True
-        self._newline = {i for i in range(len(tokenizer))
-                         if "\n" in tokenizer.decode([i])} if len(tokenizer) <= 300_000 else set()
+        self.newline_ids = {i for i in range(len(tokenizer)) if "\n" in tokenizer.decode([i])}
 
     # ---- stages -----------------------------------------------------------------------
 
@@ -157,12 +157,13 @@ class SotRuntime:
         n = len(own)
         generated: list[list[int]] = [[] for _ in range(n)]
         recorded: list[list[torch.Tensor]] = [[] for _ in range(n)]
+        stops = self.eos | (self.newline_ids if config.stop_at_newline else set())
         pending: dict[int, int] = {}
         for i in range(n):
             if config.record_logits:
                 recorded[i].append(last[i])
             tok = samplers[i](last[i], self.banned, generated[i])
-            if tok not in self.eos and tok not in self._newline:
+            if tok not in stops:
                 pending[i] = tok
         steps = 0
         while pending:
@@ -183,7 +184,7 @@ class SotRuntime:
                 if config.record_logits:
                     recorded[i].append(logits[row])
                 tok = samplers[i](logits[row], self.banned, generated[i])
-                if tok not in self.eos and tok not in self._newline:
+                if tok not in stops:
                     pending[i] = tok
         clock["decode"] += time.perf_counter() - t0 - (self._compile_clock() - c0)
         stacked = [torch.stack(r) for r in recorded] if config.record_logits else []
