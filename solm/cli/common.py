@@ -8,7 +8,7 @@ import re
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import typer
 import yaml
@@ -232,14 +232,20 @@ def settled_counter(advance: Callable[..., None]) -> Callable[[int, str], None]:
     return update
 
 
-def check_output(output: Path, *inputs: object) -> None:
-    """An output may not be one of the inputs (appending to the file being read loses rows)."""
-    if str(output) == "-":
-        return
-    for source in inputs:
-        if source is not None and str(source) != "-" and Path(str(source)).exists() \
-                and Path(str(source)).resolve() == Path(output).resolve():
-            raise SolmError(f"{output}: the output is also an input; choose another output path")
+def check_output(output: Path | None, *inputs: object) -> None:
+    """An output may not be one of the inputs (appending to the file being read loses rows);
+    see `check_paths` for a command that writes several files."""
+    check_paths(inputs, [output])
+
+
+def check_paths(inputs: Iterable[object], outputs: Iterable[object]) -> None:
+    """Every command's one guard: no file it writes (output, manifest, summary, plot,
+    rejects) is a file it reads, through links (`solm.core.paths.refuse_overlap`)."""
+    from solm.core.paths import refuse_overlap, refuse_unwritable
+
+    outputs = [None if o is None else str(o) for o in outputs]
+    refuse_overlap([None if i is None else str(i) for i in inputs], outputs)
+    refuse_unwritable(outputs)
 
 
 def settings_from(local_vars: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (ConfigOption, DebugOption, ForceOption, QuietOption, check_output,
+from solm.cli.common import (ConfigOption, DebugOption, ForceOption, QuietOption, check_paths,
                              console,
                              greater_than, handle_errors, one_of, out_console, progress,
                              settings_from, settled_counter)
@@ -86,8 +86,9 @@ def judge(
     from solm.judge.pairs import make_pairs, read_outputs
 
     rejects = rejects or output.with_name(output.stem + ".rejects.jsonl")
-    check_output(output, baseline, model)
-    check_output(rejects, baseline, model, output)
+    from solm.core.paths import outputs_beside
+
+    check_paths([baseline, model], [*outputs_beside(output), rejects])
     base_rows, model_rows = read_outputs(baseline), read_outputs(model)
     pairs = make_pairs(base_rows, model_rows, limit)
     unpaired = len(model_rows) - len(pairs) if limit is None else 0

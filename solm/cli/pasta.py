@@ -12,7 +12,7 @@ from rich.console import Group
 from solm.cli.common import (DEFAULT_MODEL, CompileOption, ConfigOption, DebugOption,
                              DeviceOption, QuantizeOption,
                              DtypeOption, ForceOption, ModelOption, QuietOption, VersionOption,
-                             check_output, console, greater_than, handle_errors, info, is_quiet,
+                             check_output, check_paths, console, greater_than, handle_errors, info, is_quiet,
                              one_of, out_console, probability_mass, progress, settings_from,
                              settled_counter, show_control_tokens)
 from solm.cli.errors import SolmGroup
@@ -100,8 +100,9 @@ def annotate(
     # under `-o -` rejected rows are only counted (stderr summary) unless --rejects names a file
     rejects = rejects or (Path(os.devnull) if is_stdio(output)
                           else output.with_name(output.stem + ".rejects.jsonl"))
-    check_output(output, input)
-    check_output(rejects, input, output)
+    from solm.core.paths import outputs_beside
+
+    check_paths([input], [*outputs_beside(output), rejects])
     from solm.annotate.prompt import prompt_version
 
     row_settings = {"annotator": annotator, "tokenizer": tokenizer,
@@ -264,7 +265,9 @@ def decode(
                     "quantize": quantize}
     records = []
     if text is None:
-        check_output(out, source)
+        from solm.core.paths import outputs_beside
+
+        check_paths([source], outputs_beside(out))
         mixed = check_rerun_settings(out, row_settings, force)
         records = list(load_records(str(source), limit=limit))
     info(f"loading {model} ...")
@@ -464,6 +467,9 @@ def stats(
     out_console.print_json(json.dumps(results))
 
 
+BENCH_BESIDE = (".summary.json", ".png")  # what `pasta bench -o OUT` writes beside OUT
+
+
 @app.command()
 @handle_errors
 def bench(
@@ -508,8 +514,10 @@ def bench(
     from solm.decode.bandwidth import kv_bytes_per_token, machine_bandwidth
     from solm.decode.compiled import should_compile
     from solm.decode.pasta.runtime import PastaRuntime
+    from solm.core.paths import outputs_beside
     from solm.eval.pasta_bench import plot_speedups, run_pasta_bench, sequential_bandwidth
 
+    check_paths([annotated], outputs_beside(out, *BENCH_BESIDE))
     m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)
     chosen = []
     for row in read_jsonl(annotated):
@@ -548,8 +556,8 @@ def bench(
                         machine_bandwidth(m.device))})
     if out:
         writer.close()
-        Path(str(out) + ".summary.json").write_text(json.dumps(summary, indent=2))
-        plot_speedups(results, Path(str(out) + ".png"))
+        Path(str(out) + BENCH_BESIDE[0]).write_text(json.dumps(summary, indent=2))
+        plot_speedups(results, Path(str(out) + BENCH_BESIDE[1]))
         write_manifest(out, "pasta bench", settings_from(locals()), inputs=[annotated],
                        model=model, extra={"summary": summary})
         info(f"per-row results: {out}; plot: {out}.png")

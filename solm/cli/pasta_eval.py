@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (CompileOption, ConfigOption, DebugOption, DeviceOption, DtypeOption, QuietOption,
+from solm.cli.common import (check_paths, CompileOption, ConfigOption, DebugOption, DeviceOption, DtypeOption, QuietOption,
                              greater_than, handle_errors, info, one_of, out_console,
                              probability_mass, progress)
 from solm.cli.errors import SolmGroup
@@ -161,6 +161,7 @@ def run(
                         f"({', '.join(labels)})")
     if reference is not None and not reference.exists():
         raise SolmError(f"--reference {reference}: file not found")
+    check_run_inputs(out, [prompts, reference, gamed_csv])
     records = alpaca_eval_records(prompts, limit)
     device = device or default_device()
     repeats = repeats or default_repeats(device)
@@ -210,6 +211,20 @@ def run(
         "prompts": m["speed"]["prompts"]} for label, m in summary["methods"].items()}))
 
 
+def check_run_inputs(run_dir: Path, inputs: list) -> None:
+    """A run writes everything under its folder (run.json, outputs/, judgments/,
+    summary.json): no input may lie there."""
+    folder = Path(run_dir).resolve()
+    for source in inputs:
+        if source is None or not Path(str(source)).exists():
+            continue
+        path = Path(str(source)).resolve()
+        if path == folder or folder in path.parents:
+            raise SolmError(f"{source}: lies in the run folder {run_dir}, which this command "
+                            f"writes; choose another --out or move the file")
+    check_paths([], [run_dir / "run.json"])  # the folder's place is writable
+
+
 def _machine(device: str) -> dict:
     import platform
 
@@ -238,7 +253,8 @@ def report(
     gamed_csv: Optional[Path] = typer.Option(None, help="alpaca_eval's df_gamed.csv."),
     debug: bool = DebugOption,
 ) -> None:
-    from solm.eval.report import write_report
+    from solm.eval.report import report_files, write_report
 
+    check_paths([gamed_csv], report_files(run_dirs, out or run_dirs[0]))
     path = write_report(run_dirs, out or run_dirs[0], gamed_csv)
     out_console.print(str(path))

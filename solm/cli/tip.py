@@ -11,9 +11,11 @@ import typer
 from solm.cli.common import (DEFAULT_MODEL, CompileOption, ConfigOption, DebugOption,
                              DeviceOption, QuantizeOption,
                              DtypeOption, ForceOption, ModelOption, QuietOption, VersionOption,
-                             check_output, console, handle_errors, info, one_of, out_console,
+                             check_paths, console, handle_errors, info, one_of, out_console,
                              probability_mass, progress, settings_from, show_control_tokens)
 from solm.cli.errors import SolmGroup
+from solm.core.errors import SolmError
+from solm.core.paths import outputs_beside
 from solm.decode.tip.policies import POLICIES, policies_help
 
 app = typer.Typer(
@@ -84,7 +86,7 @@ def decode(
     from solm.decode.tip.runtime import TipDecodeConfig, TipRuntime
 
     make_policy(policy, budget, page_size)  # fail on bad flags before loading the model
-    check_output(out, prompts)
+    check_paths([prompts], outputs_beside(out))
     row_settings = {"model": model, "registers": registers, "policy": policy, "budget": budget,
                     "page_size": page_size, "temperature": temperature, "top_p": top_p,
                     "seed": seed, "max_new_tokens": max_new_tokens, "dtype": dtype,
@@ -114,34 +116,42 @@ def decode(
 @handle_errors
 def traces(
     out: Path = typer.Option(..., "--out", "-o", help="JSONL of traces (prompt, response)."),
-    source: Path = typer.Option(Path("../shared/data/math/deepmath_sample.jsonl"),
-                                help="JSONL with worked solutions (`solution` or `answer`)."),
+    source: Path = typer.Option(..., "--source", "-s",
+                                help="JSONL with worked solutions (`solution` or `answer`), "
+                                     "e.g. MATH or DeepMath rows."),
     n: int = typer.Option(16, min=1, help="How many traces."),
     min_tokens: int = typer.Option(4000, min=1, help="Each trace has at least this many tokens."),
     registers: int = typer.Option(16, min=1, help="Registers cycled through: step k opens "
                                   "<reg_{k mod N}>."),
     min_step_tokens: int = typer.Option(24, min=1, help="Sentences merge until a step is this long."),
     tokenizer: str = typer.Option(DEFAULT_MODEL, help="Tokenizer that counts step lengths."),
-    debug: bool = DebugOption,
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Build synthetic register-annotated traces from real solutions: step k opens with
     <reg_{k mod registers}> (see solm/annotate/tip_traces.py).
 
     Input: JSONL with a question and a worked `solution` (or `answer`) per line, e.g. the
-    MATH rows in ../shared/data/math/. Example: `tip traces -o runs/tip/traces.jsonl --n 16 --min-tokens 4000`
+    MATH rows of DeepMath-103K. Example: `tip traces --source math.jsonl -o runs/tip/traces.jsonl --n 16 --min-tokens 4000`
     """
     from solm.core.control_tokens import add_control_tokens
     from solm.core.jsonl import write_jsonl
     from solm.core.models import load_tokenizer
     from solm.core.records import load_records
     from solm.annotate.tip_traces import build_traces
+    from solm.core.provenance import write_manifest
 
+    check_paths([source], outputs_beside(out))
     tok = load_tokenizer(tokenizer)
     add_control_tokens(None, tok, "tip", num_registers=registers)
     count = lambda s: len(tok(s, add_special_tokens=False).input_ids)  # noqa: E731
     solutions = ((r.prompt, r.response) for r in load_records(str(source)) if r.response)
     rows = build_traces(solutions, count, n, min_tokens, registers, min_step_tokens)
+    if not rows:
+        raise SolmError(f"{source}: no row has a worked solution (`solution`, `answer` or "
+                        f"`response`); nothing written")
     write_jsonl(out, rows)
+    write_manifest(out, "tip traces", settings_from(locals()), inputs=[source],
+                   model=tokenizer, extra={"traces": len(rows)})
     info(f"{len(rows)} traces, {min(count(r['response']) for r in rows)}+ tokens each -> {out}")
 
 
@@ -177,9 +187,8 @@ def bench(
     Example: `tip bench -t runs/tip/traces.jsonl --max-tokens 4000 --policies dense,tip -o runs/tip/bench.json`
     """
     from solm.core.chat import prompt_ids, text_ids
-    from solm.core.jsonl import read_jsonl
     from solm.core.provenance import write_manifest
-    from solm.eval.tip_bench import pages_needed, run_tip_bench
+    from solm.eval.tip_bench import pages_needed, read_trace_rows, run_tip_bench
 
     from solm.decode.tip.policies import make_policy
     from solm.decode.tip.runtime import TipRuntime
@@ -188,7 +197,9 @@ def bench(
              else [p.strip() for p in policies.split(",") if p.strip()])
     for name in names:  # fail on bad flags before loading the model
         make_policy(name, budget, page_size)
-    rows = list(read_jsonl(traces_file))[:limit]
+    plot = None if out is None else out.with_suffix(".png")
+    check_paths([traces_file], [*outputs_beside(out), plot])
+    rows = read_trace_rows(traces_file, limit)
 
     m, tok = _load(model, registers, dtype, device, quantize)  # one load: its own tokenizer
     pairs = [(prompt_ids(tok, r["prompt"]), text_ids(tok, r["response"])[:max_tokens])
@@ -219,7 +230,7 @@ def bench(
         from solm.eval.tip_plots import plot_tip_bench
 
         out.write_text(json.dumps(summary, indent=2))
-        plot_tip_bench(summary, out.with_suffix(".png"))
+        plot_tip_bench(summary, plot)
         write_manifest(out, "tip bench", settings_from(locals()), inputs=[traces_file],
                        model=model, extra={})
     out_console.print_json(json.dumps(summary))

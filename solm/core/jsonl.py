@@ -29,23 +29,40 @@ def read_jsonl(path: str | os.PathLike, skip_partial_last_line: bool = False) ->
     With `skip_partial_last_line`, a last line without a trailing newline that does not parse is
     ignored: that is what a writer killed mid-record leaves behind.
     """
+    for _, record in read_jsonl_numbered(path, skip_partial_last_line):
+        yield record
+
+
+def _raw_lines(path: str | os.PathLike) -> tuple[Path, list[bytes]]:
     if is_stdio(path):
-        path, lines = Path("<stdin>"), sys.stdin.readlines()
-    else:
-        path = Path(path)
-        if not path.exists():
-            raise DataError("file not found", path=str(path))
-        if path.is_dir():
-            raise DataError("is a folder; expected a JSONL file", path=str(path))
-        with open(path, "r", encoding="utf-8") as f:
-            lines = f.readlines()
-    for number, line in enumerate(lines, start=1):
+        return Path("<stdin>"), sys.stdin.buffer.readlines()
+    path = Path(path)
+    if not path.exists():
+        raise DataError("file not found", path=str(path))
+    if path.is_dir():
+        raise DataError("is a folder; expected a JSONL file", path=str(path))
+    with open(path, "rb") as f:
+        return path, f.readlines()
+
+
+def read_jsonl_numbered(path: str | os.PathLike, skip_partial_last_line: bool = False
+                        ) -> Iterator[tuple[int, dict]]:
+    """`read_jsonl` with each record's line number (for errors that name file:line)."""
+    path, lines = _raw_lines(path)
+    for number, raw in enumerate(lines, start=1):
+        is_partial_tail = number == len(lines) and not raw.endswith(b"\n")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            if skip_partial_last_line and is_partial_tail:
+                return
+            raise DataError(f"not valid UTF-8 (byte {e.start + 1} of the line)",
+                            path=str(path), line=number) from None
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
-            is_partial_tail = number == len(lines) and not line.endswith("\n")
             if skip_partial_last_line and is_partial_tail:
                 return
             raise DataError(f"malformed JSON ({e.msg} at column {e.colno})", path=str(path),
@@ -53,7 +70,7 @@ def read_jsonl(path: str | os.PathLike, skip_partial_last_line: bool = False) ->
         if not isinstance(record, dict):
             raise DataError(f"expected a JSON object, got {type(record).__name__}",
                             path=str(path), line=number)
-        yield record
+        yield number, record
 
 
 def _repair_tail(path: Path) -> None:
@@ -138,3 +155,18 @@ def read_rows_located(path: str | os.PathLike) -> list[tuple[str, Any]]:
                 from None
         return [(f"{path}: item {i}", row) for i, row in enumerate(items)]
     return [(f"{path}:{i}", row) for i, row in enumerate(read_jsonl(path), start=1)]
+
+
+def read_json_file(path: str | os.PathLike, what: str = "JSON file") -> Any:
+    """A whole JSON file; unreadable or corrupt ones raise a DataError naming the path."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"{what} not found", path=str(path)) from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"corrupt {what}: not valid UTF-8 (byte {e.start + 1})",
+                        path=str(path)) from None
+    except json.JSONDecodeError as e:
+        raise DataError(f"corrupt {what}: {e.msg} (line {e.lineno}, column {e.colno}); "
+                        f"delete or repair it", path=str(path)) from None

@@ -257,10 +257,12 @@ def _load_adapter(folder: Path, torch_dtype: torch.dtype, attn_implementation: s
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from solm.core.jsonl import read_json_file
+
     meta_path = folder / "solm.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-    parent = meta.get("parent_model") or json.loads(
-        (folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    meta = read_json_file(meta_path, "model metadata") if meta_path.exists() else {}
+    parent = meta.get("parent_model") or read_json_file(
+        folder / "adapter_config.json", "adapter config").get("base_model_name_or_path")
     if not parent:
         raise SolmError(f"{folder}: LoRA adapter without a parent model (no solm.json "
                         f"parent_model, no base_model_name_or_path)")

@@ -63,6 +63,13 @@ def redacted_argv(argv: list[str]) -> list[str]:
     return out
 
 
+def _manifest(path: Path) -> dict:
+    from solm.core.jsonl import read_json_file
+
+    record = read_json_file(path, "manifest")
+    return record if isinstance(record, dict) else {}
+
+
 def manifest_path(output: str | os.PathLike) -> Path:
     """`out.jsonl` -> `out.jsonl.manifest.json`; a folder -> `folder/solm_manifest.json`."""
     output = Path(output)
@@ -83,7 +90,7 @@ def check_rerun_settings(output: str | os.PathLike, row_settings: dict[str, Any]
     path = manifest_path(output)
     if not path.exists():
         return False
-    recorded = json.loads(path.read_text()).get("row_settings")
+    recorded = _manifest(path).get("row_settings")
     if recorded is None:
         return False
     changed = {k: (recorded.get(k), v) for k, v in _scrub(row_settings).items()
@@ -120,7 +127,7 @@ def write_manifest(output: str | os.PathLike, command: str, settings: dict[str, 
     if row_settings is not None:
         record["row_settings"] = _scrub(row_settings)
         previous = manifest_path(output)
-        was_mixed = previous.exists() and json.loads(previous.read_text()).get("mixed_settings")
+        was_mixed = previous.exists() and _manifest(previous).get("mixed_settings")
         record["mixed_settings"] = bool(mixed or was_mixed)
     path = manifest_path(output)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -82,6 +82,13 @@ def _fmt(value, digits: int = 2) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
+def report_files(run_dirs: list[Path], out_dir: Path) -> list[Path]:
+    """Every file `write_report` writes: report.md, the plots, each run's summary.json."""
+    return ([Path(out_dir) / "report.md"]
+            + [Path(out_dir) / f"winrate_vs_{axis}.png" for axis, _ in AXES]
+            + [Path(d) / "summary.json" for d in run_dirs])
+
+
 def write_report(run_dirs: list[Path], out_dir: Path, gamed_csv: Path | None = None) -> Path:
     summaries = [summarize(Path(d), gamed_csv) for d in run_dirs]
     pts = points(summaries)

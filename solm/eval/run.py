@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from solm.core.errors import SolmError
-from solm.core.jsonl import JsonlWriter, done_ids, read_jsonl
+from solm.core.jsonl import JsonlWriter, done_ids, read_json_file, read_jsonl
 from solm.core.records import Record
 from solm.eval.methods import Method, MethodRunner
 
@@ -42,7 +42,7 @@ def write_run_file(run_dir: Path, methods: list[Method], baseline: str, settings
     path = Path(run_dir) / "run.json"
     record = {"methods": [asdict(m) for m in methods], "baseline": baseline, **settings}
     if path.exists():
-        old = json.loads(path.read_text())
+        old = read_json_file(path, "run file")
         old_methods = {m["label"]: m for m in old.get("methods", [])}
         for m in methods:
             if m.label in old_methods and old_methods[m.label] != asdict(m):
@@ -63,7 +63,7 @@ def read_run_file(run_dir: Path) -> dict:
     if not path.exists():
         raise SolmError(f"{run_dir}: not a run folder (no run.json); make one with "
                         f"`pasta eval run`")
-    return json.loads(path.read_text())
+    return read_json_file(path, "run file")
 
 
 def decode_outputs(runners: dict[str, MethodRunner], records: list[tuple[int, Record]],

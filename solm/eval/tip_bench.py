@@ -10,6 +10,27 @@ from solm.decode.tip.policies import POLICIES
 from solm.decode.tip.runtime import TipDecodeConfig, TipRequest, TipRuntime
 
 
+def read_trace_rows(path, limit: int | None = None) -> list[dict]:
+    """Rows with a text `prompt` and a register-annotated text `response`; a row without them
+    is a located error, and a file with none is refused (nothing to replay)."""
+    from solm.core.errors import DataError
+    from solm.core.jsonl import read_jsonl_numbered
+
+    rows = []
+    for line, row in read_jsonl_numbered(path):
+        for name in ("prompt", "response"):
+            if not isinstance(row.get(name), str) or not row[name].strip():
+                raise DataError("missing or empty (a trace needs `prompt` and a "
+                                "register-annotated `response`)", path=str(path), line=line,
+                                field=name)
+        rows.append(row)
+        if limit is not None and len(rows) >= limit:
+            break
+    if not rows:
+        raise DataError("no traces: the file is empty; nothing was replayed", path=str(path))
+    return rows
+
+
 def pages_needed(traces: list[tuple[list[int], list[int]]], page_size: int,
                  batch_size: int, registers: int = 16) -> int:
     """Enough pages for the batch's longest requests under dense (the worst case), plus

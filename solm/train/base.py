@@ -164,8 +164,21 @@ class SolmTrainer:
 
     # ---- shared -----------------------------------------------------------------------
 
+    def input_paths(self) -> list[str]:
+        """Files this stage reads (checked against the folder it writes)."""
+        return [p for p in (getattr(self.config, "data", None),) if p]
+
     def check(self) -> None:
         cfg = self.config
+        out = Path(cfg.out)
+        for source in self.input_paths():
+            src = Path(source)
+            inside = src.exists() and out.exists() and out.resolve() in src.resolve().parents
+            if (src.exists() and src.resolve() == out.resolve()) or inside:
+                raise SolmError(f"{source}: the input lies in the output folder {cfg.out}, "
+                                f"which training writes into; choose another --out")
+        if out.exists() and not out.is_dir():
+            raise SolmError(f"{cfg.out}: --out is a file; training writes a folder there")
         if read_metadata(cfg.out) is not None and read_metadata(cfg.out).get("complete"):
             raise SolmError(f"{cfg.out} already holds a finished model ({METADATA_FILE}); "
                             f"choose another --out or delete it")

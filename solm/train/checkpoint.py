@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from solm.core.jsonl import read_json_file
+
 METADATA_FILE = "solm.json"
 
 
@@ -14,7 +16,7 @@ def read_metadata(folder: str | os.PathLike) -> dict[str, Any] | None:
     path = Path(folder) / METADATA_FILE
     if not path.exists():
         return None
-    return json.loads(path.read_text())
+    return read_json_file(path, "checkpoint metadata")
 
 
 def write_metadata(folder: str | os.PathLike, meta: dict[str, Any]) -> Path:
