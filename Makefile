@@ -75,6 +75,9 @@ sft-lora-cpu: setup $(SFT_DIR)/sft_rows.jsonl
 	mkdir -p $(ARTIFACTS)/pasta-sft-cpu $(ARTIFACTS)/baseline-sft-cpu
 	for f in $(ADAPTER_FILES); do test ! -f $(SFT_DIR)/pasta-sft-lora/$$f || cp $(SFT_DIR)/pasta-sft-lora/$$f $(ARTIFACTS)/pasta-sft-cpu/; \
 		test ! -f $(SFT_DIR)/baseline-sft-lora/$$f || cp $(SFT_DIR)/baseline-sft-lora/$$f $(ARTIFACTS)/baseline-sft-cpu/; done
+	# their decoding defaults travel with them (without the penalty the 135M models loop)
+	for m in pasta-sft-cpu baseline-sft-cpu; do printf '{\n  "do_sample": false,\n  "repetition_penalty": 1.2\n}\n' \
+		> $(ARTIFACTS)/$$m/generation_config.json; done
 	du -sh $(ARTIFACTS)/*
 
 # The issue-6 acceptance run (~1 h 45 min on 2 cores): 16 synthetic register traces of

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import sys
@@ -27,8 +28,13 @@ _STATE = {"quiet": False, "debug": bool(os.environ.get("SOLM_DEBUG"))}
 
 def silence_library_bars() -> None:
     """--quiet: no progress bars from transformers, datasets or the hub either."""
+    import warnings
+
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     os.environ["TQDM_DISABLE"] = "1"
+    # the libraries' deprecation notices are for solm's developers, not for its users
+    warnings.filterwarnings("ignore", category=FutureWarning,
+                            module=r"(transformers|peft|torch|torchao|accelerate|trl)(\..*)?$")
     if "huggingface_hub" in sys.modules:
         sys.modules["huggingface_hub"].utils.disable_progress_bars()
     if "transformers" in sys.modules:
@@ -66,7 +72,12 @@ def _load_config(ctx: typer.Context, param, value: Path | None) -> Path | None:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
-        raise typer.BadParameter(f"{path}: invalid YAML: {e}")
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(e, "problem", None) or type(e).__name__
+        raise typer.BadParameter(f"{where}: invalid YAML: {problem}")
+    except (UnicodeDecodeError, OSError) as e:
+        raise typer.BadParameter(f"{path}: cannot read it as text ({type(e).__name__})")
     if not isinstance(data, dict):
         raise typer.BadParameter(f"{path}: expected a mapping of option names to values")
     known = {p.name for p in ctx.command.params}
@@ -112,9 +123,37 @@ def greater_than(bound: float) -> Callable:
     return check
 
 
+def finite_above(bound: float) -> Callable:
+    """Option callback: a finite value > bound (inf and nan are refused)."""
+
+    def check(value: float | None) -> float | None:
+        if value is not None and not (math.isfinite(value) and value > bound):
+            raise typer.BadParameter(f"must be a finite number > {bound:g}, got {value:g}")
+        return value
+
+    return check
+
+
+def finite_at_least(bound: float) -> Callable:
+    """Option callback: a finite value >= bound (inf and nan are refused)."""
+
+    def check(value: float | None) -> float | None:
+        if value is not None and not (math.isfinite(value) and value >= bound):
+            raise typer.BadParameter(f"must be a finite number >= {bound:g}, got {value:g}")
+        return value
+
+    return check
+
+
+MAX_NEW_TOKENS_CAP = 1 << 20  # far beyond any pool here; larger values are typos
+MAX_SEED = 2**32 - 1
+TEMPERATURE_HELP = "0 = greedy (default: the model's generation_config.json, else 0)."
+SeedOption = typer.Option(0, min=0, max=MAX_SEED, help="Sampling seed (ignored when greedy).")
+
+
 def probability_mass(value: float | None) -> float | None:
     """Option callback for top-p: in (0, 1]."""
-    if value is not None and not 0 < value <= 1:
+    if value is not None and not (math.isfinite(value) and 0 < value <= 1):
         raise typer.BadParameter(f"must be in (0, 1], got {value:g}")
     return value
 
@@ -142,6 +181,21 @@ def check_device(value: str | None) -> str | None:
 
 ForceOption = typer.Option(False, "--force", help="Append to an output whose rows were made "
                            "with other settings (the manifest then says mixed_settings).")
+DedupeOption = typer.Option(False, "--dedupe", help="Keep only the first row of each repeated "
+                            "id (counted), instead of refusing the file.")
+
+
+def dedupe_list(dedupe: bool) -> list[str] | None:
+    """The `duplicates` argument of `load_records` for a --dedupe flag."""
+    return [] if dedupe else None
+
+
+def report_duplicates(duplicates: list[str] | None, source: object) -> None:
+    if duplicates:
+        console.print(f"[yellow]warning:[/] --dedupe: {len(duplicates)} row(s) of {source} "
+                      f"repeat an earlier id and were left out")
+
+
 DtypeOption = typer.Option("auto", callback=one_of("auto", "fp32", "bf16", "fp16"),
                            help="auto (bf16 where the device computes it fast, else fp32), "
                                 "fp32, bf16, fp16.")

@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from solm.core.errors import SolmError
+
 from solm.cli.common import (ConfigOption, DebugOption, ForceOption, QuietOption, check_paths,
                              console,
                              greater_than, handle_errors, one_of, out_console, progress,
@@ -91,6 +93,9 @@ def judge(
     check_paths([baseline, model], [*outputs_beside(output), rejects])
     base_rows, model_rows = read_outputs(baseline), read_outputs(model)
     pairs = make_pairs(base_rows, model_rows, limit)
+    if not pairs:
+        raise SolmError(f"{model}: no row pairs with a row of {baseline} (by instruction); "
+                        f"nothing was judged")
     unpaired = len(model_rows) - len(pairs) if limit is None else 0
     if unpaired:
         console.print(f"[yellow]warning:[/] {unpaired} row(s) of {model} have no partner in "

@@ -9,15 +9,17 @@ from typing import Optional
 import typer
 from rich.console import Group
 
-from solm.cli.common import (DEFAULT_MODEL, CompileOption, ConfigOption, DebugOption,
+from solm.cli.common import (MAX_NEW_TOKENS_CAP, TEMPERATURE_HELP, SeedOption, finite_above, finite_at_least, DEFAULT_MODEL, DedupeOption, dedupe_list, report_duplicates, CompileOption, ConfigOption, DebugOption,
                              DeviceOption, QuantizeOption,
                              DtypeOption, ForceOption, ModelOption, QuietOption, VersionOption,
                              check_output, check_paths, console, greater_than, handle_errors, info, is_quiet,
                              one_of, out_console, probability_mass, progress, settings_from,
                              settled_counter, show_control_tokens)
 from solm.cli.errors import SolmGroup
+from solm.core.errors import SolmError
 from solm.cli.options import config_from_options, config_parameters, with_parameters
 from solm.cli.judge import JUDGE_HELP, judge
+from solm.core.generation import resolve_decode
 from solm.cli.pasta_eval import app as eval_app
 from solm.cli.serve import SERVE_HELP, serve
 from solm.train.sft import PastaSFTConfig
@@ -25,8 +27,8 @@ from solm.train.sft import PastaSFTConfig
 app = typer.Typer(
     cls=SolmGroup, name="pasta", no_args_is_help=True, rich_markup_mode="markdown",
     help="PASTA: models that promise independent chunks, decoded as parallel threads.\n\n"
-         "Pipeline: `annotate` -> `sft` -> `prefs` -> `bonbon`; run with `decode`, "
-         "measure with `bench`.")
+         "Pipeline: `annotate` -> `sft`; run with `decode`, `chat` or `serve`, measure with "
+         "`bench` and `eval`.")
 
 
 ANNOTATE_HELP = """Annotate plain responses with Pasta-Lang; resumable, faithful.
@@ -83,6 +85,7 @@ def annotate(
     temperature: float = typer.Option(0.0, min=0.0, help="LLM: sampling temperature."),
     max_output_tokens: int = typer.Option(4096, min=1, help="LLM: cap on each reply's length."),
     split: str = typer.Option("train", help="Split, for hub datasets."),
+    dedupe: bool = DedupeOption,
     force: bool = ForceOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
@@ -112,10 +115,15 @@ def annotate(
     mixed = check_rerun_settings(output, row_settings, force)
     tok = load_tokenizer(tokenizer)
     count = lambda s: len(tok(s, add_special_tokens=False).input_ids)  # noqa: E731
+    duplicates = dedupe_list(dedupe)
     if seed is not None and limit is not None:
-        records = sample_records(load_records(input, split=split), limit, seed)
+        records = sample_records(load_records(input, split=split, duplicates=duplicates),
+                                 limit, seed)
     else:
-        records = list(load_records(input, split=split, limit=limit))
+        records = list(load_records(input, split=split, limit=limit, duplicates=duplicates))
+    report_duplicates(duplicates, input)
+    if not records:
+        raise SolmError(f"{input}: no rows to annotate; nothing was done")
     extra: dict = {}
     if annotator == "rules":
         with progress("annotating", len(records)) as advance:
@@ -204,26 +212,32 @@ def decode(
                                   "to standard output, everything else to standard error."),
     mode: str = typer.Option("parallel", callback=one_of("parallel", "sequential"), help="`parallel` acts on the tags; `sequential` "
                              "decodes one token at a time with the same runtime (baseline)."),
-    max_new_tokens: int = typer.Option(512, min=1, help="Cap on generated tokens (all threads)."),
-    temperature: float = typer.Option(0.0, min=0.0, help="0 = greedy."),
-    top_p: float = typer.Option(1.0, callback=probability_mass, help="Nucleus sampling mass."),
-    repetition_penalty: float = typer.Option(1.0, callback=greater_than(0), help="Above 1 discourages tokens a thread "
-                                             "already wrote (control tokens exempt); small "
-                                             "models loop without it."),
-    no_repeat_ngram: int = typer.Option(0, min=0, help="N > 0: a thread may not repeat an N-gram it "
+    max_new_tokens: int = typer.Option(512, min=1, max=MAX_NEW_TOKENS_CAP,
+                                       help="Cap on generated tokens (all threads)."),
+    temperature: Optional[float] = typer.Option(None, callback=finite_at_least(0.0),
+                                                help=TEMPERATURE_HELP),
+    top_p: Optional[float] = typer.Option(None, callback=probability_mass,
+                                          help="Nucleus sampling mass (default: the model's, "
+                                               "else 1)."),
+    repetition_penalty: Optional[float] = typer.Option(
+        None, callback=finite_above(0), help="Above 1 discourages tokens a thread already "
+        "wrote (control tokens exempt); small models loop without it. Default: the model's "
+        "generation_config.json, else 1."),
+    no_repeat_ngram: Optional[int] = typer.Option(None, min=0, help="N > 0: a thread may not repeat an N-gram it "
                                         "already wrote (control tokens and EOS stay allowed); "
                                         "breaks loops the penalty cannot (an empty list item "
                                         "written again and again). "
-                                        "0 = off."),
+                                        "0 = off (default: the model's, else 0)."),
     penalize: str = typer.Option("all", callback=one_of("all", "blocks"), help="Threads the repetition penalty and n-gram ban "
                                  "apply to: `all`, or `blocks` (async blocks only; the main "
                                  "thread's list markers repeat by design). Sequential mode: all."),
-    seed: int = typer.Option(0, help="Sampling seed (per prompt; ignored when greedy)."),
+    seed: int = SeedOption,
     pool_size: int = typer.Option(2048, min=2, help="KV pool slots shared by all threads."),
     max_fork_tokens: int = typer.Option(512, min=1, help="A block longer than this is closed (flagged)."),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N prompts."),
+    dedupe: bool = DedupeOption,
     force: bool = ForceOption,
     compare: bool = typer.Option(False, help="With a single prompt: also decode it "
                                  "sequentially and print the realized speedup."),
@@ -258,6 +272,13 @@ def decode(
     if text is not None and prompts is not None:
         raise SolmError("give one prompt as an argument or --prompts FILE, not both")
     source = prompts or DEMO_PROMPTS
+    decoding = resolve_decode(model, {"temperature": temperature, "top_p": top_p,
+                                      "repetition_penalty": repetition_penalty,
+                                      "no_repeat_ngram": no_repeat_ngram})
+    temperature, top_p = decoding.values["temperature"], decoding.values["top_p"]
+    repetition_penalty = decoding.values["repetition_penalty"]
+    no_repeat_ngram = decoding.values["no_repeat_ngram"]
+    info(f"decoding with {decoding.describe()}")
     row_settings = {"model": model, "mode": mode, "max_new_tokens": max_new_tokens,
                     "temperature": temperature, "top_p": top_p, "seed": seed,
                     "repetition_penalty": repetition_penalty, "no_repeat_ngram": no_repeat_ngram,
@@ -269,10 +290,16 @@ def decode(
 
         check_paths([source], outputs_beside(out))
         mixed = check_rerun_settings(out, row_settings, force)
-        records = list(load_records(str(source), limit=limit))
+        duplicates = dedupe_list(dedupe)
+        records = list(load_records(str(source), limit=limit, duplicates=duplicates))
+        report_duplicates(duplicates, source)
+        if not records:
+            raise SolmError(f"{source}: no prompts; nothing was decoded")
     info(f"loading {model} ...")
     m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)
-    compiled = should_compile(compile, max(1, len(records)) * max_new_tokens, m.device)
+    # a prompt's answer can never outgrow the pool: a huge --max-new-tokens is not more work
+    compiled = should_compile(compile, max(1, len(records)) * min(max_new_tokens, pool_size),
+                              m.device)
     rt = PastaRuntime(m, tok, pool_size=pool_size, compile=compiled)
     cfg = PastaDecodeConfig(mode=mode, max_new_tokens=max_new_tokens,
                             max_fork_tokens=max_fork_tokens,
@@ -325,12 +352,14 @@ def decode_bandwidth(model, steps: int, kv_read: int, seconds: float) -> dict:
 
 
 def figures_line(row: dict, res, model=None) -> str:
-    """How a decode went, in one line: tokens, threads, steps, speedup in steps, tok/s, and
-    (given the model) the memory bandwidth the steps achieved."""
-    line = (f"{row['content_tokens']} tokens, {row['threads']} threads, "
+    """How a decode went, in one line: tokens, threads, steps against one token per step,
+    content tokens/s, and (given the model) the memory bandwidth the steps achieved."""
+    from solm.eval.compare import steps_phrase
+
+    line = (f"{row['content_tokens']} content tokens, {row['threads']} threads, "
             f"{row['forward_passes']} forward passes (critical path {row['critical_path']}): "
-            f"{row['content_speedup']:.2f}x fewer steps than sequential; "
-            f"{row['content_tokens'] / max(res.decode_s, 1e-9):.1f} tok/s")
+            f"{steps_phrase(row['content_tokens'], row['forward_passes'])}; "
+            f"{row['content_tokens'] / max(row['wall_s'], 1e-9):.1f} content tokens/s")
     if model is not None:
         bw = decode_bandwidth(model, res.forward_passes, res.kv_read, res.decode_s)
         if bw:
@@ -342,23 +371,28 @@ def figures_line(row: dict, res, model=None) -> str:
 
 
 def answer_one(rt, text: str, cfg, compare: bool) -> None:
-    """`pasta decode "a prompt"`: the answer on stdout, threads and speedup on stderr."""
+    """`pasta decode "a prompt"`: the answer on stdout, threads and figures on stderr; with
+    --compare, the sequential decode's figures beside them (`solm.eval.compare`)."""
     from dataclasses import replace
 
     from solm.core.chat import prompt_ids
     from solm.core.records import Record
     from solm.decode.pasta.decode_file import result_record
+    from solm.eval.compare import compare_lines
 
     ids = prompt_ids(rt.tokenizer, text)
     res = rt.generate(ids, cfg)
     row = result_record(rt, Record("cli", text), res, cfg.mode)
     out_console.print(row["response"], markup=False, highlight=False, soft_wrap=True)
-    figures = figures_line(row, res, rt.model)
+    console.print(figures_line(row, res, rt.model), markup=False, highlight=False)
     if compare and cfg.mode == "parallel":
-        seq = rt.generate(ids, replace(cfg, mode="sequential"))
-        figures += f"; sequential took {seq.decode_s:.2f} s vs {res.decode_s:.2f} s: " \
-                   f"realized speedup {seq.decode_s / max(res.decode_s, 1e-9):.2f}x"
-    console.print(figures, markup=False, highlight=False)
+        seq_res = rt.generate(ids, replace(cfg, mode="sequential"))
+        seq = result_record(rt, Record("cli", text), seq_res, "sequential")
+        for line in compare_lines(row, seq):
+            console.print(line, markup=False, highlight=False)
+    elif compare:
+        console.print("--compare compares with --mode parallel; this decode was sequential",
+                      markup=False, highlight=False)
 
 
 def render_threads(views) -> Group:
@@ -381,18 +415,25 @@ def render_threads(views) -> Group:
 def chat(
     model: str = ModelOption,
     system: Optional[str] = typer.Option(None, help="A system message for the conversation."),
-    max_new_tokens: int = typer.Option(512, min=1, help="Cap on generated tokens per answer."),
-    temperature: float = typer.Option(0.0, min=0.0, help="0 = greedy."),
-    top_p: float = typer.Option(1.0, callback=probability_mass, help="Nucleus sampling mass."),
-    repetition_penalty: float = typer.Option(1.0, callback=greater_than(0),
-                                             help="Above 1 discourages repeated tokens."),
-    seed: int = typer.Option(0, help="Sampling seed."),
+    max_new_tokens: int = typer.Option(512, min=1, max=MAX_NEW_TOKENS_CAP,
+                                       help="Cap on generated tokens per answer."),
+    temperature: Optional[float] = typer.Option(None, callback=finite_at_least(0.0),
+                                                help=TEMPERATURE_HELP),
+    top_p: Optional[float] = typer.Option(None, callback=probability_mass,
+                                          help="Nucleus sampling mass (default: the model's, "
+                                               "else 1)."),
+    repetition_penalty: Optional[float] = typer.Option(
+        None, callback=finite_above(0), help="Above 1 discourages repeated tokens (default: "
+        "the model's generation_config.json, else 1)."),
+    no_repeat_ngram: Optional[int] = typer.Option(None, min=0, help="Ban repeating an N-gram "
+                                                  "(0 = off; default: the model's, else 0)."),
+    seed: int = SeedOption,
     pool_size: int = typer.Option(4096, min=2, help="KV pool slots for a whole answer."),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     compile: Optional[bool] = CompileOption,
     quantize: Optional[str] = QuantizeOption,
-    debug: bool = DebugOption,
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Talk to a model. A PASTA model's threads are shown live as they fork and join, and
     each answer ends with its threads, steps and speedup over sequential decoding. An empty
@@ -408,13 +449,17 @@ def chat(
     from solm.decode.pasta.live import thread_views
     from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
 
-    console.print(f"loading {model} ...")
+    decoding = resolve_decode(model, {"temperature": temperature, "top_p": top_p,
+                                      "repetition_penalty": repetition_penalty,
+                                      "no_repeat_ngram": no_repeat_ngram})
+    info(f"loading {model} ...")
     m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)
+    info(f"decoding with {decoding.describe()}")
     rt = PastaRuntime(m, tok, pool_size=pool_size,
-                      compile=should_compile(compile, max_new_tokens, m.device))
+                      compile=should_compile(compile, min(max_new_tokens, pool_size),
+                                             m.device))
     cfg = PastaDecodeConfig(max_new_tokens=max_new_tokens, sampling=SamplingConfig(
-        temperature=temperature, top_p=top_p, seed=seed,
-        repetition_penalty=repetition_penalty))
+        seed=seed, **decoding.values))
     messages = [{"role": "system", "content": system}] if system else []
     while True:
         try:

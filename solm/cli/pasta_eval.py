@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (check_paths, CompileOption, ConfigOption, DebugOption, DeviceOption, DtypeOption, QuietOption,
+from solm.cli.common import (check_paths, MAX_NEW_TOKENS_CAP, SeedOption, finite_above, finite_at_least, CompileOption, ConfigOption, DebugOption, DeviceOption, DtypeOption, QuietOption,
                              greater_than, handle_errors, info, one_of, out_console,
                              probability_mass, progress)
 from solm.cli.errors import SolmGroup
@@ -124,14 +124,25 @@ def run(
     base_url: Optional[str] = typer.Option(None, help="Judge server URL."),
     gamed_csv: Optional[Path] = typer.Option(None, help="alpaca_eval's df_gamed.csv for the "
                                              "exact LC (see `pasta eval winrate`)."),
-    max_new_tokens: int = typer.Option(512, min=1, help="Cap on generated tokens per answer."),
-    temperature: float = typer.Option(0.0, min=0.0, help="0 = greedy."),
-    top_p: float = typer.Option(1.0, callback=probability_mass, help="Nucleus sampling mass."),
-    repetition_penalty: float = typer.Option(1.0, callback=greater_than(0),
-                                             help="Above 1 discourages repeated tokens."),
-    no_repeat_ngram: int = typer.Option(0, min=0, help="Ban repeating an N-gram (0 = off)."),
-    seed: int = typer.Option(0, help="Sampling seed."),
-    sot_skeleton_tokens: int = typer.Option(160, min=8, help="sot: cap on the skeleton."),
+    max_new_tokens: int = typer.Option(512, min=1, max=MAX_NEW_TOKENS_CAP,
+                                       help="Cap on each answer's tokens, every method "
+                                            "(sot: skeleton and points together; see "
+                                            "--sot-skeleton-tokens)."),
+    temperature: Optional[float] = typer.Option(None, callback=finite_at_least(0.0),
+                                                help="0 = greedy (default: each model's "
+                                                     "generation_config.json, else 0)."),
+    top_p: Optional[float] = typer.Option(None, callback=probability_mass,
+                                          help="Nucleus sampling mass (default: each "
+                                               "model's, else 1)."),
+    repetition_penalty: Optional[float] = typer.Option(
+        None, callback=finite_above(0), help="Above 1 discourages repeated tokens (default: "
+        "each model's generation_config.json, else 1)."),
+    no_repeat_ngram: Optional[int] = typer.Option(None, min=0, help="Ban repeating an N-gram "
+                                                  "(0 = off; default: each model's, else 0)."),
+    seed: int = SeedOption,
+    sot_skeleton_tokens: int = typer.Option(160, min=8, help="sot: cap on the skeleton "
+                                            "(stage 1), itself capped by --max-new-tokens; "
+                                            "the points then share what is left of it."),
     sot_point_tokens: int = typer.Option(128, min=4, help="sot: cap on each point."),
     repeats: Optional[int] = typer.Option(None, min=1, help="Decodes per request, the last "
                                           "timed (default: 2 on CUDA, 1 on a CPU after a "
@@ -165,16 +176,24 @@ def run(
     records = alpaca_eval_records(prompts, limit)
     device = device or default_device()
     repeats = repeats or default_repeats(device)
-    settings = DecodeSettings(max_new_tokens=max_new_tokens, sampling=SamplingConfig(
-        temperature=temperature, top_p=top_p, seed=seed, repetition_penalty=repetition_penalty,
-        no_repeat_ngram=no_repeat_ngram), sot_skeleton_tokens=sot_skeleton_tokens,
-        sot_point_tokens=sot_point_tokens)
-    compile_on = should_compile(compile, len(records) * len(methods) * max_new_tokens, device)
-    decode_record = {"max_new_tokens": max_new_tokens, "temperature": temperature,
-                     "top_p": top_p, "repetition_penalty": repetition_penalty,
-                     "no_repeat_ngram": no_repeat_ngram, "seed": seed,
+    from solm.core.generation import resolve_decode
+
+    flags = {"temperature": temperature, "top_p": top_p,
+             "repetition_penalty": repetition_penalty, "no_repeat_ngram": no_repeat_ngram}
+    decoding = {m.label: resolve_decode(m.model, flags) for m in methods}
+    for label, d in decoding.items():
+        info(f"{label}: decoding with {d.describe()}")
+    settings = {label: DecodeSettings(
+        max_new_tokens=max_new_tokens, sampling=SamplingConfig(seed=seed, **d.values),
+        sot_skeleton_tokens=sot_skeleton_tokens, sot_point_tokens=sot_point_tokens)
+        for label, d in decoding.items()}
+    compile_on = should_compile(compile, len(records) * len(methods)
+                                * min(max_new_tokens, pool_size), device)
+    decode_record = {"max_new_tokens": max_new_tokens, **flags, "seed": seed,
                      "sot_skeleton_tokens": sot_skeleton_tokens,
-                     "sot_point_tokens": sot_point_tokens, "dtype": dtype}
+                     "sot_point_tokens": sot_point_tokens, "dtype": dtype,
+                     "by_method": {label: {**d.values, "from": d.sources}
+                                   for label, d in decoding.items()}}
     write_run_file(out, methods, baseline, {
         "prompts": prompts, "limit": limit, "judge": None if no_judge else judge,
         "reference": None if reference is None else str(reference),

@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (CompileOption, DebugOption, DeviceOption, DtypeOption,
+from solm.cli.common import (MAX_NEW_TOKENS_CAP, MAX_SEED, finite_above, finite_at_least,
+                             CompileOption, DebugOption, DeviceOption, DtypeOption,
                              ModelOption, QuantizeOption, QuietOption,
                              console, greater_than, handle_errors, info, one_of,
                              probability_mass)
@@ -55,17 +56,24 @@ def serve(
                                           show_default=False),
     mode: str = typer.Option("parallel", callback=one_of("parallel", "sequential"),
                              help="Default decoding mode (a request's `mode` overrides it)."),
-    max_new_tokens: int = typer.Option(512, min=1, help="Default and upper bound of a "
-                                       "request's max_tokens (over it: 400)."),
-    temperature: float = typer.Option(0.0, min=0.0, max=2.0, help="Default temperature; "
-                                      "0 = greedy."),
-    top_p: float = typer.Option(1.0, callback=probability_mass, help="Default nucleus mass."),
-    repetition_penalty: float = typer.Option(1.0, callback=greater_than(0),
-                                             help="Default repetition penalty (1 = off)."),
-    no_repeat_ngram: int = typer.Option(0, min=0, help="Default n-gram ban (0 = off)."),
+    max_new_tokens: int = typer.Option(512, min=1, max=MAX_NEW_TOKENS_CAP,
+                                       help="Default and upper bound of a request's "
+                                            "max_tokens (over it: 400)."),
+    temperature: Optional[float] = typer.Option(None, callback=finite_at_least(0.0), max=2.0,
+                                                help="Default temperature; 0 = greedy "
+                                                     "(default: the model's "
+                                                     "generation_config.json, else 0)."),
+    top_p: Optional[float] = typer.Option(None, callback=probability_mass,
+                                          help="Default nucleus mass (default: the model's, "
+                                               "else 1)."),
+    repetition_penalty: Optional[float] = typer.Option(
+        None, callback=finite_above(0), help="Default repetition penalty, 1 = off (default: "
+        "the model's generation_config.json, else 1)."),
+    no_repeat_ngram: Optional[int] = typer.Option(None, min=0, help="Default n-gram ban, 0 = "
+                                                  "off (default: the model's, else 0)."),
     penalize: str = typer.Option("all", callback=one_of("all", "blocks"),
                                  help="Threads the penalty and n-gram ban apply to."),
-    seed: int = typer.Option(0, help="Default sampling seed."),
+    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Default sampling seed."),
     pool_size: int = typer.Option(4096, min=2, help="KV pool slots: prompt + answer must fit "
                                   "(a longer prompt: 400 context_length_exceeded)."),
     max_fork_tokens: int = typer.Option(512, min=1, help="A block longer than this is closed."),
@@ -87,18 +95,22 @@ def serve(
     from solm.serve.app import ServeSettings, create_app
     from solm.serve.engine import ServeEngine
 
+    from solm.core.generation import resolve_decode
+
     key = api_key or os.environ.get(API_KEY_ENV) or None
+    decoding = resolve_decode(model, {"temperature": temperature, "top_p": top_p,
+                                      "repetition_penalty": repetition_penalty,
+                                      "no_repeat_ngram": no_repeat_ngram})
     info(f"loading {model} ...")
     m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)
+    info(f"request defaults: {decoding.describe()}")
     # a CPU server compiles only when asked: each new shape bucket would stall a request
     rt = PastaRuntime(m, tok, pool_size=pool_size,
                       compile=should_compile(compile, 0, m.device))
     rt.grammar  # built once now, not inside the first request
     defaults = PastaDecodeConfig(
         mode=mode, max_new_tokens=max_new_tokens, max_fork_tokens=max_fork_tokens,
-        penalize=penalize, sampling=SamplingConfig(
-            temperature=temperature, top_p=top_p, seed=seed,
-            repetition_penalty=repetition_penalty, no_repeat_ngram=no_repeat_ngram))
+        penalize=penalize, sampling=SamplingConfig(seed=seed, **decoding.values))
     name = served_model_name or model
     engine = ServeEngine(rt, max_queue=max_queue)
     app = create_app(engine, ServeSettings(model_name=name, defaults=defaults, api_key=key,

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (DEFAULT_MODEL, CompileOption, ConfigOption, DebugOption,
+from solm.cli.common import (DEFAULT_MODEL, DedupeOption, dedupe_list, report_duplicates, CompileOption, ConfigOption, DebugOption,
                              DeviceOption, QuantizeOption,
                              DtypeOption, ForceOption, ModelOption, QuietOption, VersionOption,
                              check_paths, console, handle_errors, info, one_of, out_console,
@@ -64,6 +64,7 @@ def decode(
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N problems."),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
+    dedupe: bool = DedupeOption,
     force: bool = ForceOption,
     compile: Optional[bool] = CompileOption,
     quantize: Optional[str] = QuantizeOption,
@@ -92,7 +93,11 @@ def decode(
                     "seed": seed, "max_new_tokens": max_new_tokens, "dtype": dtype,
                     "quantize": quantize}
     mixed = check_rerun_settings(out, row_settings, force)
-    records = list(load_records(str(prompts), limit=limit))
+    duplicates = dedupe_list(dedupe)
+    records = list(load_records(str(prompts), limit=limit, duplicates=duplicates))
+    report_duplicates(duplicates, prompts)
+    if not records:
+        raise SolmError(f"{prompts}: no problems; nothing was decoded")
     m, tok = _load(model, registers, dtype, device, quantize)
     from solm.decode.compiled import should_compile
 

@@ -239,6 +239,8 @@ def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "au
             path, dtype=torch_dtype, attn_implementation=attn_implementation)
     except OSError as e:
         raise _load_error(name_or_path, e) from None
+    except Exception as e:
+        raise _weights_error(path, e) from None
     model.to(device).eval()
     if system is not None:
         from solm.core.control_tokens import add_control_tokens
@@ -283,8 +285,24 @@ def _load_adapter(folder: Path, torch_dtype: torch.dtype, attn_implementation: s
     if len(base_tok) != len(tokenizer):
         raise SolmError(f"{folder}: tokenizer has {len(tokenizer)} tokens but the parent "
                         f"{parent} with control tokens has {len(base_tok)}")
-    model = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
+    try:
+        model = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
+    except Exception as e:
+        raise _weights_error(folder, e) from None
     return model, tokenizer
+
+
+def _weights_error(folder: str | Path, e: Exception) -> Exception:
+    """A corrupt or truncated weights file, named; other errors pass through unchanged."""
+    from safetensors import SafetensorError
+
+    if isinstance(e, SafetensorError) or "safetensors" in type(e).__module__ \
+            or "deserializ" in str(e).lower():
+        files = sorted(p.name for p in Path(folder).glob("*.safetensors"))
+        return SolmError(f"{folder}: a weights file is corrupt or truncated "
+                         f"({', '.join(files) or 'no .safetensors file'}): "
+                         f"{type(e).__name__}: {e}; save or copy the model again")
+    return e
 
 
 def tiny_model(tokenizer=None, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from solm.core.errors import DataError, SolmError
-from solm.core.jsonl import read_jsonl
+from solm.core.jsonl import read_jsonl_numbered
 
 _HUMAN = {"human", "user"}
 _ASSISTANT = {"gpt", "assistant", "model"}
@@ -35,7 +35,19 @@ class Record:
         return asdict(self)
 
 
-def _from_turns(turns: list[dict], role_key: str, text_key: str) -> tuple[str | None, str, str | None]:
+class FieldError(ValueError):
+    """A record's field is missing or of the wrong kind (the loader adds file and line)."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(message)
+
+
+def _from_turns(turns: Any, role_key: str, text_key: str, field: str
+                ) -> tuple[str | None, str, str | None]:
+    if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
+        raise FieldError(field, f"expected a list of {{{role_key!r}, {text_key!r}}} turns, "
+                                f"got {type(turns).__name__}")
     system, prompt, response = None, None, None
     for turn in turns:
         role, text = str(turn.get(role_key, "")).lower(), turn.get(text_key)
@@ -46,7 +58,7 @@ def _from_turns(turns: list[dict], role_key: str, text_key: str) -> tuple[str | 
         elif role in _ASSISTANT and prompt is not None and response is None:
             response = text
     if prompt is None:
-        raise ValueError("no human/user turn")
+        raise FieldError(field, "no human/user turn")
     return system, prompt, response
 
 
@@ -55,23 +67,30 @@ def record_from_dict(raw: dict[str, Any], default_id: str) -> Record:
     rid = str(raw.get("id", raw.get("unique_id", default_id)))
     meta = {k: raw[k] for k in ("dataset", "source", "generator") if k in raw}
     if "conversations" in raw:
-        system, prompt, response = _from_turns(raw["conversations"], "from", "value")
+        system, prompt, response = _from_turns(raw["conversations"], "from", "value",
+                                               "conversations")
+        field = "conversations"
     elif "messages" in raw:
-        system, prompt, response = _from_turns(raw["messages"], "role", "content")
+        system, prompt, response = _from_turns(raw["messages"], "role", "content", "messages")
+        field = "messages"
     elif "instruction" in raw:
-        prompt = raw["instruction"]
-        if raw.get("input"):
+        prompt, field = raw["instruction"], "instruction"
+        if isinstance(prompt, str) and raw.get("input"):
             prompt = f"{prompt}\n\n{raw['input']}"
         system, response = raw.get("system"), raw.get("output")
     elif "prompt" in raw:
         system, prompt, response = raw.get("system"), raw["prompt"], raw.get("response")
+        field = "prompt"
     elif "question" in raw or "problem" in raw:
-        prompt = raw.get("question", raw.get("problem"))
+        field = "question" if "question" in raw else "problem"
+        prompt = raw[field]
         system, response = None, raw.get("solution", raw.get("answer"))
     else:
         raise ValueError("expected one of 'conversations', 'messages', 'instruction', 'prompt'")
     if not isinstance(prompt, str):
-        raise ValueError("prompt is not a string")
+        raise FieldError(field, f"expected text, got {type(prompt).__name__}")
+    if not prompt.strip():
+        raise FieldError(field, "the prompt is empty")
     if response is not None and not isinstance(response, str):
         response = str(response)
     return Record(id=rid, prompt=prompt, response=response, system=system, meta=meta)
@@ -83,8 +102,13 @@ def _looks_like_hub_name(source: str) -> bool:
 
 
 def load_records(source: str | os.PathLike, split: str = "train", limit: int | None = None,
-                 require_response: bool = False) -> Iterator[Record]:
-    """Yield Records from a local JSONL file or a Hugging Face dataset name."""
+                 require_response: bool = False,
+                 duplicates: list[str] | None = None) -> Iterator[Record]:
+    """Yield Records from a local JSONL file or a Hugging Face dataset name.
+
+    Ids must be unique (outputs are resumed by id; `1` and `"1"` are one id): a repeated id
+    raises a DataError naming both lines, unless `duplicates` is a list, which then collects
+    the repeated ids while only each id's first row is yielded (`--dedupe`)."""
     source = str(source)
     if _looks_like_hub_name(source):
         rows: Any = _load_hub(source, split)
@@ -92,16 +116,28 @@ def load_records(source: str | os.PathLike, split: str = "train", limit: int | N
         numbered = ((i + 1, r) for i, r in enumerate(rows))
     else:
         origin = source
-        numbered = enumerate(read_jsonl(source), start=1)
+        numbered = read_jsonl_numbered(source)
     count = 0
+    first_line: dict[str, int] = {}
     if limit is not None and limit <= 0:
         return
     for line, raw in numbered:
         stem_id = f"{Path(origin).stem}-{line - 1}"
         try:
             rec = record_from_dict(raw, stem_id)
+        except FieldError as e:
+            raise DataError(str(e), path=origin, line=line, field=e.field) from None
         except (ValueError, TypeError, AttributeError) as e:
             raise DataError(str(e), path=origin, line=line) from None
+        if rec.id in first_line:
+            if duplicates is None:
+                raise DataError(f"id {rec.id!r} already used on line {first_line[rec.id]} "
+                                f"(outputs are resumed by id); make ids unique or pass "
+                                f"--dedupe to keep each id's first row", path=origin,
+                                line=line, field="id")
+            duplicates.append(rec.id)
+            continue
+        first_line[rec.id] = line
         if require_response and not rec.response:
             raise DataError("record has no response", path=origin, line=line, field="response")
         yield rec

@@ -15,6 +15,14 @@ import torch
 from solm.core.models import text_config
 
 
+def can_pack(weight: torch.Tensor) -> bool:
+    """oneDNN's pre-packed projection takes a plain fp32 CPU tensor: not a quantized weight
+    (torchao's Int8Tensor raises NotImplementedError there), not bf16, not a GPU tensor."""
+    data = weight.data if isinstance(weight, torch.nn.Parameter) else weight
+    return (type(data) is torch.Tensor and data.device.type == "cpu"
+            and data.dtype == torch.float32 and torch.backends.mkldnn.is_available())
+
+
 class OutputHead:
     def __init__(self, model):
         self.model = model
@@ -28,9 +36,7 @@ class OutputHead:
             and getattr(cfg, "final_logit_softcapping", None) is None
             and getattr(cfg, "logit_scale", None) is None
         )
-        self.packs = (self.usable and self.linear.weight.device.type == "cpu"
-                      and self.linear.weight.dtype == torch.float32
-                      and torch.backends.mkldnn.is_available())
+        self.packs = self.usable and can_pack(self.linear.weight)
 
     def _weight(self):
         w = self.linear.weight
@@ -51,7 +57,7 @@ class OutputHead:
         return rows(self.model(**inputs).logits)
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
-        if self.packs:
+        if self.packs and can_pack(self.linear.weight):  # weights quantized since: plain path
             return torch.ops.mkldnn._linear_pointwise(hidden, self._weight(), self.linear.bias,
                                                       "none", [], "")
         return self.linear(hidden)

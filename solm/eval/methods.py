@@ -2,6 +2,13 @@
 wall times are comparable: `sequential` (any model, one token per step), `pasta` and `apar`
 (a Pasta-Lang model through the asynchronous runtime: the same decoding, told apart by how the
 model was trained), `sot` (Skeleton-of-Thought on any model, points as threads of one pool).
+
+What an outputs row counts, for every method: `content_tokens` is the answer text tokenized
+(its length as a reader gets it); `generated_tokens` the tokens the model decoded (tags, and
+for sot the skeleton, included); `forward_passes` the decode steps after prefill;
+`critical_path` the tokens decoded one after another. sot adds `skeleton_tokens` and
+`point_tokens`, and flags `skeleton_cap` when the skeleton stopped at its cap.
+`--max-new-tokens` caps `generated_tokens` of every method (sot: both stages together).
 """
 
 from __future__ import annotations
@@ -85,10 +92,13 @@ class MethodRunner:
             if max_new_tokens is not None:  # the warm-up's short decode
                 skeleton, point = min(skeleton, max_new_tokens), min(point, max_new_tokens)
             res = self.runtime.generate(prompt, SotConfig(
-                max_skeleton_tokens=skeleton, max_point_tokens=point, sampling=s.sampling))
-            return {"output": res.text, "content_tokens": res.content_tokens,
+                max_skeleton_tokens=skeleton, max_point_tokens=point, sampling=s.sampling,
+                max_new_tokens=max_new_tokens or s.max_new_tokens))
+            return {"output": res.text, "content_tokens": answer_tokens(self.tokenizer, res.text),
+                    "generated_tokens": res.generated_tokens,
+                    "skeleton_tokens": res.skeleton_tokens, "point_tokens": sum(res.point_tokens),
                     "critical_path": res.critical_path, "forward_passes": res.forward_passes,
-                    "points": len(res.points), "skeleton_tokens": res.skeleton_tokens,
+                    "points": len(res.points),
                     "wall_s": round(res.wall_s, 4), "prefill_s": round(res.prefill_s, 4),
                     "decode_s": round(res.decode_s, 4), "flags": res.flags}
         from solm.decode.pasta.decode_file import result_record
@@ -100,18 +110,28 @@ class MethodRunner:
         ids = prompt_ids(self.tokenizer, prompt, system)
         res = self.runtime.generate(ids, cfg)
         row = result_record(self.runtime, Record("-", prompt, system=system), res, mode)
-        keep = ("content_tokens", "total_tokens", "critical_path", "forward_passes", "promises",
+        keep = ("content_tokens", "critical_path", "forward_passes", "promises",
                 "threads", "wall_s", "prefill_s", "decode_s", "flags")
-        out = {"output": row["response"], **{k: row[k] for k in keep}}
+        out = {"output": row["response"], **{k: row[k] for k in keep},
+               "generated_tokens": row["total_tokens"], "total_tokens": row["total_tokens"]}
         if mode == "parallel":
             out["annotated"] = row["annotated"]
         return out
 
 
-def load_runners(methods: list[Method], settings: DecodeSettings, dtype: str = "auto",
-                 device: str | None = None, pool_size: int = 2048,
+def answer_tokens(tokenizer, text: str) -> int:
+    """An answer's length: its text tokenized (the count every method's row records as
+    `content_tokens`, so lengths and speedups compare across methods)."""
+    from solm.core.chat import text_ids
+
+    return len(text_ids(tokenizer, text))
+
+
+def load_runners(methods: list[Method], settings: DecodeSettings | dict[str, DecodeSettings],
+                 dtype: str = "auto", device: str | None = None, pool_size: int = 2048,
                  compile: bool = False) -> dict[str, MethodRunner]:
-    """A runner per method; methods naming the same model share its weights."""
+    """A runner per method (settings shared, or per label); methods naming the same model
+    share its weights."""
     from solm.core.models import load_decoder
 
     loaded: dict[str, tuple] = {}
@@ -120,7 +140,8 @@ def load_runners(methods: list[Method], settings: DecodeSettings, dtype: str = "
         if m.model not in loaded:
             loaded[m.model] = load_decoder(m.model, dtype=dtype, device=device)
         model, tok = loaded[m.model]
-        runners[m.label] = MethodRunner(m, model, tok, settings, pool_size, compile)
+        own = settings[m.label] if isinstance(settings, dict) else settings
+        runners[m.label] = MethodRunner(m, model, tok, own, pool_size, compile)
     return runners
 
 

@@ -54,10 +54,10 @@ def read_decode_rows(path) -> list[dict]:
     """The rows of a `pasta decode` output; anything else is a DataError naming the file,
     line and missing field."""
     from solm.core.errors import DataError
-    from solm.core.jsonl import read_jsonl
+    from solm.core.jsonl import read_jsonl_numbered
 
     rows = []
-    for line, row in enumerate(read_jsonl(path), start=1):
+    for line, row in read_jsonl_numbered(path):
         for name, kind in DECODE_FIELDS.items():
             if not isinstance(row.get(name), kind):
                 raise DataError(f"not a `pasta decode` output row (needs {name} as "

@@ -1,8 +1,11 @@
 """Speed and quality of each method of a run, against its baseline.
 
 Per prompt (the same prompt for both): realized speedup = baseline wall time / method wall
-time; theoretical speedup = baseline tokens / method critical path (tokens decoded one after
-another); parallelism = method content tokens / critical path. Across prompts: geometric mean
+time; theoretical speedup = baseline critical path / method critical path (tokens decoded one
+after another; a sequential baseline's is every token it decoded); parallelism = method
+generated tokens / critical path (tokens decoded per step of the critical path). Lengths are
+answer lengths (`content_tokens`: the answer text tokenized, the same count for every
+method; see solm.eval.methods). Across prompts: geometric mean
 (the thesis' figure) and arithmetic mean beside it. Quality: win rate and length-controlled
 win rate of the judgments against the baseline (and against the reference, when judged).
 When the run also decodes a method's own model sequentially (under another label), the
@@ -31,6 +34,16 @@ def _means(values: list[float]) -> dict:
             "mean": round(statistics.fmean(values), 4)}
 
 
+def _critical_path(row: dict) -> int:
+    return row.get("critical_path") or _generated(row)
+
+
+def _generated(row: dict) -> int:
+    """Tokens the method decoded (rows written before `generated_tokens` was recorded keep
+    it in `total_tokens`)."""
+    return row.get("generated_tokens") or row.get("total_tokens") or row["content_tokens"]
+
+
 def speed(method_rows: dict[str, dict], base_rows: dict[str, dict]) -> dict:
     shared = [i for i in method_rows if i in base_rows]
     realized, theoretical, parallelism = [], [], []
@@ -39,8 +52,8 @@ def speed(method_rows: dict[str, dict], base_rows: dict[str, dict]) -> dict:
         cp = max(m.get("critical_path") or 0, 1)
         if m.get("wall_s"):
             realized.append(b["wall_s"] / m["wall_s"])
-        theoretical.append(b["content_tokens"] / cp)
-        parallelism.append(m["content_tokens"] / cp)
+        theoretical.append(_critical_path(b) / cp)
+        parallelism.append(_generated(m) / cp)
     rows = [method_rows[i] for i in shared]
     wall = sum(r["wall_s"] for r in rows)
     return {"prompts": len(shared),

@@ -125,7 +125,8 @@ class ServeEngine:
                     sent_logprobs = len(final)
         res = rt.finish(state)
         row = result_record(rt, Record("serve", ""), res, cfg.mode)
-        content_len = row["content_tokens"]
+        # log-probs are recorded per sampled token (sequential mode only): index by ids
+        content_len = len(res.ids) if cfg.mode == "sequential" else row["content_tokens"]
         if job.stream:
             rest = stream.finish(row["response"])
             if rest or (job.top_k is not None and content_len > sent_logprobs):
@@ -136,9 +137,15 @@ class ServeEngine:
                                        "prefill_s", "decode_s", "flags")}
         figures["tokens_per_s"] = round(content_len / max(res.decode_s, 1e-9), 2)
         if job.compare and cfg.mode == "parallel":
+            from solm.eval.compare import compare_report
+
             seq = rt.generate(job.prompt_ids, replace(cfg, mode="sequential"))
-            figures["sequential_decode_s"] = round(seq.decode_s, 4)
-            figures["realized_speedup"] = round(seq.decode_s / max(res.decode_s, 1e-9), 4)
+            seq_row = result_record(rt, Record("serve", ""), seq, "sequential")
+            report = compare_report(row, seq_row)
+            figures["sequential_wall_s"] = seq_row["wall_s"]
+            figures["sequential_content_tokens"] = seq_row["content_tokens"]
+            figures["compare"] = {k: (round(v, 4) if isinstance(v, float) else v)
+                                  for k, v in report.items()}
         cut = {MAX_NEW_TOKENS, POOL_FULL} & set(res.flags)
         return Outcome(text=row["response"], finish_reason="length" if cut else "stop",
                        prompt_tokens=len(job.prompt_ids), completion_tokens=len(res.ids),

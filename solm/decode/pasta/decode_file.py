@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from solm.core.chat import prompt_ids
+from solm.core.chat import prompt_ids, text_ids
 from solm.core.jsonl import JsonlWriter, done_ids
 from solm.core.records import Record
 from solm.core.systems.pasta import walk_training_order
@@ -38,11 +38,14 @@ def result_record(rt: PastaRuntime, rec: Record, res: PastaDecodeResult, mode: s
     content_ids = ([t for t, a in zip(res.ids, attrs) if not a.is_tag] if attrs is not None
                    else res.ids)
     metrics = pasta_metrics(res.ids, rt.vocab, attrs) if mode == "parallel" else None
+    response = tok.decode(content_ids, skip_special_tokens=True)
     return {
         "id": rec.id, "prompt": rec.prompt, "mode": mode,
-        "response": tok.decode(content_ids, skip_special_tokens=True),
+        "response": response,
         "annotated": tok.decode(res.ids, skip_special_tokens=True),
-        "content_tokens": len(content_ids),
+        # the answer's length as text (a model may write a word in pieces the tokenizer
+        # would not choose): what every method's count means, comparable across methods
+        "content_tokens": len(text_ids(tok, response)),
         "critical_path": metrics.critical_path if metrics else len(res.ids),
         "promises": metrics.promises if metrics else 0,
         "total_tokens": len(res.ids),

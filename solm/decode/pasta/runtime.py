@@ -44,7 +44,7 @@ PENALIZE_SCOPES = ("all", "blocks")
 @dataclass
 class PastaDecodeConfig:
     mode: str = "parallel"
-    max_new_tokens: int = 1024
+    max_new_tokens: int = 1024  # cap on the answer's tokens, tags (forced ones too) included
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_fork_tokens: int = 512
     max_topic_tokens: int = 24
@@ -328,6 +328,7 @@ class PastaRuntime:
                 fid = tracker.open_fork()
                 new_fork = state.threads.setdefault(fid, _Thread(fid))
                 new_fork.pending = v.async_open
+                state.generated += 1  # the forced `<async>` is part of the answer too
                 state.fork_anchor[fid] = len(main.fed)
         for th in active:
             batch.append((th, th.pending))
@@ -336,6 +337,13 @@ class PastaRuntime:
             batch.append((new_fork, new_fork.pending))
             attrs.append(tracker.fork(new_fork.tid, new_fork.pending))
         return batch, attrs
+
+    def _cost(self, state: PastaRunState, th: _Thread, tok: int) -> int:
+        """Answer tokens a sampled token commits to: itself, and for a promise's closing
+        token in parallel mode the `<async>` and `</async>` of the block it opens."""
+        if th is state.main and state.parallel and tok in self.vocab.close_tens:
+            return 3
+        return 1
 
     def _advance(self, state: PastaRunState, batch: list[tuple[_Thread, int]],
                  logits: torch.Tensor) -> bool:
@@ -361,12 +369,16 @@ class PastaRuntime:
             elif tok == v.async_close:
                 th.done = True
                 continue
-            if state.generated >= config.max_new_tokens:
+            if state.generated + _open_blocks(state) >= config.max_new_tokens:
                 stop = True
                 continue
             nxt = state.next_token(th, logits[row])
             if nxt is None:
                 th.done = True
+                continue
+            if state.generated + _open_blocks(state) + self._cost(state, th, nxt) \
+                    > config.max_new_tokens:
+                stop = True  # no room for this token (a promise: and its block's two tags)
                 continue
             state.generated += 1
             if th is not main and not state.replaying:
@@ -378,6 +390,12 @@ class PastaRuntime:
                     nxt = v.async_close
             th.pending = nxt
         return stop
+
+
+def _open_blocks(state: PastaRunState) -> int:
+    """Blocks still open: each will add a `</async>` to the answer (its own, or the one a stop
+    inserts), so the token cap keeps room for them."""
+    return sum(1 for tid, th in state.threads.items() if tid != MAIN and not th.done)
 
 
 def replay_scripts(response_ids: Sequence[int], vocab: PastaVocab

@@ -25,12 +25,16 @@ from solm.decode.sot.prompts import (EXPAND_POINT, EXPAND_PRIMER, EXPAND_SHARED,
 from solm.decode.step import PoolStep
 
 NO_SKELETON = "no_skeleton"  # no point could be read: the answer is the skeleton stage's text
+SKELETON_CAP = "skeleton_cap"  # the skeleton stopped at its token cap, not at its end
 
 
 @dataclass
 class SotConfig:
     max_skeleton_tokens: int = 160
     max_point_tokens: int = 128
+    # every generated token, both stages: the skeleton's cap is min(max_skeleton_tokens, this),
+    # and the points share what the skeleton left (a step stops points past it, flagged)
+    max_new_tokens: int | None = None
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     record_logits: bool = False
     stop_at_newline: bool = True  # a point is one or two sentences: a newline ends it
@@ -58,7 +62,9 @@ class SotResult:
         return self.prefill_s + self.decode_s
 
     @property
-    def content_tokens(self) -> int:
+    def generated_tokens(self) -> int:
+        """Tokens the model decoded in both stages (the answer re-uses the skeleton's point
+        texts, so this is not the answer's length)."""
         return self.skeleton_tokens + sum(self.point_tokens)
 
     @property
@@ -97,8 +103,9 @@ class SotRuntime:
         return self.forward.compile_s
 
     def skeleton(self, question: str, config: SotConfig, sampler: Sampler,
-                 clock: dict) -> tuple[str, int, int]:
-        """Stage 1: (skeleton text with its primer, tokens generated, decode steps)."""
+                 clock: dict, flags: set[str] | None = None) -> tuple[str, int, int]:
+        """Stage 1: (skeleton text with its primer, tokens generated, decode steps); a
+        skeleton cut by its cap adds SKELETON_CAP to `flags`."""
         prompt = messages_ids(self.tokenizer, [{"role": "user",
                                                 "content": skeleton_prompt(question)}])
         prompt += text_ids(self.tokenizer, SKELETON_PRIMER)
@@ -111,15 +118,17 @@ class SotRuntime:
         clock["prefill"] += time.perf_counter() - t0 - (self._compile_clock() - c0)
         t0, c0 = time.perf_counter(), self._compile_clock()
         out, steps = [], 0
+        cap = min(config.max_skeleton_tokens, config.max_new_tokens or config.max_skeleton_tokens)
         tok = sampler(logits, self.banned, out)
-        while tok not in self.eos and len(out) < config.max_skeleton_tokens \
-                and fwd.fits(1):
+        while tok not in self.eos and len(out) < cap and fwd.fits(1):
             out.append(tok)
             logits = fwd([tok], [tracker.prefix(tok)])[-1]
             steps += 1
             tok = sampler(logits, self.banned, out)
         clock["decode"] += time.perf_counter() - t0 - (self._compile_clock() - c0)
         text = SKELETON_PRIMER + self.tokenizer.decode(out, skip_special_tokens=True)
+        if flags is not None and tok not in self.eos and len(out) >= cap:
+            flags.add(SKELETON_CAP)
         return text, len(out), steps
 
     def point_prompts(self, question: str, points: list[str]) -> tuple[list[int], list[list[int]]]:
@@ -137,9 +146,10 @@ class SotRuntime:
         return full[0][:cut], [ids[cut:] for ids in full]
 
     def expand(self, prefix: list[int], own: list[list[int]], config: SotConfig,
-               samplers: list[Sampler], clock: dict, flags: set[str]
-               ) -> tuple[list[list[int]], int, list[torch.Tensor]]:
-        """Stage 2: every point decoded as a thread after the shared prefix."""
+               samplers: list[Sampler], clock: dict, flags: set[str],
+               budget: int | None = None) -> tuple[list[list[int]], int, list[torch.Tensor]]:
+        """Stage 2: every point decoded as a thread after the shared prefix; at most `budget`
+        tokens over all points (the points first in the skeleton keep theirs)."""
         tracker, fwd = SotTracker(), self.forward
         fwd.reset()
         need = len(prefix) + sum(len(o) for o in own)
@@ -168,6 +178,15 @@ class SotRuntime:
         steps = 0
         while pending:
             active = sorted(pending)
+            if budget is not None:
+                left = budget - sum(len(g) for g in generated)
+                if left < len(active):
+                    flags.add(MAX_NEW_TOKENS)
+                    for i in active[max(left, 0):]:
+                        del pending[i]
+                    active = active[:max(left, 0)]
+                    if not active:
+                        break
             if not fwd.fits(len(active)):
                 flags.add(POOL_FULL)
                 break
@@ -199,7 +218,8 @@ class SotRuntime:
         c_start = self._compile_clock()
         flags: set[str] = set()
         sampler = Sampler(config.sampling, exempt=sorted(self.eos))
-        skeleton, skeleton_tokens, steps = self.skeleton(question, config, sampler, clock)
+        skeleton, skeleton_tokens, steps = self.skeleton(question, config, sampler, clock,
+                                                         flags)
         points = parse_skeleton(skeleton)
         if not points:
             flags.add(NO_SKELETON)
@@ -210,7 +230,10 @@ class SotRuntime:
         samplers = [Sampler(SamplingConfig(**{**config.sampling.__dict__,
                                               "seed": config.sampling.seed + i}),
                             exempt=sorted(self.eos)) for i in range(1, len(points) + 1)]
-        generated, point_steps, logits = self.expand(prefix, own, config, samplers, clock, flags)
+        budget = None if config.max_new_tokens is None \
+            else config.max_new_tokens - skeleton_tokens
+        generated, point_steps, logits = self.expand(prefix, own, config, samplers, clock, flags,
+                                                     budget)
         lines = []
         for i, (point, ids) in enumerate(zip(points, generated), start=1):
             body = self.tokenizer.decode(ids, skip_special_tokens=True)
