@@ -146,7 +146,7 @@ def finite_at_least(bound: float) -> Callable:
 
 
 MAX_NEW_TOKENS_CAP = 1 << 20  # far beyond any pool here; larger values are typos
-MAX_SEED = 2**32 - 1
+from solm.core.sampling import MAX_SEED  # noqa: E402
 TEMPERATURE_HELP = "0 = greedy (default: the model's generation_config.json, else 0)."
 SeedOption = typer.Option(0, min=0, max=MAX_SEED, help="Sampling seed (ignored when greedy).")
 

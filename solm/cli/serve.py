@@ -80,6 +80,10 @@ def serve(
     max_queue: int = typer.Option(32, min=1, help="Requests that may wait; more get 429."),
     max_request_bytes: int = typer.Option(1 << 20, min=1024, help="Largest request body "
                                           "(over it: 413)."),
+    shutdown_timeout: float = typer.Option(30.0, min=0.0, help="On SIGTERM or Ctrl-C: "
+                                           "seconds in-flight requests get to finish before "
+                                           "they are cancelled with an error (new ones get "
+                                           "503 meanwhile; a second signal cancels at once)."),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     compile: Optional[bool] = CompileOption,
@@ -118,15 +122,19 @@ def serve(
     if key is None and host not in ("127.0.0.1", "localhost", "::1"):
         console.print(f"[yellow]warning:[/] serving on {host} without an API key")
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, access_log=not quiet,
-                                           log_level="warning" if quiet else "info"))
+                                           log_level="warning" if quiet else "info",
+                                           timeout_graceful_shutdown=10))
     run_until_stopped(server, engine, f"serving '{name}' at http://{host}:{port}/v1 "
                                       f"({'bearer key required' if key else 'no key'}; "
-                                      f"{mode} by default)")
+                                      f"{mode} by default)", shutdown_timeout)
 
 
-def run_until_stopped(server, engine, banner: str) -> None:
+def run_until_stopped(server, engine, banner: str, shutdown_timeout: float = 30.0) -> None:
     """HTTP on a side thread, decoding in this one (the thread that loaded the model; see
-    solm.serve.engine), until Ctrl-C or SIGTERM."""
+    solm.serve.engine), until Ctrl-C or SIGTERM. The first signal stops new requests (503)
+    and gives the queued and running ones `shutdown_timeout` seconds to finish; then they
+    are cancelled with an error (streams get an error event before they close). A second
+    signal cancels at once."""
     import signal
     import threading
     import time
@@ -142,14 +150,19 @@ def run_until_stopped(server, engine, banner: str) -> None:
         time.sleep(0.05)
     console.print(banner, highlight=False)
 
-    def stop(*_):
-        raise KeyboardInterrupt
+    def stop(signum, _frame):
+        if engine.draining.is_set():
+            engine.abort.set()
+            return
+        console.print(f"stopping: no new requests; in-flight ones have {shutdown_timeout:g} s "
+                      f"to finish", highlight=False)
+        engine.shutdown(shutdown_timeout)
 
-    signal.signal(signal.SIGTERM, stop)
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         engine.work(keep_going=http.is_alive)
-    except KeyboardInterrupt:
-        pass
     finally:
-        server.should_exit = True
-        http.join(timeout=10)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        server.should_exit = True  # uvicorn lets the answered responses finish sending
+        http.join(timeout=shutdown_timeout + 10)

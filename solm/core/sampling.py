@@ -8,6 +8,9 @@ from typing import Sequence
 import torch
 
 
+MAX_SEED = 2**32 - 1  # seeds are 0..2^32-1 everywhere (CLI flags and server requests)
+
+
 @dataclass
 class SamplingConfig:
     temperature: float = 0.0  # 0 = greedy

@@ -8,6 +8,7 @@ field `solm`, which OpenAI clients keep as an extra attribute.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import time
@@ -23,7 +24,7 @@ from starlette.exceptions import HTTPException
 from solm.core.chat import messages_ids, text_ids
 from solm.core.sampling import SamplingConfig
 from solm.decode.pasta.runtime import PastaDecodeConfig
-from solm.serve.engine import Job, Outcome, QueueFull, ServeEngine
+from solm.serve.engine import Job, Outcome, QueueFull, ServeEngine, ShuttingDown
 from solm.serve.protocol import (ApiError, ChatRequest, CompletionRequest, SolmFields,
                                  error_body)
 from solm.serve.streaming import TokenLogprob, token_bytes, token_text
@@ -69,20 +70,13 @@ def create_app(engine: ServeEngine, settings: ServeSettings) -> FastAPI:
     async def chat(req: ChatRequest, request: Request):
         job = _job(req, settings, engine, messages_ids(
             engine.tokenizer, [{"role": "system" if m.role == "developer" else m.role,
-                                "content": m.text()} for m in req.messages]))
-        return await _answer(engine, job, req, settings, chat=True)
+                                "content": m.text()} for m in req.messages]), "messages")
+        return await _answer(engine, job, req, settings, request, chat=True)
 
     @app.post("/v1/completions", dependencies=[Depends(authorize)])
     async def completions(req: CompletionRequest, request: Request):
-        prompt = req.prompt
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
-            ids = [int(t) for t in prompt]
-        else:
-            ids = text_ids(engine.tokenizer, prompt[0] if isinstance(prompt, list) else prompt)
-        if not ids:
-            raise ApiError(400, "the prompt is empty", param="prompt")
-        job = _job(req, settings, engine, ids)
-        return await _answer(engine, job, req, settings, chat=False)
+        job = _job(req, settings, engine, _completion_ids(req, engine), "prompt")
+        return await _answer(engine, job, req, settings, request, chat=False)
 
     return app
 
@@ -101,8 +95,27 @@ def _check_model(name: str, settings: ServeSettings) -> None:
                             f"'{settings.model_name}'", param="model", code="model_not_found")
 
 
+def _completion_ids(req: CompletionRequest, engine: ServeEngine) -> list[int]:
+    """A completion's prompt as token ids: text, one text in a list, or ids in the
+    vocabulary."""
+    prompt = req.prompt
+    if isinstance(prompt, list) and not prompt:
+        raise ApiError(400, "the prompt is empty", param="prompt")
+    if isinstance(prompt, list) and isinstance(prompt[0], int):
+        vocab = engine.runtime.model.get_input_embeddings().weight.shape[0]
+        bad = [t for t in prompt if not 0 <= t < vocab]
+        if bad:
+            raise ApiError(400, f"token id {bad[0]} is outside this model's vocabulary "
+                                f"(0 to {vocab - 1})", param="prompt")
+        return list(prompt)
+    ids = text_ids(engine.tokenizer, prompt[0] if isinstance(prompt, list) else prompt)
+    if not ids:
+        raise ApiError(400, "the prompt is empty", param="prompt")
+    return ids
+
+
 def _job(req: SolmFields, settings: ServeSettings, engine: ServeEngine,
-         prompt_ids: list[int]) -> Job:
+         prompt_ids: list[int], prompt_field: str) -> Job:
     """The request checked against the server's bounds and turned into a decode job."""
     req.refuse_unsupported()
     _check_model(req.model, settings)
@@ -114,7 +127,7 @@ def _job(req: SolmFields, settings: ServeSettings, engine: ServeEngine,
     pool = engine.runtime.pool_size
     if len(prompt_ids) + 1 > pool:
         raise ApiError(400, f"the prompt has {len(prompt_ids)} tokens; this server's KV pool "
-                            f"holds {pool} (--pool-size)", param="messages",
+                            f"holds {pool} (--pool-size)", param=prompt_field,
                        code="context_length_exceeded")
     s = d.sampling
     sampling = SamplingConfig(
@@ -135,12 +148,14 @@ def _job(req: SolmFields, settings: ServeSettings, engine: ServeEngine,
 
 
 async def _answer(engine: ServeEngine, job: Job, req: SolmFields, settings: ServeSettings,
-                  chat: bool):
+                  request: Request, chat: bool):
     try:
         engine.submit(job)
     except QueueFull as e:
         raise ApiError(429, f"the server is busy ({e}); retry later",
                        code="queue_full") from None
+    except ShuttingDown as e:
+        raise ApiError(503, f"{e}; retry elsewhere or later", code="server_shutdown") from None
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     if req.stream:
         usage = bool(req.stream_options and req.stream_options.include_usage)
@@ -148,7 +163,7 @@ async def _answer(engine: ServeEngine, job: Job, req: SolmFields, settings: Serv
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
     try:
-        kind, payload = await job.events.get()
+        kind, payload = await _next_event_unless_gone(job, request)
     finally:
         job.cancelled.set()  # a client that went away stops its decode
     if kind == "error":
@@ -165,6 +180,29 @@ async def _answer(engine: ServeEngine, job: Job, req: SolmFields, settings: Serv
     return {"id": rid, "object": "chat.completion" if chat else "text_completion",
             "created": now(), "model": settings.model_name, "choices": [choice],
             "usage": _usage(out), "solm": out.figures}
+
+
+DISCONNECT_POLL_S = 0.05
+
+
+async def _next_event_unless_gone(job: Job, request: Request) -> tuple[str, object]:
+    """The job's next event; a client that disconnects while it waits cancels the job at
+    once (a non-streamed request has no write to fail, so its connection is polled)."""
+    getter = asyncio.ensure_future(job.events.get())
+    try:
+        while True:
+            done, _ = await asyncio.wait({getter}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return getter.result()
+            if await request.is_disconnected():
+                job.cancelled.set()
+                raise ClientGone()
+    finally:
+        getter.cancel()
+
+
+class ClientGone(Exception):
+    """The client closed its connection; there is nobody to answer."""
 
 
 async def _sse(engine: ServeEngine, job: Job, rid: str, model: str, chat: bool,
@@ -268,6 +306,10 @@ def _install_error_handlers(app: FastAPI) -> None:
         if first.get("type") == "json_invalid":
             message, param = "the request body is not valid JSON", None
         return JSONResponse(error_body(400, message, param), status_code=400)
+
+    @app.exception_handler(ClientGone)
+    async def gone(request: Request, e: ClientGone) -> JSONResponse:
+        return JSONResponse(error_body(499, "the client closed the request"), status_code=499)
 
     @app.exception_handler(Exception)
     async def crashed(request: Request, e: Exception) -> JSONResponse:

@@ -34,6 +34,10 @@ class QueueFull(Exception):
     pass
 
 
+class ShuttingDown(Exception):
+    """The server is stopping: it takes no new request."""
+
+
 @dataclass
 class Job:
     prompt_ids: list[int]
@@ -59,11 +63,21 @@ class Outcome:
     logprobs: list[TokenLogprob] | None = None
 
 
+def _shutdown_error() -> Exception:
+    from solm.serve.protocol import ApiError
+
+    return ApiError(503, "the server shut down before this request finished; retry "
+                         "elsewhere or later", code="server_shutdown")
+
+
 class ServeEngine:
     def __init__(self, runtime: PastaRuntime, max_queue: int = 32):
         self.runtime = runtime
         self.jobs: queue.Queue[Job] = queue.Queue(maxsize=max_queue)
         self.lock = threading.Lock()  # one decode at a time, also for direct `run` calls
+        self.draining = threading.Event()  # stopping: refuse new jobs, finish queued ones
+        self.abort = threading.Event()  # the grace period is over: cancel what remains
+        self.busy = False
 
     def start_in_thread(self) -> threading.Thread:
         """Decode on a daemon thread (tests, embedding in another program)."""
@@ -79,25 +93,49 @@ class ServeEngine:
         """Queue a job; its events arrive on `job.events`. Raises QueueFull over the bound."""
         job.loop = job.loop or asyncio.get_running_loop()
         job.events = job.events or asyncio.Queue()
+        if self.draining.is_set():
+            raise ShuttingDown("the server is shutting down")
         try:
             self.jobs.put_nowait(job)
         except queue.Full:
             raise QueueFull(f"{self.jobs.maxsize} requests are already waiting") from None
 
+    def shutdown(self, grace_s: float) -> None:
+        """Stop taking jobs; the queued and running ones have `grace_s` seconds to finish,
+        then they are cancelled and answered with an error (`work` returns once all are)."""
+        self.draining.set()
+        timer = threading.Timer(grace_s, self.abort.set)
+        timer.daemon = True
+        timer.start()
+
+    def drained(self) -> bool:
+        return self.draining.is_set() and self.jobs.empty() and not self.busy
+
     def work(self, keep_going: Callable[[], bool] = lambda: True) -> None:
-        """Decode queued jobs in this thread while `keep_going()` holds."""
-        while keep_going():
+        """Decode queued jobs in this thread while `keep_going()` holds, and until every job
+        is answered once `shutdown` was called."""
+        while keep_going() and not self.drained():
             try:
                 job = self.jobs.get(timeout=0.2)
             except queue.Empty:
                 continue
             if job.cancelled.is_set():
                 continue
+            if self.abort.is_set():
+                job.emit("error", _shutdown_error())
+                continue
+            self.busy = True
             try:
-                job.emit("done", self.run(job))
+                outcome = self.run(job)
+                if self.abort.is_set() and CANCELLED in outcome.figures["flags"]:
+                    job.emit("error", _shutdown_error())
+                else:
+                    job.emit("done", outcome)
             except Exception as e:  # reported to that request; the server keeps serving
                 traceback.print_exc(file=sys.stderr)
                 job.emit("error", e)
+            finally:
+                self.busy = False
 
     def run(self, job: Job) -> Outcome:
         """Decode one job, emitting text deltas when it streams."""
@@ -114,7 +152,7 @@ class ServeEngine:
         state = rt.prefill(job.prompt_ids, cfg, chooser)
         sent_logprobs = 0
         while rt.step(state):
-            if job.cancelled.is_set():
+            if job.cancelled.is_set() or self.abort.is_set():
                 state.flags.add(CANCELLED)
                 break
             if job.stream:

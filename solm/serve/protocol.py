@@ -14,6 +14,8 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
+from solm.core.sampling import MAX_SEED
+
 
 class ApiError(HTTPException):
     """An error answered as OpenAI does: `{"error": {message, type, param, code}}`."""
@@ -66,7 +68,7 @@ class SolmFields(BaseModel):
     max_tokens: Optional[int] = Field(None, ge=1)
     temperature: Optional[float] = Field(None, ge=0.0, le=2.0)
     top_p: Optional[float] = Field(None, gt=0.0, le=1.0)
-    seed: Optional[int] = None
+    seed: Optional[int] = Field(None, ge=0, le=MAX_SEED)
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
     n: int = Field(1, ge=1)

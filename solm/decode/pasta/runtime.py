@@ -341,7 +341,8 @@ class PastaRuntime:
     def _cost(self, state: PastaRunState, th: _Thread, tok: int) -> int:
         """Answer tokens a sampled token commits to: itself, and for a promise's closing
         token in parallel mode the `<async>` and `</async>` of the block it opens."""
-        if th is state.main and state.parallel and tok in self.vocab.close_tens:
+        if th is state.main and state.parallel and not state.replaying \
+                and tok in self.vocab.close_tens:
             return 3
         return 1
 
@@ -369,14 +370,14 @@ class PastaRuntime:
             elif tok == v.async_close:
                 th.done = True
                 continue
-            if state.generated + _open_blocks(state) >= config.max_new_tokens:
+            if state.generated + _reserved(state, v) >= config.max_new_tokens:
                 stop = True
                 continue
             nxt = state.next_token(th, logits[row])
             if nxt is None:
                 th.done = True
                 continue
-            if state.generated + _open_blocks(state) + self._cost(state, th, nxt) \
+            if state.generated + _reserved(state, v) + self._cost(state, th, nxt) \
                     > config.max_new_tokens:
                 stop = True  # no room for this token (a promise: and its block's two tags)
                 continue
@@ -392,10 +393,18 @@ class PastaRuntime:
         return stop
 
 
-def _open_blocks(state: PastaRunState) -> int:
-    """Blocks still open: each will add a `</async>` to the answer (its own, or the one a stop
-    inserts), so the token cap keeps room for them."""
-    return sum(1 for tid, th in state.threads.items() if tid != MAIN and not th.done)
+def _reserved(state: PastaRunState, vocab) -> int:
+    """Answer tokens already committed to but not yet counted: a `</async>` for each open
+    block (its own, or the one a stop inserts; one already chosen is counted), and the `<async>` and `</async>` of the block
+    a promise's closing token waiting in main will open. The token cap keeps room for them."""
+    if state.replaying:  # a replay follows its scripts; its cap is only a guard
+        return 0
+    open_blocks = sum(1 for tid, th in state.threads.items()
+                      if tid != MAIN and not th.done and th.pending != vocab.async_close)
+    main = state.main
+    opening = (state.parallel and main.pending is not None
+               and main.pending in vocab.close_tens)
+    return open_blocks + (2 if opening else 0)
 
 
 def replay_scripts(response_ids: Sequence[int], vocab: PastaVocab
