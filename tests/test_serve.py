@@ -207,3 +207,102 @@ def test_greedy_answer_equals_pasta_decode(client):
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert cli.returncode == 0, cli.stderr
     assert cli.stdout.rstrip("\n") == served
+
+
+def _raw_request(base: str, body: dict) -> socket.socket:
+    """A chat request sent on a raw socket, left unread (the caller may just close it)."""
+    host, port = base.rsplit("/", 1)[-1].split(":")
+    data = json.dumps(body).encode()
+    s = socket.create_connection((host, int(port)))
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+              b"\r\nAuthorization: Bearer " + KEY.encode() + b"\r\nContent-Length: "
+              + str(len(data)).encode() + b"\r\n\r\n" + data)
+    return s
+
+
+def test_a_disconnected_request_frees_the_server_within_a_step(server, client):
+    """A client that drops a non-streamed request cancels its decode: the next request
+    waits about as long as on an idle server, not for the dropped decode to end."""
+    long_body = {"model": "smollm2-135m", "max_tokens": CAP, "temperature": 0,
+                 "mode": "sequential", "repetition_penalty": 1.3,
+                 "messages": [{"role": "user", "content": "Write a long story about a dragon."}]}
+    started = time.perf_counter()
+    assert post(server[0], "/v1/chat/completions", long_body)[0] == 200
+    long_s = time.perf_counter() - started
+    started = time.perf_counter()
+    ask(client, max_tokens=2)
+    idle_s = time.perf_counter() - started
+    sock = _raw_request(server[0], long_body)
+    time.sleep(min(0.5, long_s / 4))  # the long decode is under way
+    sock.close()
+    started = time.perf_counter()
+    ask(client, max_tokens=2)
+    waited = time.perf_counter() - started
+    # within a few steps of the idle time; the dropped decode had >= 3/4 of long_s left
+    assert waited < idle_s + 0.35 * long_s, (waited, idle_s, long_s)
+
+
+def test_sigterm_drains_then_cancels_with_an_error_event(tmp_path):
+    """SIGTERM: a new request gets 503 (or no connection), a running stream ends with an
+    error event once --shutdown-timeout passes, and the process exits by itself."""
+    import signal
+    import threading
+
+    port = free_port()
+    log = tmp_path / "server.log"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "solm.cli.main", "pasta", "serve", "--port", str(port),
+             "--max-new-tokens", "2000", "--dtype", "fp32", "--shutdown-timeout", "1"],
+            stdout=sink, stderr=subprocess.STDOUT, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):
+            try:
+                urllib.request.urlopen(base + "/health", timeout=1)
+                break
+            except OSError:
+                assert proc.poll() is None, log.read_text()
+                time.sleep(0.5)
+        body = json.dumps({"model": "smollm2-135m", "max_tokens": 2000, "stream": True,
+                           "mode": "sequential", "repetition_penalty": 1.3,
+                           "messages": [{"role": "user", "content": "Tell a long story."}]})
+        req = urllib.request.Request(base + "/v1/chat/completions", data=body.encode(),
+                                     headers={"Content-Type": "application/json"})
+        events: list[str] = []
+
+        def read_stream():
+            with urllib.request.urlopen(req, timeout=120) as r:
+                for line in r:
+                    if line.strip():
+                        events.append(line.decode().strip())
+
+        reader = threading.Thread(target=read_stream, daemon=True)
+        reader.start()
+        for _ in range(200):
+            if len(events) >= 3:  # decoding has started
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        code, _ = post(base, "/v1/chat/completions", {
+            "model": "smollm2-135m", "messages": [{"role": "user", "content": "x"}]}, key=None) \
+            if _listening(port) else (503, None)
+        assert code == 503
+        reader.join(timeout=60)
+        assert proc.wait(timeout=60) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    errors = [e for e in events if '"error"' in e]
+    assert errors and "shut down" in errors[0], events[-3:]
+    assert events[-1] == "data: [DONE]"
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
