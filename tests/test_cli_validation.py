@@ -3,12 +3,14 @@ traceback, and nothing already written is touched (issue 13's table)."""
 
 import json
 import os
+import shutil
 
 import pytest
 from typer.testing import CliRunner
 
 from solm.cli import main as solm_main
 from solm.cli import pasta, tip
+from solm.core.models import artifact_folder
 
 runner = CliRunner()
 
@@ -22,6 +24,22 @@ def files(tmp_path_factory):
     other.write_text(json.dumps({"a": 1}) + "\n")
     (d / "folder.jsonl").mkdir()
     (d / "emptymodel").mkdir()
+    (d / "empty.jsonl").write_text("")
+    (d / "noprompt.jsonl").write_text(json.dumps({"id": "t", "response": "<reg_0>x"}) + "\n")
+    (d / "utf8.jsonl").write_bytes(b'{"id": "a", "prompt": "hi"}\n{"id": "b", "prompt": "\xff"}\n')
+    (d / "utf8d.jsonl").write_bytes(json.dumps({"annotated": "x", "content_tokens": 1,
+                                                "critical_path": 1}).encode() + b"\n\xfe\n")
+    (d / "dupes.jsonl").write_text(json.dumps({"id": 1, "prompt": "a"}) + "\n"
+                                   + json.dumps({"id": "1", "prompt": "b"}) + "\n")
+    (d / "hello.jsonl").write_text(json.dumps({"id": "m", "messages": "hello"}) + "\n")
+    (d / "blank.jsonl").write_text(json.dumps({"id": "e", "prompt": "  "}) + "\n")
+    (d / "decoded.jsonl").write_text(json.dumps({"id": "a", "response": "x"}) + "\n")
+    (d / "decoded.jsonl.manifest.json").write_text('{"row_settings": {"model": ')
+    (d / "bad.yaml").write_text("limit: [1, 2\nmode: x\n")
+    (d / "afile").write_text("not a folder")
+    adapter = d / "badadapter"
+    shutil.copytree(artifact_folder("pasta-sft-cpu"), adapter)
+    (adapter / "adapter_model.safetensors").write_bytes(b"garbage, not safetensors")
     return d
 
 
@@ -80,6 +98,49 @@ CASES = [
              "{d}/j.jsonl", "--judge", "claude:x"], "claude:x"),
     (pasta, ["sft", "--data", "{d}/prompts.jsonl", "--out", "{d}/o", "--attention", "xla"],
      "--attention"),
+    # issue 20: inputs that commands used to destroy (the same-path sweep covers every command)
+    (pasta, ["bench", "-a", "{d}/prompts.jsonl", "-o", "{d}/prompts.jsonl"], "prompts.jsonl"),
+    (tip, ["bench", "-t", "{d}/prompts.jsonl", "-o", "{d}/prompts.jsonl"], "prompts.jsonl"),
+    (tip, ["traces", "--source", "{d}/prompts.jsonl", "-o", "{d}/prompts.jsonl"],
+     "prompts.jsonl"),
+    # tracebacks
+    (pasta, ["decode", "--temperature", "inf"], "--temperature"),
+    (pasta, ["decode", "--temperature", "nan"], "--temperature"),
+    (pasta, ["decode", "-p", "{d}/prompts.jsonl", "-o", "{d}/o.jsonl", "-m",
+             "{d}/badadapter"], "adapter_model.safetensors"),
+    (tip, ["bench", "-t", "{d}/empty.jsonl"], "empty.jsonl"),
+    (tip, ["bench", "-t", "{d}/noprompt.jsonl"], "noprompt.jsonl:1 [field 'prompt']"),
+    # errors that named no path or field
+    (pasta, ["decode", "-p", "{d}/utf8.jsonl", "-o", "{d}/o.jsonl"], "utf8.jsonl:2"),
+    (pasta, ["stats", "{d}/utf8d.jsonl"], "utf8d.jsonl:2"),
+    (pasta, ["decode", "-p", "{d}/prompts.jsonl", "-o", "{d}/decoded.jsonl"],
+     "decoded.jsonl.manifest.json"),
+    (pasta, ["decode", "-p", "{d}/hello.jsonl", "-o", "{d}/o.jsonl"],
+     "hello.jsonl:1 [field 'messages']"),
+    (pasta, ["decode", "-p", "{d}/prompts.jsonl", "-o", "{d}/afile/o.jsonl"], "afile"),
+    (pasta, ["annotate", "-i", "{d}/prompts.jsonl", "-o", "{d}/afile/o.jsonl"], "afile"),
+    (pasta, ["decode", "--seed", "99999999999999999999999"], "--seed"),
+    (pasta, ["decode", "--seed", "-1"], "--seed"),
+    (pasta, ["decode", "--config", "{d}/bad.yaml"], "bad.yaml:2"),
+    (pasta, ["chat", "--config", "{d}/bad.yaml"], "bad.yaml:2"),
+    # accepted silently before
+    (pasta, ["decode", "--repetition-penalty", "inf"], "--repetition-penalty"),
+    (pasta, ["decode", "--max-new-tokens", "100000000000000000000000"], "--max-new-tokens"),
+    (pasta, ["decode", "-p", "{d}/blank.jsonl", "-o", "{d}/o.jsonl"],
+     "blank.jsonl:1 [field 'prompt']"),
+    (pasta, ["decode", "-p", "{d}/empty.jsonl", "-o", "{d}/o.jsonl"], "nothing was decoded"),
+    (pasta, ["annotate", "-i", "{d}/empty.jsonl", "-o", "{d}/o.jsonl"], "nothing was done"),
+    (tip, ["decode", "-p", "{d}/empty.jsonl", "-o", "{d}/o.jsonl"], "nothing was decoded"),
+    (pasta, ["judge", "-b", "{d}/empty.jsonl", "-m", "{d}/prompts.jsonl", "-o",
+             "{d}/j.jsonl"], "empty.jsonl"),
+    # duplicate ids (1 and "1" are one id)
+    (pasta, ["decode", "-p", "{d}/dupes.jsonl", "-o", "{d}/o.jsonl"], "dupes.jsonl:2 [field 'id']"),
+    (pasta, ["annotate", "-i", "{d}/dupes.jsonl", "-o", "{d}/o.jsonl"], "dupes.jsonl:2"),
+    (tip, ["decode", "-p", "{d}/dupes.jsonl", "-o", "{d}/o.jsonl"], "dupes.jsonl:2"),
+    (solm_main, ["serve", "--temperature", "inf"], "--temperature"),
+    (solm_main, ["serve", "--seed", "99999999999"], "--seed"),
+    (pasta, ["eval", "run", "-o", "{d}/run", "--method", "sot=x", "--temperature", "inf"],
+     "--temperature"),
 ]
 if not os.environ.get("CUDA_VISIBLE_DEVICES") and not __import__("torch").cuda.is_available():
     CASES.append((pasta, ["decode", "--device", "cuda"], "--device"))
@@ -89,13 +150,28 @@ if not os.environ.get("CUDA_VISIBLE_DEVICES") and not __import__("torch").cuda.i
                          ids=[" ".join(a[:3]) for _, a, _ in CASES])
 def test_bad_input_is_one_line_and_a_nonzero_exit(files, app, args, names):
     args = [a.format(d=files) for a in args]
+    before = snapshot(files)
     r = runner.invoke(app.app, args + (["-q"] if args[0] in ("decode", "annotate") else []))
     lines = [line for line in r.output.splitlines() if line.strip()]
     assert r.exit_code != 0, r.output
+    assert {p: b for p, b in snapshot(files).items() if p in before} == before
     assert "Traceback" not in r.output and not isinstance(r.exception, (KeyError,
                                                                           ZeroDivisionError))
     assert len(lines) == 1 and lines[0].startswith("error:"), r.output
     assert names.format(d=files) in lines[0]
+
+
+def snapshot(folder) -> dict:
+    """Every file under `folder` with its bytes (inputs must come out byte for byte)."""
+    return {str(p): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_dedupe_keeps_each_ids_first_row_and_counts_the_rest(files):
+    from solm.core.records import load_records
+
+    dropped: list[str] = []
+    rows = list(load_records(files / "dupes.jsonl", duplicates=dropped))
+    assert [(r.id, r.prompt) for r in rows] == [("1", "a")] and dropped == ["1"]
 
 
 def test_a_refused_rerun_leaves_the_output_as_it_was(files):

@@ -92,6 +92,9 @@ def judge(
 
     check_paths([baseline, model], [*outputs_beside(output), rejects])
     base_rows, model_rows = read_outputs(baseline), read_outputs(model)
+    for path, rows in ((baseline, base_rows), (model, model_rows)):
+        if not rows:
+            raise SolmError(f"{path}: no outputs in the file; nothing was judged")
     pairs = make_pairs(base_rows, model_rows, limit)
     if not pairs:
         raise SolmError(f"{model}: no row pairs with a row of {baseline} (by instruction); "

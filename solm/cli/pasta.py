@@ -185,6 +185,7 @@ def sft(config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
 
     cfg = config_from_options(PastaSFTConfig, options, quiet=quiet)
     trainer = PastaSFTTrainer(cfg)
+    trainer.check()  # refused settings and paths before anything is printed or loaded
     info(f"{trainer.system}-sft of {cfg.model} on {cfg.data} -> {cfg.out}")
     meta = trainer.train()
     if meta:
@@ -278,7 +279,6 @@ def decode(
     temperature, top_p = decoding.values["temperature"], decoding.values["top_p"]
     repetition_penalty = decoding.values["repetition_penalty"]
     no_repeat_ngram = decoding.values["no_repeat_ngram"]
-    info(f"decoding with {decoding.describe()}")
     row_settings = {"model": model, "mode": mode, "max_new_tokens": max_new_tokens,
                     "temperature": temperature, "top_p": top_p, "seed": seed,
                     "repetition_penalty": repetition_penalty, "no_repeat_ngram": no_repeat_ngram,
@@ -295,6 +295,7 @@ def decode(
         report_duplicates(duplicates, source)
         if not records:
             raise SolmError(f"{source}: no prompts; nothing was decoded")
+    info(f"decoding with {decoding.describe()}")
     info(f"loading {model} ...")
     m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)
     # a prompt's answer can never outgrow the pool: a huge --max-new-tokens is not more work

@@ -41,10 +41,12 @@ def refuse_overlap(inputs: Iterable[PathLike], outputs: Iterable[PathLike]) -> N
             continue
         for source in reads:
             if same_file(out, source):
-                what = "the output" if Path(str(out)).name == Path(str(source)).name \
-                    else f"{out} (written by this command)"
-                raise SolmError(f"{source}: {what} is also an input, and writing it would "
-                                f"destroy it; choose another output path")
+                if str(out) == str(source):
+                    raise SolmError(f"{source}: the output is also an input, and writing it "
+                                    f"would destroy it; choose another output path")
+                raise SolmError(f"{out}: this command writes it, and it is the input {source} "
+                                f"(the same file); writing it would destroy that input; "
+                                f"choose another output path")
 
 
 def refuse_unwritable(outputs: Iterable[PathLike]) -> None:
