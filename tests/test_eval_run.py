@@ -103,8 +103,15 @@ def test_eval_run_and_report_end_to_end(tmp_path, tiny_folder):
     for label in ("sequential", "sot", "tiny-apar", "seq2"):
         vs_ref = summary["methods"][label]["vs_reference"]
         assert vs_ref["n"] == 3 and vs_ref["win_rate"] < 50
-    assert sot["speed"]["prompts"] == 3 and sot["speed"]["realized_speedup"]["geomean"] > 0
-    assert sot["vs_baseline"]["n"] == 3 and 0 <= sot["vs_baseline"]["win_rate"] <= 100
+    # the summary's figures, recomputed from the outputs files (the rule written again)
+    base_wall = {r["id"]: r["wall_s"] for r in out["sequential"]}
+    ratios = [base_wall[r["id"]] / r["wall_s"] for r in out["sot"]]
+    assert sot["speed"]["prompts"] == 3
+    assert sot["speed"]["realized_speedup"]["geomean"] == pytest.approx(
+        math.prod(ratios) ** (1 / 3), rel=1e-3)
+    # the fake judge prefers the text with more "GOOD": neither has any, so every pair ties
+    assert not any("GOOD" in r["output"] for rows in out.values() for r in rows)
+    assert sot["vs_baseline"]["n"] == 3 and sot["vs_baseline"]["win_rate"] == 50.0
     printed = json.loads(again.stdout)
     assert set(printed) == {"sequential", "sot", "tiny-apar", "seq2"}
     # sot's own model also decoded sequentially (seq2): its speedup without a model change

@@ -225,8 +225,9 @@ def test_pasta_judge_pairs_files_by_instruction_and_resumes(tmp_path):
     assert len(rows) == 4 and all(r["winner"] == 2 and r["generator_2"] == "model" for r in rows)
     assert {r["instruction"] for r in rows} == set(instructions)
     assert json.loads(second.output[second.output.index("{"):])["skipped_done"] == 4
-    assert (tmp_path / "judged.jsonl.manifest.json").exists() or any(
-        p.name.endswith(".manifest.json") for p in tmp_path.iterdir())
+    manifest = json.loads((tmp_path / "judged.jsonl.manifest.json").read_text())
+    assert manifest["command"] == "pasta judge" and manifest["summary"]["skipped_done"] == 4
+    assert set(manifest["inputs"]) == {str(baseline), str(model)}
     # a row without an output is named by file and row
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"prompt": "q"}) + "\n")

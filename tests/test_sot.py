@@ -86,11 +86,8 @@ def test_generate_runs_both_stages(tiny, pasta_tokenizer):
     res = rt.generate("Name three fruits.", SotConfig(max_skeleton_tokens=12,
                                                       max_point_tokens=5))
     assert res.skeleton.startswith(SKELETON_PRIMER) and res.skeleton_tokens <= 12
-    if res.points:  # a random model's skeleton may hold no point: then the answer is it
-        assert len(res.point_tokens) == len(res.points)
-        assert all(line.startswith(f"{i}. ") for i, line in
-                   enumerate(res.text.split("\n")[:len(res.points)], start=1))
-        assert res.critical_path == res.skeleton_tokens + max(res.point_tokens)
-    else:
-        assert "no_skeleton" in res.flags and res.text == res.skeleton
+    # whatever the random model wrote (tests/test_sot_accounting.py scripts each branch)
+    assert len(res.point_tokens) == len(res.points)
+    assert ("no_skeleton" in res.flags) == (not res.points)
+    assert res.critical_path == res.skeleton_tokens + max(res.point_tokens, default=0)
     assert res.wall_s > 0 and res.forward_passes >= res.skeleton_tokens
