@@ -149,10 +149,50 @@ def test_rerun_and_a_second_evaluation_sharing_comparisons_send_nothing(tmp_path
         assert server.judge_requests == 12 and summary.cache_hits == 12
         flipped = {r["id"]: r["p_2"] for r in out2}
         assert all(flipped[r["id"]] == pytest.approx(1 - r["p_2"]) for r in out)
+        # and against the fake judge's own rule (more "GOOD" wins with 0.8), not only each
+        # other: a cache that mixed up the two orders would answer 0.5 or the wrong side
+        for p in swapped:
+            assert flipped[p.id] == pytest.approx(0.8 if "GOOD" in p.output_2 else 0.2,
+                                                  abs=1e-3)
         # another judge (or prompt version) misses the cache
         run(make_client(f"openai:other-judge@{server.url}"), items[:1],
             tmp_path / "other")
         assert server.judge_requests == 14
+
+
+def test_the_cache_key_keeps_the_order_of_the_two_texts(tmp_path):
+    """A verdict for (A first, B second) never answers (B first, A second)."""
+    from solm.judge.cache import verdict_key
+
+    assert verdict_key("j", "v", "q", "A", "B") != verdict_key("j", "v", "q", "B", "A")
+    items = pairs(2)
+    with FakeLLM(None) as server:
+        spec = f"openai:judge-model@{server.url}"
+        cache = VerdictCache(tmp_path / "cache")
+        from solm.judge.job import judge_version
+        # plant the first order of each pair as a verdict that contradicts the judge
+        for p in items:
+            cache.put(verdict_key(spec, judge_version("token", 20), p.instruction, p.output_1,
+                                  p.output_2), {"p_first": 0.5, "source": "planted"})
+        cache.close()
+        summary, out, _ = run(make_client(spec), items, tmp_path)
+        assert summary.cache_hits == 2 and server.judge_requests == 2  # second orders asked
+    for r, p in zip(sorted(out, key=lambda r: r["id"]), items):
+        # planted 0.5 for one order, the judge's own verdict (0.8 for GOOD) for the other
+        good_second = "GOOD" in p.output_2
+        assert r["p_2"] == pytest.approx((0.5 + (0.8 if good_second else 0.2)) / 2, abs=1e-3)
+
+
+def test_unreadable_replies_are_asked_again_at_most_the_cap(tmp_path):
+    """A judge whose replies never name a winner: each order is asked `unreadable_tries`
+    times, not `max_tries`, then the pair is rejected as unparsable."""
+    with FakeLLM(None, fault_rate=1.0, faults=("garbage",)) as server:
+        client = make_client(f"openai:judge-model@{server.url}")
+        summary, out, rej = run(client, pairs(3), tmp_path, max_tries=6, base_delay=0.001,
+                                unreadable_tries=2)
+        asked = server.judge_requests
+    assert not out and [r["reason"] for r in rej] == ["unparsable_reply"] * 3
+    assert asked == 3 * 2 * 2  # pairs x orders x the cap
 
 
 def test_faults_are_retried_and_every_pair_ends_in_one_file(tmp_path, monkeypatch):

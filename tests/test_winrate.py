@@ -148,3 +148,32 @@ def test_pasta_eval_winrate_prints_one_json_object(tmp_path):
     assert exact["lc_win_rate"] == pytest.approx(lc_alpaca_eval(judgments, csv), abs=0.01)
     missing = run("--gamed-csv", str(tmp_path / "nope.csv"))
     assert missing.returncode != 0 and "nope.csv" in missing.stderr
+
+
+@pytest.mark.parametrize("raw", [0.0, 5.0, 20.0, 37.5, 50.0, 80.0, 100.0])
+def test_extreme_change_rule_equals_alpaca_evals_at_the_edges(raw):
+    from alpaca_eval.metrics.glm_winrate import get_is_extreme_changes
+
+    from solm.eval.length_control import is_extreme_change
+
+    low = min(raw - raw / 4, raw - 10)
+    high = max(raw + (100 - raw) / 4, raw + 10)
+    for lc in (low - 1e-9, low, low + 1e-9, raw, high - 1e-9, high, high + 1e-9, -5.0, 105.0):
+        assert is_extreme_change(raw, lc) == bool(get_is_extreme_changes(raw, lc)), (raw, lc)
+
+
+def test_lc_warning_is_set_exactly_when_alpaca_eval_would_warn(monkeypatch):
+    from alpaca_eval.metrics.glm_winrate import get_is_extreme_changes
+
+    from solm.eval import length_control
+
+    judgments = synthetic(200, seed=5)
+    outcomes = set()
+    for lc in (10.0, 37.0, 40.0, 49.0, 50.0, 63.0, 80.0, 95.0):
+        monkeypatch.setattr(length_control, "lc_fallback", lambda js: lc)
+        out = length_control.length_controlled(judgments, None)
+        assert out["lc_win_rate"] == lc
+        expected = bool(get_is_extreme_changes(out["win_rate"], lc))
+        assert ("lc_warning" in out) == expected, (out["win_rate"], lc)
+        outcomes.add(expected)
+    assert outcomes == {True, False}  # the grid reaches both sides of the rule
