@@ -2,8 +2,11 @@
 
     python tests/mutation_check.py [--out runs/mutations.json] [--only NAME ...]
 
-Each mutation is a known-wrong reading of a rule (the ones that once slipped past the
-train-vs-runtime consistency tests, where both sides shared the bug). The source tree is never
+Each mutation is a known-wrong reading of a rule: the ones that once slipped past the
+train-vs-runtime consistency tests (where both sides shared the bug), and issue 20's planted
+bugs in the eviction baselines, the judge and its job machinery, length control, SoT, the
+compiled step's padding, the same-path guard and the token cap. Each names the tests that
+must catch it (default: the rule-pinning set). The source tree is never
 modified: each run copies the package and the tests into a temporary folder and runs pytest
 there (so that copy is the `solm` the tests import).
 A mutation that no test catches is reported and makes the script exit non-zero.
@@ -22,12 +25,14 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+POLICY_TESTS = ["tests/test_policy_oracles.py", "tests/test_policies.py"]
+SOT_TESTS = ["tests/test_sot.py", "tests/test_sot_accounting.py"]
 TESTS = ["tests/test_structure.py", "tests/test_oracles.py", "tests/test_runtime.py",
          "tests/test_collator.py", "tests/test_tip_structure.py", "tests/test_tip_runtime.py",
          "tests/test_policies.py", "tests/test_toy_policy.py", "tests/test_pasta_format.py"]
 
-# name -> (file, exact text, replacement)
-MUTATIONS: dict[str, tuple[str, str, str]] = {
+# name -> (file, exact text, replacement[, the tests that must catch it; default TESTS])
+MUTATIONS: dict[str, tuple] = {
     "sync_waits_for_any_block": (
         "solm/decode/pasta/runtime.py",
         "feed_main = all(t.pending == v.async_close for t in active)",
@@ -56,7 +61,73 @@ MUTATIONS: dict[str, tuple[str, str, str]] = {
         "        if int(token_ids[i]) in vocab.close_tens and attrs[i].thread == MAIN:\n"
         "            targets[i] = int(token_ids[i + 1])\n"
         "    return attrs, targets\n"),
+    # issue 20: eviction baselines against their papers' rules
+    "h2o_keeps_its_lightest_pages": (
+        "solm/decode/tip/policies.py", "reverse=True)[: max_pages - recent]",
+        "reverse=False)[: max_pages - recent]", POLICY_TESTS),
+    "h2o_scores_stop_accumulating": (
+        "solm/decode/tip/runtime.py", "p.score += float(total[start:start + n].sum())",
+        "p.score = float(total[start:start + n].sum())", POLICY_TESTS),
+    "streamingllm_keeps_a_whole_first_page": (
+        "solm/decode/tip/policies.py", "[(first, min(self.sinks, len(first.tokens)))]",
+        "[(first, len(first.tokens))]", POLICY_TESTS),
+    # the judge and the job machinery
+    "judge_cache_key_ignores_order": (
+        "solm/judge/cache.py", "[judge, version, instruction, first, second]",
+        "[judge, version, instruction, *sorted([first, second])]", ["tests/test_judge.py"]),
+    "unreadable_reply_cap_never_reached": (
+        "solm/judge/job.py", "if unreadable >= self.cfg.unreadable_tries:",
+        "if unreadable >= self.cfg.max_tries:", ["tests/test_judge.py"]),
+    "retry_after_is_a_ceiling": (
+        "solm/core/llm/jobs.py", "delay = max(delay, min(retry_after, cfg.max_delay))",
+        "delay = min(delay, min(retry_after, cfg.max_delay))", ["tests/test_jobs.py"]),
+    "repeated_id_queued_twice": (
+        "solm/core/llm/jobs.py", "        seen.add(item.id)\n        queue.put_nowait(item)",
+        "        queue.put_nowait(item)", ["tests/test_jobs.py"]),
+    # length control against alpaca_eval's rule
+    "extreme_change_inclusive_edge": (
+        "solm/eval/length_control.py", "too_small = lc < min(", "too_small = lc <= min(",
+        ["tests/test_winrate.py"]),
+    "lc_warning_never_set": (
+        "solm/eval/length_control.py",
+        'if is_extreme_change(out["win_rate"], out["lc_win_rate"]):',
+        'if is_extreme_change(out["win_rate"], out["lc_win_rate"]) and False:',
+        ["tests/test_winrate.py"]),
+    # Skeleton-of-Thought
+    "sot_prefix_split_takes_the_last_token": (
+        "solm/decode/sot/runtime.py", "n = min(len(s) for s in sequences) - 1",
+        "n = min(len(s) for s in sequences)", SOT_TESTS),
+    "sot_point_one_token_over_its_cap": (
+        "solm/decode/sot/runtime.py", "if len(generated[i]) >= config.max_point_tokens:",
+        "if len(generated[i]) > config.max_point_tokens:", SOT_TESTS),
+    "sot_skeleton_ignores_max_new_tokens": (
+        "solm/decode/sot/runtime.py",
+        "cap = min(config.max_skeleton_tokens, config.max_new_tokens or config.max_skeleton_tokens)",
+        "cap = config.max_skeleton_tokens", SOT_TESTS),
+    "sot_counts_generated_tokens_as_the_answer": (
+        "solm/eval/methods.py", '"content_tokens": answer_tokens(self.tokenizer, res.text),',
+        '"content_tokens": res.generated_tokens,', SOT_TESTS),
+    # the compiled step's padding
+    "padded_rows_see_no_key": (
+        "solm/decode/compiled.py", "    mask[n:, 0] = True\n    pad = b - n",
+        "    pad = b - n", ["tests/test_compiled_step.py"]),
+    "pool_without_room_for_padding": (
+        "solm/decode/step.py",
+        "self.capacity = pool_size + TOKEN_BUCKET_MAX if compile else pool_size",
+        "self.capacity = pool_size", ["tests/test_compiled_step.py"]),
+    # nothing destroyed, nothing misreported
+    "same_path_guard_blind_to_links": (
+        "solm/core/paths.py", "return os.path.samefile(pa, pb)", "return str(pa) == str(pb)",
+        ["tests/test_same_path.py"]),
+    "forced_async_not_counted_in_the_cap": (
+        "solm/decode/pasta/runtime.py",
+        "state.generated += 1  # the forced `<async>` is part of the answer too",
+        "pass", ["tests/test_serve_app.py"]),
 }
+
+
+def tests_of(mutation: tuple) -> list[str]:
+    return list(mutation[3]) if len(mutation) > 3 else TESTS
 
 
 def copy_tree(dest: Path) -> Path:
@@ -79,7 +150,7 @@ def run_tests(root: Path, tests: list[str]) -> tuple[int, list[str], str]:
 
 def mutated_copy(name: str, workdir: Path) -> Path:
     dest = copy_tree(workdir / name)
-    path, old, new = MUTATIONS[name]
+    path, old, new = MUTATIONS[name][:3]
     target = dest / path
     text = target.read_text()
     if text.count(old) != 1:
@@ -108,14 +179,16 @@ def main() -> int:
         clean = copy_tree(work / "clean")
         if not imported_from(clean).startswith(str(clean)):
             raise SystemExit(f"the copy is not what imports as solm ({imported_from(clean)})")
-        code, failed, summary = run_tests(clean, TESTS)
+        every_test = sorted({t for m in MUTATIONS.values() for t in tests_of(m)})
+        code, failed, summary = run_tests(clean, every_test)
         report["(no mutation)"] = {"failed": failed, "summary": summary}
         print(f"(no mutation): {summary}", flush=True)
         if code != 0:
             print("the unmutated tests fail; fix them first")
             return 2
         for name in names:
-            code, failed, summary = run_tests(mutated_copy(name, work), TESTS)
+            code, failed, summary = run_tests(mutated_copy(name, work),
+                                              tests_of(MUTATIONS[name]))
             report[name] = {"failed": failed, "summary": summary}
             print(f"{name}: {len(failed)} failing tests ({summary})", flush=True)
             for f in failed:
