@@ -83,7 +83,7 @@ sft-lora-cpu: setup $(SFT_DIR)/sft_rows.jsonl
 # The issue-6 acceptance run (~1 h 45 min on 2 cores): 16 synthetic register traces of
 # 4,000 tokens replayed with dense and tip at batch 16. See README "TIP runtime".
 bench-tip-cpu: setup
-	$(BIN)/tip traces -o runs/tip/traces.jsonl --n 16 --min-tokens 4000
+	$(BIN)/tip traces --source ../shared/data/math/deepmath_sample.jsonl -o runs/tip/traces.jsonl --n 16 --min-tokens 4000
 	$(BIN)/tip bench --config configs/tip_bench_cpu.yaml --traces runs/tip/traces.jsonl \
 		--max-tokens 4000 --out runs/tip/bench.json
 
