@@ -5,10 +5,17 @@ import os as _os
 __version__ = "0.1.0"
 
 
+def mkl_code_path(cpuinfo: str) -> str | None:
+    """The MKL_CBWR value for a CPU (from /proc/cpuinfo's text): AVX2 on AMD CPUs with AVX2,
+    where MKL otherwise picks slow generic kernels; None elsewhere."""
+    if "AuthenticAMD" in cpuinfo and " avx2" in cpuinfo:
+        return "AVX2"
+    return None
+
+
 def _tune_mkl_for_amd() -> None:
-    """MKL picks slow generic kernels on AMD CPUs; pinning its AVX2 code path measured ~1.5x
-    faster multi-token decode steps here. Must run before torch loads MKL; users can override
-    by setting MKL_CBWR themselves."""
+    """Pinning MKL's AVX2 code path on AMD measured ~1.5x faster multi-token decode steps
+    here. Must run before torch loads MKL; users can override by setting MKL_CBWR."""
     if "MKL_CBWR" in _os.environ:
         return
     try:
@@ -16,8 +23,9 @@ def _tune_mkl_for_amd() -> None:
             cpuinfo = f.read()
     except OSError:
         return
-    if "AuthenticAMD" in cpuinfo and " avx2" in cpuinfo:
-        _os.environ["MKL_CBWR"] = "AVX2"
+    path = mkl_code_path(cpuinfo)
+    if path:
+        _os.environ["MKL_CBWR"] = path
 
 
 _tune_mkl_for_amd()

@@ -155,13 +155,15 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def cpu_has_fast_bf16() -> bool:
-    """True where the CPU has native bf16 dot products (AVX-512 BF16 or AMX)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+def cpu_has_fast_bf16(cpuinfo: str | None = None) -> bool:
+    """True where the CPU has native bf16 dot products (AVX-512 BF16 or AMX); `cpuinfo`:
+    /proc/cpuinfo's text (read when not given)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    return "avx512_bf16" in cpuinfo or "amx_bf16" in cpuinfo
 
 
 def resolve_dtype(dtype: str | torch.dtype = "auto", device: str | None = None) -> torch.dtype:
