@@ -149,13 +149,30 @@ MAX_NEW_TOKENS_CAP = 1 << 20  # far beyond any pool here; larger values are typo
 from solm.core.sampling import MAX_SEED  # noqa: E402
 TEMPERATURE_HELP = "0 = greedy (default: the model's generation_config.json, else 0)."
 SeedOption = typer.Option(0, min=0, max=MAX_SEED, help="Sampling seed (ignored when greedy).")
-
-
 def probability_mass(value: float | None) -> float | None:
     """Option callback for top-p: in (0, 1]."""
     if value is not None and not (math.isfinite(value) and 0 < value <= 1):
         raise typer.BadParameter(f"must be in (0, 1], got {value:g}")
     return value
+
+
+# decode settings whose default is the model's generation_config.json (solm.core.generation)
+TemperatureOption = typer.Option(None, callback=finite_at_least(0.0), help=TEMPERATURE_HELP)
+TopPOption = typer.Option(None, callback=probability_mass, help="Nucleus sampling mass "
+                          "(default: the model's, else 1).")
+RepetitionPenaltyOption = typer.Option(
+    None, callback=finite_above(0), help="Above 1 discourages tokens a thread already wrote "
+    "(control tokens exempt); small models loop without it. Default: the model's "
+    "generation_config.json, else 1.")
+NoRepeatNgramOption = typer.Option(None, min=0, help="N > 0: a thread may not repeat an N-gram "
+                                   "it already wrote (0 = off; default: the model's, else 0).")
+
+
+def decode_flags(temperature: float | None, top_p: float | None,
+                 repetition_penalty: float | None, no_repeat_ngram: int | None) -> dict:
+    """The decode flags `solm.core.generation.resolve_decode` reads (None: not given)."""
+    return {"temperature": temperature, "top_p": top_p,
+            "repetition_penalty": repetition_penalty, "no_repeat_ngram": no_repeat_ngram}
 
 
 def check_device(value: str | None) -> str | None:

@@ -9,11 +9,13 @@ from typing import Optional
 import typer
 from rich.console import Group
 
-from solm.cli.common import (MAX_NEW_TOKENS_CAP, TEMPERATURE_HELP, SeedOption, finite_above, finite_at_least, DEFAULT_MODEL, DedupeOption, dedupe_list, report_duplicates, CompileOption, ConfigOption, DebugOption,
-                             DeviceOption, QuantizeOption,
-                             DtypeOption, ForceOption, ModelOption, QuietOption, VersionOption,
-                             check_output, check_paths, console, greater_than, handle_errors, info, is_quiet,
-                             one_of, out_console, probability_mass, progress, settings_from,
+from solm.cli.common import (MAX_NEW_TOKENS_CAP, NoRepeatNgramOption, RepetitionPenaltyOption,
+                             SeedOption, TemperatureOption, TopPOption, decode_flags,
+                             DEFAULT_MODEL, DedupeOption, dedupe_list, report_duplicates,
+                             CompileOption, ConfigOption, DebugOption, DeviceOption,
+                             QuantizeOption, DtypeOption, ForceOption, ModelOption, QuietOption,
+                             VersionOption, check_paths, console, greater_than, handle_errors,
+                             info, is_quiet, one_of, out_console, progress, settings_from,
                              settled_counter, show_control_tokens)
 from solm.cli.errors import SolmGroup
 from solm.core.errors import SolmError
@@ -215,20 +217,10 @@ def decode(
                              "decodes one token at a time with the same runtime (baseline)."),
     max_new_tokens: int = typer.Option(512, min=1, max=MAX_NEW_TOKENS_CAP,
                                        help="Cap on generated tokens (all threads)."),
-    temperature: Optional[float] = typer.Option(None, callback=finite_at_least(0.0),
-                                                help=TEMPERATURE_HELP),
-    top_p: Optional[float] = typer.Option(None, callback=probability_mass,
-                                          help="Nucleus sampling mass (default: the model's, "
-                                               "else 1)."),
-    repetition_penalty: Optional[float] = typer.Option(
-        None, callback=finite_above(0), help="Above 1 discourages tokens a thread already "
-        "wrote (control tokens exempt); small models loop without it. Default: the model's "
-        "generation_config.json, else 1."),
-    no_repeat_ngram: Optional[int] = typer.Option(None, min=0, help="N > 0: a thread may not repeat an N-gram it "
-                                        "already wrote (control tokens and EOS stay allowed); "
-                                        "breaks loops the penalty cannot (an empty list item "
-                                        "written again and again). "
-                                        "0 = off (default: the model's, else 0)."),
+    temperature: Optional[float] = TemperatureOption,
+    top_p: Optional[float] = TopPOption,
+    repetition_penalty: Optional[float] = RepetitionPenaltyOption,
+    no_repeat_ngram: Optional[int] = NoRepeatNgramOption,
     penalize: str = typer.Option("all", callback=one_of("all", "blocks"), help="Threads the repetition penalty and n-gram ban "
                                  "apply to: `all`, or `blocks` (async blocks only; the main "
                                  "thread's list markers repeat by design). Sequential mode: all."),
@@ -273,9 +265,8 @@ def decode(
     if text is not None and prompts is not None:
         raise SolmError("give one prompt as an argument or --prompts FILE, not both")
     source = prompts or DEMO_PROMPTS
-    decoding = resolve_decode(model, {"temperature": temperature, "top_p": top_p,
-                                      "repetition_penalty": repetition_penalty,
-                                      "no_repeat_ngram": no_repeat_ngram})
+    decoding = resolve_decode(model, decode_flags(temperature, top_p, repetition_penalty,
+                                                  no_repeat_ngram))
     temperature, top_p = decoding.values["temperature"], decoding.values["top_p"]
     repetition_penalty = decoding.values["repetition_penalty"]
     no_repeat_ngram = decoding.values["no_repeat_ngram"]
@@ -418,16 +409,10 @@ def chat(
     system: Optional[str] = typer.Option(None, help="A system message for the conversation."),
     max_new_tokens: int = typer.Option(512, min=1, max=MAX_NEW_TOKENS_CAP,
                                        help="Cap on generated tokens per answer."),
-    temperature: Optional[float] = typer.Option(None, callback=finite_at_least(0.0),
-                                                help=TEMPERATURE_HELP),
-    top_p: Optional[float] = typer.Option(None, callback=probability_mass,
-                                          help="Nucleus sampling mass (default: the model's, "
-                                               "else 1)."),
-    repetition_penalty: Optional[float] = typer.Option(
-        None, callback=finite_above(0), help="Above 1 discourages repeated tokens (default: "
-        "the model's generation_config.json, else 1)."),
-    no_repeat_ngram: Optional[int] = typer.Option(None, min=0, help="Ban repeating an N-gram "
-                                                  "(0 = off; default: the model's, else 0)."),
+    temperature: Optional[float] = TemperatureOption,
+    top_p: Optional[float] = TopPOption,
+    repetition_penalty: Optional[float] = RepetitionPenaltyOption,
+    no_repeat_ngram: Optional[int] = NoRepeatNgramOption,
     seed: int = SeedOption,
     pool_size: int = typer.Option(4096, min=2, help="KV pool slots for a whole answer."),
     dtype: str = DtypeOption,
@@ -450,9 +435,8 @@ def chat(
     from solm.decode.pasta.live import thread_views
     from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
 
-    decoding = resolve_decode(model, {"temperature": temperature, "top_p": top_p,
-                                      "repetition_penalty": repetition_penalty,
-                                      "no_repeat_ngram": no_repeat_ngram})
+    decoding = resolve_decode(model, decode_flags(temperature, top_p, repetition_penalty,
+                                                  no_repeat_ngram))
     info(f"loading {model} ...")
     m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)
     info(f"decoding with {decoding.describe()}")

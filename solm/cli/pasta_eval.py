@@ -8,9 +8,11 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (check_paths, MAX_NEW_TOKENS_CAP, SeedOption, finite_above, finite_at_least, CompileOption, ConfigOption, DebugOption, DeviceOption, DtypeOption, QuietOption,
-                             greater_than, handle_errors, info, one_of, out_console,
-                             probability_mass, progress)
+from solm.cli.common import (check_paths, MAX_NEW_TOKENS_CAP, NoRepeatNgramOption,
+                             RepetitionPenaltyOption, SeedOption, TemperatureOption, TopPOption,
+                             decode_flags, CompileOption, ConfigOption, DebugOption, DeviceOption,
+                             DtypeOption, QuietOption, greater_than, handle_errors, info, one_of,
+                             out_console, progress)
 from solm.cli.errors import SolmGroup
 from solm.core.errors import SolmError
 
@@ -128,17 +130,10 @@ def run(
                                        help="Cap on each answer's tokens, every method "
                                             "(sot: skeleton and points together; see "
                                             "--sot-skeleton-tokens)."),
-    temperature: Optional[float] = typer.Option(None, callback=finite_at_least(0.0),
-                                                help="0 = greedy (default: each model's "
-                                                     "generation_config.json, else 0)."),
-    top_p: Optional[float] = typer.Option(None, callback=probability_mass,
-                                          help="Nucleus sampling mass (default: each "
-                                               "model's, else 1)."),
-    repetition_penalty: Optional[float] = typer.Option(
-        None, callback=finite_above(0), help="Above 1 discourages repeated tokens (default: "
-        "each model's generation_config.json, else 1)."),
-    no_repeat_ngram: Optional[int] = typer.Option(None, min=0, help="Ban repeating an N-gram "
-                                                  "(0 = off; default: each model's, else 0)."),
+    temperature: Optional[float] = TemperatureOption,
+    top_p: Optional[float] = TopPOption,
+    repetition_penalty: Optional[float] = RepetitionPenaltyOption,
+    no_repeat_ngram: Optional[int] = NoRepeatNgramOption,
     seed: int = SeedOption,
     sot_skeleton_tokens: int = typer.Option(160, min=8, help="sot: cap on the skeleton "
                                             "(stage 1), itself capped by --max-new-tokens; "
@@ -178,8 +173,7 @@ def run(
     repeats = repeats or default_repeats(device)
     from solm.core.generation import resolve_decode
 
-    flags = {"temperature": temperature, "top_p": top_p,
-             "repetition_penalty": repetition_penalty, "no_repeat_ngram": no_repeat_ngram}
+    flags = decode_flags(temperature, top_p, repetition_penalty, no_repeat_ngram)
     decoding = {m.label: resolve_decode(m.model, flags) for m in methods}
     for label, d in decoding.items():
         info(f"{label}: decoding with {d.describe()}")

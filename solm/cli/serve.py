@@ -7,11 +7,10 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (MAX_NEW_TOKENS_CAP, MAX_SEED, finite_above, finite_at_least,
-                             CompileOption, DebugOption, DeviceOption, DtypeOption,
-                             ModelOption, QuantizeOption, QuietOption,
-                             console, greater_than, handle_errors, info, one_of,
-                             probability_mass)
+from solm.cli.common import (MAX_NEW_TOKENS_CAP, MAX_SEED, NoRepeatNgramOption,
+                             RepetitionPenaltyOption, TopPOption, decode_flags, finite_at_least,
+                             CompileOption, DebugOption, DeviceOption, DtypeOption, ModelOption,
+                             QuantizeOption, QuietOption, console, handle_errors, info, one_of)
 
 API_KEY_ENV = "SOLM_API_KEY"
 
@@ -63,14 +62,9 @@ def serve(
                                                 help="Default temperature; 0 = greedy "
                                                      "(default: the model's "
                                                      "generation_config.json, else 0)."),
-    top_p: Optional[float] = typer.Option(None, callback=probability_mass,
-                                          help="Default nucleus mass (default: the model's, "
-                                               "else 1)."),
-    repetition_penalty: Optional[float] = typer.Option(
-        None, callback=finite_above(0), help="Default repetition penalty, 1 = off (default: "
-        "the model's generation_config.json, else 1)."),
-    no_repeat_ngram: Optional[int] = typer.Option(None, min=0, help="Default n-gram ban, 0 = "
-                                                  "off (default: the model's, else 0)."),
+    top_p: Optional[float] = TopPOption,
+    repetition_penalty: Optional[float] = RepetitionPenaltyOption,
+    no_repeat_ngram: Optional[int] = NoRepeatNgramOption,
     penalize: str = typer.Option("all", callback=one_of("all", "blocks"),
                                  help="Threads the penalty and n-gram ban apply to."),
     seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Default sampling seed."),
@@ -102,9 +96,8 @@ def serve(
     from solm.core.generation import resolve_decode
 
     key = api_key or os.environ.get(API_KEY_ENV) or None
-    decoding = resolve_decode(model, {"temperature": temperature, "top_p": top_p,
-                                      "repetition_penalty": repetition_penalty,
-                                      "no_repeat_ngram": no_repeat_ngram})
+    decoding = resolve_decode(model, decode_flags(temperature, top_p, repetition_penalty,
+                                                  no_repeat_ngram))
     info(f"loading {model} ...")
     m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)
     info(f"request defaults: {decoding.describe()}")
