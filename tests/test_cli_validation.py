@@ -189,3 +189,19 @@ def test_version():
     for app in (pasta, tip, solm_main):
         r = runner.invoke(app.app, ["--version"])
         assert r.exit_code == 0 and r.output.startswith("solm ")
+
+
+def test_every_command_has_config_quiet_and_debug():
+    """The README promises `--config`, `--quiet` and `--debug` on every command."""
+    import inspect
+
+    def walk(app, path=()):
+        for c in app.registered_commands:
+            yield " ".join((*path, c.name or c.callback.__name__)), c.callback
+        for g in app.registered_groups:
+            yield from walk(g.typer_instance, (*path, g.name))
+
+    missing = {name: sorted({"config", "quiet", "debug"} - set(inspect.signature(fn).parameters))
+               for name, fn in walk(solm_main.app)}
+    assert not {k: v for k, v in missing.items() if v}
+    assert len(missing) > 15

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
 import typer
 
 from solm.cli import pasta, pdiff, tip
-from solm.cli.common import (DEFAULT_MODEL, DebugOption, VersionOption, handle_errors,
+from solm.cli.common import (ConfigOption, QuietOption, DEFAULT_MODEL, DebugOption, VersionOption, handle_errors,
                              out_console)
 from solm.cli.errors import SolmGroup
 from solm.cli.judge import JUDGE_HELP, judge
@@ -28,7 +31,8 @@ def main(version: bool = VersionOption) -> None:
 
 @app.command()
 @handle_errors
-def models(debug: bool = DebugOption) -> None:
+def models(config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
+           debug: bool = DebugOption) -> None:
     """List model aliases and whether their converted copy is cached."""
     from solm.core.models import (ALIASES, ARTIFACTS, ARTIFACTS_DIR, cache_root,
                                   is_complete_folder)
@@ -48,7 +52,7 @@ def models(debug: bool = DebugOption) -> None:
 @handle_errors
 def prepare(
     model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Alias or .gguf file."),
-    debug: bool = DebugOption,
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Convert a GGUF model (alias or file) once into the safetensors cache."""
     from solm.core.errors import SolmError

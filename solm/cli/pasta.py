@@ -476,7 +476,7 @@ app.add_typer(eval_app, name="eval")
 def stats(
     decoded: list[Path] = typer.Argument(..., help="Outputs of `pasta decode` (`-` reads "
                                          "standard input)."),
-    quiet: bool = QuietOption, debug: bool = DebugOption,
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Format statistics of decode outputs: well-formed Pasta-Lang, rows with a promise,
     and (*over rows with a promise) parallelism = tokens decoded per forward pass and content
@@ -599,7 +599,7 @@ def bench(
 def tokens(
     model: str = ModelOption,
     text: Optional[str] = typer.Option(None, help="Also show how this text tokenizes."),
-    debug: bool = DebugOption,
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Show Pasta-Lang's control tokens and their ids in a model's tokenizer."""
     from solm.core.control_tokens import pasta_tokens

@@ -46,7 +46,7 @@ def winrate(
                                              "(instruction difficulties, gamed baselines)."),
     judge: Optional[str] = typer.Option(None, help="The judge's name, for the LC note (default: "
                                         "the `judge` field of solm judgments)."),
-    debug: bool = DebugOption,
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     from solm.eval.length_control import find_gamed_csv, length_controlled
     from solm.eval.winrate import read_judgments, recorded_judge
@@ -264,7 +264,7 @@ def report(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Report folder (default: "
                                        "the first run folder)."),
     gamed_csv: Optional[Path] = typer.Option(None, help="alpaca_eval's df_gamed.csv."),
-    debug: bool = DebugOption,
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     from solm.eval.report import report_files, write_report
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
 import typer
 
-from solm.cli.common import (DebugOption, ModelOption, VersionOption, handle_errors,
+from solm.cli.common import (ConfigOption, QuietOption, DebugOption, ModelOption, VersionOption, handle_errors,
                              show_control_tokens)
 from solm.cli.errors import SolmGroup
 
@@ -23,7 +26,7 @@ def main(version: bool = VersionOption) -> None:
 @handle_errors
 def tokens(
     model: str = ModelOption,
-    debug: bool = DebugOption,
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Show Planned Diffusion's control tokens (Pasta-Lang plus the mask token)."""
     from solm.core.control_tokens import MASK_TOKEN, pasta_tokens

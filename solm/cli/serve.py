@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+from pathlib import Path
+
 import typer
 
-from solm.cli.common import (MAX_NEW_TOKENS_CAP, MAX_SEED, NoRepeatNgramOption,
+from solm.cli.common import (ConfigOption, MAX_NEW_TOKENS_CAP, MAX_SEED, NoRepeatNgramOption,
                              RepetitionPenaltyOption, TopPOption, decode_flags, finite_at_least,
                              CompileOption, DebugOption, DeviceOption, DtypeOption, ModelOption,
                              QuantizeOption, QuietOption, console, handle_errors, info, one_of)
@@ -82,7 +84,7 @@ def serve(
     device: Optional[str] = DeviceOption,
     compile: Optional[bool] = CompileOption,
     quantize: Optional[str] = QuantizeOption,
-    quiet: bool = QuietOption, debug: bool = DebugOption,
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     import uvicorn
 

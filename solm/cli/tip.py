@@ -246,7 +246,7 @@ def bench(
 def tokens(
     model: str = ModelOption,
     registers: int = typer.Option(16, min=1, help="Number of thought registers."),
-    debug: bool = DebugOption,
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Show the register tokens and their ids in a model's tokenizer."""
     from solm.core.control_tokens import tip_tokens
