@@ -115,3 +115,17 @@ def test_decode_uses_the_models_defaults_and_says_so(tiny_folder, tmp_path):
                                        "--max-new-tokens", "4", "--repetition-penalty", "1.0",
                                        "--no-compile"])
     assert "repetition_penalty 1 (flag)" in r.output
+
+
+def test_quiet_hides_the_libraries_deprecation_warnings():
+    """Loading a kept LoRA model makes transformers warn (FutureWarning) about an API it
+    deprecated: noise for a user, hidden under --quiet."""
+    import os
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "solm.cli.main", "pasta", "decode", "Hi", "-m",
+                        "pasta-sft-cpu", "--max-new-tokens", "2", "-q"], capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Warning" not in r.stderr, r.stderr[-2000:]

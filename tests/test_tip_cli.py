@@ -80,3 +80,18 @@ def test_tip_bench_reports_ratios_against_dense(tmp_path, tiny_folder):
     assert s["throughput_vs_dense"] > 0
     assert all(p["bandwidth_gbs"] > 0 and 0 < p["bandwidth_fraction"] for p in s["policies"])
     assert out.with_suffix(".png").stat().st_size > 0  # the bar chart beside the JSON
+
+
+def test_tip_traces_writes_traces_and_a_manifest(tmp_path):
+    source = tmp_path / "math.jsonl"
+    source.write_text("".join(json.dumps({"id": f"m{i}", "problem": f"What is {i}+1?",
+                                          "solution": SOLUTION}) + "\n" for i in range(30)))
+    out = tmp_path / "traces.jsonl"
+    r = runner.invoke(tip.app, ["traces", "--source", str(source), "-o", str(out), "--n", "2",
+                                "--min-tokens", "60", "--registers", "4", "-q"])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == 2 and all(row["response"].startswith("<reg_0>") for row in rows)
+    manifest = json.loads((tmp_path / "traces.jsonl.manifest.json").read_text())
+    assert manifest["command"] == "tip traces" and str(source) in manifest["inputs"]
+    assert manifest["traces"] == 2
