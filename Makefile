@@ -5,8 +5,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.solm-installed
 TORCH  ?= torch==2.13.0
 PYTEST_ARGS ?=
+# The data folder `solm data get` fills (a set missing there is fetched from the hub by the
+# rule below). Point it at a folder of local copies with DATA=...; see README "Data".
+DATA ?= $(or $(SOLM_DATA),$(HOME)/.cache/solm/data)
+export SOLM_DATA := $(DATA)
 
-.PHONY: setup demo test test-fast bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu clean
+.PHONY: setup demo test test-fast data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu clean
 
 setup: $(STAMP)
 
@@ -26,6 +30,14 @@ demo: setup
 	$(BIN)/pasta bench --annotated solm/eval/demo_annotated.jsonl --rows 2 --repeats 1 \
 		--out runs/demo/bench.jsonl
 
+# a data set the targets need, fetched once into $(DATA) (solm data get NAME)
+$(DATA)/%.jsonl: | setup
+	$(BIN)/solm data get $* --data-dir $(DATA) -q
+
+data: $(DATA)/alpaca_eval.jsonl $(DATA)/alpaca_eval_gpt4.jsonl $(DATA)/dolly.jsonl \
+	$(DATA)/math500.jsonl $(DATA)/gsm8k_train.jsonl $(DATA)/gsm8k_test.jsonl \
+	$(DATA)/aime2024.jsonl $(DATA)/aime2025.jsonl
+
 test: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
@@ -33,8 +45,8 @@ test-fast: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 # The issue-3 acceptance benchmark (long on a 2-core CPU): see README "PASTA runtime figures".
-bench-pasta: setup
-	$(BIN)/pasta annotate -i ../shared/data/alpaca_eval/outputs_gpt4_1106_preview.jsonl \
+bench-pasta: setup $(DATA)/alpaca_eval_gpt4.jsonl
+	$(BIN)/pasta annotate -i $(DATA)/alpaca_eval_gpt4.jsonl \
 		-o runs/bench/gpt4_rules.jsonl -q
 	$(BIN)/pasta bench -a runs/bench/gpt4_rules.jsonl --rows 40 $(BENCH_ARGS) \
 		--out runs/bench/pasta_replay.jsonl
@@ -44,16 +56,20 @@ bench-pasta: setup
 # and Baseline-SFT on the same rows, decode 50 AlpacaEval prompts with each. See README.
 SFT_DIR  ?= runs/sft
 SFT_ARGS ?= --lr 3e-4 --control-token-lr-scale 30 --batch-size 4 --epochs 1 --max-len 384 --eval-rows 16 --save-every 40 --warmup-ratio 0.05 --control-token-loss-weight 5
-ALPACA   := ../shared/data/alpaca_eval/alpaca_eval.jsonl
-$(SFT_DIR)/sft_rows.jsonl: | setup
+ALPACA   := $(DATA)/alpaca_eval.jsonl
+# today's rows: the first 5,000 Dolly rows and the first 284 SlimOrca rows (the shared copies
+# were a 5,000-row Dolly sample and 284 OpenOrca GPT-4 rows)
+DOLLY_ROWS ?= 5000
+ORCA_ROWS  ?= 284
+$(SFT_DIR)/sft_rows.jsonl: | setup $(DATA)/dolly.jsonl $(DATA)/slimorca.jsonl
 	mkdir -p $(SFT_DIR)
-	$(BIN)/pasta annotate -i ../shared/data/instruct/dolly_5k.jsonl -o $(SFT_DIR)/dolly_rules.jsonl -q
-	$(BIN)/pasta annotate -i ../shared/data/instruct/openorca_gpt4_284.jsonl -o $(SFT_DIR)/orca_rules.jsonl -q
+	$(BIN)/pasta annotate -i $(DATA)/dolly.jsonl --limit $(DOLLY_ROWS) -o $(SFT_DIR)/dolly_rules.jsonl -q
+	$(BIN)/pasta annotate -i $(DATA)/slimorca.jsonl --limit $(ORCA_ROWS) -o $(SFT_DIR)/orca_rules.jsonl -q
 	cat $(SFT_DIR)/dolly_rules.jsonl $(SFT_DIR)/orca_rules.jsonl | jq -c 'select(.promises >= 2)' > $(SFT_DIR)/multi.jsonl
 	cat $(SFT_DIR)/dolly_rules.jsonl $(SFT_DIR)/orca_rules.jsonl | jq -c 'select(.promises == 0)' | head -n 200 > $(SFT_DIR)/plain.jsonl
 	cat $(SFT_DIR)/multi.jsonl $(SFT_DIR)/plain.jsonl > $(SFT_DIR)/sft_rows.jsonl
 
-sft-pasta-cpu: setup $(SFT_DIR)/sft_rows.jsonl
+sft-pasta-cpu: setup $(SFT_DIR)/sft_rows.jsonl $(ALPACA)
 	$(BIN)/pasta sft --data $(SFT_DIR)/sft_rows.jsonl --out $(SFT_DIR)/pasta-sft $(SFT_ARGS)
 	$(BIN)/pasta decode --model $(SFT_DIR)/pasta-sft --prompts $(ALPACA) --limit 50 \
 		--out $(SFT_DIR)/decode_pasta.jsonl --max-new-tokens 384 --dtype fp32 --repetition-penalty 1.2 -q
@@ -82,8 +98,8 @@ sft-lora-cpu: setup $(SFT_DIR)/sft_rows.jsonl
 
 # The issue-6 acceptance run (~1 h 45 min on 2 cores): 16 synthetic register traces of
 # 4,000 tokens replayed with dense and tip at batch 16. See README "TIP runtime".
-bench-tip-cpu: setup
-	$(BIN)/tip traces --source ../shared/data/math/deepmath_sample.jsonl -o runs/tip/traces.jsonl --n 16 --min-tokens 4000
+bench-tip-cpu: setup $(DATA)/deepmath.jsonl
+	$(BIN)/tip traces --source $(DATA)/deepmath.jsonl -o runs/tip/traces.jsonl --n 16 --min-tokens 4000
 	$(BIN)/tip bench --config configs/tip_bench_cpu.yaml --traces runs/tip/traces.jsonl \
 		--max-tokens 4000 --out runs/tip/bench.json
 

@@ -73,12 +73,18 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
         (["-t", "{X}", "-o", "{L}"], "{X}"),
         (["-t", "{d}/s.png", "-o", "{d}/s.json"], "{d}/s.png"),
     ],
+    "data get": [
+        (["dolly", "--from", "{d}/dolly.jsonl", "--data-dir", "{d}", "--force"],
+         "{d}/dolly.jsonl"),
+        (["dolly", "--from", "{d}/SOURCE.json", "--data-dir", "{d}"], "{d}/SOURCE.json"),
+    ],
 }
 CASES["judge"] = CASES["pasta judge"]  # `solm judge` is the same command
 EXEMPT = {
     "pasta stats": "reads only; writes to standard output",
     "pasta eval winrate": "reads only; writes to standard output",
     "prepare": "reads a GGUF, writes only into the model cache under a name of its own",
+    "data list": "reads only; writes to standard output",
 }
 
 

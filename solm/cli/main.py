@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from solm.cli import pasta, pdiff, tip
+from solm.cli import data, pasta, pdiff, tip
 from solm.cli.common import (ConfigOption, QuietOption, DEFAULT_MODEL, DebugOption, VersionOption, handle_errors,
                              out_console)
 from solm.cli.errors import SolmGroup
@@ -20,6 +20,7 @@ app = typer.Typer(
 app.add_typer(pasta.app, name="pasta")
 app.add_typer(tip.app, name="tip")
 app.add_typer(pdiff.app, name="pdiff")
+app.add_typer(data.app, name="data")
 app.command(name="serve", help=SERVE_HELP)(serve)
 app.command(name="judge", help=JUDGE_HELP)(judge)
 

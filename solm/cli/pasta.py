@@ -247,7 +247,7 @@ def decode(
 
     Examples:
 
-    - `pasta decode -m runs/pasta-sft -p ../shared/data/alpaca_eval/alpaca_eval.jsonl --limit 50 -o out.jsonl`
+    - `solm data get alpaca_eval && pasta decode -m pasta-sft-cpu -p ~/.cache/solm/data/alpaca_eval.jsonl --limit 50 -o out.jsonl`
     - `cat prompts.jsonl | pasta decode -p - -o - | pasta stats -`
     """
     from solm.core.errors import SolmError

@@ -77,7 +77,7 @@ def decode(
     `{"id": "aime24-1", "problem": "Find ..."}`. Output: one row per (problem, sample),
     appended; a rerun resumes.
 
-    Example: `tip decode -m M -p ../shared/data/aime/aime2024.jsonl --registers 16 --samples 16 -o runs/tip.jsonl`
+    Example: `solm data get aime2024 && tip decode -m M -p ~/.cache/solm/data/aime2024.jsonl --registers 16 --samples 16 -o runs/tip.jsonl`
     """
     from solm.core.provenance import check_rerun_settings, write_manifest
     from solm.core.records import load_records
@@ -136,7 +136,7 @@ def traces(
     <reg_{k mod registers}> (see solm/annotate/tip_traces.py).
 
     Input: JSONL with a question and a worked `solution` (or `answer`) per line, e.g. the
-    MATH rows of DeepMath-103K. Example: `tip traces --source math.jsonl -o runs/tip/traces.jsonl --n 16 --min-tokens 4000`
+    rows of DeepMath-103K (`solm data get deepmath`). Example: `tip traces --source ~/.cache/solm/data/deepmath.jsonl -o runs/tip/traces.jsonl --n 16 --min-tokens 4000`
     """
     from solm.core.control_tokens import add_control_tokens
     from solm.core.jsonl import write_jsonl
