@@ -92,3 +92,24 @@ def model_mask(visible: torch.Tensor, model) -> torch.Tensor:
     impl = getattr(model.config, "_attn_implementation", "sdpa")
     mask = visible if impl == "sdpa" else attention_bias(visible, model.dtype)
     return mask[None, None]
+
+
+# ---- many requests in one pool ---------------------------------------------------------
+# A batched runtime keeps several requests in one KV pool; each slot carries `request` (its
+# owner; -1 once freed or never written), `group` and `shared` (1 on a prompt that the
+# requests of `group` share). A request sees its own slots, and the shared prompt of its
+# group; anything else in the pool is another conversation. Composed with a system's term by
+# `and_masks(same_request, visible)`.
+BATCH_ATTR_NAMES = ("request", "group", "shared")
+NO_REQUEST = -1  # the owner of a free slot: no query has it
+
+
+def own_request(q: Attrs, k: Attrs) -> torch.Tensor:
+    return (q["request"] == k["request"]) & (k["request"] != NO_REQUEST)
+
+
+def shared_prompt(q: Attrs, k: Attrs) -> torch.Tensor:
+    return (k["shared"] == 1) & (q["group"] == k["group"]) & (k["request"] != NO_REQUEST)
+
+
+same_request = or_masks(own_request, shared_prompt)
