@@ -199,3 +199,29 @@ def test_a_shared_prompt_is_invisible_to_other_groups(tiny, pasta_tokenizer):
     for r in batched.run(reqs):
         assert r.result.ids == alone.ids
         torch.testing.assert_close(r.result.logits, alone.logits, atol=1e-4, rtol=1e-4)
+
+
+def test_pasta_decode_batched_writes_what_one_at_a_time_writes(tmp_path, tiny_folder):
+    import json
+
+    from typer.testing import CliRunner
+
+    from solm.cli import pasta
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": p}) + "\n"
+                               for i, p in enumerate(PROMPTS * 2)))
+    rows = {}
+    for batch in (1, 3):
+        out = tmp_path / f"out{batch}.jsonl"
+        r = CliRunner().invoke(pasta.app, ["decode", "-p", str(prompts), "-o", str(out), "-m",
+                                           tiny_folder, "--max-new-tokens", "12",
+                                           "--batch-size", str(batch), "--no-compile", "-q"])
+        assert r.exit_code == 0, r.output
+        rows[batch] = {x["id"]: x for x in map(json.loads, out.read_text().splitlines())}
+        manifest = json.loads((tmp_path / f"out{batch}.jsonl.manifest.json").read_text())
+        assert manifest["speed"]["batch_size"] == batch
+    assert set(rows[1]) == set(rows[3]) == {f"q{i}" for i in range(8)}
+    for rid in rows[1]:
+        for key in ("response", "annotated", "content_tokens", "forward_passes", "flags"):
+            assert rows[1][rid][key] == rows[3][rid][key], (rid, key)

@@ -234,6 +234,12 @@ def decode(
     force: bool = ForceOption,
     compare: bool = typer.Option(False, help="With a single prompt: also decode it "
                                  "sequentially and print the realized speedup."),
+    batch_size: Optional[int] = typer.Option(None, min=1, help="Prompts decoded together "
+                                             "(continuous batching over one KV pool of "
+                                             "batch-size x --pool-size slots; rows are "
+                                             "written as they finish). Default: 16 on "
+                                             "a CPU, 32 on CUDA; 1 decodes one prompt at "
+                                             "a time (and may compile its step)."),
     compile: Optional[bool] = CompileOption,
     quantize: Optional[str] = QuantizeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
@@ -290,9 +296,11 @@ def decode(
     info(f"loading {model} ...")
     m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)
     # a prompt's answer can never outgrow the pool: a huge --max-new-tokens is not more work
-    compiled = should_compile(compile, max(1, len(records)) * min(max_new_tokens, pool_size),
-                              m.device)
-    rt = PastaRuntime(m, tok, pool_size=pool_size, compile=compiled)
+    batch = 1 if text is not None else (batch_size or default_batch_size(m.device))
+    batch = min(batch, max(1, len(records)))
+    compiled = batch == 1 and should_compile(
+        compile, max(1, len(records)) * min(max_new_tokens, pool_size), m.device)
+    rt = PastaRuntime(m, tok, pool_size=pool_size, compile=compiled) if batch == 1 else None
     cfg = PastaDecodeConfig(mode=mode, max_new_tokens=max_new_tokens,
                             max_fork_tokens=max_fork_tokens,
                             sampling=SamplingConfig(temperature=temperature, top_p=top_p,
@@ -310,13 +318,21 @@ def decode(
         written.append(row)
         advance(status=f"{s.content_tokens / max(s.decode_s, 1e-9):.1f} tok/s")
 
-    with progress(f"decoding ({mode})", len(records)) as advance:
-        summary = decode_file(rt, records, out, cfg, on_row=on_row)
+    with progress(f"decoding ({mode}{f', batches of {batch}' if batch > 1 else ''})",
+                  len(records)) as advance:
+        if batch > 1:
+            from solm.decode.pasta.batched import BatchedPastaRuntime
+            from solm.decode.pasta.decode_file import decode_file_batched
+
+            batched = BatchedPastaRuntime(m, tok, pool_size=pool_size * batch, max_batch=batch)
+            summary = decode_file_batched(batched, records, out, cfg, on_row=on_row)
+        else:
+            summary = decode_file(rt, records, out, cfg, on_row=on_row)
     from solm.eval.pasta_format import format_stats
 
     rows = written if to_stdout else list(read_jsonl(out))
     stats = format_stats(rows).to_dict() if rows else {}
-    speed = {"compiled": compiled, "quantize": quantize,
+    speed = {"compiled": compiled, "quantize": quantize, "batch_size": batch,
              **decode_bandwidth(m, summary.forward_passes, summary.kv_read, summary.decode_s)}
     write_manifest(out, "pasta decode", settings_from(locals()), inputs=[source], model=model,
                    extra={"summary": summary.to_dict(), "format": stats, "speed": speed},
@@ -329,6 +345,14 @@ def decode(
     scope = "format (this run)" if to_stdout else "format (whole file)"
     (console if to_stdout else out_console).print_json(
         json.dumps({**summary.to_dict(), "speed": speed, scope: stats}))
+
+
+def default_batch_size(device) -> int:
+    """Prompts a file decode batches by default: 16 on a CPU (a 16-token step costs 1.3-2x a
+    one-token step there), 32 on CUDA."""
+    import torch
+
+    return 32 if torch.device(device).type == "cuda" else 16
 
 
 def decode_bandwidth(model, steps: int, kv_read: int, seconds: float) -> dict:
