@@ -25,8 +25,9 @@ tags, and an extra top-level field `solm` carries the annotated text, threads, c
 path, steps and timings (`"compare": true` in a request adds a sequential decode and the
 realized speedup). Streaming sends text as it becomes final in reading order: the main
 thread's prefix, and a block's text once it is finished. `logprobs` / `top_logprobs` are
-given for `"mode": "sequential"` requests. Requests decode one at a time, in order; over
-`--max-queue` waiting requests the server answers 429.
+given for `"mode": "sequential"` requests. Concurrent requests decode together, up to
+`--max-batch` at once (continuous batching); over `--max-queue` waiting requests the server
+answers 429.
 
 Request fields beyond OpenAI's: `mode` (parallel | sequential), `repetition_penalty`,
 `no_repeat_ngram`, `penalize`, `compare` (the `openai` client's `extra_body`). A request's
@@ -74,6 +75,9 @@ def serve(
                                   "(a longer prompt: 400 context_length_exceeded)."),
     max_fork_tokens: int = typer.Option(512, min=1, help="A block longer than this is closed."),
     max_queue: int = typer.Option(32, min=1, help="Requests that may wait; more get 429."),
+    max_batch: int = typer.Option(8, min=1, help="Requests decoded together (continuous "
+                                  "batching over one pool of max-batch x --pool-size "
+                                  "slots); 1 decodes one request at a time."),
     max_request_bytes: int = typer.Option(1 << 20, min=1024, help="Largest request body "
                                           "(over it: 413)."),
     shutdown_timeout: float = typer.Option(30.0, min=0.0, help="On SIGTERM or Ctrl-C: "
@@ -111,7 +115,7 @@ def serve(
         mode=mode, max_new_tokens=max_new_tokens, max_fork_tokens=max_fork_tokens,
         penalize=penalize, sampling=SamplingConfig(seed=seed, **decoding.values))
     name = served_model_name or model
-    engine = ServeEngine(rt, max_queue=max_queue)
+    engine = ServeEngine(rt, max_queue=max_queue, max_batch=max_batch)
     app = create_app(engine, ServeSettings(model_name=name, defaults=defaults, api_key=key,
                                            max_request_bytes=max_request_bytes))
     if key is None and host not in ("127.0.0.1", "localhost", "::1"):

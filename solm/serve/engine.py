@@ -1,9 +1,11 @@
-"""The server's decoding engine: one runtime, one decoding thread, a bounded queue.
+"""The server's decoding engine: one decoding thread, a bounded queue, continuous batching.
 
-A PASTA runtime owns one KV pool, so requests decode one at a time in arrival order (a
-request's own promised chunks still decode in parallel). The HTTP side submits a `Job` and
-reads its events from an asyncio queue: text deltas as they become final in reading order,
-then the outcome. Over the queue bound, `submit` refuses at once (the HTTP side answers 429).
+Concurrent requests decode together: up to `max_batch` of them share one KV pool and one
+forward pass per step (`solm.decode.pasta.batched`); a request joins at a step boundary and
+leaves when it ends, freeing its slots. The HTTP side submits a `Job` and reads its events
+from an asyncio queue: text deltas as they become final in reading order, then the outcome.
+Over the queue bound, `submit` refuses at once (the HTTP side answers 429); a cancelled or
+disconnected request leaves the batch at the next step.
 
 Decode in the thread that loaded the model (`work()` in the CLI's main thread, with HTTP on a
 side thread): torch's OpenMP pool belongs to the thread that first used it, and a second
@@ -70,14 +72,36 @@ def _shutdown_error() -> Exception:
                          "elsewhere or later", code="server_shutdown")
 
 
+@dataclass
+class _Live:
+    """A job being decoded: what its stream has sent so far."""
+
+    job: Job
+    stream: TextStream
+    sink: list[TokenLogprob]
+    sent_logprobs: int = 0
+
+
 class ServeEngine:
-    def __init__(self, runtime: PastaRuntime, max_queue: int = 32):
+    """Jobs from the HTTP side decoded together: up to `max_batch` requests at once by a
+    `BatchedPastaRuntime` (continuous batching over one pool of `max_batch` x the runtime's
+    pool size slots); `max_batch=1` decodes one request at a time. `runtime` decodes
+    `compare` requests' sequential side and gives the tokenizer and the sampler."""
+
+    def __init__(self, runtime: PastaRuntime, max_queue: int = 32, max_batch: int = 8):
+        from solm.decode.pasta.batched import BatchedPastaRuntime
+
         self.runtime = runtime
+        self.max_batch = max_batch
+        self.batched = BatchedPastaRuntime(runtime.model, runtime.tokenizer,
+                                           pool_size=runtime.pool_size * max_batch,
+                                           max_batch=max_batch)
         self.jobs: queue.Queue[Job] = queue.Queue(maxsize=max_queue)
-        self.lock = threading.Lock()  # one decode at a time, also for direct `run` calls
+        self.lock = threading.Lock()  # decoding holds it, step by step
         self.draining = threading.Event()  # stopping: refuse new jobs, finish queued ones
         self.abort = threading.Event()  # the grace period is over: cancel what remains
-        self.busy = False
+        self.live: dict[int, _Live] = {}
+        self._ids = 0
 
     def start_in_thread(self) -> threading.Thread:
         """Decode on a daemon thread (tests, embedding in another program)."""
@@ -88,6 +112,10 @@ class ServeEngine:
     @property
     def tokenizer(self):
         return self.runtime.tokenizer
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.live)
 
     def submit(self, job: Job) -> None:
         """Queue a job; its events arrive on `job.events`. Raises QueueFull over the bound."""
@@ -113,72 +141,106 @@ class ServeEngine:
 
     def work(self, keep_going: Callable[[], bool] = lambda: True) -> None:
         """Decode queued jobs in this thread while `keep_going()` holds, and until every job
-        is answered once `shutdown` was called."""
+        is answered once `shutdown` was called: take what fits, one step for all, stream,
+        answer the ones that ended."""
         while keep_going() and not self.drained():
-            try:
-                job = self.jobs.get(timeout=0.2)
-            except queue.Empty:
-                continue
+            first = None
+            if not self.busy:  # idle: wait for work (the HTTP side may be slow to submit)
+                try:
+                    first = self.jobs.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+            with self.lock:
+                self._take(first)
+                if not self.busy:
+                    continue
+                try:
+                    self._step()
+                except Exception as e:  # reported to every request in it; serving goes on
+                    traceback.print_exc(file=sys.stderr)
+                    for rid in list(self.live):
+                        self.live.pop(rid).job.emit("error", e)
+                    self.batched.abandon()
+
+    def _take(self, first: Job | None) -> None:
+        """Move queued jobs into the batch while it has room."""
+        room = self.max_batch - len(self.live)
+        while room > 0:
+            job = first
+            first = None
+            if job is None:
+                try:
+                    job = self.jobs.get_nowait()
+                except queue.Empty:
+                    return
             if job.cancelled.is_set():
                 continue
             if self.abort.is_set():
                 job.emit("error", _shutdown_error())
                 continue
-            self.busy = True
-            try:
-                outcome = self.run(job)
-                if self.abort.is_set() and CANCELLED in outcome.figures["flags"]:
-                    job.emit("error", _shutdown_error())
-                else:
-                    job.emit("done", outcome)
-            except Exception as e:  # reported to that request; the server keeps serving
-                traceback.print_exc(file=sys.stderr)
-                job.emit("error", e)
-            finally:
-                self.busy = False
+            self._start(job)
+            room -= 1
 
-    def run(self, job: Job) -> Outcome:
-        """Decode one job, emitting text deltas when it streams."""
-        with self.lock:
-            return self._run(job)
+    def _start(self, job: Job) -> None:
+        from solm.decode.pasta.batched import BatchRequest
 
-    def _run(self, job: Job) -> Outcome:
-        rt, cfg = self.runtime, job.config
         sink: list[TokenLogprob] = []
-        chooser = rt.chooser(cfg)
+        chooser = self.runtime.chooser(job.config)
         if job.top_k is not None:
             chooser = recording_chooser(chooser, sink, job.top_k)
-        stream = TextStream(rt.tokenizer)
-        state = rt.prefill(job.prompt_ids, cfg, chooser)
-        sent_logprobs = 0
-        while rt.step(state):
-            if job.cancelled.is_set() or self.abort.is_set():
-                state.flags.add(CANCELLED)
-                break
-            if job.stream:
-                final = final_reading_order(rt, state)
-                delta = stream.update(final)
-                if delta or (job.top_k is not None and len(final) > sent_logprobs):
-                    job.emit("delta", (delta, sink[sent_logprobs:len(final)]))
-                    sent_logprobs = len(final)
-        res = rt.finish(state)
+        self._ids += 1
+        self.live[self._ids] = _Live(job, TextStream(self.runtime.tokenizer), sink)
+        self.batched.add(BatchRequest(self._ids, job.prompt_ids, job.config, chooser=chooser))
+
+    def _step(self) -> None:
+        for rid, live in self.live.items():
+            if live.job.cancelled.is_set() or self.abort.is_set():
+                self.batched.cancel(rid)
+        ended = self.batched.step()
+        rules = self.batched.rules
+        for rid, live in self.live.items():
+            state = self.batched.state_of(rid)
+            if state is None or not live.job.stream:
+                continue
+            final = final_reading_order(rules, state)
+            delta = live.stream.update(final)
+            if delta or (live.job.top_k is not None and len(final) > live.sent_logprobs):
+                live.job.emit("delta", (delta, live.sink[live.sent_logprobs:len(final)]))
+                live.sent_logprobs = len(final)
+        from solm.serve.protocol import ApiError
+
+        for done in ended:
+            live = self.live.pop(done.rid)
+            if CANCELLED in done.result.flags and self.abort.is_set():
+                live.job.emit("error", _shutdown_error())
+            elif CANCELLED in done.result.flags and not done.result.ids:
+                live.job.emit("error", ApiError(499, "the request was cancelled"))
+            elif done.error:
+                live.job.emit("error", ApiError(400, done.error, code="context_length_exceeded"))
+            else:
+                live.job.emit("done", self._outcome(live, done.result))
+
+    def _outcome(self, live: _Live, res) -> Outcome:
+        job, cfg, rt = live.job, live.job.config, self.batched.rules
         row = result_record(rt, Record("serve", ""), res, cfg.mode)
         # log-probs are recorded per sampled token (sequential mode only): index by ids
         content_len = len(res.ids) if cfg.mode == "sequential" else row["content_tokens"]
+        sink = live.sink
         if job.stream:
-            rest = stream.finish(row["response"])
-            if rest or (job.top_k is not None and content_len > sent_logprobs):
-                job.emit("delta", (rest, sink[sent_logprobs:content_len]))
+            rest = live.stream.finish(row["response"])
+            if rest or (job.top_k is not None and content_len > live.sent_logprobs):
+                job.emit("delta", (rest, sink[live.sent_logprobs:content_len]))
         figures = {k: row[k] for k in ("mode", "annotated", "threads", "promises",
                                        "critical_path", "forward_passes", "total_tokens",
                                        "content_tokens", "parallelism", "content_speedup",
                                        "prefill_s", "decode_s", "flags")}
         figures["tokens_per_s"] = round(content_len / max(res.decode_s, 1e-9), 2)
+        figures["batch"] = self.max_batch
         if job.compare and cfg.mode == "parallel":
             from solm.eval.compare import compare_report
 
-            seq = rt.generate(job.prompt_ids, replace(cfg, mode="sequential"))
-            seq_row = result_record(rt, Record("serve", ""), seq, "sequential")
+            seq = self.runtime.generate(job.prompt_ids, replace(cfg, mode="sequential"))
+            seq_row = result_record(self.runtime, Record("serve", ""), seq, "sequential")
             report = compare_report(row, seq_row)
             figures["sequential_wall_s"] = seq_row["wall_s"]
             figures["sequential_content_tokens"] = seq_row["content_tokens"]

@@ -112,6 +112,8 @@ class BatchedPastaRuntime:
         self._groups: dict[Hashable, int] = {}
         self._prefixes: dict[tuple[int, tuple[int, ...]], _Prefix] = {}
         self._cancel: set[Hashable] = set()
+        self.waiting: deque[BatchRequest] = deque()
+        self.running: list[_Running] = []
 
     # ---- public API ---------------------------------------------------------------------
 
@@ -143,33 +145,59 @@ class BatchedPastaRuntime:
         return [out[k] for k in range(n)]
 
     def run(self, requests: Iterable[BatchRequest]) -> Iterator[BatchResult]:
-        waiting: deque[BatchRequest] = deque(requests)
-        running: list[_Running] = []
+        """Decode `requests` (and any added meanwhile); yield each result as it ends."""
+        for req in requests:
+            self.add(req)
         try:
-            while waiting or running:
-                while waiting and len(running) < self.max_batch:
-                    req = waiting[0]
-                    if req.rid in self._cancel:
-                        waiting.popleft()
-                        self._cancel.discard(req.rid)
-                        yield self._refused(req, "cancelled before it started", CANCELLED)
-                        continue
-                    problem = self._never_fits(req)
-                    if problem:
-                        waiting.popleft()
-                        yield self._refused(req, problem)
-                        continue
-                    admitted = self._admit(req)
-                    if admitted is None:
-                        break  # room frees up as running requests end
-                    waiting.popleft()
-                    running.append(admitted)
-                if not running:
-                    continue
-                yield from self._step(running)
-        finally:
-            for r in running:  # an abandoned generator frees what it held
-                self._release(r)
+            while self.busy:
+                yield from self.step()
+        finally:  # an abandoned generator frees what it held
+            self.abandon()
+
+    def abandon(self) -> None:
+        """Drop every waiting and running request and free their slots (after a failure)."""
+        for r in list(self.running):
+            self.running.remove(r)
+            self._release(r)
+        self.waiting.clear()
+
+    def add(self, request: BatchRequest) -> None:
+        """Queue a request; it joins at the next step boundary with room for it."""
+        self.waiting.append(request)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def state_of(self, rid: Hashable) -> PastaRunState | None:
+        """The decode state of a running request (for streaming), None otherwise."""
+        return next((r.state for r in self.running if r.req.rid == rid), None)
+
+    def step(self) -> list[BatchResult]:
+        """Admit what fits, then one forward pass for every running request; returns the
+        requests that ended (finished, cut by their cap, cancelled or refused)."""
+        ended: list[BatchResult] = []
+        waiting, running = self.waiting, self.running
+        while waiting and len(running) < self.max_batch:
+            req = waiting[0]
+            if req.rid in self._cancel:
+                waiting.popleft()
+                self._cancel.discard(req.rid)
+                ended.append(self._refused(req, "cancelled before it started", CANCELLED))
+                continue
+            problem = self._never_fits(req)
+            if problem:
+                waiting.popleft()
+                ended.append(self._refused(req, problem))
+                continue
+            admitted = self._admit(req)
+            if admitted is None:
+                break  # room frees up as running requests end
+            waiting.popleft()
+            running.append(admitted)
+        if running:
+            ended += list(self._step(running))
+        return ended
 
     # ---- admission ----------------------------------------------------------------------
 
