@@ -107,7 +107,7 @@ def main() -> None:
                          "generate_tokens_per_s": round(tokens / h, 1),
                          "solm_over_generate": round(h / s, 3)})
             print(json.dumps(rows[-1]), flush=True)
-        del model
+        model = None  # free the weights before the next config
         torch.cuda.empty_cache()
     summary = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
                "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens,
