@@ -225,3 +225,36 @@ def test_pasta_decode_batched_writes_what_one_at_a_time_writes(tmp_path, tiny_fo
     for rid in rows[1]:
         for key in ("response", "annotated", "content_tokens", "forward_passes", "flags"):
             assert rows[1][rid][key] == rows[3][rid][key], (rid, key)
+
+
+def test_eval_run_batch_size_gives_the_outputs_of_one_at_a_time(tmp_path, tiny_folder):
+    """A quality run in batches: the same outputs as the timed run, rows untimed, and the
+    summary leaves the realized speedup out instead of inventing one."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from solm.cli import pasta_eval
+
+    prompts = tmp_path / "alpaca.jsonl"
+    prompts.write_text("".join(json.dumps({"instruction": p}) + "\n" for p in PROMPTS))
+    outs = {}
+    for batch in (1, 3):
+        run_dir = tmp_path / f"run{batch}"
+        r = CliRunner().invoke(pasta_eval.app, [
+            "run", "-o", str(run_dir), "--prompts", str(prompts),
+            "--method", f"sequential={tiny_folder}", "--method", f"apar={tiny_folder}",
+            "--no-judge", "--max-new-tokens", "10", "--dtype", "fp32", "--no-compile",
+            "--batch-size", str(batch), "-q"])
+        assert r.exit_code == 0, r.output
+        outs[batch] = {label: {x["id"]: x for x in map(json.loads, (
+            run_dir / "outputs" / f"{label}.jsonl").read_text().splitlines())}
+            for label in ("sequential", "apar")}
+        summary = json.loads((run_dir / "summary.json").read_text())
+        realized = summary["methods"]["apar"]["speed"]["realized_speedup"]["geomean"]
+        assert (realized is None) == (batch > 1)
+    for label in ("sequential", "apar"):
+        for rid, row in outs[1][label].items():
+            batched = outs[3][label][rid]
+            assert batched["output"] == row["output"] and batched["wall_s"] is None
+            assert batched["batched"] == 3 and row["wall_s"] > 0

@@ -139,6 +139,10 @@ def run(
                                             "(stage 1), itself capped by --max-new-tokens; "
                                             "the points then share what is left of it."),
     sot_point_tokens: int = typer.Option(128, min=4, help="sot: cap on each point."),
+    batch_size: int = typer.Option(1, min=1, help="Decode each method's prompts together "
+                                   "(continuous batching) for a quality run: rows are then "
+                                   "untimed (a row's wall time would count its batch mates), "
+                                   "so no realized speedup; 1 = one at a time, timed."),
     repeats: Optional[int] = typer.Option(None, min=1, help="Decodes per request, the last "
                                           "timed (default: 2 on CUDA, 1 on a CPU after a "
                                           "warm-up decode)."),
@@ -186,6 +190,7 @@ def run(
     decode_record = {"max_new_tokens": max_new_tokens, **flags, "seed": seed,
                      "sot_skeleton_tokens": sot_skeleton_tokens,
                      "sot_point_tokens": sot_point_tokens, "dtype": dtype,
+                     "batch_size": batch_size,
                      "by_method": {label: {**d.values, "from": d.sources}
                                    for label, d in decoding.items()}}
     write_run_file(out, methods, baseline, {
@@ -198,11 +203,12 @@ def run(
     with progress(f"decoding {len(records)} prompts x {len(methods)} methods",
                   len(records) * len(methods)) as advance:
         def on_row(label: str, row: dict | None) -> None:
-            status = None if row is None else (f"{label}: {row['content_tokens']} tokens in "
-                                               f"{row['wall_s']:.1f} s")
+            status = None if row is None else (
+                f"{label}: {row['content_tokens']} tokens"
+                + (f" in {row['wall_s']:.1f} s" if row.get("wall_s") else ""))
             advance(status=status)
 
-        decode_outputs(runners, records, out, repeats, on_row)
+        decode_outputs(runners, records, out, repeats, on_row, batch_size=batch_size)
     del runners
     if not no_judge:
         judge_options = {"concurrency": concurrency, "rpm": rpm, "max_tries": max_tries,

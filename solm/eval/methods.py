@@ -82,6 +82,45 @@ class MethodRunner:
                 "generator": self.method.label, "kind": self.method.kind,
                 "model": self.method.model, "repeats": repeats, **row}
 
+    def decode_batched(self, records: list[tuple[int, Record]], batch_size: int):
+        """Rows for many records decoded together (continuous batching): for quality runs.
+        A row's wall time would count its batch mates, so timed fields are None and the
+        row says `batched`; SoT decodes one prompt at a time (its rows keep their times)."""
+        if self.method.kind == "sot" or batch_size <= 1:
+            for index, rec in records:
+                yield self.decode(rec, index)
+            return
+        from solm.decode.pasta.batched import BatchedPastaRuntime, BatchRequest
+        from solm.decode.pasta.decode_file import result_record
+        from solm.decode.pasta.runtime import PastaDecodeConfig
+
+        s = self.settings
+        mode = "sequential" if self.method.kind == "sequential" else "parallel"
+        cfg = PastaDecodeConfig(mode=mode, max_new_tokens=s.max_new_tokens,
+                                sampling=s.sampling, max_fork_tokens=s.max_fork_tokens)
+        rt = self.runtime
+        batched = BatchedPastaRuntime(rt.model, rt.tokenizer,
+                                      pool_size=rt.pool_size * batch_size, max_batch=batch_size)
+        by_id = {rec.id: (index, rec) for index, rec in records}
+        reqs = (BatchRequest(rec.id, prompt_ids(self.tokenizer, rec.prompt, rec.system), cfg)
+                for _, rec in records)
+        for done in batched.run(reqs):
+            if done.error:
+                raise SolmError(f"{self.method.label}: {done.rid}: {done.error}")
+            index, rec = by_id[done.rid]
+            row = result_record(rt, rec, done.result, mode)
+            out = {"id": rec.id, "index": index, "instruction": rec.prompt,
+                   "generator": self.method.label, "kind": self.method.kind,
+                   "model": self.method.model, "batched": batch_size,
+                   "output": row["response"],
+                   **{k: row[k] for k in ("content_tokens", "critical_path", "forward_passes",
+                                          "promises", "threads", "flags")},
+                   "generated_tokens": row["total_tokens"], "total_tokens": row["total_tokens"],
+                   "wall_s": None, "prefill_s": None, "decode_s": None}
+            if mode == "parallel":
+                out["annotated"] = row["annotated"]
+            yield out
+
     def _decode_once(self, prompt: str, system: str | None = None,
                      max_new_tokens: int | None = None) -> dict:
         s = self.settings

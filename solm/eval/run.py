@@ -68,9 +68,13 @@ def read_run_file(run_dir: Path) -> dict:
 
 def decode_outputs(runners: dict[str, MethodRunner], records: list[tuple[int, Record]],
                    run_dir: Path, repeats: int,
-                   on_row: Callable[[str, dict | None], None] | None = None) -> dict[str, int]:
+                   on_row: Callable[[str, dict | None], None] | None = None,
+                   batch_size: int = 1) -> dict[str, int]:
     """Decode every (prompt, method) not yet in the outputs files, prompt by prompt with the
-    methods side by side (so a slow spell of the machine hits every method alike)."""
+    methods side by side (so a slow spell of the machine hits every method alike); with
+    `batch_size` > 1, method by method in batches (untimed rows: a quality run)."""
+    if batch_size > 1:
+        return _decode_outputs_batched(runners, records, run_dir, on_row, batch_size)
     done = {label: done_ids(outputs_path(run_dir, label)) for label in runners}
     writers = {label: JsonlWriter(outputs_path(run_dir, label), fsync=False)
                for label in runners}
@@ -94,6 +98,25 @@ def decode_outputs(runners: dict[str, MethodRunner], records: list[tuple[int, Re
     finally:
         for w in writers.values():
             w.close()
+    return counts
+
+
+def _decode_outputs_batched(runners: dict[str, MethodRunner], records: list[tuple[int, Record]],
+                            run_dir: Path, on_row, batch_size: int) -> dict[str, int]:
+    counts = {}
+    for label, runner in runners.items():
+        done = done_ids(outputs_path(run_dir, label))
+        pending = [(i, r) for i, r in records if r.id not in done]
+        for _ in range(len(records) - len(pending)):
+            if on_row:
+                on_row(label, None)
+        counts[label] = 0
+        with JsonlWriter(outputs_path(run_dir, label), fsync=False) as writer:
+            for row in runner.decode_batched(pending, batch_size):
+                writer.write(row)
+                counts[label] += 1
+                if on_row:
+                    on_row(label, row)
     return counts
 
 

@@ -50,12 +50,14 @@ def speed(method_rows: dict[str, dict], base_rows: dict[str, dict]) -> dict:
     for i in shared:
         m, b = method_rows[i], base_rows[i]
         cp = max(m.get("critical_path") or 0, 1)
-        if m.get("wall_s"):
+        if m.get("wall_s") and b.get("wall_s"):  # batched (quality) rows are untimed
             realized.append(b["wall_s"] / m["wall_s"])
         theoretical.append(_critical_path(b) / cp)
         parallelism.append(_generated(m) / cp)
     rows = [method_rows[i] for i in shared]
-    wall = sum(r["wall_s"] for r in rows)
+    wall = sum(r["wall_s"] for r in rows if r.get("wall_s"))
+    if any(not r.get("wall_s") for r in rows):
+        wall = 0  # some rows untimed: no throughput figure
     return {"prompts": len(shared),
             "realized_speedup": _means(realized), "theoretical_speedup": _means(theoretical),
             "parallelism": _means(parallelism),
