@@ -238,6 +238,8 @@ def test_a_disconnected_request_frees_the_server_within_a_step(server, client):
     started = time.perf_counter()
     ask(client, max_tokens=2)
     waited = time.perf_counter() - started
+    print(f"next request after a dropped one: {waited:.2f} s (idle {idle_s:.2f} s, the "
+          f"dropped decode alone {long_s:.2f} s)")
     # within a few steps of the idle time; the dropped decode had >= 3/4 of long_s left
     assert waited < idle_s + 0.35 * long_s, (waited, idle_s, long_s)
 
