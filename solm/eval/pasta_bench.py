@@ -151,7 +151,8 @@ def run_pasta_bench(rt: PastaRuntime, rows: Iterable[dict], repeats: int = 2,
     if not rows:
         raise ValueError("no annotated rows to benchmark")
     want_generate = generate_rows is None or generate_rows > 0
-    warmup_s = compile_for(rt, rows) + warm_up(rt, rows[0], want_generate)
+    build_s = compile_for(rt, rows)
+    warmup_s = build_s + warm_up(rt, rows[0], want_generate)
     results = []
     for i, row in enumerate(rows):
         compare = generate_rows is None or i < generate_rows
@@ -159,7 +160,11 @@ def run_pasta_bench(rt: PastaRuntime, rows: Iterable[dict], repeats: int = 2,
         results.append(r)
         if on_row:
             on_row(r)
-    return results, summarize(results, warmup_s)
+    summary = summarize(results, warmup_s)
+    compiled = rt.forward.compiled
+    summary["graphs"] = compiled.compiles if compiled is not None else 0
+    summary["graph_build_s"] = round(compiled.build_s if compiled is not None else 0.0, 1)
+    return results, summary
 
 
 def plot_speedups(rows: list[PastaBenchRow], path) -> None:
