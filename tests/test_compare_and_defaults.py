@@ -27,6 +27,7 @@ def test_steps_are_worded_the_right_way_round():
     assert steps_phrase(150, 100) == "1.50x fewer steps than one token per step"
     assert steps_phrase(14, 21).startswith("1.50x more steps")
     assert steps_phrase(8, 8) == "one token per step, as sequential decoding"
+    assert steps_phrase(3, 4, tags=False) == "1.33x more steps than one token per step"
 
 
 def row(tokens, wall, response="Sleep eight hours every night.", total=None, passes=None):

@@ -35,8 +35,9 @@ def is_degenerate(response: str, content_tokens: int | None = None,
     return False
 
 
-def steps_phrase(content_tokens: int, forward_passes: int) -> str:
-    """How the steps compare with one token per step, worded the right way round."""
+def steps_phrase(content_tokens: int, forward_passes: int, tags: bool = True) -> str:
+    """How the steps compare with one token per step, worded the right way round (`tags`:
+    the answer has control tags, which take steps of their own)."""
     if forward_passes <= 0 or content_tokens <= 0:
         return "no decode steps" if forward_passes <= 0 else "no answer tokens"
     ratio = content_tokens / forward_passes
@@ -44,7 +45,8 @@ def steps_phrase(content_tokens: int, forward_passes: int) -> str:
         return "one token per step, as sequential decoding"
     if ratio > 1:
         return f"{ratio:.2f}x fewer steps than one token per step"
-    return f"{1 / ratio:.2f}x more steps than one token per step (tags cost steps)"
+    why = " (tags cost steps)" if tags else ""
+    return f"{1 / ratio:.2f}x more steps than one token per step{why}"
 
 
 def compare_report(parallel: dict, sequential: dict) -> dict:
