@@ -8,8 +8,8 @@ from typing import Optional
 import typer
 
 from solm.cli import data, pasta, pdiff, tip
-from solm.cli.common import (ConfigOption, QuietOption, DEFAULT_MODEL, DebugOption, VersionOption, handle_errors,
-                             out_console)
+from solm.cli.common import (DEFAULT_MODEL, ConfigOption, DebugOption, QuietOption,
+                             VersionOption, handle_errors, out_console)
 from solm.cli.errors import SolmGroup
 from solm.cli.judge import JUDGE_HELP, judge
 from solm.cli.serve import SERVE_HELP, serve

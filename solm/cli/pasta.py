@@ -9,14 +9,14 @@ from typing import Optional
 import typer
 from rich.console import Group
 
-from solm.cli.common import (MAX_NEW_TOKENS_CAP, NoRepeatNgramOption, RepetitionPenaltyOption,
-                             SeedOption, TemperatureOption, TopPOption, decode_flags,
-                             DEFAULT_MODEL, DedupeOption, dedupe_list, report_duplicates,
-                             CompileOption, ConfigOption, DebugOption, DeviceOption,
-                             QuantizeOption, DtypeOption, ForceOption, ModelOption, QuietOption,
-                             VersionOption, check_paths, console, greater_than, handle_errors,
-                             info, is_quiet, one_of, out_console, progress, settings_from,
-                             settled_counter, show_control_tokens)
+from solm.cli.common import (CompileOption, ConfigOption, DEFAULT_MODEL, DebugOption, DedupeOption,
+                             DeviceOption, DtypeOption, ForceOption, MAX_NEW_TOKENS_CAP,
+                             ModelOption, NoRepeatNgramOption, QuantizeOption, QuietOption,
+                             RepetitionPenaltyOption, SeedOption, TemperatureOption, TopPOption,
+                             VersionOption, check_paths, console, decode_flags, dedupe_list,
+                             greater_than, handle_errors, info, is_quiet, one_of, out_console,
+                             progress, report_duplicates, settings_from, settled_counter,
+                             show_control_tokens)
 from solm.cli.errors import SolmGroup
 from solm.core.errors import SolmError
 from solm.cli.options import config_from_options, config_parameters, with_parameters

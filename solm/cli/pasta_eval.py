@@ -8,10 +8,10 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (check_paths, MAX_NEW_TOKENS_CAP, NoRepeatNgramOption,
+from solm.cli.common import (CompileOption, ConfigOption, DebugOption, DeviceOption, DtypeOption,
+                             MAX_NEW_TOKENS_CAP, NoRepeatNgramOption, QuietOption,
                              RepetitionPenaltyOption, SeedOption, TemperatureOption, TopPOption,
-                             decode_flags, CompileOption, ConfigOption, DebugOption, DeviceOption,
-                             DtypeOption, QuietOption, greater_than, handle_errors, info, one_of,
+                             check_paths, decode_flags, greater_than, handle_errors, info, one_of,
                              out_console, progress)
 from solm.cli.errors import SolmGroup
 from solm.core.errors import SolmError

@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (ConfigOption, QuietOption, DebugOption, ModelOption, VersionOption, handle_errors,
-                             show_control_tokens)
+from solm.cli.common import (ConfigOption, DebugOption, ModelOption, QuietOption, VersionOption,
+                             handle_errors, show_control_tokens)
 from solm.cli.errors import SolmGroup
 
 app = typer.Typer(

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import typer
 
-from solm.cli.common import (ConfigOption, MAX_NEW_TOKENS_CAP, MAX_SEED, NoRepeatNgramOption,
-                             RepetitionPenaltyOption, TopPOption, decode_flags, finite_at_least,
-                             CompileOption, DebugOption, DeviceOption, DtypeOption, ModelOption,
-                             QuantizeOption, QuietOption, console, handle_errors, info, one_of)
+from solm.cli.common import (CompileOption, ConfigOption, DebugOption, DeviceOption, DtypeOption,
+                             MAX_NEW_TOKENS_CAP, MAX_SEED, ModelOption, NoRepeatNgramOption,
+                             QuantizeOption, QuietOption, RepetitionPenaltyOption, TopPOption,
+                             console, decode_flags, finite_at_least, handle_errors, info, one_of)
 
 API_KEY_ENV = "SOLM_API_KEY"
 

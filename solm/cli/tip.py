@@ -8,11 +8,11 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (DEFAULT_MODEL, DedupeOption, dedupe_list, report_duplicates, CompileOption, ConfigOption, DebugOption,
-                             DeviceOption, QuantizeOption,
-                             DtypeOption, ForceOption, ModelOption, QuietOption, VersionOption,
-                             check_paths, console, handle_errors, info, one_of, out_console,
-                             probability_mass, progress, settings_from, show_control_tokens)
+from solm.cli.common import (CompileOption, ConfigOption, DEFAULT_MODEL, DebugOption, DedupeOption,
+                             DeviceOption, DtypeOption, ForceOption, ModelOption, QuantizeOption,
+                             QuietOption, VersionOption, check_paths, console, dedupe_list,
+                             handle_errors, info, one_of, out_console, probability_mass, progress,
+                             report_duplicates, settings_from, show_control_tokens)
 from solm.cli.errors import SolmGroup
 from solm.core.errors import SolmError
 from solm.core.paths import outputs_beside
