@@ -89,9 +89,11 @@ def list_sets(
 
     folder = data_root(data_dir)
     rows = listing(folder)
-    table = Table("set", "hub repository", "rows", "download", "in " + str(folder),
-                  title="solm data sets")
+    table = Table(title=f"solm data sets (data folder: {folder})")
+    for name in ("set", "hub repository", "rows", "download", "on disk"):
+        table.add_column(name, overflow="fold")
     for r in rows:
-        here = (f"yes, {r['rows_on_disk']} rows ({r['from']})" if r["on_disk"] else "no")
+        source = r["from"][:12] if r["from"] and r["from"] != "local copy" else r["from"]
+        here = f"{r['rows_on_disk']:,} rows ({source})" if r["on_disk"] else "no"
         table.add_row(r["name"], r["repo"], f"{r['rows']:,}", f"{r['download_mb']:g} MB", here)
     out_console.print(table)
