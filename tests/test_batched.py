@@ -244,16 +244,17 @@ def test_eval_run_batch_size_gives_the_outputs_of_one_at_a_time(tmp_path, tiny_f
         r = CliRunner().invoke(pasta_eval.app, [
             "run", "-o", str(run_dir), "--prompts", str(prompts),
             "--method", f"sequential={tiny_folder}", "--method", f"apar={tiny_folder}",
+            "--method", f"sot={tiny_folder}", "--sot-skeleton-tokens", "8",
             "--no-judge", "--max-new-tokens", "10", "--dtype", "fp32", "--no-compile",
             "--batch-size", str(batch), "-q"])
         assert r.exit_code == 0, r.output
         outs[batch] = {label: {x["id"]: x for x in map(json.loads, (
             run_dir / "outputs" / f"{label}.jsonl").read_text().splitlines())}
-            for label in ("sequential", "apar")}
+            for label in ("sequential", "apar", "sot")}
         summary = json.loads((run_dir / "summary.json").read_text())
         realized = summary["methods"]["apar"]["speed"]["realized_speedup"]["geomean"]
         assert (realized is None) == (batch > 1)
-    for label in ("sequential", "apar"):
+    for label in ("sequential", "apar", "sot"):
         for rid, row in outs[1][label].items():
             batched = outs[3][label][rid]
             assert batched["output"] == row["output"] and batched["wall_s"] is None

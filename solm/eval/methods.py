@@ -85,10 +85,14 @@ class MethodRunner:
     def decode_batched(self, records: list[tuple[int, Record]], batch_size: int):
         """Rows for many records decoded together (continuous batching): for quality runs.
         A row's wall time would count its batch mates, so timed fields are None and the
-        row says `batched`; SoT decodes one prompt at a time (its rows keep their times)."""
-        if self.method.kind == "sot" or batch_size <= 1:
+        row says `batched` (SoT too: its skeletons and points of several prompts share
+        each step)."""
+        if batch_size <= 1:
             for index, rec in records:
                 yield self.decode(rec, index)
+            return
+        if self.method.kind == "sot":
+            yield from self._sot_batched(records, batch_size)
             return
         from solm.decode.pasta.batched import BatchedPastaRuntime, BatchRequest
         from solm.decode.pasta.decode_file import result_record
@@ -120,6 +124,30 @@ class MethodRunner:
             if mode == "parallel":
                 out["annotated"] = row["annotated"]
             yield out
+
+    def _sot_batched(self, records: list[tuple[int, Record]], batch_size: int):
+        from solm.decode.sot.batched import BatchedSotRuntime
+        from solm.decode.sot.runtime import SotConfig
+
+        s = self.settings
+        batched = BatchedSotRuntime(self.runtime.model, self.tokenizer,
+                                    pool_size=self.runtime.forward.pool_size * batch_size,
+                                    max_batch=batch_size)
+        cfg = SotConfig(max_skeleton_tokens=s.sot_skeleton_tokens,
+                        max_point_tokens=s.sot_point_tokens, sampling=s.sampling,
+                        max_new_tokens=s.max_new_tokens)
+        by_id = {rec.id: (index, rec) for index, rec in records}
+        for rid, res in batched.run(((rec.id, rec.prompt) for _, rec in records), cfg):
+            index, rec = by_id[rid]
+            yield {"id": rec.id, "index": index, "instruction": rec.prompt,
+                   "generator": self.method.label, "kind": self.method.kind,
+                   "model": self.method.model, "batched": batch_size, "output": res.text,
+                   "content_tokens": answer_tokens(self.tokenizer, res.text),
+                   "generated_tokens": res.generated_tokens,
+                   "skeleton_tokens": res.skeleton_tokens, "point_tokens": sum(res.point_tokens),
+                   "critical_path": res.critical_path, "forward_passes": res.forward_passes,
+                   "points": len(res.points), "wall_s": None, "prefill_s": None,
+                   "decode_s": None, "flags": res.flags}
 
     def _decode_once(self, prompt: str, system: str | None = None,
                      max_new_tokens: int | None = None) -> dict:
