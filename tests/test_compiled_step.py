@@ -14,8 +14,8 @@ ITEMS = ["Sleep eight hours every night and keep the same hours on weekends too.
          "Drink water with every meal instead of soda or sweet juice.",
          "See friends every week, even for a short coffee after work.",
          "Read a book before bed instead of looking at a phone screen."]
-# each block runs while main writes the next promises: steps feed 1 to 7 tokens, crossing
-# the token buckets 1, 2, 4 and 8
+# each block runs while main writes the next promises: steps feed 1 to 7 tokens, in the
+# token buckets 1 and 8
 TEXT = "Tips:" + "".join(
     f'\n{i + 1}.<promise topic="t{i}" tokens="{3 * len(item.split())}"/><async> {item} {item}'
     f' {item}</async>' for i, item in enumerate(ITEMS)) + "<sync/> Done."
@@ -29,7 +29,8 @@ def runtimes(tiny, pasta_tokenizer):
 
 
 def test_buckets():
-    assert [bucket(n, 16) for n in (1, 2, 3, 5, 9, 16)] == [1, 2, 4, 8, 16, 16]
+    assert [bucket(n, 16) for n in (1, 2, 3, 5, 8, 9, 16)] == [1, 8, 8, 8, 8, 16, 16]
+    assert bucket(3, 4) == 4  # never past the largest bucket asked for
     with pytest.raises(ValueError):
         bucket(17, 16)
     assert [kv_bucket(n, 256, 528) for n in (1, 256, 257, 513, 600)] == [256, 256, 512, 528, 528]
@@ -154,6 +155,6 @@ def test_a_padded_step_at_the_end_of_a_nearly_full_pool_equals_eager(tiny, pasta
         rows.append(step(toks, [tracker.point(p + 1, t) for p, t in enumerate(toks)]))
         assert step.used == pool
         outs.append(torch.cat(rows))
-    assert compiled.compiled.compiles >= 2
+    assert compiled.compiled.compiles >= 1  # widths 5 and 3 both pad to 8: past the pool's end
     assert torch.isfinite(outs[1]).all()
     assert (outs[0] - outs[1]).abs().max().item() < 1e-4

@@ -1,8 +1,8 @@
 """A decode step compiled whole over static shapes (gpt-fast's recipe, on transformers' models).
 
 `torch.compile` pays only when shapes repeat: a graph is built per (tokens fed, keys read)
-shape, so both are rounded up to buckets. Tokens fed per step go to the next power of two
-(1, 2, 4, ... 16); padded rows write their keys past the last real slot (slots no real
+shape, so both are rounded up to buckets. Tokens fed per step go to 1, 8 or 16
+(`TOKEN_BUCKETS`); padded rows write their keys past the last real slot (slots no real
 token has reached yet, overwritten before anyone may see them) and attend to slot 0 only, so
 they change nothing real. Keys read go up to the next power of two (at least `KV_BLOCK`),
 the slots past the real ones masked out: a few graphs per token bucket over a whole pool
@@ -33,11 +33,24 @@ def power_of_two_at_least(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
+# Token widths a step is padded to. One token (sequential decoding, one thread) stays exact;
+# every other width pads to 8 or 16: a graph costs tens of seconds to build (minutes on a
+# 2-core AVX2 CPU) and a step of 8 tokens costs little more than one of 2 on a CPU (reading
+# the weights dominates), so fewer graphs beat tighter padding.
+TOKEN_BUCKETS = (1, 8, 16)
+
+
 def bucket(n: int, largest: int) -> int:
-    """Tokens fed, padded: the power of two >= n (n <= largest)."""
+    """Tokens fed, padded: the smallest of TOKEN_BUCKETS >= n (n <= largest)."""
     if n > largest:
         raise ValueError(f"{n} tokens is over the largest bucket ({largest})")
-    return power_of_two_at_least(n)
+    return min(min(b for b in TOKEN_BUCKETS if b >= n), largest) if n <= TOKEN_BUCKETS[-1] \
+        else power_of_two_at_least(n)
+
+
+def token_buckets_up_to(fed: int) -> list[int]:
+    """The widths a decode feeding at most `fed` tokens per step compiles."""
+    return [b for b in TOKEN_BUCKETS if b <= bucket(fed, max(fed, TOKEN_BUCKETS[-1]))]
 
 
 def kv_bucket(n: int, smallest: int, capacity: int) -> int:

@@ -17,7 +17,7 @@ import torch
 from solm.core.structure import MaskTerm, pairwise
 from solm.decode.attention import attention_implementation
 from solm.decode.compiled import (KV_BLOCK, TOKEN_BUCKET_MAX, CompiledForward, bucket,
-                                  kv_bucket, padded_step_inputs, pool_body)
+                                  kv_bucket, padded_step_inputs, pool_body, token_buckets_up_to)
 from solm.decode.head import OutputHead
 from solm.decode.pool import PoolCache, kv_shape_of, num_layers_of
 
@@ -73,15 +73,13 @@ class PoolStep:
             sizes.append(k)
             k *= 2
         sizes.append(last_kv)
-        b = 1
         with attention_implementation(self.model):
-            while b <= fed:
+            for b in token_buckets_up_to(fed):
                 for k in sizes:
                     first = min(k - b, self.pool_size - b)
                     self.compiled(*padded_step_inputs(
                         [0] * b, [first] * b, torch.ones(b, first + b, dtype=torch.bool),
                         first, TOKEN_BUCKET_MAX, k, self.capacity, self.device))
-                b *= 2
         self.reset()
         return self.compiled.compiles
 
