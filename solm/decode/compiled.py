@@ -159,10 +159,22 @@ def padded_step_inputs(tokens: list[int], positions: list[int], visible: torch.T
     return ids, pos, mask[None, None].to(device), slots
 
 
-# On a 2-core AVX-512 CPU a graph took 40-70 s to build the first time and 15-35 s from the
-# disk cache, and saved 10-20 ms per token (bf16): compiling repays itself after ~5,000
-# tokens. `auto` compiles on CUDA always, and on a CPU from that many expected tokens.
-COMPILE_PAYS_TOKENS = 5000
+# `--compile auto` on a CPU counts the graphs' build on an empty inductor cache (a fresh
+# machine's) against what they save. Measured (bench/compiled_replay.py, 135M model, bf16):
+# 4 graphs in 134 s on a 2-core AMD EPYC with AVX-512 bf16 (about 34 s a graph), saving
+# 8-11 ms per step (50 -> 42 ms); a 2-core AVX2 CPU took about 2 minutes a graph. A decode
+# repays its graphs after TYPICAL_GRAPHS x seconds per graph / seconds saved per token.
+TYPICAL_GRAPHS = 4
+SECONDS_PER_GRAPH = {"avx512_bf16": 34.0, "other": 120.0}
+SAVED_S_PER_TOKEN = 0.008
+
+
+def compile_pays_tokens() -> int:
+    """Tokens a CPU decode must have before compiling its step repays the build."""
+    from solm.core.models import cpu_has_fast_bf16
+
+    per_graph = SECONDS_PER_GRAPH["avx512_bf16" if cpu_has_fast_bf16() else "other"]
+    return int(TYPICAL_GRAPHS * per_graph / SAVED_S_PER_TOKEN)
 
 
 def should_compile(flag: bool | None, expected_tokens: int, device) -> bool:
@@ -171,4 +183,4 @@ def should_compile(flag: bool | None, expected_tokens: int, device) -> bool:
         return flag
     if torch.device(device).type == "cuda":
         return True
-    return expected_tokens >= COMPILE_PAYS_TOKENS
+    return expected_tokens >= compile_pays_tokens()
