@@ -300,6 +300,9 @@ def decode(
     batch = min(batch, max(1, len(records)))
     compiled = batch == 1 and should_compile(
         compile, max(1, len(records)) * min(max_new_tokens, pool_size), m.device)
+    if compile and batch > 1:
+        info("--compile applies to one prompt at a time (--batch-size 1); batched steps run "
+             "eagerly")
     rt = PastaRuntime(m, tok, pool_size=pool_size, compile=compiled) if batch == 1 else None
     cfg = PastaDecodeConfig(mode=mode, max_new_tokens=max_new_tokens,
                             max_fork_tokens=max_fork_tokens,
