@@ -303,12 +303,6 @@ def settled_counter(advance: Callable[..., None]) -> Callable[[int, str], None]:
     return update
 
 
-def check_output(output: Path | None, *inputs: object) -> None:
-    """An output may not be one of the inputs (appending to the file being read loses rows);
-    see `check_paths` for a command that writes several files."""
-    check_paths(inputs, [output])
-
-
 def check_paths(inputs: Iterable[object], outputs: Iterable[object]) -> None:
     """Every command's one guard: no file it writes (output, manifest, summary, plot,
     rejects) is a file it reads, through links (`solm.core.paths.refuse_overlap`)."""

@@ -256,8 +256,6 @@ def _load_adapter(folder: Path, torch_dtype: torch.dtype, attn_implementation: s
     The parent comes from solm.json (an alias or path valid on this machine), else from the
     adapter's own record. The tokenizer is the folder's where it has one, else the parent's
     with the control tokens added (what training added: the kept models carry no copy)."""
-    import json
-
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

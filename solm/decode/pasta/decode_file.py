@@ -118,12 +118,11 @@ def decode_file_batched(batched, records: Iterable[Record], out: Path,
             writer.write(row)
             summary.done += 1
             summary.content_tokens += row["content_tokens"]
-            summary.forward_passes += res.forward_passes
+            summary.forward_passes = batched.steps  # passes are shared by the whole batch
             summary.kv_read += res.kv_read
             summary.decode_s = time.perf_counter() - started
             for f in res.flags:
                 summary.flagged[f] = summary.flagged.get(f, 0) + 1
             if on_row:
                 on_row(summary, row)
-    summary.forward_passes = batched.steps
     return summary
