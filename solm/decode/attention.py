@@ -3,11 +3,21 @@
 transformers' sdpa path copies keys/values to every query head (`repeat_kv`) whenever a mask
 is given; SDPA's `enable_gqa` reads the shared KV heads directly, which matters when the
 keys are a view into a large pool. Masks: bool (True = attend) or additive float.
+
+Segments (`solm_segments=`, a model-forward keyword that transformers hands to the attention
+function): the query rows split into consecutive runs, each reading only its own key slot
+ranges under its own mask. Many requests decoded in one pass over one pool (`SlotStep`) read
+their own slots this way instead of the whole pool under one large mask: less work (a
+request reads its slots, not every request's), and each request's attention is the very call
+its solo decode makes (same keys in the same order, same mask shape), so its output is the
+same to the bit in any dtype. One large masked call is not: SDPA's CPU kernel blocks the key
+axis, and where the real keys fall within the blocks changes the bf16 result.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -16,8 +26,46 @@ from transformers import AttentionInterface
 NAME = "solm_pool_sdpa"
 
 
+SEGMENTS_KWARG = "solm_segments"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """`rows` consecutive query rows reading the key slots `ranges` ([start, end) pairs, in
+    this order) under `mask` (bool [rows, total length of the ranges])."""
+
+    rows: int
+    ranges: tuple[tuple[int, int], ...]
+    mask: torch.Tensor
+
+
+def _slots(pool: torch.Tensor, ranges: tuple[tuple[int, int], ...]) -> torch.Tensor:
+    if len(ranges) == 1:
+        start, end = ranges[0]
+        return pool[:, :, start:end]  # a view, like a solo decode's pool[:, :, :used]
+    return torch.cat([pool[:, :, start:end] for start, end in ranges], dim=2)
+
+
+def segmented_attention(query, key, value, segments, scaling=None) -> torch.Tensor:
+    """[B, H, q, D] attention of each segment's rows over its own key ranges."""
+    gqa = key.shape[1] != query.shape[1]
+    outs, at = [], 0
+    for seg in segments:
+        outs.append(F.scaled_dot_product_attention(
+            query[:, :, at:at + seg.rows], _slots(key, seg.ranges), _slots(value, seg.ranges),
+            attn_mask=seg.mask[None, None], scale=scaling, enable_gqa=gqa))
+        at += seg.rows
+    if at != query.shape[2]:
+        raise ValueError(f"segments cover {at} query rows of {query.shape[2]}")
+    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+
+
 def pool_sdpa_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                         **kwargs):
+    segments = kwargs.get(SEGMENTS_KWARG)
+    if segments is not None:
+        out = segmented_attention(query, key, value, segments, scaling)
+        return out.transpose(1, 2).contiguous(), None
     if attention_mask is not None and attention_mask.dtype != torch.bool:
         attention_mask = attention_mask.to(query.dtype)
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,

@@ -4,9 +4,8 @@ that writes any slots and reads the pool under a structure's mask.
 `PoolStep` writes the next consecutive slots and reads the prefix `[:used]`, which suits one
 decode. Many requests come and go, so here each request reserves a contiguous range of
 slots when it is admitted (`SlotAllocator`, first fit, neighbours merged when freed), writes
-only there, and every step reads the pool up to the highest reserved slot under
-`and_masks(same_request, visible)`: the slots of other requests, and free ones, are masked
-out. Reserving a request's whole budget up front means an admitted request is never cut
+only there, and each request reads its own slot ranges under `and_masks(same_request,
+visible)` (attention per request, `SlotStep`). Reserving a request's whole budget up front means an admitted request is never cut
 for lack of room (no preemption); a request larger than the pool is refused at once.
 """
 
@@ -17,7 +16,7 @@ from typing import Mapping, Sequence
 import torch
 
 from solm.core.structure import NO_REQUEST, MaskTerm, pairwise
-from solm.decode.attention import attention_implementation
+from solm.decode.attention import SEGMENTS_KWARG, Segment, attention_implementation
 from solm.decode.head import OutputHead
 from solm.decode.pool import PoolCache, num_layers_of
 
@@ -62,17 +61,17 @@ class SlotAllocator:
                 merged.append((s, e))
         self.free_ranges = merged
 
-    def high_water(self) -> int:
-        """One past the highest slot in use (0 when the pool is empty)."""
-        if self.free_ranges and self.free_ranges[-1][1] == self.capacity:
-            return self.free_ranges[-1][0]
-        return self.capacity
+
+Read = tuple[int, Sequence[tuple[int, int]]]  # (query rows, key slot ranges in order)
 
 
 class SlotStep:
-    """`step(tokens, positions, attrs, slots, kv_len)`: one forward pass writing `tokens` at
-    `slots` and reading the first `kv_len` slots under `visible` (a mask term over the
-    attribute names the slots carry); returns a logits row per token."""
+    """`step(tokens, positions, attrs, slots, reads)`: one forward pass writing `tokens` at
+    `slots`; returns a logits row per token. `reads` splits the fed rows into consecutive runs
+    (one per request), each reading its own slot ranges (its prompt, its answer so far) under
+    `visible` (a mask term over the attribute names the slots carry) evaluated on those
+    slots: attention per request (`solm.decode.attention.segmented_attention`), so a request
+    costs what its own keys cost and gets the logits of its solo decode, in any dtype."""
 
     def __init__(self, model, pool_size: int, visible: MaskTerm, attr_names: Sequence[str]):
         self.model = model
@@ -88,20 +87,38 @@ class SlotStep:
         """Slots no request may read any more (their owner ended)."""
         self.attrs["request"][start:end] = NO_REQUEST
 
+    def segments(self, index: torch.Tensor, reads: Sequence[Read]) -> list[Segment]:
+        """Each read's mask: the term over its query rows and its key slots."""
+        out, at = [], 0
+        for rows, ranges in reads:
+            ranges = tuple((int(a), int(b)) for a, b in ranges)
+            keys = torch.cat([torch.arange(a, b) for a, b in ranges])
+            q = {n: c[index[at:at + rows]] for n, c in self.attrs.items()}
+            k = {n: c[keys] for n, c in self.attrs.items()}
+            out.append(Segment(rows, ranges, pairwise(self.visible, q, k).to(self.device)))
+            at += rows
+        if at != len(index):
+            raise ValueError(f"reads cover {at} rows of the {len(index)} fed")
+        return out
+
     @torch.no_grad()
     def __call__(self, tokens: Sequence[int], positions: Sequence[int],
-                 attrs: Mapping[str, Sequence[int]], slots: Sequence[int], kv_len: int
-                 ) -> torch.Tensor:
+                 attrs: Mapping[str, Sequence[int]], slots: Sequence[int],
+                 reads: Sequence[Read]) -> torch.Tensor:
         index = torch.tensor(list(slots), dtype=torch.long)
         for name, column in self.attrs.items():
             column[index] = torch.tensor(list(attrs[name]), dtype=torch.long)
-        q = {n: c[index] for n, c in self.attrs.items()}
-        k = {n: c[:kv_len] for n, c in self.attrs.items()}
-        visible = pairwise(self.visible, q, k).to(self.device)
+        segments = self.segments(index, reads)
+        kv_len = max(end for seg in segments for _, end in seg.ranges)
         self.cache.state.write_slots = index.to(self.device)
         self.cache.state.kv_len = kv_len
+        n = len(index)
+        # the segments carry the masks; transformers still wants a 4D mask (a free view)
+        unused = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=self.device).expand(
+            1, 1, n, kv_len)
         inputs = dict(input_ids=torch.tensor([list(tokens)], device=self.device),
                       position_ids=torch.tensor([list(positions)], device=self.device),
-                      attention_mask=visible[None, None], cache=self.cache, use_cache=True)
+                      attention_mask=unused, cache=self.cache, use_cache=True,
+                      **{SEGMENTS_KWARG: segments})
         with attention_implementation(self.model):
             return self.head.model_logits(inputs, lambda rows: rows[0])

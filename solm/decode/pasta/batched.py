@@ -3,9 +3,10 @@
 Each request is a `PastaRunState` of its own (its threads, tracker, sampler, flags), decoded by
 the very rules of `PastaRuntime` (scheduling, token choice, caps, finish); what changes is the
 forward pass. One step feeds every thread of every running request in one pass over one pool
-(`solm.decode.slots.SlotStep`); a request attends to its own slots only
-(`and_masks(same_request, pasta_visible)`, the structure's term and one more), so its logits
-are the ones it gets decoded alone.
+(`solm.decode.slots.SlotStep`); a request attends to its own slots only, in its solo
+decode's order (`and_masks(same_request, pasta_visible)`, the structure's term and one
+more), so its logits are the ones it gets decoded alone, to the bit (the linear layers'
+rows are independent of their batch mates; bench/batch_invariance.py checks this per CPU).
 
 Why one pool and not a batch dimension: on a CPU a decode step is bound by reading the
 weights, and 16 tokens in one sequence cost 1.3-2x one token (PLATFORM.md), while 16 rows of
@@ -274,7 +275,7 @@ class BatchedPastaRuntime:
         batch.update(request=[self._owners] * len(prompt), group=[group] * len(prompt),
                      shared=[1] * len(prompt))
         logits = self.forward(list(prompt), [a.pos for a in attrs], batch,
-                              range(start, end), self._kv_len())[-1]
+                              range(start, end), [(len(prompt), [(start, end)])])[-1]
         prefix = _Prefix(self._owners, group, prompt, start, end, logits)
         self._prefixes[(group, prompt)] = prefix
         return prefix
@@ -286,7 +287,8 @@ class BatchedPastaRuntime:
         slots = range(run.next_slot, run.next_slot + len(tokens))
         run.next_slot += len(tokens)
         columns = self._columns([(run, a) for a in attrs])
-        return self.forward(tokens, [a.pos for a in attrs], columns, slots, self._kv_len())
+        return self.forward(tokens, [a.pos for a in attrs], columns, slots,
+                            [(len(tokens), self._reads(run))])
 
     def _columns(self, rows: list[tuple[_Running, Any]]) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {n: [int(getattr(a, n)) for _, a in rows] for n in ATTR_NAMES}
@@ -295,8 +297,11 @@ class BatchedPastaRuntime:
         out["shared"] = [0] * len(rows)
         return out
 
-    def _kv_len(self) -> int:
-        return max(1, self.slots.high_water())
+    @staticmethod
+    def _reads(run: _Running) -> list[tuple[int, int]]:
+        """The slot ranges a request reads, in its solo decode's order: prompt, answer."""
+        own = [(run.start, run.next_slot)]
+        return own if run.prefix is None else [(run.prefix.start, run.prefix.end), *own]
 
     def _step(self, running: list[_Running]) -> Iterator[BatchResult]:
         rules = self.rules
@@ -323,8 +328,9 @@ class BatchedPastaRuntime:
         for run, batch, _ in fed:
             slots += range(run.next_slot, run.next_slot + len(batch))
             run.next_slot += len(batch)
+        reads = [(len(batch), self._reads(run)) for run, batch, _ in fed]
         logits = self.forward(tokens, [a.pos for _, a in rows], self._columns(rows), slots,
-                              self._kv_len())
+                              reads)
         self.steps += 1
         at = 0
         for run, batch, _ in fed:

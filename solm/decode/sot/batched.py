@@ -203,7 +203,7 @@ class BatchedSotRuntime:
         slots = range(q.next_slot, q.next_slot + len(tokens))
         q.next_slot += len(tokens)
         return self.forward(tokens, [a.pos for a in attrs], self._columns([(q, a) for a in attrs]),
-                            slots, self._kv_len())
+                            slots, [(len(tokens), [(q.start, q.next_slot)])])
 
     def _columns(self, rows: list) -> dict[str, list[int]]:
         out = {n: [int(getattr(a, n)) for _, a in rows] for n in ATTR_NAMES}
@@ -211,9 +211,6 @@ class BatchedSotRuntime:
         out["group"] = [-1] * len(rows)
         out["shared"] = [0] * len(rows)
         return out
-
-    def _kv_len(self) -> int:
-        return max(1, self.slots.high_water())
 
     def _step(self, running: list[_Question]) -> None:
         fed = []  # (question, what each row is: ("skeleton", tok) or ("point", i, tok))
@@ -251,8 +248,9 @@ class BatchedSotRuntime:
                 fed.append((q, kinds))
         if not tokens:
             return
+        reads = [(len(kinds), [(q.start, q.next_slot)]) for q, kinds in fed]
         logits = self.forward(tokens, [a.pos for _, a in rows], self._columns(rows), slots,
-                              self._kv_len())
+                              reads)
         self.steps += 1
         at = 0
         for q, kinds in fed:
