@@ -65,6 +65,9 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--prompts", type=Path, default=None)
     p.add_argument("--dtype", default="auto")
+    p.add_argument("--compile", action="store_true",
+                   help="also time each batch size with the compiled step (built on an "
+                        "untimed first pass over the prompts; graphs and build time reported)")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
 
@@ -91,7 +94,7 @@ def main() -> None:
     solo.generate(prompt_ids(tok, "Say hello."), PastaDecodeConfig(max_new_tokens=4))  # warm
     rows = []
 
-    def record(label, batch, wall, results, latencies, steps, reference):
+    def record(label, batch, wall, results, latencies, steps, reference, **extra):
         content = sum(len(text_ids(tok, result_record(solo, Record("b", ""), r,
                                                       args.mode)["response"]))
                       for r in results)
@@ -104,7 +107,7 @@ def main() -> None:
             "forward_passes": steps,
             "bandwidth_gbs": round(weight_bytes(model) * steps / wall / 1e9, 2),
             "equal_to_one_at_a_time": sum(a.ids == b.ids for a, b in zip(results, reference))
-            if reference else None})
+            if reference else None, **extra})
         print(json.dumps(rows[-1]), flush=True)
 
     wall, reference, lat, steps = run_solo(solo, prompts, cfg)
@@ -115,6 +118,17 @@ def main() -> None:
             max_new_tokens=4))  # warm
         wall, results, lat, steps = run_batched(batched, prompts, cfg)
         record(f"batched, batch {b}", b, wall, results, lat, steps, reference)
+        if args.compile:
+            batched = BatchedPastaRuntime(model, tok, pool_size=pool * b, max_batch=b,
+                                          compile=True)
+            t0 = time.perf_counter()
+            run_batched(batched, prompts, cfg)  # builds the graphs these steps use
+            first_pass = time.perf_counter() - t0
+            wall, results, lat, steps = run_batched(batched, prompts, cfg)
+            record(f"batched, batch {b}, compiled", b, wall, results, lat, steps, reference,
+                   graphs=batched.forward.compiled.compiles,
+                   graph_build_s=round(batched.forward.compile_s, 1),
+                   first_pass_s=round(first_pass, 1))
     base = rows[0]["tokens_per_s"]
     summary = {"model": args.model, "mode": args.mode, "prompts": len(prompts),
                "max_new_tokens": args.max_new_tokens, "dtype": str(model.dtype),

@@ -40,12 +40,16 @@ def replay_request(rt_vocab, tok, i, prompt, answer, mode="parallel"):
                         replay_anchors=frozenset(anchors))
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("mode", ["parallel", "sequential"])
-def test_each_requests_logits_equal_its_solo_decode(tiny, pasta_tokenizer, vocab, mode):
+def test_each_requests_logits_equal_its_solo_decode(tiny, pasta_tokenizer, vocab, mode,
+                                                    compiled):
     """Four answers of different lengths, two at a time: requests 3 and 4 join as 1 and 2
-    leave, mid-decode of the others."""
+    leave, mid-decode of the others. Compiled: the step traced by dynamo with the eager
+    backend (this checks padding and the opaque attention op, not inductor)."""
     solo = PastaRuntime(tiny, pasta_tokenizer, pool_size=1024)
-    batched = BatchedPastaRuntime(tiny, pasta_tokenizer, pool_size=1024, max_batch=2)
+    batched = BatchedPastaRuntime(tiny, pasta_tokenizer, pool_size=1024, max_batch=2,
+                                  compile=compiled, compile_backend="eager")
     reqs = [replay_request(vocab, pasta_tokenizer, i, p, a, mode)
             for i, (p, a) in enumerate(zip(PROMPTS, ANSWERS))]
     order = []
@@ -60,6 +64,8 @@ def test_each_requests_logits_equal_its_solo_decode(tiny, pasta_tokenizer, vocab
         assert (r.result.logits - alone.logits).abs().max().item() < 1e-4
     assert sorted(order) == [0, 1, 2, 3]
     assert batched.free_slots == 1024
+    if compiled:  # a graph per token width used (1 alone, 8 for 2-6 tokens), none per length
+        assert batched.forward.compiled.compiles == 2
     assert batched.steps < sum(solo.replay(text_ids(pasta_tokenizer, p), text_ids(
         pasta_tokenizer, a), mode=mode).forward_passes for p, a in zip(PROMPTS, ANSWERS))
 

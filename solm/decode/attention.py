@@ -4,20 +4,26 @@ transformers' sdpa path copies keys/values to every query head (`repeat_kv`) whe
 is given; SDPA's `enable_gqa` reads the shared KV heads directly, which matters when the
 keys are a view into a large pool. Masks: bool (True = attend) or additive float.
 
-Segments (`solm_segments=`, a model-forward keyword that transformers hands to the attention
-function): the query rows split into consecutive runs, each reading only its own key slot
-ranges under its own mask. Many requests decoded in one pass over one pool (`SlotStep`) read
+Segments (inside `reading_segments(...)`, with `solm_segments=True` passed to the model's
+forward, a keyword transformers hands to the attention function): the query rows split into
+consecutive runs, each reading only its own key slot ranges under its own mask. Many requests decoded in one pass over one pool (`SlotStep`) read
 their own slots this way instead of the whole pool under one large mask: less work (a
 request reads its slots, not every request's), and each request's attention is the very call
 its solo decode makes (same keys in the same order, same mask shape), so its output is the
 same to the bit in any dtype. One large masked call is not: SDPA's CPU kernel blocks the key
-axis, and where the real keys fall within the blocks changes the bf16 result.
+axis, and where the real keys fall within the blocks changes the bf16 result. The segments
+reach the kernel through a thread-local and an opaque custom op (`solm::segmented_sdpa`), so
+a compiled step traces one graph per token width whatever the segments are (no guard on
+their number or lengths, no graph break per layer).
 """
 
 from __future__ import annotations
 
+import math
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -60,11 +66,38 @@ def segmented_attention(query, key, value, segments, scaling=None) -> torch.Tens
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
 
 
+_active = threading.local()
+
+
+@contextmanager
+def reading_segments(segments: Sequence[Segment]):
+    """The segments the attention layers of forward passes in this block (and thread) read."""
+    _active.segments = segments
+    try:
+        yield
+    finally:
+        _active.segments = None
+
+
+@torch.library.custom_op("solm::segmented_sdpa", mutates_args=())
+def segmented_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                   scale: float) -> torch.Tensor:
+    segments = getattr(_active, "segments", None)
+    if segments is None:
+        raise RuntimeError("solm_segments=True outside reading_segments(...)")
+    return segmented_attention(query, key, value, segments, scale).contiguous()
+
+
+@segmented_sdpa.register_fake
+def _(query, key, value, scale):
+    return query.new_empty(query.shape)
+
+
 def pool_sdpa_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                         **kwargs):
-    segments = kwargs.get(SEGMENTS_KWARG)
-    if segments is not None:
-        out = segmented_attention(query, key, value, segments, scaling)
+    if kwargs.get(SEGMENTS_KWARG):
+        scale = scaling if scaling is not None else 1 / math.sqrt(query.shape[-1])
+        out = segmented_sdpa(query, key, value, float(scale))
         return out.transpose(1, 2).contiguous(), None
     if attention_mask is not None and attention_mask.dtype != torch.bool:
         attention_mask = attention_mask.to(query.dtype)

@@ -16,9 +16,12 @@ from typing import Mapping, Sequence
 import torch
 
 from solm.core.structure import NO_REQUEST, MaskTerm, pairwise
-from solm.decode.attention import SEGMENTS_KWARG, Segment, attention_implementation
+from solm.decode.attention import (SEGMENTS_KWARG, Segment, attention_implementation,
+                                   reading_segments)
+from solm.decode.compiled import CompiledForward
 from solm.decode.head import OutputHead
-from solm.decode.pool import PoolCache, num_layers_of
+from solm.decode.pool import PoolCache, kv_shape_of, num_layers_of
+from solm.decode.step import activation_dtype
 
 
 class SlotAllocator:
@@ -64,6 +67,15 @@ class SlotAllocator:
 
 Read = tuple[int, Sequence[tuple[int, int]]]  # (query rows, key slot ranges in order)
 
+# Token widths a compiled batched step is padded to (a batch feeds a token per thread of
+# every request); wider steps, and prompts, run eagerly.
+BATCH_TOKEN_BUCKETS = (1, 8, 16, 32, 64)
+
+
+def batch_bucket(n: int) -> int | None:
+    """The compiled width for a step of `n` tokens, None when it runs eagerly."""
+    return next((b for b in BATCH_TOKEN_BUCKETS if b >= n), None)
+
 
 class SlotStep:
     """`step(tokens, positions, attrs, slots, reads)`: one forward pass writing `tokens` at
@@ -71,17 +83,33 @@ class SlotStep:
     (one per request), each reading its own slot ranges (its prompt, its answer so far) under
     `visible` (a mask term over the attribute names the slots carry) evaluated on those
     slots: attention per request (`solm.decode.attention.segmented_attention`), so a request
-    costs what its own keys cost and gets the logits of its solo decode, in any dtype."""
+    costs what its own keys cost and gets the logits of its solo decode, in any dtype.
 
-    def __init__(self, model, pool_size: int, visible: MaskTerm, attr_names: Sequence[str]):
+    `compile`: steps of up to 64 tokens (not prompts) run as graphs compiled per width of
+    `BATCH_TOKEN_BUCKETS`; the attention is an opaque op reading the whole pool, so the key
+    length is no part of a graph's shape. Padded rows write to scratch slots past
+    `pool_size` and read one of them."""
+
+    def __init__(self, model, pool_size: int, visible: MaskTerm, attr_names: Sequence[str],
+                 compile: bool = False, backend: str = "inductor"):
         self.model = model
         self.device = next(model.parameters()).device
         self.pool_size = pool_size
         self.visible = visible
-        self.cache = PoolCache(num_layers_of(model), pool_size)
+        self.capacity = pool_size + BATCH_TOKEN_BUCKETS[-1] if compile else pool_size
+        self.cache = PoolCache(num_layers_of(model), self.capacity)
         self.head = OutputHead(model)
         self.attrs = {n: torch.full((pool_size,), NO_REQUEST, dtype=torch.long)
                       for n in attr_names}
+        self.compiled = None
+        if compile:
+            self.cache.allocate(*kv_shape_of(model), dtype=activation_dtype(model),
+                                device=self.device)
+            self.compiled = CompiledForward(self._body, backend)
+
+    @property
+    def compile_s(self) -> float:
+        return self.compiled.build_s if self.compiled is not None else 0.0
 
     def release(self, start: int, end: int) -> None:
         """Slots no request may read any more (their owner ended)."""
@@ -101,24 +129,52 @@ class SlotStep:
             raise ValueError(f"reads cover {at} rows of the {len(index)} fed")
         return out
 
+    def _inputs(self, ids, positions, kv_len: int) -> dict:
+        # the segments carry the masks; transformers still wants a 4D mask (a free view)
+        unused = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=ids.device).expand(
+            1, 1, ids.shape[1], kv_len)
+        return dict(input_ids=ids, position_ids=positions, attention_mask=unused,
+                    cache=self.cache, use_cache=True, **{SEGMENTS_KWARG: True})
+
+    def _body(self, ids, positions, write_slots):
+        self.cache.state.write_slots = write_slots
+        self.cache.state.kv_len = self.capacity
+        return self.head.model_logits(self._inputs(ids, positions, self.capacity),
+                                      lambda rows: rows[0], plain=True)
+
     @torch.no_grad()
     def __call__(self, tokens: Sequence[int], positions: Sequence[int],
                  attrs: Mapping[str, Sequence[int]], slots: Sequence[int],
-                 reads: Sequence[Read]) -> torch.Tensor:
+                 reads: Sequence[Read], prefill: bool = False) -> torch.Tensor:
+        """`prefill`: a prompt (its own shape, seen once: eager)."""
         index = torch.tensor(list(slots), dtype=torch.long)
         for name, column in self.attrs.items():
             column[index] = torch.tensor(list(attrs[name]), dtype=torch.long)
         segments = self.segments(index, reads)
-        kv_len = max(end for seg in segments for _, end in seg.ranges)
-        self.cache.state.write_slots = index.to(self.device)
-        self.cache.state.kv_len = kv_len
         n = len(index)
-        # the segments carry the masks; transformers still wants a 4D mask (a free view)
-        unused = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=self.device).expand(
-            1, 1, n, kv_len)
-        inputs = dict(input_ids=torch.tensor([list(tokens)], device=self.device),
-                      position_ids=torch.tensor([list(positions)], device=self.device),
-                      attention_mask=unused, cache=self.cache, use_cache=True,
-                      **{SEGMENTS_KWARG: segments})
+        width = None if prefill or self.compiled is None else batch_bucket(n)
         with attention_implementation(self.model):
-            return self.head.model_logits(inputs, lambda rows: rows[0])
+            if width is not None:
+                return self._compiled(list(tokens), list(positions), index, segments, width)
+            kv_len = max(end for seg in segments for _, end in seg.ranges)
+            self.cache.state.write_slots = index.to(self.device)
+            self.cache.state.kv_len = kv_len
+            ids = torch.tensor([list(tokens)], device=self.device)
+            pos = torch.tensor([list(positions)], device=self.device)
+            with reading_segments(segments):
+                return self.head.model_logits(self._inputs(ids, pos, kv_len),
+                                              lambda rows: rows[0])
+
+    def _compiled(self, tokens: list[int], positions: list[int], index: torch.Tensor,
+                  segments: list[Segment], width: int) -> torch.Tensor:
+        n, pad = len(tokens), width - len(tokens)
+        if pad:
+            scratch = self.pool_size
+            segments = [*segments, Segment(pad, ((scratch, scratch + 1),),
+                                           torch.ones(pad, 1, dtype=torch.bool,
+                                                      device=self.device))]
+            index = torch.cat([index, torch.arange(scratch, scratch + pad)])
+        ids = torch.tensor([tokens + [0] * pad], device=self.device)
+        pos = torch.tensor([positions + [0] * pad], device=self.device)
+        with reading_segments(segments):
+            return self.compiled(ids, pos, index.to(self.device))[:n]

@@ -95,7 +95,8 @@ class _Running:
 class BatchedPastaRuntime:
     """`run(requests)` yields a `BatchResult` per request as it ends (in finishing order)."""
 
-    def __init__(self, model, tokenizer, pool_size: int = 8192, max_batch: int = 16):
+    def __init__(self, model, tokenizer, pool_size: int = 8192, max_batch: int = 16,
+                 compile: bool = False, compile_backend: str = "inductor"):
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         # the decoding rules of one request (grammar, scheduling, caps, finish); its own pool
@@ -106,7 +107,8 @@ class BatchedPastaRuntime:
         self.max_batch = max_batch
         self.pool_size = pool_size
         self.forward = SlotStep(model, pool_size, and_masks(same_request, pasta_visible),
-                                (*ATTR_NAMES, *BATCH_ATTR_NAMES))
+                                (*ATTR_NAMES, *BATCH_ATTR_NAMES), compile=compile,
+                                backend=compile_backend)
         self.slots = SlotAllocator(pool_size)
         self.steps = 0
         self._owners = 0
@@ -275,7 +277,8 @@ class BatchedPastaRuntime:
         batch.update(request=[self._owners] * len(prompt), group=[group] * len(prompt),
                      shared=[1] * len(prompt))
         logits = self.forward(list(prompt), [a.pos for a in attrs], batch,
-                              range(start, end), [(len(prompt), [(start, end)])])[-1]
+                              range(start, end), [(len(prompt), [(start, end)])],
+                              prefill=True)[-1]
         prefix = _Prefix(self._owners, group, prompt, start, end, logits)
         self._prefixes[(group, prompt)] = prefix
         return prefix
@@ -288,7 +291,7 @@ class BatchedPastaRuntime:
         run.next_slot += len(tokens)
         columns = self._columns([(run, a) for a in attrs])
         return self.forward(tokens, [a.pos for a in attrs], columns, slots,
-                            [(len(tokens), self._reads(run))])
+                            [(len(tokens), self._reads(run))], prefill=True)
 
     def _columns(self, rows: list[tuple[_Running, Any]]) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {n: [int(getattr(a, n)) for _, a in rows] for n in ATTR_NAMES}
@@ -329,8 +332,10 @@ class BatchedPastaRuntime:
             slots += range(run.next_slot, run.next_slot + len(batch))
             run.next_slot += len(batch)
         reads = [(len(batch), self._reads(run)) for run, batch, _ in fed]
+        built = self.forward.compile_s
         logits = self.forward(tokens, [a.pos for _, a in rows], self._columns(rows), slots,
                               reads)
+        built = self.forward.compile_s - built  # a step that built a graph: not decode time
         self.steps += 1
         at = 0
         for run, batch, _ in fed:
@@ -338,6 +343,7 @@ class BatchedPastaRuntime:
             mine = logits[at:at + len(batch)]
             at += len(batch)
             state.steps += 1
+            state.compile_s += built
             state.fed_total += len(batch)
             state.kv_read += run.next_slot - run.start + (
                 run.prefix.end - run.prefix.start if run.prefix else 0)
@@ -347,7 +353,7 @@ class BatchedPastaRuntime:
 
     def _end(self, run: _Running, running: list[_Running]) -> BatchResult:
         state = run.state
-        state.decode_s = time.perf_counter() - state.decode_started
+        state.decode_s = time.perf_counter() - state.decode_started - state.compile_s
         running.remove(run)
         self._release(run)
         return BatchResult(run.req.rid, self.rules.finish(state))
