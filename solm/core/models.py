@@ -252,6 +252,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "au
 
 def _load_adapter(folder: Path, torch_dtype: torch.dtype, attn_implementation: str):
     """A LoRA output of `pasta sft` (without --merge): its parent with the adapter merged in.
+    The parent may itself be such an adapter (merged first, recursively).
 
     The parent comes from solm.json (an alias or path valid on this machine), else from the
     adapter's own record. The tokenizer is the folder's where it has one, else the parent's
@@ -270,13 +271,19 @@ def _load_adapter(folder: Path, torch_dtype: torch.dtype, attn_implementation: s
                         f"parent_model, no base_model_name_or_path)")
     own_tokenizer = (folder / "tokenizer_config.json").exists()
     tokenizer = AutoTokenizer.from_pretrained(str(folder)) if own_tokenizer else None
-    try:
-        parent_path = resolve_model_path(parent)
-        base = AutoModelForCausalLM.from_pretrained(
-            parent_path, dtype=torch_dtype, attn_implementation=attn_implementation)
-        base_tok = AutoTokenizer.from_pretrained(parent_path)
-    except OSError as e:
-        raise _load_error(parent, e) from None
+    parent_folder = artifact_folder(str(parent)) or str(parent)
+    if (Path(parent_folder) / "adapter_config.json").exists():
+        # an adapter trained on another adapter (a BoNBoN round on a LoRA SFT model): the
+        # parent is itself loaded merged, and the chain unrolls down to a full model
+        base, base_tok = _load_adapter(Path(parent_folder), torch_dtype, attn_implementation)
+    else:
+        try:
+            parent_path = resolve_model_path(parent)
+            base = AutoModelForCausalLM.from_pretrained(
+                parent_path, dtype=torch_dtype, attn_implementation=attn_implementation)
+            base_tok = AutoTokenizer.from_pretrained(parent_path)
+        except OSError as e:
+            raise _load_error(parent, e) from None
     from solm.core.control_tokens import add_control_tokens
     # the same mean-initialised rows the adapter was trained from
     add_control_tokens(base, base_tok, meta.get("control_tokens", "pasta"),

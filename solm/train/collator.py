@@ -55,31 +55,37 @@ class PastaCollator:
                             {n: s.attrs[n] for n in ATTR_NAMES})
 
     def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
-        examples = [self.encode(r) for r in rows]
-        n = max(len(e.input_ids) for e in examples)
-        b = len(examples)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        input_ids = torch.full((b, n), pad, dtype=torch.long)
-        position_ids = torch.zeros((b, n), dtype=torch.long)
-        labels = torch.full((b, n), IGNORE, dtype=torch.long)
+        return collate_examples([self.encode(r) for r in rows], pad, self.flex)
+
+
+def collate_examples(examples: list[PastaExample], pad: int, flex: bool = False
+                     ) -> dict[str, torch.Tensor]:
+    """A padded batch: ids, Pred-10X positions, labels pre-shifted for HF's loss, and the
+    structure's masks (dense [B, 1, T, T], or the attributes for FlexAttention)."""
+    n = max(len(e.input_ids) for e in examples)
+    b = len(examples)
+    input_ids = torch.full((b, n), pad, dtype=torch.long)
+    position_ids = torch.zeros((b, n), dtype=torch.long)
+    labels = torch.full((b, n), IGNORE, dtype=torch.long)
+    for i, e in enumerate(examples):
+        t = len(e.input_ids)
+        input_ids[i, :t] = torch.tensor(e.input_ids)
+        position_ids[i, :t] = torch.tensor(e.position_ids)
+        labels[i, 1:t] = torch.tensor(e.targets[: t - 1])  # pre-shifted for HF's loss
+    batch = {"input_ids": input_ids, "position_ids": position_ids, "labels": labels}
+    if flex:
+        attrs = {name: torch.zeros((b, n), dtype=torch.long) for name in ATTR_NAMES}
         for i, e in enumerate(examples):
-            t = len(e.input_ids)
-            input_ids[i, :t] = torch.tensor(e.input_ids)
-            position_ids[i, :t] = torch.tensor(e.position_ids)
-            labels[i, 1:t] = torch.tensor(e.targets[: t - 1])  # pre-shifted for HF's loss
-        batch = {"input_ids": input_ids, "position_ids": position_ids, "labels": labels}
-        if self.flex:
-            attrs = {name: torch.zeros((b, n), dtype=torch.long) for name in ATTR_NAMES}
-            for i, e in enumerate(examples):
-                for name in ATTR_NAMES:
-                    attrs[name][i, :len(e.input_ids)] = e.attrs[name]
-            batch["structure_attrs"] = attrs
-            batch["lengths"] = torch.tensor([len(e.input_ids) for e in examples])
-            return batch
-        # padding rows see only themselves, so no softmax row is empty
-        visible = torch.eye(n, dtype=torch.bool).repeat(b, 1, 1)
-        for i, e in enumerate(examples):
-            t = len(e.input_ids)
-            visible[i, :t, :t] = e.visible
-        batch["attention_mask"] = visible[:, None]
+            for name in ATTR_NAMES:
+                attrs[name][i, :len(e.input_ids)] = e.attrs[name]
+        batch["structure_attrs"] = attrs
+        batch["lengths"] = torch.tensor([len(e.input_ids) for e in examples])
         return batch
+    # padding rows see only themselves, so no softmax row is empty
+    visible = torch.eye(n, dtype=torch.bool).repeat(b, 1, 1)
+    for i, e in enumerate(examples):
+        t = len(e.input_ids)
+        visible[i, :t, :t] = e.visible
+    batch["attention_mask"] = visible[:, None]
+    return batch

@@ -181,6 +181,14 @@ def walk_training_order(token_ids: Sequence[int], vocab: PastaVocab
                         ) -> tuple[list[TokenAttrs], list[int]]:
     """Attributes of each token of a training-order sequence, and the thread streams' next
     tokens (targets)."""
+    attrs, targets, _ = walk_with_predictors(token_ids, vocab)
+    return attrs, targets
+
+
+def walk_with_predictors(token_ids: Sequence[int], vocab: PastaVocab
+                         ) -> tuple[list[TokenAttrs], list[int], list[int]]:
+    """`walk_training_order`, and for each token the index of the token whose target it is
+    (-1: none, as for a thread's first token)."""
     tracker = PastaTracker(vocab)
     attrs: list[TokenAttrs] = []
     current: int | None = None
@@ -197,13 +205,15 @@ def walk_training_order(token_ids: Sequence[int], vocab: PastaVocab
             if tok == vocab.async_close:
                 current = None
     targets = [IGNORE] * len(attrs)
+    predictor = [-1] * len(attrs)
     last_of_thread: dict[int, int] = {}
     for idx, a in enumerate(attrs):
         prev = last_of_thread.get(a.thread)
         if prev is not None and int(token_ids[prev]) != vocab.async_close:
             targets[prev] = int(token_ids[idx])
+            predictor[idx] = prev
         last_of_thread[a.thread] = idx
-    return attrs, targets
+    return attrs, targets, predictor
 
 
 def structure(token_ids: Sequence[int] | torch.Tensor, vocab: PastaVocab,

@@ -49,6 +49,9 @@ class PastaDecodeConfig:
     max_fork_tokens: int = 512
     max_topic_tokens: int = 24
     record_logits: bool = False
+    # record each answer token's raw log-prob (the model's log-softmax at temperature 1, before
+    # grammar masks and penalties) when it was sampled; None for tokens the runtime forced
+    record_logprobs: bool = False
     # threads the repetition penalty and n-gram ban apply to: "all", or "blocks" (async blocks
     # only: the main thread's list markers and newlines repeat by design)
     penalize: str = "all"
@@ -66,6 +69,16 @@ class PastaDecodeResult:
     logits: torch.Tensor | None = None  # [len(ids), vocab] in training order, when recorded
     kv_read: int = 0  # pool slots attention read, summed over decode steps (bandwidth)
     compile_s: float = 0.0  # steps that built a compiled graph (not in prefill_s/decode_s)
+    # with record_logprobs: a raw log-prob per token of `ids` (None: forced by the runtime,
+    # `<async>` or a `</async>` it put in a block's place), and that of the end-of-sequence
+    # token that ended the answer (None when a cap ended it)
+    logprobs: list[float | None] | None = None
+    end_logprob: float | None = None
+
+    @property
+    def forced(self) -> list[int]:
+        """Indices into `ids` of the tokens the runtime forced (with record_logprobs)."""
+        return [i for i, lp in enumerate(self.logprobs or []) if lp is None]
 
     @property
     def wall_s(self) -> float:
@@ -83,6 +96,8 @@ class _Thread:
     script: Sequence[int] | None = None  # replay: the recorded stream
     closed_by_stop: bool = False  # decoding stopped early; `</async>` added to the output only
     logits: list[torch.Tensor] = field(default_factory=list)
+    pending_logprob: float | None = None  # raw log-prob of `pending` when it was sampled
+    logprobs: list[float | None] = field(default_factory=list)  # one per fed token
 
 
 # chooser(thread, logits row, run state) -> next token of that thread
@@ -110,6 +125,7 @@ class PastaRunState:
     prefill_s: float = 0.0
     decode_started: float = 0.0
     decode_s: float = 0.0
+    end_logprob: float | None = None
 
     @property
     def main(self) -> _Thread:
@@ -126,8 +142,13 @@ class PastaRunState:
     def next_token(self, th: _Thread, logits: torch.Tensor) -> int | None:
         if th.script is not None:
             k = len(th.fed)
-            return th.script[k] if k < len(th.script) else None
-        return self.chooser(th, logits, self)
+            tok = th.script[k] if k < len(th.script) else None
+        else:
+            tok = self.chooser(th, logits, self)
+        th.pending_logprob = None
+        if tok is not None and self.config.record_logprobs:
+            th.pending_logprob = float(torch.log_softmax(logits.float(), -1)[tok])
+        return tok
 
 
 class PastaRuntime:
@@ -278,14 +299,16 @@ class PastaRuntime:
                 if tid != MAIN and th.fed and not th.done and th.fed[-1] != v.async_close:
                     th.closed_by_stop = True
                     state.flags.add(FLAG_BLOCK_CUT)
-        ids, logit_rows = _training_order(state.threads, state.fork_anchor,
-                                          state.config.record_logits, v.async_close)
+        ids, logit_rows, logprobs = _training_order(state.threads, state.fork_anchor,
+                                                    state.config.record_logits, v.async_close)
         return PastaDecodeResult(ids=ids, forward_passes=state.steps,
                                  threads=len(state.threads) - 1, tokens_fed=state.fed_total,
                                  prefill_s=state.prefill_s, decode_s=state.decode_s,
                                  flags=sorted(state.flags),
                                  logits=torch.stack(logit_rows) if logit_rows else None,
-                                 kv_read=state.kv_read, compile_s=state.compile_s)
+                                 kv_read=state.kv_read, compile_s=state.compile_s,
+                                 logprobs=logprobs if state.config.record_logprobs else None,
+                                 end_logprob=state.end_logprob)
 
     # ---- the pieces of a step ---------------------------------------------------------
 
@@ -299,6 +322,7 @@ class PastaRuntime:
     def _end_main_at_eos(self, state: PastaRunState) -> None:
         main = state.main
         if main.pending is not None and main.pending in self.vocab.eos and not state.replaying:
+            state.end_logprob = main.pending_logprob
             main.pending = None
             main.done = True
             if any(not th.done for tid, th in state.threads.items() if tid != MAIN):
@@ -328,6 +352,7 @@ class PastaRuntime:
                 fid = tracker.open_fork()
                 new_fork = state.threads.setdefault(fid, _Thread(fid))
                 new_fork.pending = v.async_open
+                new_fork.pending_logprob = None  # forced
                 state.generated += 1  # the forced `<async>` is part of the answer too
                 state.fork_anchor[fid] = len(main.fed)
         for th in active:
@@ -355,6 +380,8 @@ class PastaRuntime:
         for row, (th, tok) in enumerate(batch):
             th.fed.append(tok)
             th.pending = None
+            if config.record_logprobs:
+                th.logprobs.append(th.pending_logprob)
             if config.record_logits:
                 th.logits.append(logits[row])
             if th is main:
@@ -385,10 +412,10 @@ class PastaRuntime:
             if th is not main and not state.replaying:
                 if nxt in v.eos:
                     state.flags.add(FLAG_FORK_EOS)
-                    nxt = v.async_close
+                    nxt, th.pending_logprob = v.async_close, None  # forced
                 elif len(th.fed) >= config.max_fork_tokens and nxt != v.async_close:
                     state.flags.add(FLAG_FORK_CAPPED)
-                    nxt = v.async_close
+                    nxt, th.pending_logprob = v.async_close, None  # forced
             th.pending = nxt
         return stop
 
@@ -422,23 +449,33 @@ def replay_scripts(response_ids: Sequence[int], vocab: PastaVocab
 
 
 def _training_order(threads: dict[int, _Thread], fork_anchor: dict[int, int],
-                    with_logits: bool, async_close: int) -> tuple[list[int], list[torch.Tensor]]:
-    """Main's tokens with each block spliced in right after its promise's closing token."""
+                    with_logits: bool, async_close: int
+                    ) -> tuple[list[int], list[torch.Tensor], list[float | None]]:
+    """Main's tokens with each block spliced in right after its promise's closing token (and
+    their logits rows and log-probs, as recorded)."""
     main = threads[MAIN]
     after: dict[int, list[int]] = {}
     for fid, idx in fork_anchor.items():
         after.setdefault(idx, []).append(fid)
     ids: list[int] = []
     rows: list[torch.Tensor] = []
+    logprobs: list[float | None] = []
+
+    def lp(th: _Thread, i: int) -> float | None:
+        return th.logprobs[i] if i < len(th.logprobs) else None
+
     for i, tok in enumerate(main.fed):
         ids.append(tok)
+        logprobs.append(lp(main, i))
         if with_logits:
             rows.append(main.logits[i])
         for fid in after.get(i, []):
             fork = threads[fid]
             ids.extend(fork.fed)
+            logprobs.extend(lp(fork, k) for k in range(len(fork.fed)))
             if with_logits:
                 rows.extend(fork.logits)
             if fork.closed_by_stop:
                 ids.append(async_close)
-    return ids, rows
+                logprobs.append(None)  # forced by the stop
+    return ids, rows, logprobs
