@@ -199,6 +199,50 @@ def sft(config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
 app.command(name="sft", help=SFT_HELP)(handle_errors(with_parameters(
     sft, config_parameters(PastaSFTConfig))))
 
+BONBON_HELP = """BoNBoN training on `pasta prefs` pairs: alpha x SFT + (1 - alpha) x IPO.
+
+The loss (Gui, Garbacea & Veitch 2024) uses summed log-probs of whole answers, scored under the
+structure they were sampled under (masks, Pred-10X positions, promise targets; tokens the
+runtime forced are left out): alpha x (NLL of the chosen answer) + (1 - alpha) x (h - T_n)^2,
+where h is the policy-minus-reference log-ratio of the chosen minus that of the rejected answer
+and T_n = (n - 1)(1 + 1/2 + ... + 1/(n - 1)) is the best-of-n margin for n distinct samples.
+The reference is the parent (--model: this round's starting checkpoint, a LoRA artifact
+included), frozen: its log-probs are computed once before training. Held-out pairs log their
+loss and implicit reward margin (`eval_margin`) at each evaluation.
+
+Defaults are the thesis' (alpha 0.005, lr 5e-7); everything else is `pasta sft`'s (LoRA or
+full, bf16, resume, many GPUs, solm.json with parent and pairs file).
+
+Examples:
+
+- CPU, one round on the kept SFT model: `pasta bonbon --data runs/r1/pairs.jsonl --model pasta-sft-cpu --out runs/r1/bonbon --lora-r 16 --lr 1e-5`
+- The next round starts from this one: `pasta prefs --model runs/r1/bonbon ... && pasta bonbon --model runs/r1/bonbon ...`
+"""
+
+
+def bonbon(config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
+           debug: bool = DebugOption, **options) -> None:
+    from solm.train.bonbon import BonbonConfig, BonbonTrainer
+
+    cfg = config_from_options(BonbonConfig, options, quiet=quiet)
+    trainer = BonbonTrainer(cfg)
+    trainer.check()
+    info(f"bonbon (alpha {cfg.alpha:g}) of {cfg.model} on {cfg.data} -> {cfg.out}")
+    meta = trainer.train()
+    if meta:
+        out_console.print_json(json.dumps({"out": cfg.out, "system": meta["system"],
+                                           "format": meta["format"], **meta["data"],
+                                           **meta["results"]}))
+
+
+def _bonbon_parameters():
+    from solm.train.bonbon import BonbonConfig
+    return config_parameters(BonbonConfig)
+
+
+app.command(name="bonbon", help=BONBON_HELP)(handle_errors(with_parameters(
+    bonbon, _bonbon_parameters())))
+
 
 @app.command()
 @handle_errors

@@ -145,6 +145,10 @@ class SolmTrainer:
     def data_collator(self, tokenizer, vocab) -> Callable:
         raise NotImplementedError
 
+    def before_training(self, model, tokenizer, vocab, data: PreparedData, args) -> None:
+        """Runs once the model is loaded and the rows prepared, before the Trainer exists
+        (and before a resumed run loads its checkpoint): the model is still the parent."""
+
     def compute_loss_func(self, model, vocab) -> Callable | None:
         """A Trainer `compute_loss_func`, or None for the model's own loss."""
         return None
@@ -256,6 +260,7 @@ class SolmTrainer:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         resume = get_last_checkpoint(str(ckpt_dir))
         args = self.training_arguments(data, ckpt_dir, accum, bf16, grad_ckpt)
+        self.before_training(model, tok, vocab, data, args)
         log_path = out / "train_log.jsonl"
         trainer = self._trainer(model, tok, vocab, data, args, log_path)
         started = time.time()

@@ -1,0 +1,158 @@
+"""BoNBoN: the loss is the paper's closed form on summed log-probs; its best-of-n target is
+(n - 1) H_{n-1}, checked against a simulation of the order statistics it comes from; the
+reference is the frozen parent (its log-probs computed once, untouched by training); pairs
+files are validated with file:line:field errors."""
+
+import json
+
+import pytest
+import torch
+
+from solm.core.chat import prompt_ids, text_ids
+from solm.core.errors import DataError
+from solm.train.bonbon import (BonbonConfig, BonbonTrainer, PairCollator, bonbon_loss,
+                               ipo_target, load_pairs)
+
+
+def order_statistic_margin(n: int, draws: int = 400_000) -> float:
+    """(n - 1) E[log U_(n) - log U_(1)] for n uniforms, by simulation: the best-of-n log
+    density ratio, best minus worst (the rule the target comes from, read another way)."""
+    g = torch.Generator().manual_seed(0)
+    u = torch.rand(draws, n, generator=g, dtype=torch.float64)
+    return float((n - 1) * (u.max(1).values.log() - u.min(1).values.log()).mean())
+
+
+@pytest.mark.parametrize("n", [2, 4, 10])
+def test_the_target_is_the_best_of_n_margin(n):
+    assert ipo_target(n) == pytest.approx((n - 1) * sum(1 / k for k in range(1, n)))
+    assert ipo_target(n) == pytest.approx(order_statistic_margin(n), rel=0.02)
+
+
+def test_n_below_two_has_no_target():
+    with pytest.raises(ValueError):
+        ipo_target(1)
+
+
+def test_the_loss_is_the_closed_form_on_a_toy_batch():
+    # pair 1: h = (-10 + 11) - (-12 + 11) = 2, n = 4: T = 3 * (1 + 1/2 + 1/3) = 5.5
+    # pair 2: h = (-20 + 20) - (-30 + 25) = 5, n = 2: T = 1
+    pc, pr = torch.tensor([-10.0, -20.0]), torch.tensor([-12.0, -30.0])
+    rc, rr = torch.tensor([-11.0, -20.0]), torch.tensor([-11.0, -25.0])
+    n, alpha = torch.tensor([4, 2]), 0.005
+    loss, parts = bonbon_loss(pc, pr, rc, rr, n, alpha)
+    by_hand = [alpha * 10 + (1 - alpha) * (2 - 5.5) ** 2,
+               alpha * 20 + (1 - alpha) * (5 - 1) ** 2]
+    assert loss.item() == pytest.approx(sum(by_hand) / 2)
+    assert parts["margin"].item() == pytest.approx(3.5)
+
+
+ANSWERS = ["Sleep well and drink water.", "Eat greens.", "Walk every day, it helps a lot.",
+           "No."]
+
+
+def write_pairs(path, tok, rows=6):
+    with open(path, "w") as f:
+        for i in range(rows):
+            c, r = ANSWERS[i % 4], ANSWERS[(i + 1) % 4]
+            f.write(json.dumps({"id": f"p{i}", "prompt": f"Give me tip {i}.", "n": 2 + i % 3,
+                                "chosen": {"ids": text_ids(tok, c), "forced": [], "ended": True,
+                                           "text": c},
+                                "rejected": {"ids": text_ids(tok, r), "forced": [],
+                                             "ended": i % 2 == 0, "text": r}}) + "\n")
+
+
+def plain_summed_logprobs(model, tok, prompt, answer, ended):
+    """The oracle for answers without tags: a plain causal forward, log-softmax summed over
+    the answer's tokens (and its end-of-sequence token when it ended)."""
+    p = prompt_ids(tok, prompt)
+    a = text_ids(tok, answer) + ([tok.eos_token_id] if ended else [])
+    ids = torch.tensor([p + a])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+    return sum(logp[len(p) - 1 + j, t].item() for j, t in enumerate(a))
+
+
+def test_the_collated_pairs_give_the_summed_logprobs(tiny, pasta_tokenizer, vocab, tmp_path):
+    from solm.train.sequence_logprobs import sequence_logprobs
+
+    tok = pasta_tokenizer
+    path = tmp_path / "pairs.jsonl"
+    write_pairs(path, tok, rows=2)
+    rows = load_pairs(str(path))
+    batch = PairCollator(tok, vocab, tok.eos_token_id, 0)(rows)
+    with torch.no_grad():
+        got = sequence_logprobs(tiny, batch)
+    expected = [plain_summed_logprobs(tiny, tok, r["prompt"], r["text"], True) for r in rows]
+    for i, r in enumerate(rows):
+        rej = ANSWERS[(i + 1) % 4]
+        expected.append(plain_summed_logprobs(tiny, tok, r["prompt"], rej,
+                                              r["rejected"]["ended"]))
+    assert torch.allclose(got, torch.tensor(expected), atol=1e-3, rtol=1e-5)
+
+
+def test_training_moves_the_policy_and_not_the_reference(tmp_path, tiny_folder):
+    """The reference gets no gradient: its log-probs stay the parent's after training, and
+    the held-out margin (policy minus reference) starts at 0 and moves."""
+    from solm.core.models import load_model
+    from solm.core.systems.pasta import PastaVocab
+    from solm.core.control_tokens import add_control_tokens
+    from solm.train.sequence_logprobs import sequence_logprobs
+
+    parent, tok = load_model(tiny_folder, dtype="fp32", device="cpu")
+    add_control_tokens(parent, tok, "pasta")
+    vocab = PastaVocab.from_tokenizer(tok)
+    path = tmp_path / "pairs.jsonl"
+    write_pairs(path, tok)
+    cfg = BonbonConfig(out=str(tmp_path / "out"), model=tiny_folder, data=str(path),
+                       learning_rate=1e-2, epochs=2, batch_size=2, eval_rows=2,
+                       eval_every=2, quiet=True, precision="fp32")
+    trainer = BonbonTrainer(cfg)
+    seen = {}
+    original = trainer.before_training
+
+    def spy(model, tokenizer, vocab_, data, args):
+        original(model, tokenizer, vocab_, data, args)
+        seen["rows"] = data.train + data.eval
+    trainer.before_training = spy
+    meta = trainer.train()
+    rows = seen["rows"]
+    collate = PairCollator(tok, vocab, tok.eos_token_id, 0)
+    with torch.no_grad():
+        fresh = sequence_logprobs(parent, collate(rows))
+    # the reference log-probs are the parent's, whatever training did afterwards
+    k = len(rows)
+    assert torch.allclose(torch.tensor([r["ref_chosen"] for r in rows]), fresh[:k], atol=1e-4)
+    assert torch.allclose(torch.tensor([r["ref_rejected"] for r in rows]), fresh[k:],
+                          atol=1e-4)
+    trained, _ = load_model(str(tmp_path / "out"), dtype="fp32", device="cpu")
+    with torch.no_grad():
+        after = sequence_logprobs(trained, collate(rows))
+    assert not torch.allclose(after, fresh, atol=1e-3)  # the policy moved
+    # the reference is frozen, not the live policy: the held-out margin starts at 0 (policy
+    # = reference before the first step) and does not stay there (a live one would)
+    log = [json.loads(x) for x in open(tmp_path / "out" / "train_log.jsonl")]
+    margins = [e["eval_margin"] for e in log if "eval_margin" in e]
+    assert len(margins) >= 2
+    assert abs(margins[0]) < 1e-3 and abs(margins[-1]) > 1e-2
+    # on the pairs it trained on, the margin moved towards the (positive) target
+    n_train = k - 2
+    h = (after[:k] - fresh[:k]) - (after[k:] - fresh[k:])
+    assert h[:n_train].mean() > 0.5
+    assert meta["data"]["ipo_target_by_n"] == {"2": 1.0, "3": 3.0, "4": 5.5}
+
+
+@pytest.mark.parametrize("row,field", [
+    ({"prompt": "", "n": 2}, "prompt"),
+    ({"prompt": "x", "n": 1}, "n"),
+    ({"prompt": "x", "n": 2, "chosen": {"ids": []}}, "chosen.ids"),
+    ({"prompt": "x", "n": 2, "chosen": {"ids": [1, 2], "forced": [5]}}, "chosen.forced"),
+    ({"prompt": "x", "n": 2, "chosen": {"ids": [1]}, "rejected": {"ids": [2], "ended": "y"}},
+     "rejected.ended"),
+])
+def test_a_bad_pairs_row_is_named_by_line_and_field(tmp_path, row, field):
+    path = tmp_path / "pairs.jsonl"
+    good = {"prompt": "ok", "n": 2, "chosen": {"ids": [1]}, "rejected": {"ids": [2]}}
+    path.write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
+    with pytest.raises(DataError) as e:
+        load_pairs(str(path))
+    assert e.value.line == 2 and e.value.field == field
