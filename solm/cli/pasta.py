@@ -243,6 +243,10 @@ def _bonbon_parameters():
 app.command(name="bonbon", help=BONBON_HELP)(handle_errors(with_parameters(
     bonbon, _bonbon_parameters())))
 
+from solm.cli.pasta_prefs import PREFS_HELP, prefs  # noqa: E402
+
+app.command(name="prefs", help=PREFS_HELP)(prefs)
+
 
 @app.command()
 @handle_errors

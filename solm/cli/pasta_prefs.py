@@ -1,0 +1,207 @@
+"""`pasta prefs`: sample, score and pair answers for BoNBoN (the job is `solm.prefs.job`)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from solm.cli.common import (ConfigOption, DebugOption, DtypeOption, DeviceOption, QuietOption,
+                             RepetitionPenaltyOption, SeedOption, check_paths, console,
+                             finite_at_least, handle_errors, info, out_console, progress,
+                             probability_mass, settled_counter)
+from solm.core.errors import SolmError
+
+PREFS_HELP = """Sample N answers per prompt, score each by speed and quality, write best-vs-worst pairs.
+
+For every prompt: N samples from the PASTA model (parallel mode, temperature 1 by default;
+identical samples count once: n is the number of distinct ones), decoded in batches that
+share each prompt's prefill. Each sample gets
+
+- a theoretical speedup: the Baseline-SFT answer's tokens / the sample's critical path (the
+  Baseline-SFT answer is decoded here with --baseline-model, or read from --baseline); the
+  runtime's step count gives `realized_step_speedup` too (wall times of batched samples
+  depend on their batch mates, so none is recorded);
+- a quality: its soft win rate in [0, 1] against the Baseline-SFT answer and the dataset's own
+  answer, each pair judged in both orders through the judge's verdict cache (a tie is 0.5);
+- score = speedup + λ x quality (--quality-weight; `inf`: quality, ties broken by speedup;
+  `0`: speed only, and no judge runs).
+
+The chosen answer is the best well-formed sample, the rejected one the worst sample; a
+malformed sample (invalid Pasta-Lang, or cut by the runtime) ranks below every well-formed
+one. Prompts with no well-formed sample, or one distinct sample, give no pair (counted).
+
+OUT (a folder) receives baseline.jsonl, samples.jsonl, judgments.jsonl, scored.jsonl,
+pairs.jsonl (for `pasta bonbon --data`) and summary.json. Everything is appended as it
+finishes: rerun the same command after a kill and it resumes (no sample decoded twice, no
+comparison judged twice).
+
+Examples:
+
+- CPU, λ = 0: `pasta prefs -p dolly.jsonl --limit 40 -m pasta-sft-cpu -n 4 --quality-weight 0 -o runs/r1/prefs`
+- With a judge: `pasta prefs -p dolly.jsonl -m pasta-sft-cpu -n 4 --quality-weight inf --judge hf:smollm2-135m --judge-agreement runs/agreement.json -o runs/r1/prefs-inf`
+"""
+
+
+def _quality_weight(value: str) -> float:
+    from solm.prefs.score import parse_quality_weight
+
+    try:
+        return parse_quality_weight(value)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+
+
+@handle_errors
+def prefs(
+    prompts: Path = typer.Option(..., "--prompts", "-p", help="JSONL of prompts (with the "
+                                 "dataset's answer in `response`/`output`, used as a quality "
+                                 "reference when present)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder (resumable)."),
+    model: str = typer.Option("pasta-sft-cpu", "--model", "-m", help="The PASTA model sampled "
+                              "(this round's starting checkpoint)."),
+    baseline_model: str = typer.Option("baseline-sft-cpu", help="Baseline-SFT model whose "
+                                       "greedy answers are the speed yardstick."),
+    baseline: Optional[Path] = typer.Option(None, help="Baseline-SFT answers to read instead "
+                                            "of decoding them (JSONL with id and response)."),
+    samples: int = typer.Option(10, "--samples", "-n", min=2, help="Samples per prompt."),
+    quality_weight: str = typer.Option("1", help="λ in speedup + λ x quality: a number >= 0 or "
+                                       "`inf`."),
+    temperature: float = typer.Option(1.0, callback=finite_at_least(0.0),
+                                      help="Sampling temperature."),
+    top_p: float = typer.Option(1.0, callback=probability_mass, help="Nucleus mass."),
+    repetition_penalty: Optional[float] = RepetitionPenaltyOption,
+    max_new_tokens: int = typer.Option(512, min=8, help="Cap per answer (all threads)."),
+    judge: str = typer.Option("hf:smollm2-135m", "--judge", "-j", help="Judge backend "
+                              "(gemini:, openai:, hf:), as for `pasta judge`."),
+    judge_agreement: Optional[Path] = typer.Option(None, help="`pasta eval agreement` output "
+                                                   "for this judge: recorded in summary.json; "
+                                                   "a warning when chance lies inside its "
+                                                   "interval."),
+    concurrency: int = typer.Option(8, min=1, help="Judge requests in flight."),
+    cache_dir: Optional[Path] = typer.Option(None, help="Verdict cache folder (default: "
+                                             "$SOLM_CACHE/judge)."),
+    batch_size: Optional[int] = typer.Option(None, min=1, help="Requests decoded together "
+                                             "(default: 16 on a CPU, 32 on CUDA)."),
+    limit: Optional[int] = typer.Option(None, min=1, help="Only the first N prompts."),
+    seed: int = SeedOption,
+    dtype: str = DtypeOption,
+    device: Optional[str] = DeviceOption,
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+) -> None:
+    from solm.core.generation import resolve_decode
+    from solm.core.models import load_decoder
+    from solm.core.records import load_records
+    from solm.core.sampling import SamplingConfig
+    from solm.decode.pasta.batched import BatchedPastaRuntime
+    from solm.cli.pasta import default_batch_size
+    from solm.eval.pasta_format import is_well_formed
+    from solm.prefs import job
+
+    weight = _quality_weight(quality_weight)
+    if out.exists() and not out.is_dir():
+        raise SolmError(f"{out}: --out is a file; prefs writes a folder there")
+    check_paths([p for p in (prompts, baseline, judge_agreement) if p],
+                [out / n for n in ("samples.jsonl", "pairs.jsonl", "scored.jsonl",
+                                   "baseline.jsonl", "judgments.jsonl", "summary.json")])
+    agreement = _read_agreement(judge_agreement) if judge_agreement else None
+    records = list(load_records(prompts, limit=limit))
+    if not records:
+        raise SolmError(f"{prompts}: no prompts")
+    out.mkdir(parents=True, exist_ok=True)
+    decoding = resolve_decode(model, {"temperature": temperature, "top_p": top_p,
+                                      "repetition_penalty": repetition_penalty})
+    cfg = job.PrefsConfig(samples=samples, max_new_tokens=max_new_tokens,
+                          quality_weight=weight,
+                          sampling=SamplingConfig(**{**decoding.values, "seed": seed}))
+    summary = job.PrefsSummary(prompts=len(records), samples=len(records) * samples)
+
+    given = None
+    if baseline is not None:
+        from solm.judge.pairs import read_outputs
+        given = {r["id"]: r["output"] for r in read_outputs(baseline) if r["id"] is not None}
+    info(f"loading {model} ...")
+    m, tok = load_decoder(model, dtype=dtype, device=device)
+    batch = batch_size or default_batch_size(m.device)
+    pool = batch * (max_new_tokens + 1024)
+    with job.timed(summary, "baseline"):
+        if given is not None:
+            base = job.given_baseline(tok, records, given, str(baseline))
+        else:
+            info(f"loading {baseline_model} ...")
+            bm, btok = load_decoder(baseline_model, dtype=dtype, device=device)
+            cfg.baseline_sampling = SamplingConfig(**resolve_decode(baseline_model, {}).values)
+            with progress(f"Baseline-SFT answers ({baseline_model})", len(records)) as adv:
+                base = job.baseline_answers(BatchedPastaRuntime(bm, btok, pool, batch),
+                                            records, out, cfg, on_done=adv)
+            del bm
+    with job.timed(summary, "sampling"):
+        rt = BatchedPastaRuntime(m, tok, pool, batch)
+        with progress(f"sampling {samples} per prompt ({model})", len(records) * samples) as adv:
+            drawn, summary.samples_decoded_now = job.sample_answers(rt, records, out, cfg,
+                                                                    seed, on_done=adv)
+    references = {r.id: {job.BASELINE: base[r.id]["response"],
+                         **({job.DATASET: r.response} if r.response else {})}
+                  for r in records}
+    judgments = None
+    if weight != 0:
+        judgments = _judge(judge, concurrency, cache_dir, records, drawn, references, out,
+                           summary)
+    def well_formed(row: dict) -> bool:
+        return is_well_formed(row["annotated"], row["flags"])
+
+    job.write_results(out, records, drawn, base, judgments, references, cfg, well_formed,
+                      summary)
+    extra = {"model": model, "baseline": str(baseline) if baseline else baseline_model,
+             "quality_weight": "inf" if math.isinf(weight) else weight,
+             "judge": judge if weight != 0 else None, "decoding": decoding.describe(),
+             "judge_agreement": agreement}
+    data = job.write_summary(out, summary, extra)
+    if agreement and agreement.get("chance_inside_interval"):
+        console.print(f"[yellow]warning:[/] the judge's agreement with the published annotator "
+                      f"({agreement.get('agreement')}) has chance (50%) inside its interval "
+                      f"{agreement.get('interval')}: its quality scores may be noise")
+    out_console.print_json(json.dumps({k: data[k] for k in (
+        "prompts", "samples", "pairs", "skipped", "distinct_mean", "well_formed_rate",
+        "chosen_mean_speedup", "rejected_mean_speedup", "chosen_mean_quality",
+        "rejected_mean_quality", "seconds")}))
+
+
+def _judge(spec, concurrency, cache_dir, records, drawn, references, out, summary):
+    from solm.core.llm import make_client
+    from solm.core.models import cache_root
+    from solm.judge.cache import VerdictCache
+    from solm.judge.job import JudgeConfig
+    from solm.prefs import job
+    from solm.prefs.score import distinct
+
+    comparisons = sum(len(distinct([s["ids"] for s in drawn[r.id]])) * len(references[r.id])
+                      for r in records)
+    client = make_client(spec, batch_size=concurrency)
+    with job.timed(summary, "judging"), progress(f"judging with {client.spec}",
+                                                 comparisons) as adv:
+        counter = settled_counter(adv)
+
+        def update(s):
+            rejected = sum(s.rejected.values())
+            counter(s.skipped_done + s.judged + rejected,
+                    f"judged {s.judged} rejected {rejected} cached {s.cache_hits}")
+
+        rows, js = job.judge_samples(client, JudgeConfig(concurrency=concurrency),
+                                     VerdictCache(cache_dir or cache_root() / "judge"),
+                                     records, drawn, references, out, on_update=update)
+    summary.judged, summary.judge_cache_hits = js.judged, js.cache_hits
+    summary.judge_rejected = sum(js.rejected.values())
+    return rows
+
+
+def _read_agreement(path: Path) -> dict:
+    from solm.core.jsonl import read_json_file
+
+    data = read_json_file(path, "judge agreement")
+    if not isinstance(data, dict) or "agreement" not in data:
+        raise SolmError(f"{path}: not a `pasta eval agreement` output (no 'agreement' field)")
+    return data

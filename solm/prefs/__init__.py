@@ -1,0 +1,1 @@
+"""Preference data for PASTA: samples, scores, best-against-worst pairs (`pasta prefs`)."""

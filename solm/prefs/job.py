@@ -1,0 +1,300 @@
+"""`pasta prefs`: sample N answers per prompt, score them, write best-against-worst pairs.
+
+Everything goes into one folder, each file appended as work finishes, so a killed run loses
+only what was in flight and the same command resumes:
+
+- `baseline.jsonl`: the Baseline-SFT answer per prompt (generated greedily here, unless a
+  file of them is given): the speed yardstick, and a quality reference;
+- `samples.jsonl`: one row per prompt × sample (token ids in training order, the tokens the
+  runtime forced, whether the model ended it, flags, text, critical path), decoded with the
+  batched runtime, the samples of one prompt sharing its prefill;
+- `judgments.jsonl` (+ `.rejects.jsonl`): each distinct sample against each reference (the
+  Baseline-SFT answer and the dataset's answer), both orders, through the judge's on-disk
+  verdict cache, so no comparison is asked twice; skipped when λ = 0;
+- `scored.jsonl`: every sample with its speedup, quality and score (for analysis);
+- `pairs.jsonl`: the pairs `pasta bonbon` trains on; `summary.json`: the counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+from solm.core.chat import prompt_ids, text_ids
+from solm.core.jsonl import JsonlWriter, read_jsonl
+from solm.core.records import Record
+from solm.core.sampling import SamplingConfig
+from solm.prefs.score import Scored, choose_pair, distinct, score_value
+
+BASELINE = "baseline"
+DATASET = "dataset"
+
+
+@dataclass
+class PrefsConfig:
+    samples: int = 10
+    sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=1.0))
+    baseline_sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    max_new_tokens: int = 512
+    quality_weight: float = 1.0
+    batch_size: int = 16
+    pool_per_request: int = 2048
+
+
+@dataclass
+class PrefsSummary:
+    prompts: int = 0
+    samples: int = 0
+    samples_decoded_now: int = 0
+    distinct_mean: float = 0.0
+    well_formed_rate: float = 0.0
+    pairs: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    judged: int = 0
+    judge_rejected: int = 0
+    judge_cache_hits: int = 0
+    unjudged_samples: int = 0  # every comparison rejected: quality taken as a tie (0.5)
+    chosen_mean_speedup: float = 0.0
+    rejected_mean_speedup: float = 0.0
+    chosen_mean_quality: float | None = None
+    rejected_mean_quality: float | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _done(path: Path, key: Callable[[dict], object]) -> dict:
+    return {key(r): r for r in read_jsonl(path, skip_partial_last_line=True)} \
+        if path.exists() else {}
+
+
+def given_baseline(tokenizer, records: Sequence[Record], given: dict[str, str],
+                   source: str) -> dict[str, dict]:
+    """id -> {response, tokens} from a file of Baseline-SFT answers (id -> text)."""
+    from solm.core.errors import SolmError
+
+    missing = [r.id for r in records if r.id not in given]
+    if missing:
+        raise SolmError(f"{source}: no Baseline-SFT answer for {len(missing)} prompt(s), "
+                        f"e.g. id {missing[0]!r}")
+    return {r.id: {"response": given[r.id], "tokens": len(text_ids(tokenizer, given[r.id]))}
+            for r in records}
+
+
+def baseline_answers(runtime, records: Sequence[Record], folder: Path, cfg: PrefsConfig,
+                     on_done: Callable[[], None] | None = None) -> dict[str, dict]:
+    """id -> {response, tokens}: each prompt decoded sequentially (greedy by default) with
+    `runtime` (the Baseline-SFT model's batched runtime), kept in baseline.jsonl."""
+    from solm.decode.pasta.batched import BatchRequest
+    from solm.decode.pasta.decode_file import result_record
+    from solm.decode.pasta.runtime import PastaDecodeConfig
+
+    path = folder / "baseline.jsonl"
+    done = _done(path, lambda r: r["id"])
+    todo = [r for r in records if r.id not in done]
+    if todo:
+        config = PastaDecodeConfig(mode="sequential", max_new_tokens=cfg.max_new_tokens,
+                                   sampling=cfg.baseline_sampling)
+        by_id = {r.id: r for r in todo}
+        with JsonlWriter(path) as writer:
+            reqs = (BatchRequest(r.id, prompt_ids(runtime.tokenizer, r.prompt, r.system),
+                                 config) for r in todo)
+            for res in runtime.run(reqs):
+                row = result_record(runtime, by_id[res.rid], res.result, "sequential")
+                writer.write(row)
+                done[row["id"]] = row
+                if on_done:
+                    on_done()
+    return {i: {"response": r["response"], "tokens": r["total_tokens"]}
+            for i, r in done.items()}
+
+
+def sample_answers(runtime, records: Sequence[Record], folder: Path, cfg: PrefsConfig,
+                   seed: int, on_done: Callable[[], None] | None = None
+                   ) -> tuple[dict[str, list[dict]], int]:
+    """id -> its samples in order (k = 0 .. N-1), decoded where missing; sample k of every
+    prompt is seeded `seed + k`."""
+    from solm.decode.pasta.batched import BatchRequest
+    from solm.decode.pasta.decode_file import result_record
+    from solm.decode.pasta.runtime import PastaDecodeConfig
+
+    path = folder / "samples.jsonl"
+    done = _done(path, lambda r: (r["id"], r["sample"]))
+    base = PastaDecodeConfig(mode="parallel", max_new_tokens=cfg.max_new_tokens,
+                             sampling=cfg.sampling, record_logprobs=True)
+    by_id = {r.id: r for r in records}
+    todo = [(r, k) for r in records for k in range(cfg.samples) if (r.id, k) not in done]
+    decoded = 0
+    if todo:
+        with JsonlWriter(path) as writer:
+            def requests():
+                for r, k in todo:
+                    config = replace(base, sampling=replace(cfg.sampling, seed=seed + k))
+                    yield BatchRequest((r.id, k), prompt_ids(runtime.tokenizer, r.prompt,
+                                                             r.system), config, group=r.id)
+            for res in runtime.run(requests()):
+                rid, k = res.rid
+                out = res.result
+                row = result_record(runtime, by_id[rid], out, "parallel")
+                row.update(sample=k, seed=seed + k, ids=out.ids, forced=out.forced,
+                           ended=out.end_logprob is not None,
+                           logprob=None if out.logprobs is None else round(
+                               sum(x for x in out.logprobs if x is not None)
+                               + (out.end_logprob or 0.0), 4))
+                writer.write(row)
+                done[(rid, k)] = row
+                decoded += 1
+                if on_done:
+                    on_done()
+    return ({r.id: [done[(r.id, k)] for k in range(cfg.samples)] for r in records}, decoded)
+
+
+def comparison_id(record_id: str, sample: int, reference: str) -> str:
+    return f"{record_id}#s{sample}#vs-{reference}"
+
+
+def judge_samples(client, judge_cfg, cache, records: Sequence[Record],
+                  samples: dict[str, list[dict]], references: dict[str, dict[str, str]],
+                  folder: Path, on_update=None):
+    """Each distinct sample against each reference (the sample is output_2); returns
+    (judgment rows by id, the judge's summary)."""
+    from solm.judge.job import Pair, judge_pairs
+
+    pairs = []
+    for r in records:
+        for first, _copies in distinct([s["ids"] for s in samples[r.id]]):
+            text = samples[r.id][first]["response"]
+            for name, ref in references[r.id].items():
+                pairs.append(Pair(comparison_id(r.id, first, name), r.prompt, ref, text,
+                                  generator_1=name, generator_2="sample"))
+    output = folder / "judgments.jsonl"
+    rejects = folder / "judgments.rejects.jsonl"
+
+    async def go():
+        try:
+            return await judge_pairs(pairs, client, output, rejects, judge_cfg, cache,
+                                     on_update=on_update)
+        finally:
+            await client.aclose()
+
+    summary = asyncio.run(go())
+    rows = {row["id"]: row for row in read_jsonl(output, skip_partial_last_line=True)}
+    return rows, summary
+
+
+def score_prompt(record: Record, samples: list[dict], baseline_tokens: int,
+                 judgments: dict[str, dict] | None, references: Sequence[str],
+                 quality_weight: float, vocab_well_formed: Callable[[dict], bool]
+                 ) -> tuple[list[Scored], list[dict]]:
+    """The prompt's distinct samples as Scored, and a scored row per sample."""
+    scored, rows = [], []
+    groups = distinct([s["ids"] for s in samples])
+    copies = dict(groups)
+    for first, n_copies in groups:
+        s = samples[first]
+        speedup = baseline_tokens / max(1, s["critical_path"])
+        quality, unjudged = None, False
+        if judgments is not None:
+            wins = [judgments[cid]["p_2"] for cid in
+                    (comparison_id(record.id, first, name) for name in references)
+                    if cid in judgments]
+            # every comparison rejected by the judge: no information, scored as a tie
+            quality, unjudged = (sum(wins) / len(wins), False) if wins else (0.5, True)
+        scored.append(Scored(first, vocab_well_formed(s), speedup, quality, n_copies,
+                             {"unjudged": unjudged}))
+    by_first = {x.sample: x for x in scored}
+    first_of = {}
+    for k, s in enumerate(samples):
+        key = tuple(s["ids"])
+        first_of.setdefault(key, k)
+        x = by_first[first_of[key]]
+        rows.append({"id": record.id, "sample": k, "copy_of": first_of[key],
+                     "copies": copies[first_of[key]], "well_formed": x.well_formed,
+                     "theoretical_speedup": round(x.speedup, 4),
+                     "realized_step_speedup": round(baseline_tokens
+                                                    / max(1, s["forward_passes"]), 4),
+                     "quality": None if x.quality is None else round(x.quality, 4),
+                     "score": round(score_value(x, quality_weight), 4),
+                     "critical_path": s["critical_path"], "total_tokens": s["total_tokens"],
+                     "content_tokens": s["content_tokens"], "flags": s["flags"]})
+    return scored, rows
+
+
+def pair_row(record: Record, samples: list[dict], choice, quality_weight: float) -> dict:
+    def side(x: Scored) -> dict:
+        s = samples[x.sample]
+        return {"sample": x.sample, "ids": s["ids"], "forced": s["forced"],
+                "ended": s["ended"], "text": s["annotated"], "response": s["response"],
+                "well_formed": x.well_formed, "speedup": round(x.speedup, 4),
+                "quality": None if x.quality is None else round(x.quality, 4),
+                "score": round(score_value(x, quality_weight), 4), "copies": x.copies}
+
+    return {"id": record.id, "prompt": record.prompt, "system": record.system,
+            "n": choice.n, "quality_weight": "inf" if math.isinf(quality_weight)
+            else quality_weight, "chosen": side(choice.chosen),
+            "rejected": side(choice.rejected)}
+
+
+def write_results(folder: Path, records: Sequence[Record], samples: dict[str, list[dict]],
+                  baseline: dict[str, dict], judgments: dict[str, dict] | None,
+                  references: dict[str, dict[str, str]], cfg: PrefsConfig,
+                  well_formed: Callable[[dict], bool], summary: PrefsSummary) -> None:
+    """scored.jsonl and pairs.jsonl, rewritten whole from what the folder holds (cheap, and
+    always consistent with the samples and judgments on disk)."""
+    chosen, rejected = [], []
+    distinct_counts, wf = [], []
+    scored_path, pairs_path = folder / "scored.jsonl", folder / "pairs.jsonl"
+    tmp_scored, tmp_pairs = scored_path.with_suffix(".tmp"), pairs_path.with_suffix(".tmp")
+    with JsonlWriter(tmp_scored) as scored_out, JsonlWriter(tmp_pairs) as pairs_out:
+        for r in records:
+            scored, rows = score_prompt(r, samples[r.id], baseline[r.id]["tokens"], judgments,
+                                        list(references[r.id]), cfg.quality_weight,
+                                        well_formed)
+            summary.unjudged_samples += sum(1 for x in scored if x.extra.get("unjudged"))
+            for row in rows:
+                scored_out.write(row)
+            distinct_counts.append(len(scored))
+            wf += [row["well_formed"] for row in rows]
+            choice = choose_pair(scored, cfg.quality_weight)
+            if choice.skipped:
+                summary.skipped[choice.skipped] = summary.skipped.get(choice.skipped, 0) + 1
+                continue
+            pairs_out.write(pair_row(r, samples[r.id], choice, cfg.quality_weight))
+            chosen.append(choice.chosen)
+            rejected.append(choice.rejected)
+    tmp_scored.replace(scored_path)
+    tmp_pairs.replace(pairs_path)
+    summary.pairs = len(chosen)
+    summary.distinct_mean = round(sum(distinct_counts) / max(1, len(distinct_counts)), 3)
+    summary.well_formed_rate = round(sum(wf) / max(1, len(wf)), 4)
+    if chosen:
+        summary.chosen_mean_speedup = round(sum(x.speedup for x in chosen) / len(chosen), 4)
+        summary.rejected_mean_speedup = round(sum(x.speedup for x in rejected)
+                                              / len(rejected), 4)
+        if judgments is not None:
+            summary.chosen_mean_quality = round(sum(x.quality for x in chosen) / len(chosen), 4)
+            summary.rejected_mean_quality = round(sum(x.quality for x in rejected)
+                                                  / len(rejected), 4)
+
+
+def write_summary(folder: Path, summary: PrefsSummary, extra: dict) -> dict:
+    data = {**summary.to_dict(), **extra}
+    (folder / "summary.json").write_text(json.dumps(data, indent=2) + "\n")
+    return data
+
+
+def timed(summary: PrefsSummary, stage: str):
+    class _Timer:
+        def __enter__(self):
+            self.t0 = time.perf_counter()
+
+        def __exit__(self, *exc):
+            summary.seconds[stage] = round(summary.seconds.get(stage, 0.0)
+                                           + time.perf_counter() - self.t0, 1)
+    return _Timer()

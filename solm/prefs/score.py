@@ -1,0 +1,96 @@
+"""Scoring PASTA samples by speed and quality, and picking the best-against-worst pair.
+
+score = theoretical speedup + λ × quality (`quality_weight`):
+
+- theoretical speedup: the Baseline-SFT answer's tokens / the sample's critical path (the
+  forward passes PASTA's runtime needs for it);
+- quality: the sample's soft win rate in [0, 1] against the references (each judged in both
+  orders, a tie worth one half);
+- λ = inf orders by quality alone and breaks ties by speedup; λ = 0 is speed alone (no judge).
+
+Identical samples count once (n is the number of distinct samples). A malformed sample (not
+valid Pasta-Lang, or cut by the runtime) scores below every well-formed one: it can be
+rejected, never chosen. A prompt with no well-formed sample, or a single distinct sample,
+gives no pair.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+NO_WELL_FORMED = "no well-formed sample"
+ONE_DISTINCT = "a single distinct sample"
+
+
+@dataclass
+class Scored:
+    sample: int  # the sample's index (its first copy's)
+    well_formed: bool
+    speedup: float
+    quality: float | None  # None when nothing was judged (lambda 0)
+    copies: int = 1
+    extra: dict = field(default_factory=dict)
+
+
+def sort_key(s: Scored, quality_weight: float) -> tuple:
+    """Larger is better: well-formed first, then the score (quality, then speedup, at inf)."""
+    if math.isinf(quality_weight):
+        return (s.well_formed, s.quality if s.quality is not None else 0.0, s.speedup)
+    quality = 0.0 if quality_weight == 0 else (s.quality or 0.0)
+    return (s.well_formed, s.speedup + quality_weight * quality)
+
+
+def score_value(s: Scored, quality_weight: float) -> float:
+    """The score as a number (at inf: the quality; speedup breaks ties in `sort_key`)."""
+    if math.isinf(quality_weight):
+        return s.quality if s.quality is not None else 0.0
+    return s.speedup + (quality_weight * (s.quality or 0.0) if quality_weight else 0.0)
+
+
+@dataclass
+class Choice:
+    chosen: Scored | None
+    rejected: Scored | None
+    n: int  # distinct samples
+    skipped: str | None = None  # why no pair
+
+
+def choose_pair(samples: Sequence[Scored], quality_weight: float) -> Choice:
+    """Best well-formed against worst (ties: the earlier sample is the better one, so the
+    choice does not depend on how a sort breaks ties)."""
+    n = len(samples)
+    if n < 2:
+        return Choice(None, None, n, ONE_DISTINCT)
+    if not any(s.well_formed for s in samples):
+        return Choice(None, None, n, NO_WELL_FORMED)
+    order = sorted(samples, key=lambda s: (sort_key(s, quality_weight), -s.sample),
+                   reverse=True)
+    best, worst = order[0], order[-1]
+    return Choice(best, worst, n)
+
+
+def distinct(ids_per_sample: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
+    """(first index, copies) for each distinct token sequence, in first-seen order."""
+    first: dict[tuple[int, ...], int] = {}
+    copies: dict[int, int] = {}
+    for i, ids in enumerate(ids_per_sample):
+        key = tuple(ids)
+        if key in first:
+            copies[first[key]] += 1
+        else:
+            first[key] = i
+            copies[i] = 1
+    return [(i, copies[i]) for i in first.values()]
+
+
+def parse_quality_weight(text: str) -> float:
+    """`--quality-weight`: a number >= 0 or `inf`."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"--quality-weight must be a number >= 0 or inf, got {text!r}") from None
+    if math.isnan(value) or value < 0:
+        raise ValueError(f"--quality-weight must be a number >= 0 or inf, got {text!r}")
+    return value

@@ -1,0 +1,155 @@
+"""`pasta prefs`: the pair choice against a brute-force reading of its rule, and the command
+end to end on a tiny model with the fake judge (pairs, resumption without judging twice)."""
+
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+from fake_llm_server import FakeLLM
+from solm.prefs.score import (NO_WELL_FORMED, ONE_DISTINCT, Scored, choose_pair, distinct,
+                              parse_quality_weight)
+
+
+def brute_force(samples, weight):
+    """The rule written plainly: chosen = the well-formed sample with the highest score (at
+    inf: quality, then speedup), the earliest on ties; rejected = the lowest-ranked sample,
+    malformed ones below every well-formed one, the latest on ties."""
+    def value(s):
+        if math.isinf(weight):
+            return (s.quality, s.speedup)
+        return (s.speedup + (weight * s.quality if weight else 0.0),)
+
+    good = [s for s in samples if s.well_formed]
+    best = max(value(s) for s in good)
+    chosen = min((s for s in good if value(s) == best), key=lambda s: s.sample)
+    bad = [s for s in samples if not s.well_formed]
+    pool = bad if bad else good
+    worst = min(value(s) for s in pool)
+    rejected = max((s for s in pool if value(s) == worst), key=lambda s: s.sample)
+    return chosen.sample, rejected.sample
+
+
+@pytest.mark.parametrize("weight", [0.0, 1.0, 4.0, math.inf])
+def test_the_pair_is_the_best_well_formed_against_the_worst(weight):
+    rng = random.Random(int(weight) if not math.isinf(weight) else 99)
+    for _ in range(500):
+        n = rng.randint(2, 6)
+        samples = [Scored(k, rng.random() < 0.7, rng.choice([0.5, 1.0, 1.5, 2.0]),
+                          rng.choice([0.0, 0.25, 0.5, 1.0])) for k in range(n)]
+        if not any(s.well_formed for s in samples):
+            assert choose_pair(samples, weight).skipped == NO_WELL_FORMED
+            continue
+        choice = choose_pair(samples, weight)
+        assert choice.chosen.well_formed
+        assert (choice.chosen.sample, choice.rejected.sample) == brute_force(samples, weight)
+
+
+def test_a_malformed_sample_is_never_chosen_however_good():
+    samples = [Scored(0, False, 10.0, 1.0), Scored(1, True, 1.0, 0.1),
+               Scored(2, True, 1.2, 0.0)]
+    for weight in (0.0, 1.0, math.inf):
+        choice = choose_pair(samples, weight)
+        assert choice.chosen.sample in (1, 2) and choice.rejected.sample == 0
+
+
+def test_prompts_without_a_pair_say_why():
+    assert choose_pair([Scored(0, True, 1, 1)], 1.0).skipped == ONE_DISTINCT
+    assert choose_pair([Scored(0, False, 1, 1), Scored(1, False, 2, 1)], 1.0).skipped == \
+        NO_WELL_FORMED
+
+
+def test_identical_samples_count_once():
+    assert distinct([[1, 2], [3], [1, 2], [1, 2], [4]]) == [(0, 3), (1, 1), (4, 1)]
+
+
+@pytest.mark.parametrize("text,ok", [("0", 0.0), ("2.5", 2.5), ("inf", math.inf),
+                                     ("-1", None), ("nan", None), ("fast", None)])
+def test_the_quality_weight(text, ok):
+    if ok is None:
+        with pytest.raises(ValueError):
+            parse_quality_weight(text)
+    else:
+        assert parse_quality_weight(text) == ok
+
+
+def _pasta(*args, env_extra=None):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "solm.cli.main", "pasta", *args],
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+def _rows(path):
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def test_prefs_end_to_end_resumes_without_judging_twice(tmp_path, tiny_folder):
+    prompts = tmp_path / "dolly.jsonl"
+    prompts.write_text("\n".join(json.dumps({"id": f"q{i}", "prompt": q, "response": r})
+                                 for i, (q, r) in enumerate([
+                                     ("Name three fruits.", "Apples, pears and GOOD plums."),
+                                     ("How do I boil an egg?", "GOOD: boil it for 8 minutes."),
+                                     ("Write a haiku about rain.", "Rain falls GOOD and soft.")
+                                 ])) + "\n")
+    out = tmp_path / "prefs"
+    with FakeLLM(None) as server:
+        args = ["prefs", "-p", str(prompts), "-o", str(out), "-m", tiny_folder,
+                "--baseline-model", tiny_folder, "-n", "3", "--max-new-tokens", "10",
+                "--quality-weight", "2", "--judge", f"openai:judge@{server.url}",
+                "--dtype", "fp32", "--batch-size", "4", "-q"]
+        env = {"SOLM_CACHE": str(tmp_path / "cache1")}
+        first = _pasta(*args, "--cache-dir", str(tmp_path / "cache1"), env_extra=env)
+        assert first.returncode == 0, first.stderr[-3000:]
+        asked = server.judge_requests
+        judged = _rows(out / "judgments.jsonl")
+        samples = _rows(out / "samples.jsonl")
+        assert len(samples) == 9
+        distinct_total = sum(len(distinct([s["ids"] for s in samples if s["id"] == q]))
+                             for q in ("q0", "q1", "q2"))
+        # each distinct sample against two references, both orders, asked once
+        assert len(judged) == distinct_total * 2 and asked == 2 * len(judged)
+        # a kill: the last two judgments and the last sample lost; a fresh verdict cache,
+        # so only the lost judgments can be asked again
+        (out / "judgments.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in judged[:-2]))
+        (out / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in samples[:-1]))
+        again = _pasta(*args, "--cache-dir", str(tmp_path / "cache2"), env_extra=env)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert server.judge_requests == asked + 2 * 2
+    resumed = _rows(out / "samples.jsonl")
+    assert sorted((r["id"], r["sample"]) for r in resumed) == \
+        sorted((r["id"], r["sample"]) for r in samples)
+    lost = samples[-1]
+    redone = next(r for r in resumed if (r["id"], r["sample"]) == (lost["id"], lost["sample"]))
+    assert redone["ids"] == lost["ids"]  # seeded: the same sample again
+    pairs = _rows(out / "pairs.jsonl")
+    scored = _rows(out / "scored.jsonl")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["pairs"] == len(pairs)
+    assert summary["pairs"] + sum(summary["skipped"].values()) == 3
+    for p in pairs:
+        mine = [s for s in scored if s["id"] == p["id"]]
+        assert p["n"] == len({s["copy_of"] for s in mine})
+        assert p["chosen"]["score"] == max(s["score"] for s in mine if s["well_formed"])
+        assert p["rejected"]["score"] == min(s["score"] for s in mine)
+        # scores are speedup + 2 x quality, the quality a soft win rate
+        for s in mine:
+            assert 0.0 <= s["quality"] <= 1.0
+            assert s["score"] == pytest.approx(s["theoretical_speedup"] + 2 * s["quality"],
+                                               abs=2e-4)
+
+
+def test_a_baseline_file_missing_a_prompt_is_refused(tmp_path, tiny_folder):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "prompt": "Hi"}) + "\n"
+                       + json.dumps({"id": "b", "prompt": "Yo"}) + "\n")
+    base = tmp_path / "base.jsonl"
+    base.write_text(json.dumps({"id": "a", "prompt": "Hi", "response": "Hello."}) + "\n")
+    r = _pasta("prefs", "-p", str(prompts), "-o", str(tmp_path / "o"), "-m", tiny_folder,
+               "--baseline", str(base), "--quality-weight", "0", "-n", "2", "--dtype", "fp32",
+               "-q")
+    assert r.returncode != 0 and "no Baseline-SFT answer" in r.stderr and "'b'" in r.stderr
