@@ -50,6 +50,16 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
         (["--data", "{X}", "--out", "{L}"], "{X}"),
         (["--data", "{d}/run/rows.jsonl", "--out", "{d}/run"], "{d}/run/rows.jsonl"),
     ],
+    "pasta bonbon": [
+        (["--data", "{X}", "--out", "{L}"], "{X}"),
+        (["--data", "{d}/run/pairs.jsonl", "--out", "{d}/run"], "{d}/run/pairs.jsonl"),
+    ],
+    "pasta prefs": [
+        (["-p", "{X}", "-o", "{L}"], "{X}"),
+        (["-p", "{d}/o/samples.jsonl", "-o", "{d}/o"], "{d}/o/samples.jsonl"),
+        (["-p", "{X}", "-o", "{d}/o", "--baseline", "{d}/o/baseline.jsonl"],
+         "{d}/o/baseline.jsonl"),
+    ],
     "pasta eval run": [
         (["-o", "{d}/run", "--method", "sequential=x", "--reference", "{d}/run/ref.jsonl"],
          "{d}/run/ref.jsonl"),

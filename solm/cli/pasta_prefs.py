@@ -103,7 +103,8 @@ def prefs(
 
     weight = _quality_weight(quality_weight)
     if out.exists() and not out.is_dir():
-        raise SolmError(f"{out}: --out is a file; prefs writes a folder there")
+        raise SolmError(f"{out}: --out is a file, not an output folder (prefs writes a folder "
+                        f"of files there)")
     check_paths([p for p in (prompts, baseline, judge_agreement) if p],
                 [out / n for n in ("samples.jsonl", "pairs.jsonl", "scored.jsonl",
                                    "baseline.jsonl", "judgments.jsonl", "summary.json")])
