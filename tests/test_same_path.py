@@ -66,6 +66,10 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
         (["-o", "{d}/run", "--method", "sequential=x", "-p", "{d}/run/outputs/sequential.jsonl"],
          "{d}/run/outputs/sequential.jsonl"),
     ],
+    "pasta eval agreement": [
+        (["-a", "{X}", "-o", "{L}"], "{X}"),
+        (["-a", "{d}/r.judgments.jsonl", "-o", "{d}/r.json"], "{d}/r.judgments.jsonl"),
+    ],
     "pasta eval report": [
         (["{d}/run", "-o", "{d}/rep", "--gamed-csv", "{d}/rep/report.md"], "{d}/rep/report.md"),
         (["{d}/run", "--gamed-csv", "{d}/run/summary.json"], "{d}/run/summary.json"),

@@ -65,6 +65,103 @@ def winrate(
     out_console.print_json(json.dumps(result))
 
 
+AGREEMENT_HELP = """How far a judge agrees with a published annotator, before its verdicts are used.
+
+Judges the pairs of an AlpacaEval annotation file (JSON list or JSONL with `instruction`,
+`output_1`, `output_2`, `preference`), each in both orders through the judge's verdict cache,
+and compares the judge's winner with the published one. Writes OUT (JSON) and the judgments
+beside it (OUT with `.judgments.jsonl`; rerun resumes) and prints:
+
+- `agreement` on the pairs with a published winner, its Wilson 95% `interval`, and
+  `chance_inside_interval` (50% inside: the judge cannot be told from coin flips here);
+- `soft_agreement` (the judge's probability on the published winner), `position_bias` (its
+  lean towards the output shown first, 0 = none) and `undecided_share` (verdicts within 0.05
+  of 0.5); `reading`: what its win rates can and cannot show.
+
+AlpacaEval's published annotator is GPT-4: this is agreement with GPT-4's preferences, not
+people's. `pasta prefs --judge-agreement OUT` records it and warns when chance is inside.
+
+Example (the annotations are `results/llama-2-7b-chat-hf/alpaca_eval_gpt4/annotations.json` of
+github.com/tatsu-lab/alpaca_eval): `pasta eval agreement --annotations annotations.json --judge
+hf:smollm2-135m --limit 100 -o runs/agreement.json`
+"""
+
+
+@app.command(help=AGREEMENT_HELP)
+@handle_errors
+def agreement(
+    annotations: Path = typer.Option(..., "--annotations", "-a", help="AlpacaEval annotations "
+                                     "(JSON list or JSONL)."),
+    out: Path = typer.Option(..., "--out", "-o", help="The report (JSON)."),
+    judge: str = typer.Option("hf:smollm2-135m", "--judge", "-j", help="Judge backend: "
+                              "gemini:MODEL[@URL], openai:MODEL[@URL] or hf:MODEL."),
+    limit: Optional[int] = typer.Option(None, min=1, help="Only the first N pairs."),
+    concurrency: int = typer.Option(8, min=1, help="Requests in flight."),
+    cache_dir: Optional[Path] = typer.Option(None, help="Verdict cache folder (default: "
+                                             "$SOLM_CACHE/judge)."),
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+) -> None:
+    import asyncio
+
+    from solm.core.errors import DataError
+    from solm.core.jsonl import read_jsonl, read_rows_located
+    from solm.core.llm import make_client
+    from solm.core.models import cache_root
+    from solm.eval.agreement import agreement_report, reading
+    from solm.judge.cache import VerdictCache
+    from solm.judge.job import JudgeConfig, Pair, judge_pairs
+
+    judged = out.with_name(out.name.removesuffix(".json") + ".judgments.jsonl")
+    rejects = judged.with_name(judged.name.replace(".judgments.jsonl", ".rejects.jsonl"))
+    check_paths([annotations], [out, judged, rejects])
+    pairs, published = [], {}
+    for i, (where, row) in enumerate(read_rows_located(annotations)):
+        if limit is not None and len(pairs) >= limit:
+            break
+        if not isinstance(row, dict):
+            raise DataError("expected an object", path=where)
+        for name in ("instruction", "output_1", "output_2"):
+            if not isinstance(row.get(name), str):
+                raise DataError("expected a string", path=where, field=name)
+        pid = f"ann-{i}"
+        pairs.append(Pair(pid, row["instruction"], row["output_1"], row["output_2"],
+                          str(row.get("generator_1", "output_1")),
+                          str(row.get("generator_2", "output_2")), index=i))
+        published[pid] = row.get("preference")
+    if not pairs:
+        raise SolmError(f"{annotations}: no pairs")
+    client = make_client(judge, batch_size=concurrency)
+    with progress(f"judging {len(pairs)} published pairs with {client.spec}",
+                  len(pairs)) as advance:
+        from solm.cli.common import settled_counter
+        counter = settled_counter(advance)
+
+        def update(s):
+            counter(s.skipped_done + s.judged + sum(s.rejected.values()),
+                    f"judged {s.judged} cached {s.cache_hits}")
+
+        async def go():
+            try:
+                return await judge_pairs(pairs, client, judged, rejects,
+                                         JudgeConfig(concurrency=concurrency),
+                                         VerdictCache(cache_dir or cache_root() / "judge"),
+                                         on_update=update)
+            finally:
+                await client.aclose()
+
+        summary = asyncio.run(go())
+    wanted = {p.id for p in pairs}
+    rows = [r for r in read_jsonl(judged, skip_partial_last_line=True) if r["id"] in wanted]
+    report = {"annotations": str(annotations), "judge": client.spec, "limit": limit,
+              **agreement_report(rows, published),
+              "judge_rejected": sum(summary.rejected.values()),
+              "annotator": "the file's `annotator` (AlpacaEval: GPT-4), not people"}
+    report["reading"] = reading(report)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    out_console.print_json(json.dumps(report))
+
+
 def _pct(value: float | None) -> float | None:
     return None if value is None else round(float(value), 2)
 

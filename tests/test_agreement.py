@@ -1,0 +1,92 @@
+"""`pasta eval agreement`: the Wilson interval against its defining inequality solved by
+bisection, the report's counts on hand-made verdicts, and the command end to end with the
+fake judge (which prefers the output with more GOOD in it)."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fake_llm_server import FakeLLM
+from solm.eval.agreement import agreement_report, published_winner, wilson_interval
+
+
+def wilson_by_bisection(k, n, z=1.959963984540054):
+    """The p with |k/n - p| = z sqrt(p (1 - p) / n), found numerically on each side."""
+    phat = k / n
+
+    def outside(p):
+        return abs(phat - p) - z * math.sqrt(p * (1 - p) / n)
+
+    def root(lo, hi):
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            if (outside(lo) > 0) == (outside(mid) > 0):
+                lo = mid
+            else:
+                hi = mid
+        return (lo + hi) / 2
+    low = 0.0 if k == 0 else root(0.0, phat)
+    high = 1.0 if k == n else root(phat, 1.0)
+    return low, high
+
+
+@pytest.mark.parametrize("k,n", [(0, 10), (3, 10), (50, 100), (63, 100), (100, 100), (7, 9)])
+def test_the_wilson_interval(k, n):
+    assert wilson_interval(k, n) == pytest.approx(wilson_by_bisection(k, n), abs=1e-9)
+
+
+def test_published_winners():
+    assert [published_winner(p) for p in (1, 2, 1.2, 1.8, 1.5, 0, None, "x")] == \
+        [1, 2, 1, 2, None, None, None, None]
+
+
+def row(i, p2, lean=0.0):
+    # output_1 shown first gets P(o1 better) = (1 - p2) + lean, output_2 first: p2 + lean
+    return {"id": f"ann-{i}", "p_2": p2,
+            "p_first": {"output_1_first": 1 - p2 + lean, "output_2_first": p2 + lean}}
+
+
+def test_the_report_counts():
+    rows = [row(0, 0.9, 0.1), row(1, 0.2, 0.1), row(2, 0.52, 0.1), row(3, 0.5, 0.1),
+            row(4, 0.7, 0.1)]
+    published = {"ann-0": 2, "ann-1": 2, "ann-2": 2, "ann-3": 1, "ann-4": 0}
+    r = agreement_report(rows, published)
+    # decided: 0 (agree), 1 (disagree), 2 (agree), 3 (exact tie: half); 4 has no winner
+    assert r["pairs_with_a_published_winner"] == 4
+    assert r["agreement"] == pytest.approx(2.5 / 4)
+    assert r["soft_agreement"] == pytest.approx((0.9 + 0.2 + 0.52 + 0.5) / 4, abs=1e-4)
+    assert r["position_bias"] == pytest.approx(0.1)
+    assert r["undecided_share"] == pytest.approx(2 / 5)  # 0.52 and 0.5
+    assert r["chance_inside_interval"]
+
+
+def test_agreement_end_to_end(tmp_path):
+    ann = tmp_path / "annotations.json"
+    items = []
+    for i in range(14):
+        good_second = i % 2 == 0
+        items.append({"instruction": f"Question {i}?",
+                      "output_1": "plain answer" if good_second else f"GOOD answer {i}",
+                      "output_2": f"GOOD answer {i}" if good_second else "plain answer",
+                      "generator_1": "a", "generator_2": "b",
+                      "preference": 2 if good_second else 1})
+    ann.write_text(json.dumps(items))
+    out = tmp_path / "agreement.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "SOLM_CACHE": str(tmp_path / "cache")}
+    with FakeLLM(None, position_bias=0.1) as server:
+        r = subprocess.run([sys.executable, "-m", "solm.cli.main", "pasta", "eval", "agreement",
+                            "-a", str(ann), "-o", str(out), "--judge",
+                            f"openai:judge@{server.url}", "--limit", "12", "-q"],
+                           capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert server.judge_requests == 24
+    report = json.loads(out.read_text())
+    assert report["pairs_judged"] == 12 and report["agreement"] == 1.0
+    assert report["soft_agreement"] == pytest.approx(0.8, abs=1e-3)
+    assert report["position_bias"] == pytest.approx(0.1, abs=1e-3)
+    assert report["interval"][0] > 0.5 and not report["chance_inside_interval"]
+    assert "above chance" in report["reading"]
