@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 DATA ?= $(or $(SOLM_DATA),$(HOME)/.cache/solm/data)
 export SOLM_DATA := $(DATA)
 
-.PHONY: setup demo test test-fast data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu clean
+.PHONY: setup demo test test-fast data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier clean
 
 setup: $(STAMP)
 
@@ -102,6 +102,42 @@ bench-tip-cpu: setup $(DATA)/deepmath.jsonl
 	$(BIN)/tip traces --source $(DATA)/deepmath.jsonl -o runs/tip/traces.jsonl --n 16 --min-tokens 4000
 	$(BIN)/tip bench --config configs/tip_bench_cpu.yaml --traces runs/tip/traces.jsonl \
 		--max-tokens 4000 --out runs/tip/bench.json
+
+# The issue-23 preference rounds (PASTA's second stage) on a CPU: `pasta prefs` samples the
+# 40 held-out Dolly prompts (N = 4, judged by $(JUDGE) unless LAMBDA=0), `pasta bonbon` trains
+# on its pairs (LoRA on the round's parent; lr above the thesis' 5e-7, which does not move a
+# 135M model in 40 pairs), ROUNDS times, each round starting from the last. Resumable: rerun
+# the same target after a kill. `make pasta-rounds LAMBDA=inf` needs $(PREFS_DIR)/agreement.json
+# (`make pasta-agreement ANNOTATIONS=...`, the llama-2-7b-chat vs text-davinci-003 AlpacaEval
+# annotations: results/llama-2-7b-chat-hf/alpaca_eval_gpt4/annotations.json of
+# github.com/tatsu-lab/alpaca_eval).
+PREFS_DIR   ?= runs/prefs
+LAMBDA      ?= 0
+ROUNDS      ?= 2
+JUDGE       ?= hf:smollm2-135m
+START_MODEL ?= pasta-sft-cpu
+PREFS_ARGS  ?= -n 4 --max-new-tokens 256 -q
+BONBON_ARGS ?= --lora-r 8 --lr 2e-4 --epochs 2 --batch-size 4 --eval-rows 6 --eval-every 4 --save-every 10 -q
+ANNOTATIONS ?= $(DATA)/alpaca_eval_annotations_llama2_vs_davinci003.jsonl
+$(PREFS_DIR)/dolly_heldout.jsonl: | $(SFT_DIR)/sft_rows.jsonl $(DATA)/dolly.jsonl
+	$(BIN)/python bench/heldout_prompts.py --prompts $(DATA)/dolly.jsonl --trained $(SFT_DIR)/sft_rows.jsonl \
+		--annotated $(SFT_DIR)/dolly_rules.jsonl --n 40 --out $@
+
+pasta-agreement: setup
+	$(BIN)/pasta eval agreement --annotations $(ANNOTATIONS) --judge $(JUDGE) --limit 100 \
+		-o $(PREFS_DIR)/agreement.json -q
+
+pasta-rounds: setup $(PREFS_DIR)/dolly_heldout.jsonl
+	parent=$(START_MODEL); agreement=""; test -f $(PREFS_DIR)/agreement.json && agreement="--judge-agreement $(PREFS_DIR)/agreement.json"; \
+	for r in $$(seq 1 $(ROUNDS)); do \
+		d=$(PREFS_DIR)/lambda-$(LAMBDA)/round-$$r; \
+		base=""; test $$r -gt 1 && base="--baseline $(PREFS_DIR)/lambda-$(LAMBDA)/round-1/prefs/baseline.jsonl"; \
+		$(BIN)/pasta prefs -p $(PREFS_DIR)/dolly_heldout.jsonl -m $$parent -o $$d/prefs $$base \
+			--quality-weight $(LAMBDA) --judge $(JUDGE) $$agreement --seed $$r $(PREFS_ARGS) || exit 1; \
+		test -f $$d/bonbon/solm.json && grep -q '"complete": true' $$d/bonbon/solm.json || \
+			$(BIN)/pasta bonbon --data $$d/prefs/pairs.jsonl --model $$parent --out $$d/bonbon $(BONBON_ARGS) || exit 1; \
+		parent=$$d/bonbon; \
+	done
 
 clean:
 	rm -rf runs .pytest_cache

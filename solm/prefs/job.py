@@ -111,7 +111,9 @@ def baseline_answers(runtime, records: Sequence[Record], folder: Path, cfg: Pref
                 done[row["id"]] = row
                 if on_done:
                     on_done()
-    return {i: {"response": r["response"], "tokens": r["total_tokens"]}
+    # the answer's text tokenized, as a given file's answers are counted (and every
+    # method's content tokens in `pasta eval`)
+    return {i: {"response": r["response"], "tokens": r["content_tokens"]}
             for i, r in done.items()}
 
 
