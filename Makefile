@@ -139,5 +139,27 @@ pasta-rounds: setup $(PREFS_DIR)/dolly_heldout.jsonl
 		parent=$$d/bonbon; \
 	done
 
+# The frontier (after pasta-rounds at LAMBDA=0 and LAMBDA=inf): 30 AlpacaEval prompts, greedy,
+# every round's model against Baseline-SFT with the SFT model (also the APAR baseline on a
+# CPU) and SoT, decoded in batches (theoretical speedups; wall times need solo decodes:
+# `pasta eval run` without --batch-size), judged by $(JUDGE); the report draws win rate
+# against speedup, one point per lambda and round. Then the final lambda-inf model judged
+# against the starting model, and bench/bonbon_signal.py's paired intervals.
+FRONTIER    ?= $(PREFS_DIR)/frontier
+FRONT_MODELS = $(foreach L,0 inf,$(foreach R,$(shell seq 1 $(ROUNDS)),--method apar:lambda-$(L)-r$(R)=$(PREFS_DIR)/lambda-$(L)/round-$(R)/bonbon))
+pasta-frontier: setup $(ALPACA)
+	$(BIN)/pasta eval run -o $(FRONTIER) --prompts $(ALPACA) --limit 30 \
+		--method sequential:baseline-sft=baseline-sft-cpu --baseline baseline-sft \
+		--method sot=smollm2-135m --method apar:pasta-sft=$(START_MODEL) $(FRONT_MODELS) \
+		--judge $(JUDGE) --batch-size 16 --max-new-tokens 384 -q
+	$(BIN)/pasta eval report $(FRONTIER) -o $(FRONTIER)/report
+	$(BIN)/pasta judge --baseline $(FRONTIER)/outputs/pasta-sft.jsonl \
+		--model $(FRONTIER)/outputs/lambda-inf-r$(ROUNDS).jsonl -o $(FRONTIER)/inf_vs_start.jsonl --judge $(JUDGE) -q
+	$(BIN)/pasta eval winrate -a $(FRONTIER)/inf_vs_start.jsonl > $(FRONTIER)/inf_vs_start_winrate.json
+	$(BIN)/python bench/bonbon_signal.py --run $(FRONTIER) --baseline baseline-sft --start pasta-sft \
+		--final lambda-0-r$(ROUNDS) --final lambda-inf-r$(ROUNDS) \
+		$(foreach L,0 inf,$(foreach R,$(shell seq 1 $(ROUNDS)),--train-log $(PREFS_DIR)/lambda-$(L)/round-$(R)/bonbon)) \
+		--out $(FRONTIER)/signal.json
+
 clean:
 	rm -rf runs .pytest_cache

@@ -98,6 +98,12 @@ def test_training_moves_the_policy_and_not_the_reference(tmp_path, tiny_folder):
     from solm.core.control_tokens import add_control_tokens
     from solm.train.sequence_logprobs import sequence_logprobs
 
+    import shutil
+    parent_dir = tmp_path / "parent"
+    shutil.copytree(tiny_folder, parent_dir)
+    (parent_dir / "generation_config.json").write_text(
+        json.dumps({"do_sample": False, "repetition_penalty": 1.37}))
+    tiny_folder = str(parent_dir)
     parent, tok = load_model(tiny_folder, dtype="fp32", device="cpu")
     add_control_tokens(parent, tok, "pasta")
     vocab = PastaVocab.from_tokenizer(tok)
@@ -139,6 +145,9 @@ def test_training_moves_the_policy_and_not_the_reference(tmp_path, tiny_folder):
     h = (after[:k] - fresh[:k]) - (after[k:] - fresh[k:])
     assert h[:n_train].mean() > 0.5
     assert meta["data"]["ipo_target_by_n"] == {"2": 1.0, "3": 3.0, "4": 5.5}
+    # the parent's decoding defaults travel with the child
+    saved = json.loads((tmp_path / "out" / "generation_config.json").read_text())
+    assert saved["repetition_penalty"] == 1.37
 
 
 @pytest.mark.parametrize("row,field", [

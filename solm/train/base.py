@@ -352,7 +352,24 @@ class SolmTrainer:
             extra["save_embedding_layers"] = False
         final.save_pretrained(str(out), safe_serialization=True, **extra)
         tok.save_pretrained(str(out))
+        self._inherit_generation_config(out)
         return fmt
+
+    def _inherit_generation_config(self, out: Path) -> None:
+        """The parent's decoding defaults travel to the child (the kept CPU models need their
+        repetition penalty): its generation_config.json is copied over whatever
+        save_pretrained wrote."""
+        import shutil
+
+        from solm.core.generation import GENERATION_CONFIG
+        from solm.core.models import ALIASES, artifact_folder
+
+        parent = self.config.model
+        if parent in ALIASES and not artifact_folder(parent):
+            return
+        source = Path(artifact_folder(parent) or parent) / GENERATION_CONFIG
+        if source.is_file():
+            shutil.copyfile(source, out / GENERATION_CONFIG)
 
     def _metadata(self, data: PreparedData, fmt: str, accum: int, bf16: bool, grad_ckpt: bool,
                   trainer, result, resume, eval_before, eval_after, wall: float) -> dict:
