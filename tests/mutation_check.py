@@ -123,6 +123,25 @@ MUTATIONS: dict[str, tuple] = {
         "solm/decode/pasta/runtime.py",
         "state.generated += 1  # the forced `<async>` is part of the answer too",
         "pass", ["tests/test_serve_app.py"]),
+    # issue 23: preference pairs and BoNBoN
+    "bonbon_target_uses_h_n": (
+        "solm/train/bonbon.py", "return (n - 1) * sum(1.0 / k for k in range(1, n))",
+        "return (n - 1) * sum(1.0 / k for k in range(1, n + 1))", ["tests/test_bonbon.py"]),
+    "forced_tokens_scored": (
+        "solm/train/sequence_logprobs.py", "            targets[source] = IGNORE",
+        "            pass", ["tests/test_sequence_logprobs.py"]),
+    "eos_of_an_ended_answer_not_scored": (
+        "solm/train/sequence_logprobs.py", "*([eos_id] if answer.ended else [])]", "]",
+        ["tests/test_sequence_logprobs.py", "tests/test_bonbon.py"]),
+    "malformed_sample_can_be_chosen": (
+        "solm/prefs/score.py", "    return (s.well_formed, s.speedup + quality_weight * quality)",
+        "    return (True, s.speedup + quality_weight * quality)", ["tests/test_prefs.py"]),
+    "reference_is_the_live_policy": (
+        "solm/train/bonbon.py", 'ref = (inputs["ref_chosen"], inputs["ref_rejected"])',
+        "ref = (logps[:pairs].detach(), logps[pairs:].detach())", ["tests/test_bonbon.py"]),
+    "judge_tie_counts_as_a_win": (
+        "solm/eval/agreement.py", "        if p2 == 0.5:\n            agree += 0.5",
+        "        if p2 == 0.5:\n            agree += 1", ["tests/test_agreement.py"]),
 }
 
 

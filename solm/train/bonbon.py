@@ -176,10 +176,9 @@ def bonbon_trainer_class(alpha: float) -> type:
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             pairs = len(inputs["n"])
             logps = sequence_logprobs(model, inputs)
-            loss, parts = bonbon_loss(logps[:pairs], logps[pairs:],
-                                      inputs["ref_chosen"].to(logps.device),
-                                      inputs["ref_rejected"].to(logps.device),
-                                      inputs["n"], alpha)
+            ref = (inputs["ref_chosen"], inputs["ref_rejected"])  # the frozen parent's
+            loss, parts = bonbon_loss(logps[:pairs], logps[pairs:], ref[0].to(logps.device),
+                                      ref[1].to(logps.device), inputs["n"], alpha)
             if not model.training:
                 self._eval_parts.append({k: float(v) for k, v in parts.items()} |
                                         {"pairs": pairs})
