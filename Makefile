@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 DATA ?= $(or $(SOLM_DATA),$(HOME)/.cache/solm/data)
 export SOLM_DATA := $(DATA)
 
-.PHONY: setup demo test test-fast data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier clean
+.PHONY: setup demo test test-fast data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu clean
 
 setup: $(STAMP)
 
@@ -160,6 +160,15 @@ pasta-frontier: setup $(ALPACA)
 		--final lambda-0-r$(ROUNDS) --final lambda-inf-r$(ROUNDS) \
 		$(foreach L,0 inf,$(foreach R,$(shell seq 1 $(ROUNDS)),--train-log $(PREFS_DIR)/lambda-$(L)/round-$(R)/bonbon)) \
 		--out $(FRONTIER)/signal.json
+
+# Keep a round's model under the name pasta-bonbon-cpu (when it is faster than pasta-sft-cpu
+# at a well-formed rate that is not lower: see README "Preference rounds"): its adapter chain
+# flattened into one LoRA adapter over pasta-sft-cpu, copied into the package.
+KEEP ?= $(PREFS_DIR)/lambda-0/round-$(ROUNDS)/bonbon
+pasta-bonbon-cpu: setup
+	rm -rf $(ARTIFACTS)/pasta-bonbon-cpu
+	$(BIN)/python -c "from solm.core.adapters import flatten; flatten('$(KEEP)', 'pasta-sft-cpu', '$(ARTIFACTS)/pasta-bonbon-cpu')"
+	du -sh $(ARTIFACTS)/pasta-bonbon-cpu
 
 clean:
 	rm -rf runs .pytest_cache

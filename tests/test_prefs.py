@@ -11,23 +11,23 @@ import sys
 import pytest
 
 from fake_llm_server import FakeLLM
-from solm.prefs.score import (NO_WELL_FORMED, ONE_DISTINCT, Scored, choose_pair, distinct,
-                              parse_quality_weight)
+from solm.prefs.score import (ALL_TOO_SHORT, NO_WELL_FORMED, ONE_DISTINCT, Scored, choose_pair,
+                              distinct, parse_quality_weight)
 
 
 def brute_force(samples, weight):
-    """The rule written plainly: chosen = the well-formed sample with the highest score (at
-    inf: quality, then speedup), the earliest on ties; rejected = the lowest-ranked sample,
-    malformed ones below every well-formed one, the latest on ties."""
+    """The rule written plainly: chosen = the well-formed, long-enough sample with the highest
+    score (at inf: quality, then speedup), the earliest on ties; rejected = the lowest-ranked
+    sample, malformed or too short ones below every other, the latest on ties."""
     def value(s):
         if math.isinf(weight):
             return (s.quality, s.speedup)
         return (s.speedup + (weight * s.quality if weight else 0.0),)
 
-    good = [s for s in samples if s.well_formed]
+    good = [s for s in samples if s.well_formed and not s.too_short]
     best = max(value(s) for s in good)
     chosen = min((s for s in good if value(s) == best), key=lambda s: s.sample)
-    bad = [s for s in samples if not s.well_formed]
+    bad = [s for s in samples if not (s.well_formed and not s.too_short)]
     pool = bad if bad else good
     worst = min(value(s) for s in pool)
     rejected = max((s for s in pool if value(s) == worst), key=lambda s: s.sample)
@@ -40,9 +40,13 @@ def test_the_pair_is_the_best_well_formed_against_the_worst(weight):
     for _ in range(500):
         n = rng.randint(2, 6)
         samples = [Scored(k, rng.random() < 0.7, rng.choice([0.5, 1.0, 1.5, 2.0]),
-                          rng.choice([0.0, 0.25, 0.5, 1.0])) for k in range(n)]
+                          rng.choice([0.0, 0.25, 0.5, 1.0]), too_short=rng.random() < 0.2)
+                   for k in range(n)]
         if not any(s.well_formed for s in samples):
             assert choose_pair(samples, weight).skipped == NO_WELL_FORMED
+            continue
+        if not any(s.well_formed and not s.too_short for s in samples):
+            assert choose_pair(samples, weight).skipped == ALL_TOO_SHORT
             continue
         choice = choose_pair(samples, weight)
         assert choice.chosen.well_formed
@@ -51,6 +55,14 @@ def test_the_pair_is_the_best_well_formed_against_the_worst(weight):
 
 def test_a_malformed_sample_is_never_chosen_however_good():
     samples = [Scored(0, False, 10.0, 1.0), Scored(1, True, 1.0, 0.1),
+               Scored(2, True, 1.2, 0.0)]
+    for weight in (0.0, 1.0, math.inf):
+        choice = choose_pair(samples, weight)
+        assert choice.chosen.sample in (1, 2) and choice.rejected.sample == 0
+
+
+def test_a_sample_too_short_is_never_chosen_however_fast():
+    samples = [Scored(0, True, 9.0, 1.0, too_short=True), Scored(1, True, 1.0, 0.1),
                Scored(2, True, 1.2, 0.0)]
     for weight in (0.0, 1.0, math.inf):
         choice = choose_pair(samples, weight)
@@ -153,3 +165,20 @@ def test_a_baseline_file_missing_a_prompt_is_refused(tmp_path, tiny_folder):
                "--baseline", str(base), "--quality-weight", "0", "-n", "2", "--dtype", "fp32",
                "-q")
     assert r.returncode != 0 and "no Baseline-SFT answer" in r.stderr and "'b'" in r.stderr
+
+
+def test_the_length_guard_compares_text_lengths_with_the_baseline_answer():
+    from solm.core.records import Record
+    from solm.prefs.job import score_prompt
+
+    def sample(ids, content, cp):
+        return {"ids": ids, "content_tokens": content, "critical_path": cp,
+                "forward_passes": cp, "total_tokens": len(ids), "flags": [], "annotated": "x"}
+    samples = [sample([1], 79, 10), sample([2], 80, 40), sample([3], 20, 5)]
+    scored, rows = score_prompt(Record("a", "q"), samples, baseline_tokens=100,
+                                judgments=None, references=[], quality_weight=0.0,
+                                vocab_well_formed=lambda s: True, min_length_ratio=0.8)
+    assert [x.too_short for x in scored] == [True, False, True]
+    assert [r["too_short"] for r in rows] == [True, False, True]
+    choice = choose_pair(scored, 0.0)
+    assert choice.chosen.sample == 1  # the slowest, but the only one long enough

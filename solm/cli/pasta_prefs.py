@@ -32,7 +32,8 @@ share each prompt's prefill. Each sample gets
 
 The chosen answer is the best well-formed sample, the rejected one the worst sample; a
 malformed sample (invalid Pasta-Lang, or cut by the runtime) ranks below every well-formed
-one. Prompts with no well-formed sample, or one distinct sample, give no pair (counted).
+one, and so does, with --min-length-ratio R, a sample shorter than R x the Baseline-SFT
+answer. Prompts with no eligible sample, or one distinct sample, give no pair (counted).
 
 OUT (a folder) receives baseline.jsonl, samples.jsonl, judgments.jsonl, scored.jsonl,
 pairs.jsonl (for `pasta bonbon --data`) and summary.json. Everything is appended as it
@@ -70,6 +71,12 @@ def prefs(
     samples: int = typer.Option(10, "--samples", "-n", min=2, help="Samples per prompt."),
     quality_weight: str = typer.Option("1", help="λ in speedup + λ x quality: a number >= 0 or "
                                        "`inf`."),
+    min_length_ratio: float = typer.Option(0.0, min=0.0, max=1.0, help="A sample whose "
+                                           "text is shorter than this x the Baseline-SFT "
+                                           "answer cannot be chosen (it ranks with the "
+                                           "malformed): the speedup grows as an answer "
+                                           "shrinks, so speed alone otherwise teaches brevity. "
+                                           "0: off (the thesis' scoring)."),
     temperature: float = typer.Option(1.0, callback=finite_at_least(0.0),
                                       help="Sampling temperature."),
     top_p: float = typer.Option(1.0, callback=probability_mass, help="Nucleus mass."),
@@ -116,7 +123,7 @@ def prefs(
     decoding = resolve_decode(model, {"temperature": temperature, "top_p": top_p,
                                       "repetition_penalty": repetition_penalty})
     cfg = job.PrefsConfig(samples=samples, max_new_tokens=max_new_tokens,
-                          quality_weight=weight,
+                          quality_weight=weight, min_length_ratio=min_length_ratio,
                           sampling=SamplingConfig(**{**decoding.values, "seed": seed}))
     summary = job.PrefsSummary(prompts=len(records), samples=len(records) * samples)
 
@@ -159,7 +166,7 @@ def prefs(
     extra = {"model": model, "baseline": str(baseline) if baseline else baseline_model,
              "quality_weight": "inf" if math.isinf(weight) else weight,
              "judge": judge if weight != 0 else None, "decoding": decoding.describe(),
-             "judge_agreement": agreement}
+             "min_length_ratio": min_length_ratio, "judge_agreement": agreement}
     data = job.write_summary(out, summary, extra)
     if agreement and agreement.get("chance_inside_interval"):
         console.print(f"[yellow]warning:[/] the judge's agreement with the published annotator "

@@ -42,6 +42,7 @@ class PrefsConfig:
     baseline_sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_new_tokens: int = 512
     quality_weight: float = 1.0
+    min_length_ratio: float = 0.0  # a sample shorter than this x the baseline answer: not chosen
     batch_size: int = 16
     pool_per_request: int = 2048
 
@@ -192,8 +193,8 @@ def judge_samples(client, judge_cfg, cache, records: Sequence[Record],
 
 def score_prompt(record: Record, samples: list[dict], baseline_tokens: int,
                  judgments: dict[str, dict] | None, references: Sequence[str],
-                 quality_weight: float, vocab_well_formed: Callable[[dict], bool]
-                 ) -> tuple[list[Scored], list[dict]]:
+                 quality_weight: float, vocab_well_formed: Callable[[dict], bool],
+                 min_length_ratio: float = 0.0) -> tuple[list[Scored], list[dict]]:
     """The prompt's distinct samples as Scored, and a scored row per sample."""
     scored, rows = [], []
     groups = distinct([s["ids"] for s in samples])
@@ -209,7 +210,8 @@ def score_prompt(record: Record, samples: list[dict], baseline_tokens: int,
             # every comparison rejected by the judge: no information, scored as a tie
             quality, unjudged = (sum(wins) / len(wins), False) if wins else (0.5, True)
         scored.append(Scored(first, vocab_well_formed(s), speedup, quality, n_copies,
-                             {"unjudged": unjudged}))
+                             {"unjudged": unjudged},
+                             too_short=s["content_tokens"] < min_length_ratio * baseline_tokens))
     by_first = {x.sample: x for x in scored}
     first_of = {}
     for k, s in enumerate(samples):
@@ -218,6 +220,7 @@ def score_prompt(record: Record, samples: list[dict], baseline_tokens: int,
         x = by_first[first_of[key]]
         rows.append({"id": record.id, "sample": k, "copy_of": first_of[key],
                      "copies": copies[first_of[key]], "well_formed": x.well_formed,
+                     "too_short": x.too_short,
                      "theoretical_speedup": round(x.speedup, 4),
                      "realized_step_speedup": round(baseline_tokens
                                                     / max(1, s["forward_passes"]), 4),
@@ -233,7 +236,8 @@ def pair_row(record: Record, samples: list[dict], choice, quality_weight: float)
         s = samples[x.sample]
         return {"sample": x.sample, "ids": s["ids"], "forced": s["forced"],
                 "ended": s["ended"], "text": s["annotated"], "response": s["response"],
-                "well_formed": x.well_formed, "speedup": round(x.speedup, 4),
+                "well_formed": x.well_formed, "too_short": x.too_short,
+                "speedup": round(x.speedup, 4),
                 "quality": None if x.quality is None else round(x.quality, 4),
                 "score": round(score_value(x, quality_weight), 4), "copies": x.copies}
 
@@ -257,7 +261,7 @@ def write_results(folder: Path, records: Sequence[Record], samples: dict[str, li
         for r in records:
             scored, rows = score_prompt(r, samples[r.id], baseline[r.id]["tokens"], judgments,
                                         list(references[r.id]), cfg.quality_weight,
-                                        well_formed)
+                                        well_formed, cfg.min_length_ratio)
             summary.unjudged_samples += sum(1 for x in scored if x.extra.get("unjudged"))
             for row in rows:
                 scored_out.write(row)

@@ -10,8 +10,10 @@ score = theoretical speedup + λ × quality (`quality_weight`):
 
 Identical samples count once (n is the number of distinct samples). A malformed sample (not
 valid Pasta-Lang, or cut by the runtime) scores below every well-formed one: it can be
-rejected, never chosen. A prompt with no well-formed sample, or a single distinct sample,
-gives no pair.
+rejected, never chosen. With a minimum length ratio, so is a sample whose text is shorter
+than that share of the Baseline-SFT answer: the speedup above grows as an answer shrinks, so
+without it speed alone (λ = 0) teaches a model to write less, not to write in parallel. A
+prompt with no eligible sample, or a single distinct sample, gives no pair.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 NO_WELL_FORMED = "no well-formed sample"
+ALL_TOO_SHORT = "every well-formed sample shorter than --min-length-ratio allows"
 ONE_DISTINCT = "a single distinct sample"
 
 
@@ -32,14 +35,20 @@ class Scored:
     quality: float | None  # None when nothing was judged (lambda 0)
     copies: int = 1
     extra: dict = field(default_factory=dict)
+    too_short: bool = False  # under the minimum length ratio
+
+    @property
+    def eligible(self) -> bool:
+        """May be chosen: well-formed and long enough."""
+        return self.well_formed and not self.too_short
 
 
 def sort_key(s: Scored, quality_weight: float) -> tuple:
-    """Larger is better: well-formed first, then the score (quality, then speedup, at inf)."""
+    """Larger is better: eligible first, then the score (quality, then speedup, at inf)."""
     if math.isinf(quality_weight):
-        return (s.well_formed, s.quality if s.quality is not None else 0.0, s.speedup)
+        return (s.eligible, s.quality if s.quality is not None else 0.0, s.speedup)
     quality = 0.0 if quality_weight == 0 else (s.quality or 0.0)
-    return (s.well_formed, s.speedup + quality_weight * quality)
+    return (s.eligible, s.speedup + quality_weight * quality)
 
 
 def score_value(s: Scored, quality_weight: float) -> float:
@@ -58,13 +67,15 @@ class Choice:
 
 
 def choose_pair(samples: Sequence[Scored], quality_weight: float) -> Choice:
-    """Best well-formed against worst (ties: the earlier sample is the better one, so the
+    """Best eligible against worst (ties: the earlier sample is the better one, so the
     choice does not depend on how a sort breaks ties)."""
     n = len(samples)
     if n < 2:
         return Choice(None, None, n, ONE_DISTINCT)
     if not any(s.well_formed for s in samples):
         return Choice(None, None, n, NO_WELL_FORMED)
+    if not any(s.eligible for s in samples):
+        return Choice(None, None, n, ALL_TOO_SHORT)
     order = sorted(samples, key=lambda s: (sort_key(s, quality_weight), -s.sample),
                    reverse=True)
     best, worst = order[0], order[-1]
