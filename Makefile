@@ -119,6 +119,8 @@ START_MODEL ?= pasta-sft-cpu
 PREFS_ARGS  ?= -n 4 --max-new-tokens 256 -q
 BONBON_ARGS ?= --lora-r 8 --lr 2e-4 --epochs 2 --batch-size 4 --eval-rows 6 --eval-every 4 --save-every 10 -q
 ANNOTATIONS ?= $(DATA)/alpaca_eval_annotations_llama2_vs_davinci003.jsonl
+RUN_TAG     ?= lambda-$(LAMBDA)
+BASELINE_FILE ?=
 $(PREFS_DIR)/dolly_heldout.jsonl: | $(SFT_DIR)/sft_rows.jsonl $(DATA)/dolly.jsonl
 	$(BIN)/python bench/heldout_prompts.py --prompts $(DATA)/dolly.jsonl --trained $(SFT_DIR)/sft_rows.jsonl \
 		--annotated $(SFT_DIR)/dolly_rules.jsonl --n 40 --out $@
@@ -130,8 +132,9 @@ pasta-agreement: setup
 pasta-rounds: setup $(PREFS_DIR)/dolly_heldout.jsonl
 	parent=$(START_MODEL); agreement=""; test -f $(PREFS_DIR)/agreement.json && agreement="--judge-agreement $(PREFS_DIR)/agreement.json"; \
 	for r in $$(seq 1 $(ROUNDS)); do \
-		d=$(PREFS_DIR)/lambda-$(LAMBDA)/round-$$r; \
-		base=""; test $$r -gt 1 && base="--baseline $(PREFS_DIR)/lambda-$(LAMBDA)/round-1/prefs/baseline.jsonl"; \
+		d=$(PREFS_DIR)/$(RUN_TAG)/round-$$r; \
+		base=""; if [ -n "$(BASELINE_FILE)" ]; then base="--baseline $(BASELINE_FILE)"; \
+		elif [ $$r -gt 1 ]; then base="--baseline $(PREFS_DIR)/$(RUN_TAG)/round-1/prefs/baseline.jsonl"; fi; \
 		$(BIN)/pasta prefs -p $(PREFS_DIR)/dolly_heldout.jsonl -m $$parent -o $$d/prefs $$base \
 			--quality-weight $(LAMBDA) --judge $(JUDGE) $$agreement --seed $$r $(PREFS_ARGS) || exit 1; \
 		test -f $$d/bonbon/solm.json && grep -q '"complete": true' $$d/bonbon/solm.json || \
@@ -146,19 +149,20 @@ pasta-rounds: setup $(PREFS_DIR)/dolly_heldout.jsonl
 # against speedup, one point per lambda and round. Then the final lambda-inf model judged
 # against the starting model, and bench/bonbon_signal.py's paired intervals.
 FRONTIER    ?= $(PREFS_DIR)/frontier
-FRONT_MODELS = $(foreach L,0 inf,$(foreach R,$(shell seq 1 $(ROUNDS)),--method apar:lambda-$(L)-r$(R)=$(PREFS_DIR)/lambda-$(L)/round-$(R)/bonbon))
+FRONT_TAGS  ?= lambda-0 lambda-inf
+FRONT_MODELS = $(foreach T,$(FRONT_TAGS),$(foreach R,$(shell seq 1 $(ROUNDS)),--method apar:$(T)-r$(R)=$(PREFS_DIR)/$(T)/round-$(R)/bonbon))
 pasta-frontier: setup $(ALPACA)
 	$(BIN)/pasta eval run -o $(FRONTIER) --prompts $(ALPACA) --limit 30 \
 		--method sequential:baseline-sft=baseline-sft-cpu --baseline baseline-sft \
 		--method sot=smollm2-135m --method apar:pasta-sft=$(START_MODEL) $(FRONT_MODELS) \
 		--judge $(JUDGE) --batch-size 16 --max-new-tokens 384 -q
 	$(BIN)/pasta eval report $(FRONTIER) -o $(FRONTIER)/report
-	$(BIN)/pasta judge --baseline $(FRONTIER)/outputs/pasta-sft.jsonl \
-		--model $(FRONTIER)/outputs/lambda-inf-r$(ROUNDS).jsonl -o $(FRONTIER)/inf_vs_start.jsonl --judge $(JUDGE) -q
-	$(BIN)/pasta eval winrate -a $(FRONTIER)/inf_vs_start.jsonl > $(FRONTIER)/inf_vs_start_winrate.json
+	$(if $(filter lambda-inf,$(FRONT_TAGS)),$(BIN)/pasta judge --baseline $(FRONTIER)/outputs/pasta-sft.jsonl \
+		--model $(FRONTIER)/outputs/lambda-inf-r$(ROUNDS).jsonl -o $(FRONTIER)/inf_vs_start.jsonl --judge $(JUDGE) -q && \
+	$(BIN)/pasta eval winrate -a $(FRONTIER)/inf_vs_start.jsonl > $(FRONTIER)/inf_vs_start_winrate.json)
 	$(BIN)/python bench/bonbon_signal.py --run $(FRONTIER) --baseline baseline-sft --start pasta-sft \
-		--final lambda-0-r$(ROUNDS) --final lambda-inf-r$(ROUNDS) \
-		$(foreach L,0 inf,$(foreach R,$(shell seq 1 $(ROUNDS)),--train-log $(PREFS_DIR)/lambda-$(L)/round-$(R)/bonbon)) \
+		$(foreach T,$(FRONT_TAGS),--final $(T)-r$(ROUNDS)) \
+		$(foreach T,$(FRONT_TAGS),$(foreach R,$(shell seq 1 $(ROUNDS)),--train-log $(PREFS_DIR)/$(T)/round-$(R)/bonbon)) \
 		--out $(FRONTIER)/signal.json
 
 # Keep a round's model under the name pasta-bonbon-cpu (when it is faster than pasta-sft-cpu
