@@ -182,3 +182,21 @@ def test_the_length_guard_compares_text_lengths_with_the_baseline_answer():
     assert [r["too_short"] for r in rows] == [True, False, True]
     choice = choose_pair(scored, 0.0)
     assert choice.chosen.sample == 1  # the slowest, but the only one long enough
+
+
+def test_own_speed_is_the_samples_text_over_its_critical_path():
+    from solm.core.records import Record
+    from solm.prefs.job import score_prompt
+
+    samples = [{"ids": [1], "content_tokens": 90, "critical_path": 30, "forward_passes": 30,
+                "total_tokens": 100, "flags": [], "annotated": "x"},
+               {"ids": [2], "content_tokens": 10, "critical_path": 10, "forward_passes": 10,
+                "total_tokens": 10, "flags": [], "annotated": "x"}]
+    common = dict(judgments=None, references=[], quality_weight=0.0,
+                  vocab_well_formed=lambda s: True)
+    by_baseline, _ = score_prompt(Record("a", "q"), samples, 100, **common)
+    own, _ = score_prompt(Record("a", "q"), samples, 100, speed="own", **common)
+    assert [x.speedup for x in by_baseline] == [100 / 30, 100 / 10]  # the short one "wins"
+    assert [x.speedup for x in own] == [3.0, 1.0]  # only the parallel one is faster
+    assert choose_pair(own, 0.0).chosen.sample == 0
+    assert choose_pair(by_baseline, 0.0).chosen.sample == 1

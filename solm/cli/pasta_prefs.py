@@ -11,8 +11,8 @@ import typer
 
 from solm.cli.common import (ConfigOption, DebugOption, DtypeOption, DeviceOption, QuietOption,
                              RepetitionPenaltyOption, SeedOption, check_paths, console,
-                             finite_at_least, handle_errors, info, out_console, progress,
-                             probability_mass, settled_counter)
+                             finite_at_least, handle_errors, info, one_of, out_console,
+                             progress, probability_mass, settled_counter)
 from solm.core.errors import SolmError
 
 PREFS_HELP = """Sample N answers per prompt, score each by speed and quality, write best-vs-worst pairs.
@@ -77,6 +77,11 @@ def prefs(
                                            "malformed): the speedup grows as an answer "
                                            "shrinks, so speed alone otherwise teaches brevity. "
                                            "0: off (the thesis' scoring)."),
+    speed: str = typer.Option("baseline", callback=one_of("baseline", "own"), help="baseline: "
+                              "the Baseline-SFT answer's tokens / the sample's critical path "
+                              "(the thesis'; a shorter answer scores faster); own: the sample's "
+                              "own text tokens / its critical path (only parallel structure "
+                              "raises it)."),
     temperature: float = typer.Option(1.0, callback=finite_at_least(0.0),
                                       help="Sampling temperature."),
     top_p: float = typer.Option(1.0, callback=probability_mass, help="Nucleus mass."),
@@ -124,6 +129,7 @@ def prefs(
                                       "repetition_penalty": repetition_penalty})
     cfg = job.PrefsConfig(samples=samples, max_new_tokens=max_new_tokens,
                           quality_weight=weight, min_length_ratio=min_length_ratio,
+                          speed=speed,
                           sampling=SamplingConfig(**{**decoding.values, "seed": seed}))
     summary = job.PrefsSummary(prompts=len(records), samples=len(records) * samples)
 
@@ -166,7 +172,8 @@ def prefs(
     extra = {"model": model, "baseline": str(baseline) if baseline else baseline_model,
              "quality_weight": "inf" if math.isinf(weight) else weight,
              "judge": judge if weight != 0 else None, "decoding": decoding.describe(),
-             "min_length_ratio": min_length_ratio, "judge_agreement": agreement}
+             "min_length_ratio": min_length_ratio, "speed": speed,
+             "judge_agreement": agreement}
     data = job.write_summary(out, summary, extra)
     if agreement and agreement.get("chance_inside_interval"):
         console.print(f"[yellow]warning:[/] the judge's agreement with the published annotator "

@@ -43,6 +43,7 @@ class PrefsConfig:
     max_new_tokens: int = 512
     quality_weight: float = 1.0
     min_length_ratio: float = 0.0  # a sample shorter than this x the baseline answer: not chosen
+    speed: str = "baseline"  # speedup over the Baseline-SFT answer, or "own": over its own text
     batch_size: int = 16
     pool_per_request: int = 2048
 
@@ -194,14 +195,19 @@ def judge_samples(client, judge_cfg, cache, records: Sequence[Record],
 def score_prompt(record: Record, samples: list[dict], baseline_tokens: int,
                  judgments: dict[str, dict] | None, references: Sequence[str],
                  quality_weight: float, vocab_well_formed: Callable[[dict], bool],
-                 min_length_ratio: float = 0.0) -> tuple[list[Scored], list[dict]]:
+                 min_length_ratio: float = 0.0, speed: str = "baseline"
+                 ) -> tuple[list[Scored], list[dict]]:
     """The prompt's distinct samples as Scored, and a scored row per sample."""
     scored, rows = [], []
     groups = distinct([s["ids"] for s in samples])
     copies = dict(groups)
     for first, n_copies in groups:
         s = samples[first]
-        speedup = baseline_tokens / max(1, s["critical_path"])
+        # baseline: the Baseline-SFT answer's tokens / the critical path (the thesis'; grows
+        # as the answer shrinks); own: the sample's own text tokens / its critical path (the
+        # parallel speedup over decoding that text one token a step; length cannot raise it)
+        numerator = s["content_tokens"] if speed == "own" else baseline_tokens
+        speedup = numerator / max(1, s["critical_path"])
         quality, unjudged = None, False
         if judgments is not None:
             wins = [judgments[cid]["p_2"] for cid in
@@ -261,7 +267,7 @@ def write_results(folder: Path, records: Sequence[Record], samples: dict[str, li
         for r in records:
             scored, rows = score_prompt(r, samples[r.id], baseline[r.id]["tokens"], judgments,
                                         list(references[r.id]), cfg.quality_weight,
-                                        well_formed, cfg.min_length_ratio)
+                                        well_formed, cfg.min_length_ratio, cfg.speed)
             summary.unjudged_samples += sum(1 for x in scored if x.extra.get("unjudged"))
             for row in rows:
                 scored_out.write(row)
