@@ -52,7 +52,7 @@ def test_runtime_logprobs_equal_the_structure_logprobs(tiny, pasta_tokenizer, vo
     forced_tokens = [res.ids[i] for i in forced]
     # two <async>, and the two </async> the runtime put in
     assert sorted(forced_tokens) == sorted([vocab.async_open] * 2 + [vocab.async_close] * 2)
-    assert res.end_logprob is not None
+    assert res.end_logprob is not None and res.ended
     answer = SampledAnswer(prompt, res.ids, forced, ended=True)
     batch = batch_answers([answer], vocab, tok.eos_token_id, tok.pad_token_id or 0)
     with torch.no_grad():
@@ -90,11 +90,30 @@ def test_a_capped_answer_counts_no_end_token(tiny, pasta_tokenizer, vocab):
     cfg = PastaDecodeConfig(mode="sequential", record_logprobs=True, max_new_tokens=7)
     (res,) = rt.generate_many([prompt], cfg)
     assert res.end_logprob is None and len(res.ids) == 7 and res.forced == []
+    assert not res.ended
     batch = batch_answers([SampledAnswer(prompt, res.ids, [], ended=False)], vocab,
                           tok.eos_token_id, 0)
     with torch.no_grad():
         total = sequence_logprobs(tiny, batch)[0].item()
     assert abs(total - sum(res.logprobs)) < 1e-4
+
+
+def test_forced_tokens_are_known_without_recording_logprobs(tiny, pasta_tokenizer, vocab):
+    """What the runtime forced does not depend on record_logprobs (the preference stage
+    samples without it)."""
+    tok = pasta_tokenizer
+    rt = BatchedPastaRuntime(tiny, tok, pool_size=512, max_batch=2)
+    prompt = prompt_ids(tok, "Give me tips.")
+    out = {}
+    for record in (True, False):
+        cfg = PastaDecodeConfig(mode="parallel", record_logprobs=record, max_new_tokens=200,
+                                max_fork_tokens=6)
+        (done,) = list(rt.run([BatchRequest(0, prompt, cfg,
+                                            chooser=scripted_chooser(tok, vocab))]))
+        out[record] = done.result
+    assert out[True].ids == out[False].ids and out[False].logprobs is None
+    assert out[True].forced == out[False].forced and len(out[False].forced) == 4
+    assert out[True].ended and out[False].ended
 
 
 def test_a_forced_index_outside_the_answer_is_refused(vocab, pasta_tokenizer):

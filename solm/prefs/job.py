@@ -131,7 +131,7 @@ def sample_answers(runtime, records: Sequence[Record], folder: Path, cfg: PrefsC
     path = folder / "samples.jsonl"
     done = _done(path, lambda r: (r["id"], r["sample"]))
     base = PastaDecodeConfig(mode="parallel", max_new_tokens=cfg.max_new_tokens,
-                             sampling=cfg.sampling, record_logprobs=True)
+                             sampling=cfg.sampling)
     by_id = {r.id: r for r in records}
     todo = [(r, k) for r in records for k in range(cfg.samples) if (r.id, k) not in done]
     decoded = 0
@@ -147,10 +147,7 @@ def sample_answers(runtime, records: Sequence[Record], folder: Path, cfg: PrefsC
                 out = res.result
                 row = result_record(runtime, by_id[rid], out, "parallel")
                 row.update(sample=k, seed=seed + k, ids=out.ids, forced=out.forced,
-                           ended=out.end_logprob is not None,
-                           logprob=None if out.logprobs is None else round(
-                               sum(x for x in out.logprobs if x is not None)
-                               + (out.end_logprob or 0.0), 4))
+                           ended=out.ended)
                 writer.write(row)
                 done[(rid, k)] = row
                 decoded += 1

@@ -69,16 +69,14 @@ class PastaDecodeResult:
     logits: torch.Tensor | None = None  # [len(ids), vocab] in training order, when recorded
     kv_read: int = 0  # pool slots attention read, summed over decode steps (bandwidth)
     compile_s: float = 0.0  # steps that built a compiled graph (not in prefill_s/decode_s)
-    # with record_logprobs: a raw log-prob per token of `ids` (None: forced by the runtime,
-    # `<async>` or a `</async>` it put in a block's place), and that of the end-of-sequence
-    # token that ended the answer (None when a cap ended it)
+    # indices into `ids` of the tokens the runtime forced (no choice of the model's): each
+    # block's `<async>`, and a `</async>` put in a block's place or added by a stop
+    forced: list[int] = field(default_factory=list)
+    ended: bool = False  # the model's end-of-sequence token ended the answer (not a cap)
+    # with record_logprobs: a raw log-prob per token of `ids` (None for forced tokens), and
+    # that of the end-of-sequence token that ended the answer (None when a cap ended it)
     logprobs: list[float | None] | None = None
     end_logprob: float | None = None
-
-    @property
-    def forced(self) -> list[int]:
-        """Indices into `ids` of the tokens the runtime forced (with record_logprobs)."""
-        return [i for i, lp in enumerate(self.logprobs or []) if lp is None]
 
     @property
     def wall_s(self) -> float:
@@ -96,6 +94,8 @@ class _Thread:
     script: Sequence[int] | None = None  # replay: the recorded stream
     closed_by_stop: bool = False  # decoding stopped early; `</async>` added to the output only
     logits: list[torch.Tensor] = field(default_factory=list)
+    pending_forced: bool = False  # `pending` was put there by the runtime, not chosen
+    forced: list[bool] = field(default_factory=list)  # one per fed token
     pending_logprob: float | None = None  # raw log-prob of `pending` when it was sampled
     logprobs: list[float | None] = field(default_factory=list)  # one per fed token
 
@@ -125,6 +125,7 @@ class PastaRunState:
     prefill_s: float = 0.0
     decode_started: float = 0.0
     decode_s: float = 0.0
+    ended: bool = False
     end_logprob: float | None = None
 
     @property
@@ -145,7 +146,7 @@ class PastaRunState:
             tok = th.script[k] if k < len(th.script) else None
         else:
             tok = self.chooser(th, logits, self)
-        th.pending_logprob = None
+        th.pending_forced, th.pending_logprob = False, None
         if tok is not None and self.config.record_logprobs:
             th.pending_logprob = float(torch.log_softmax(logits.float(), -1)[tok])
         return tok
@@ -299,14 +300,15 @@ class PastaRuntime:
                 if tid != MAIN and th.fed and not th.done and th.fed[-1] != v.async_close:
                     th.closed_by_stop = True
                     state.flags.add(FLAG_BLOCK_CUT)
-        ids, logit_rows, logprobs = _training_order(state.threads, state.fork_anchor,
-                                                    state.config.record_logits, v.async_close)
+        ids, logit_rows, forced, logprobs = _training_order(
+            state.threads, state.fork_anchor, state.config.record_logits, v.async_close)
         return PastaDecodeResult(ids=ids, forward_passes=state.steps,
                                  threads=len(state.threads) - 1, tokens_fed=state.fed_total,
                                  prefill_s=state.prefill_s, decode_s=state.decode_s,
                                  flags=sorted(state.flags),
                                  logits=torch.stack(logit_rows) if logit_rows else None,
                                  kv_read=state.kv_read, compile_s=state.compile_s,
+                                 forced=forced, ended=state.ended,
                                  logprobs=logprobs if state.config.record_logprobs else None,
                                  end_logprob=state.end_logprob)
 
@@ -322,7 +324,7 @@ class PastaRuntime:
     def _end_main_at_eos(self, state: PastaRunState) -> None:
         main = state.main
         if main.pending is not None and main.pending in self.vocab.eos and not state.replaying:
-            state.end_logprob = main.pending_logprob
+            state.ended, state.end_logprob = True, main.pending_logprob
             main.pending = None
             main.done = True
             if any(not th.done for tid, th in state.threads.items() if tid != MAIN):
@@ -352,7 +354,7 @@ class PastaRuntime:
                 fid = tracker.open_fork()
                 new_fork = state.threads.setdefault(fid, _Thread(fid))
                 new_fork.pending = v.async_open
-                new_fork.pending_logprob = None  # forced
+                new_fork.pending_forced = True
                 state.generated += 1  # the forced `<async>` is part of the answer too
                 state.fork_anchor[fid] = len(main.fed)
         for th in active:
@@ -380,6 +382,7 @@ class PastaRuntime:
         for row, (th, tok) in enumerate(batch):
             th.fed.append(tok)
             th.pending = None
+            th.forced.append(th.pending_forced)
             if config.record_logprobs:
                 th.logprobs.append(th.pending_logprob)
             if config.record_logits:
@@ -412,12 +415,19 @@ class PastaRuntime:
             if th is not main and not state.replaying:
                 if nxt in v.eos:
                     state.flags.add(FLAG_FORK_EOS)
-                    nxt, th.pending_logprob = v.async_close, None  # forced
+                    nxt = self._force(th, v.async_close)
                 elif len(th.fed) >= config.max_fork_tokens and nxt != v.async_close:
                     state.flags.add(FLAG_FORK_CAPPED)
-                    nxt, th.pending_logprob = v.async_close, None  # forced
+                    nxt = self._force(th, v.async_close)
             th.pending = nxt
         return stop
+
+
+    @staticmethod
+    def _force(th: _Thread, tok: int) -> int:
+        """`tok` takes the place of the token the model chose."""
+        th.pending_forced, th.pending_logprob = True, None
+        return tok
 
 
 def _reserved(state: PastaRunState, vocab) -> int:
@@ -450,32 +460,34 @@ def replay_scripts(response_ids: Sequence[int], vocab: PastaVocab
 
 def _training_order(threads: dict[int, _Thread], fork_anchor: dict[int, int],
                     with_logits: bool, async_close: int
-                    ) -> tuple[list[int], list[torch.Tensor], list[float | None]]:
+                    ) -> tuple[list[int], list[torch.Tensor], list[int], list[float | None]]:
     """Main's tokens with each block spliced in right after its promise's closing token (and
-    their logits rows and log-probs, as recorded)."""
+    their logits rows, the indices of forced tokens, and log-probs, as recorded)."""
     main = threads[MAIN]
     after: dict[int, list[int]] = {}
     for fid, idx in fork_anchor.items():
         after.setdefault(idx, []).append(fid)
     ids: list[int] = []
     rows: list[torch.Tensor] = []
+    forced: list[int] = []
     logprobs: list[float | None] = []
 
-    def lp(th: _Thread, i: int) -> float | None:
-        return th.logprobs[i] if i < len(th.logprobs) else None
-
-    for i, tok in enumerate(main.fed):
-        ids.append(tok)
-        logprobs.append(lp(main, i))
+    def take(th: _Thread, i: int) -> None:
+        if th.forced[i]:
+            forced.append(len(ids))
+        ids.append(th.fed[i])
+        logprobs.append(th.logprobs[i] if i < len(th.logprobs) else None)
         if with_logits:
-            rows.append(main.logits[i])
+            rows.append(th.logits[i])
+
+    for i in range(len(main.fed)):
+        take(main, i)
         for fid in after.get(i, []):
             fork = threads[fid]
-            ids.extend(fork.fed)
-            logprobs.extend(lp(fork, k) for k in range(len(fork.fed)))
-            if with_logits:
-                rows.extend(fork.logits)
+            for k in range(len(fork.fed)):
+                take(fork, k)
             if fork.closed_by_stop:
+                forced.append(len(ids))  # added by the stop
                 ids.append(async_close)
-                logprobs.append(None)  # forced by the stop
-    return ids, rows, logprobs
+                logprobs.append(None)
+    return ids, rows, forced, logprobs
