@@ -134,8 +134,8 @@ MUTATIONS: dict[str, tuple] = {
         "solm/train/sequence_logprobs.py", "*([eos_id] if answer.ended else [])]", "]",
         ["tests/test_sequence_logprobs.py", "tests/test_bonbon.py"]),
     "malformed_sample_can_be_chosen": (
-        "solm/prefs/score.py", "    return (s.well_formed, s.speedup + quality_weight * quality)",
-        "    return (True, s.speedup + quality_weight * quality)", ["tests/test_prefs.py"]),
+        "solm/prefs/score.py", "        return self.well_formed and not self.too_short",
+        "        return not self.too_short", ["tests/test_prefs.py"]),
     "reference_is_the_live_policy": (
         "solm/train/bonbon.py", 'ref = (inputs["ref_chosen"], inputs["ref_rejected"])',
         "ref = (logps[:pairs].detach(), logps[pairs:].detach())", ["tests/test_bonbon.py"]),

@@ -303,6 +303,18 @@ def settled_counter(advance: Callable[..., None]) -> Callable[[int, str], None]:
     return update
 
 
+def judge_progress(advance: Callable[..., None]) -> Callable[[Any], None]:
+    """An `on_update` for the judge job that moves a progress bar by settled pairs."""
+    counter = settled_counter(advance)
+
+    def update(s) -> None:
+        rejected = sum(s.rejected.values())
+        counter(s.skipped_done + s.judged + rejected,
+                f"judged {s.judged} rejected {rejected} cached {s.cache_hits}")
+
+    return update
+
+
 def check_paths(inputs: Iterable[object], outputs: Iterable[object]) -> None:
     """Every command's one guard: no file it writes (output, manifest, summary, plot,
     rejects) is a file it reads, through links (`solm.core.paths.refuse_overlap`)."""

@@ -12,8 +12,8 @@ from solm.core.errors import SolmError
 
 from solm.cli.common import (ConfigOption, DebugOption, ForceOption, QuietOption, check_paths,
                              console,
-                             greater_than, handle_errors, one_of, out_console, progress,
-                             settings_from, settled_counter)
+                             greater_than, handle_errors, judge_progress, one_of, out_console,
+                             progress, settings_from)
 
 JUDGE_HELP = """Judge a model's outputs against a baseline's, pair by pair, with an LLM judge.
 
@@ -77,14 +77,12 @@ def judge(
     force: bool = ForceOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
-    import asyncio
-
     from solm.core.llm import make_client
     from solm.core.models import cache_root
     from solm.core.provenance import check_rerun_settings, write_manifest
     from solm.judge.cache import VerdictCache
-    from solm.judge.job import (JudgeConfig, judge_pairs, judge_version, resolve_mode,
-                                resolve_top_logprobs)
+    from solm.judge.job import (JudgeConfig, judge_version, resolve_mode,
+                                resolve_top_logprobs, run_judge_job)
     from solm.judge.pairs import make_pairs, read_outputs
 
     rejects = rejects or output.with_name(output.stem + ".rejects.jsonl")
@@ -114,21 +112,8 @@ def judge(
                     "baseline": str(baseline), "model": str(model)}
     mixed = check_rerun_settings(output, row_settings, force)
     with progress(f"judging with {client.spec}", len(pairs)) as advance:
-        counter = settled_counter(advance)
-
-        def update(s):
-            rejected = sum(s.rejected.values())
-            counter(s.skipped_done + s.judged + rejected,
-                    f"judged {s.judged} rejected {rejected} cached {s.cache_hits}")
-
-        async def judge_all():
-            try:
-                return await judge_pairs(pairs, client, output, rejects, cfg,
-                                         VerdictCache(folder), on_update=update)
-            finally:
-                await client.aclose()
-
-        summary = asyncio.run(judge_all())
+        summary = run_judge_job(pairs, client, output, rejects, cfg, VerdictCache(folder),
+                                on_update=judge_progress(advance))
     result = {**summary.to_dict(), "unpaired": unpaired, "judge": client.spec,
               "prompt_version": version}
     write_manifest(output, "pasta judge", settings_from(locals()),

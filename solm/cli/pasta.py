@@ -24,6 +24,8 @@ from solm.cli.judge import JUDGE_HELP, judge
 from solm.core.generation import resolve_decode
 from solm.cli.pasta_eval import app as eval_app
 from solm.cli.serve import SERVE_HELP, serve
+from solm.cli.pasta_prefs import PREFS_HELP, prefs
+from solm.train.bonbon import BonbonConfig
 from solm.train.sft import PastaSFTConfig
 
 app = typer.Typer(
@@ -222,7 +224,7 @@ Examples:
 
 def bonbon(config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
            debug: bool = DebugOption, **options) -> None:
-    from solm.train.bonbon import BonbonConfig, BonbonTrainer
+    from solm.train.bonbon import BonbonTrainer
 
     cfg = config_from_options(BonbonConfig, options, quiet=quiet)
     trainer = BonbonTrainer(cfg)
@@ -235,15 +237,8 @@ def bonbon(config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
                                            **meta["results"]}))
 
 
-def _bonbon_parameters():
-    from solm.train.bonbon import BonbonConfig
-    return config_parameters(BonbonConfig)
-
-
 app.command(name="bonbon", help=BONBON_HELP)(handle_errors(with_parameters(
-    bonbon, _bonbon_parameters())))
-
-from solm.cli.pasta_prefs import PREFS_HELP, prefs  # noqa: E402
+    bonbon, config_parameters(BonbonConfig))))
 
 app.command(name="prefs", help=PREFS_HELP)(prefs)
 

@@ -101,15 +101,14 @@ def agreement(
                                              "$SOLM_CACHE/judge)."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
-    import asyncio
-
+    from solm.cli.common import judge_progress
     from solm.core.errors import DataError
     from solm.core.jsonl import read_jsonl, read_rows_located
     from solm.core.llm import make_client
     from solm.core.models import cache_root
     from solm.eval.agreement import agreement_report, reading
     from solm.judge.cache import VerdictCache
-    from solm.judge.job import JudgeConfig, Pair, judge_pairs
+    from solm.judge.job import JudgeConfig, Pair, run_judge_job
 
     judged = out.with_name(out.name.removesuffix(".json") + ".judgments.jsonl")
     rejects = judged.with_name(judged.name.replace(".judgments.jsonl", ".rejects.jsonl"))
@@ -133,23 +132,10 @@ def agreement(
     client = make_client(judge, batch_size=concurrency)
     with progress(f"judging {len(pairs)} published pairs with {client.spec}",
                   len(pairs)) as advance:
-        from solm.cli.common import settled_counter
-        counter = settled_counter(advance)
-
-        def update(s):
-            counter(s.skipped_done + s.judged + sum(s.rejected.values()),
-                    f"judged {s.judged} cached {s.cache_hits}")
-
-        async def go():
-            try:
-                return await judge_pairs(pairs, client, judged, rejects,
-                                         JudgeConfig(concurrency=concurrency),
-                                         VerdictCache(cache_dir or cache_root() / "judge"),
-                                         on_update=update)
-            finally:
-                await client.aclose()
-
-        summary = asyncio.run(go())
+        summary = run_judge_job(pairs, client, judged, rejects,
+                                JudgeConfig(concurrency=concurrency),
+                                VerdictCache(cache_dir or cache_root() / "judge"),
+                                on_update=judge_progress(advance))
     wanted = {p.id for p in pairs}
     rows = [r for r in read_jsonl(judged, skip_partial_last_line=True) if r["id"] in wanted]
     report = {"annotations": str(annotations), "judge": client.spec, "limit": limit,

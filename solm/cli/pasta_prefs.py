@@ -11,8 +11,8 @@ import typer
 
 from solm.cli.common import (ConfigOption, DebugOption, DtypeOption, DeviceOption, QuietOption,
                              RepetitionPenaltyOption, SeedOption, check_paths, console,
-                             finite_at_least, handle_errors, info, one_of, out_console,
-                             progress, probability_mass, settled_counter)
+                             finite_at_least, handle_errors, info, judge_progress, one_of,
+                             out_console, progress, probability_mass)
 from solm.core.errors import SolmError
 
 PREFS_HELP = """Sample N answers per prompt, score each by speed and quality, write best-vs-worst pairs.
@@ -198,16 +198,10 @@ def _judge(spec, concurrency, cache_dir, records, drawn, references, out, summar
     client = make_client(spec, batch_size=concurrency)
     with job.timed(summary, "judging"), progress(f"judging with {client.spec}",
                                                  comparisons) as adv:
-        counter = settled_counter(adv)
-
-        def update(s):
-            rejected = sum(s.rejected.values())
-            counter(s.skipped_done + s.judged + rejected,
-                    f"judged {s.judged} rejected {rejected} cached {s.cache_hits}")
-
         rows, js = job.judge_samples(client, JudgeConfig(concurrency=concurrency),
                                      VerdictCache(cache_dir or cache_root() / "judge"),
-                                     records, drawn, references, out, on_update=update)
+                                     records, drawn, references, out,
+                                     on_update=judge_progress(adv))
     summary.judged, summary.judge_cache_hits = js.judged, js.cache_hits
     summary.judge_rejected = sum(js.rejected.values())
     return rows

@@ -30,24 +30,15 @@ _LORA = re.compile(r"^(?P<module>.+)\.lora_(?P<which>[AB])\.weight$")
 TOKENS_SUFFIX = "token_adapter.trainable_tokens_delta"
 
 
-def _parent(folder: Path) -> str:
-    meta = json.loads((folder / META).read_text()) if (folder / META).exists() else {}
-    parent = meta.get("parent_model") or json.loads((folder / CONFIG).read_text()).get(
-        "base_model_name_or_path")
-    if not parent:
-        raise SolmError(f"{folder}: adapter without a recorded parent")
-    return parent
-
-
 def chain(folder: str | Path, down_to: str) -> list[Path]:
     """The adapter folders from `folder` down to (not including) the model named `down_to`,
     newest first."""
-    from solm.core.models import artifact_folder
+    from solm.core.models import adapter_parent, artifact_folder
 
     out, current = [], Path(folder)
     for _ in range(64):
         out.append(current)
-        parent = _parent(current)
+        parent = adapter_parent(current)
         if parent == down_to:
             return out
         nxt = Path(artifact_folder(parent) or parent)

@@ -250,6 +250,21 @@ def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "au
     return model, tokenizer
 
 
+def adapter_parent(folder: Path) -> str:
+    """The model a LoRA adapter folder was trained on: solm.json's parent_model, else the
+    adapter's own record."""
+    from solm.core.jsonl import read_json_file
+
+    meta_path = folder / "solm.json"
+    meta = read_json_file(meta_path, "model metadata") if meta_path.exists() else {}
+    parent = meta.get("parent_model") or read_json_file(
+        folder / "adapter_config.json", "adapter config").get("base_model_name_or_path")
+    if not parent:
+        raise SolmError(f"{folder}: LoRA adapter without a parent model (no solm.json "
+                        f"parent_model, no base_model_name_or_path)")
+    return parent
+
+
 def _load_adapter(folder: Path, torch_dtype: torch.dtype, attn_implementation: str):
     """A LoRA output of `pasta sft` (without --merge): its parent with the adapter merged in.
     The parent may itself be such an adapter (merged first, recursively).
@@ -264,11 +279,7 @@ def _load_adapter(folder: Path, torch_dtype: torch.dtype, attn_implementation: s
 
     meta_path = folder / "solm.json"
     meta = read_json_file(meta_path, "model metadata") if meta_path.exists() else {}
-    parent = meta.get("parent_model") or read_json_file(
-        folder / "adapter_config.json", "adapter config").get("base_model_name_or_path")
-    if not parent:
-        raise SolmError(f"{folder}: LoRA adapter without a parent model (no solm.json "
-                        f"parent_model, no base_model_name_or_path)")
+    parent = adapter_parent(folder)
     own_tokenizer = (folder / "tokenizer_config.json").exists()
     tokenizer = AutoTokenizer.from_pretrained(str(folder)) if own_tokenizer else None
     parent_folder = artifact_folder(str(parent)) or str(parent)

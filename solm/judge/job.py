@@ -218,3 +218,17 @@ async def judge_pairs(pairs: Iterable[Pair], client: ChatClient, output: Path, r
     summary.elapsed_s = time.perf_counter() - started
     summary.cost_usd = cost_usd(client.model, summary.input_tokens, summary.output_tokens)
     return summary
+
+
+def run_judge_job(pairs: Iterable[Pair], client: ChatClient, output: Path, rejects: Path,
+                  cfg: JudgeConfig, cache: VerdictCache,
+                  on_update: Callable[[JudgeSummary], None] | None = None) -> JudgeSummary:
+    """`judge_pairs` run to the end from synchronous code; the client is closed after."""
+    async def go() -> JudgeSummary:
+        try:
+            return await judge_pairs(pairs, client, output, rejects, cfg, cache,
+                                     on_update=on_update)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())

@@ -17,13 +17,13 @@ only what was in flight and the same command resumes:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from solm.core.chat import prompt_ids, text_ids
 from solm.core.jsonl import JsonlWriter, read_jsonl
@@ -165,7 +165,7 @@ def judge_samples(client, judge_cfg, cache, records: Sequence[Record],
                   folder: Path, on_update=None):
     """Each distinct sample against each reference (the sample is output_2); returns
     (judgment rows by id, the judge's summary)."""
-    from solm.judge.job import Pair, judge_pairs
+    from solm.judge.job import Pair, run_judge_job
 
     pairs = []
     for r in records:
@@ -175,16 +175,8 @@ def judge_samples(client, judge_cfg, cache, records: Sequence[Record],
                 pairs.append(Pair(comparison_id(r.id, first, name), r.prompt, ref, text,
                                   generator_1=name, generator_2="sample"))
     output = folder / "judgments.jsonl"
-    rejects = folder / "judgments.rejects.jsonl"
-
-    async def go():
-        try:
-            return await judge_pairs(pairs, client, output, rejects, judge_cfg, cache,
-                                     on_update=on_update)
-        finally:
-            await client.aclose()
-
-    summary = asyncio.run(go())
+    summary = run_judge_job(pairs, client, output, folder / "judgments.rejects.jsonl",
+                            judge_cfg, cache, on_update=on_update)
     rows = {row["id"]: row for row in read_jsonl(output, skip_partial_last_line=True)}
     return rows, summary
 
@@ -298,12 +290,12 @@ def write_summary(folder: Path, summary: PrefsSummary, extra: dict) -> dict:
     return data
 
 
-def timed(summary: PrefsSummary, stage: str):
-    class _Timer:
-        def __enter__(self):
-            self.t0 = time.perf_counter()
-
-        def __exit__(self, *exc):
-            summary.seconds[stage] = round(summary.seconds.get(stage, 0.0)
-                                           + time.perf_counter() - self.t0, 1)
-    return _Timer()
+@contextmanager
+def timed(summary: PrefsSummary, stage: str) -> Iterator[None]:
+    """Adds the block's wall time to `summary.seconds[stage]`."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        summary.seconds[stage] = round(summary.seconds.get(stage, 0.0)
+                                       + time.perf_counter() - started, 1)

@@ -45,10 +45,8 @@ class Scored:
 
 def sort_key(s: Scored, quality_weight: float) -> tuple:
     """Larger is better: eligible first, then the score (quality, then speedup, at inf)."""
-    if math.isinf(quality_weight):
-        return (s.eligible, s.quality if s.quality is not None else 0.0, s.speedup)
-    quality = 0.0 if quality_weight == 0 else (s.quality or 0.0)
-    return (s.eligible, s.speedup + quality_weight * quality)
+    key = (s.eligible, score_value(s, quality_weight))
+    return key + (s.speedup,) if math.isinf(quality_weight) else key
 
 
 def score_value(s: Scored, quality_weight: float) -> float:

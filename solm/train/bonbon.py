@@ -104,15 +104,11 @@ def _answer(raw: Any, path: str, line: int, field: str) -> dict:
 def load_pairs(path: str, limit: int | None = None) -> list[dict]:
     """Rows {id, prompt, system, n, chosen, rejected, text} of a `pasta prefs` pairs file."""
     from solm.core.jsonl import read_jsonl_numbered
+    from solm.train.data import prompt_and_system
 
     rows = []
     for line, raw in read_jsonl_numbered(path):
-        prompt = raw.get("prompt")
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise DataError("expected a non-empty string", path=path, line=line, field="prompt")
-        system = raw.get("system")
-        if system is not None and not isinstance(system, str):
-            raise DataError("expected a string or null", path=path, line=line, field="system")
+        prompt, system = prompt_and_system(raw, path, line)
         n = raw.get("n")
         if not isinstance(n, int) or n < 2:
             raise DataError("expected the number of distinct samples (>= 2)", path=path,

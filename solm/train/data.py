@@ -40,6 +40,17 @@ def _text_field(raw: dict, path: str, line: int, strip_annotations: bool) -> tup
     return response, False
 
 
+def prompt_and_system(raw: dict, path: str, line: int) -> tuple[str, str | None]:
+    """A training row's prompt (non-empty) and optional system message, checked."""
+    prompt = raw.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise DataError("expected a non-empty string", path=path, line=line, field="prompt")
+    system = raw.get("system")
+    if system is not None and not isinstance(system, str):
+        raise DataError("expected a string or null", path=path, line=line, field="system")
+    return prompt, system
+
+
 def load_sft_rows(path: str | os.PathLike, strip_annotations: bool = False,
                   limit: int | None = None) -> list[dict]:
     """Rows {id, prompt, system, text, tagged} from a `pasta annotate` output (or any JSONL
@@ -47,12 +58,7 @@ def load_sft_rows(path: str | os.PathLike, strip_annotations: bool = False,
     path = str(Path(path))
     rows: list[dict] = []
     for line, raw in enumerate(read_jsonl(path), start=1):
-        prompt = raw.get("prompt")
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise DataError("expected a non-empty string", path=path, line=line, field="prompt")
-        system = raw.get("system")
-        if system is not None and not isinstance(system, str):
-            raise DataError("expected a string or null", path=path, line=line, field="system")
+        prompt, system = prompt_and_system(raw, path, line)
         text, tagged = _text_field(raw, path, line, strip_annotations)
         rows.append({"id": str(raw.get("id", f"row-{line}")), "prompt": prompt,
                      "system": system, "text": text, "tagged": tagged,
