@@ -21,7 +21,7 @@ for d in sorted(glob.glob(f"{root}/lambda-*/round-*")):
         entry["bonbon"]["eval_margin_by_step"] = [(e["step"], round(e["eval_margin"], 4)) for e in map(json.loads, open(f"{d}/bonbon/train_log.jsonl")) if "eval_margin" in e]
     rounds[tag] = entry
 out["rounds"] = rounds
-for fr in ("frontier", "frontier-len"):
+for fr in ("frontier", "frontier-len", "frontier-own"):
     if os.path.exists(f"{root}/{fr}/summary.json"):
         out[fr] = {"summary": json.load(open(f"{root}/{fr}/summary.json"))}
         if os.path.exists(f"{root}/{fr}/signal.json"):
