@@ -106,7 +106,9 @@ bench-tip-cpu: setup $(DATA)/deepmath.jsonl
 # The issue-23 preference rounds (PASTA's second stage) on a CPU: `pasta prefs` samples the
 # 40 held-out Dolly prompts (N = 4, judged by $(JUDGE) unless LAMBDA=0), `pasta bonbon` trains
 # on its pairs (LoRA on the round's parent; lr above the thesis' 5e-7, which does not move a
-# 135M model in 40 pairs), ROUNDS times, each round starting from the last. Resumable: rerun
+# 135M model in 40 pairs), ROUNDS times, each round starting from the last. Samples are
+# scored by their own parallel speedup (--speed own): the thesis' Baseline-relative speedup
+# taught the 135M model to write less (README "Preference rounds"). Resumable: rerun
 # the same target after a kill. `make pasta-rounds LAMBDA=inf` needs $(PREFS_DIR)/agreement.json
 # (`make pasta-agreement ANNOTATIONS=...`, the llama-2-7b-chat vs text-davinci-003 AlpacaEval
 # annotations: results/llama-2-7b-chat-hf/alpaca_eval_gpt4/annotations.json of
@@ -116,7 +118,7 @@ LAMBDA      ?= 0
 ROUNDS      ?= 2
 JUDGE       ?= hf:smollm2-135m
 START_MODEL ?= pasta-sft-cpu
-PREFS_ARGS  ?= -n 4 --max-new-tokens 256 -q
+PREFS_ARGS  ?= -n 4 --max-new-tokens 256 --speed own -q
 BONBON_ARGS ?= --lora-r 8 --lr 2e-4 --epochs 2 --batch-size 4 --eval-rows 6 --eval-every 4 --save-every 10 -q
 ANNOTATIONS ?= $(DATA)/alpaca_eval_annotations_llama2_vs_davinci003.jsonl
 RUN_TAG     ?= lambda-$(LAMBDA)
