@@ -169,11 +169,12 @@ pasta-frontier: setup $(ALPACA)
 
 # Keep a round's model under the name pasta-bonbon-cpu (when it is faster than pasta-sft-cpu
 # at a well-formed rate that is not lower: see README "Preference rounds"): its adapter chain
-# flattened into one LoRA adapter over pasta-sft-cpu, copied into the package.
+# flattened into one LoRA adapter over pasta-sft-cpu (stored bf16: half the bytes, logits
+# within ~1e-2 of the chain's), copied into the package.
 KEEP ?= $(PREFS_DIR)/lambda-0/round-$(ROUNDS)/bonbon
 pasta-bonbon-cpu: setup
 	rm -rf $(ARTIFACTS)/pasta-bonbon-cpu
-	$(BIN)/python -c "from solm.core.adapters import flatten; flatten('$(KEEP)', 'pasta-sft-cpu', '$(ARTIFACTS)/pasta-bonbon-cpu')"
+	$(BIN)/python -c "from solm.core.adapters import flatten; import torch; flatten('$(KEEP)', 'pasta-sft-cpu', '$(ARTIFACTS)/pasta-bonbon-cpu', dtype=torch.bfloat16)"
 	du -sh $(ARTIFACTS)/pasta-bonbon-cpu
 
 clean:

@@ -1,7 +1,8 @@
 """A local HTTP server speaking Gemini `generateContent` and OpenAI chat-completions, with faults.
 
-It "annotates" the response found in the user prompt with the rules annotator and wraps it in
-<annotated> tags, like a well-behaved LLM. Asked with the judge's system prompt, it judges instead: the response with more "GOOD" in it
+It "annotates" the response found in the user prompt with the rules annotator (PASTA's, or
+TIP's when asked with TIP's system prompt) and wraps it in <annotated> tags, like a
+well-behaved LLM. Asked with the judge's system prompt, it judges instead: the response with more "GOOD" in it
 wins with probability 0.8 (plus `position_bias` towards response A), returned as the letter
 and, when asked for, as log-probabilities (OpenAI `logprobs`, Gemini `logprobsResult`); with
 the JSON prompt, as {"better", "confidence"}. A seeded share of requests instead gets a fault:
@@ -13,12 +14,14 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from solm.annotate.prompt import response_from_user_prompt
 from solm.annotate.rules import annotate_rules
+from solm.annotate.tip_rules import annotate_tip_rules
 
 FAULTS = ("429", "500", "slow", "truncated", "unfaithful", "garbage")
 
@@ -118,7 +121,12 @@ class FakeLLM:
                 text, top = "I cannot decide between them.", None
             return self._reply(h, body, gemini, user, text, top, fault)
         response = response_from_user_prompt(user) or ""
-        annotated, _ = annotate_rules(response, self.count_tokens)
+        if system.startswith("You annotate step-by-step reasoning traces"):
+            registers = int(re.search(r"The model has (\d+) registers", system).group(1))
+            annotated = annotate_tip_rules(response, self.count_tokens, registers,
+                                           min_step_tokens=3).annotated
+        else:
+            annotated, _ = annotate_rules(response, self.count_tokens)
         if fault == "unfaithful" or (self.unfaithful_marker and self.unfaithful_marker in response):
             annotated = annotated.replace(" ", " extra ", 1) if " " in annotated else "changed"
         text = f"<annotated>\n{annotated}\n</annotated>"

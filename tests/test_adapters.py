@@ -59,6 +59,23 @@ def test_a_flattened_chain_is_the_chain(tmp_path, tiny_folder):
     assert not torch.allclose(logits_of(second), expected, atol=1e-3)
 
 
+def test_a_chain_flattened_to_bf16_is_half_the_bytes_and_near_the_chain(tmp_path, tiny_folder):
+    from safetensors.torch import load_file
+
+    first = make_adapter(tiny_folder, tmp_path / "sft", seed=1, rank=4)
+    second = make_adapter(first, tmp_path / "round1", seed=2, rank=2)
+    full = flatten(second, first, tmp_path / "fp32")
+    half = flatten(second, first, tmp_path / "bf16", dtype=torch.bfloat16)
+    assert {v.dtype for v in load_file(str(half / "adapter_model.safetensors")).values()} \
+        == {torch.bfloat16}
+    size = lambda f: (f / "adapter_model.safetensors").stat().st_size  # noqa: E731
+    assert size(half) < 0.6 * size(full)
+    expected = logits_of(second)
+    got = logits_of(str(half))
+    assert torch.allclose(got, expected, atol=1e-2)  # dropping a link moves them by ~1
+    assert got.argmax(-1).eq(expected.argmax(-1)).float().mean() > 0.9
+
+
 def test_a_chain_that_misses_the_ancestor_is_refused(tmp_path, tiny_folder):
     first = make_adapter(tiny_folder, tmp_path / "a", seed=1, rank=2)
     with pytest.raises(SolmError, match="without passing"):

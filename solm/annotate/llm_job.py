@@ -27,6 +27,28 @@ from solm.core.pasta_lang import (PastaSyntaxError, Promise, faithful, parse, pr
 from solm.core.records import Record
 
 
+@dataclass(frozen=True)
+class AnnotationTask:
+    """What an LLM annotation job asks for and how it reads a reply. `check(annotated,
+    source)` returns the fields the output row gets (an `annotated` field None when the
+    annotator found nothing to mark) or raises `Rejection`."""
+
+    name: str
+    system_prompt: str
+    version: str
+    user_prompt: Callable[[str, str], str]
+    check: Callable[[str, str], dict]
+
+
+def pasta_task(count_tokens: Callable[[str], int], cfg: "LLMAnnotateConfig") -> AnnotationTask:
+    def check(annotated: str, source: str) -> dict:
+        annotated = check_annotation(annotated, source, count_tokens, cfg)
+        n = len(promises(annotated))
+        return {"annotated": annotated if n else None, "promises": n}
+
+    return AnnotationTask("pasta", system_prompt(), prompt_version(), user_prompt, check)
+
+
 @dataclass
 class LLMAnnotateConfig(JobLimits):
     fix_lengths: bool = False
@@ -87,11 +109,15 @@ async def annotate_with_llm(records: Iterable[Record], client: ChatClient, outpu
                             rejects: Path, count_tokens: Callable[[str], int],
                             cfg: LLMAnnotateConfig,
                             on_update: Callable[[LLMAnnotateSummary], None] | None = None,
-                            seed: int = 0) -> LLMAnnotateSummary:
+                            seed: int = 0, task: AnnotationTask | None = None
+                            ) -> LLMAnnotateSummary:
+    """Annotate every record not yet settled in `output` / `rejects`; `task` defaults to
+    Pasta-Lang's."""
+    task = task or pasta_task(count_tokens, cfg)
     summary = LLMAnnotateSummary()
     started = time.perf_counter()
     seen, summary.retried_rejects = settled_ids(output, rejects)
-    version, system = prompt_version(), system_prompt()
+    version, system = task.version, task.system_prompt
     limiter = rate_limiter(cfg)
     rng = random.Random(seed)
     # duplicate ids in the input are annotated once
@@ -126,7 +152,7 @@ async def annotate_with_llm(records: Iterable[Record], client: ChatClient, outpu
                 await limiter.acquire()
             summary.requests += 1
             try:
-                reply = await client.complete(system, user_prompt(rec.prompt, rec.response),
+                reply = await client.complete(system, task.user_prompt(rec.prompt, rec.response),
                                               max_tokens=cfg.max_output_tokens,
                                               temperature=cfg.temperature)
             except LLMError as e:
@@ -142,18 +168,16 @@ async def annotate_with_llm(records: Iterable[Record], client: ChatClient, outpu
                 annotated = extract_annotation(reply.text)
                 if annotated is None:
                     raise Rejection("unparsable_reply", reply.text[:200])
-                annotated = check_annotation(annotated, rec.response, count_tokens, cfg)
+                fields = task.check(annotated, rec.response)
             except Rejection as e:
                 last_reason, last_detail = e.reason, e.detail
                 summary.retries[e.reason] = summary.retries.get(e.reason, 0) + 1
                 continue
-            n = len(promises(annotated))
             out.write({"id": rec.id, "prompt": rec.prompt, "system": rec.system,
-                       "response": rec.response, "annotated": annotated if n else None,
-                       "promises": n, "annotator": client.spec, "prompt_version": version,
-                       "tries": attempt + 1})
+                       "response": rec.response, **fields, "annotator": client.spec,
+                       "prompt_version": version, "tries": attempt + 1})
             summary.accepted += 1
-            summary.unannotated += n == 0
+            summary.unannotated += fields.get("annotated") is None
             notify()
             return
         reject(rec, last_reason, last_detail, cfg.max_tries)

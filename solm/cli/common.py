@@ -207,6 +207,24 @@ def dedupe_list(dedupe: bool) -> list[str] | None:
     return [] if dedupe else None
 
 
+def annotation_records(input: str, split: str, limit: int | None, seed: int | None,
+                       dedupe: bool) -> list:
+    """The records an annotation job reads: the first N, or a seeded random N with --seed;
+    refuses an input with none."""
+    from solm.core.records import load_records, sample_records
+
+    duplicates = dedupe_list(dedupe)
+    if seed is not None and limit is not None:
+        records = sample_records(load_records(input, split=split, duplicates=duplicates),
+                                 limit, seed)
+    else:
+        records = list(load_records(input, split=split, limit=limit, duplicates=duplicates))
+    report_duplicates(duplicates, input)
+    if not records:
+        raise SolmError(f"{input}: no rows to annotate; nothing was done")
+    return records
+
+
 def report_duplicates(duplicates: list[str] | None, source: object) -> None:
     if duplicates:
         console.print(f"[yellow]warning:[/] --dedupe: {len(duplicates)} row(s) of {source} "

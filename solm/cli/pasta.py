@@ -13,12 +13,12 @@ from solm.cli.common import (CompileOption, ConfigOption, DEFAULT_MODEL, DebugOp
                              DeviceOption, DtypeOption, ForceOption, MAX_NEW_TOKENS_CAP,
                              ModelOption, NoRepeatNgramOption, QuantizeOption, QuietOption,
                              RepetitionPenaltyOption, SeedOption, TemperatureOption, TopPOption,
-                             VersionOption, check_paths, console, decode_flags, dedupe_list,
+                             VersionOption, annotation_records, check_paths, console, decode_flags,
+                             dedupe_list, report_duplicates,
                              greater_than, handle_errors, info, is_quiet, one_of, out_console,
-                             progress, report_duplicates, settings_from, settled_counter,
+                             progress, settings_from, settled_counter,
                              show_control_tokens)
 from solm.cli.errors import SolmGroup
-from solm.core.errors import SolmError
 from solm.cli.options import config_from_options, config_parameters, with_parameters
 from solm.cli.judge import JUDGE_HELP, judge
 from solm.core.generation import resolve_decode
@@ -98,8 +98,6 @@ def annotate(
     from solm.annotate.pipeline import annotate_rules_job
     from solm.core.models import load_tokenizer
     from solm.core.provenance import check_rerun_settings, write_manifest
-    from solm.core.records import load_records, sample_records
-
     import os
 
     from solm.core.jsonl import is_stdio
@@ -119,15 +117,7 @@ def annotate(
     mixed = check_rerun_settings(output, row_settings, force)
     tok = load_tokenizer(tokenizer)
     count = lambda s: len(tok(s, add_special_tokens=False).input_ids)  # noqa: E731
-    duplicates = dedupe_list(dedupe)
-    if seed is not None and limit is not None:
-        records = sample_records(load_records(input, split=split, duplicates=duplicates),
-                                 limit, seed)
-    else:
-        records = list(load_records(input, split=split, limit=limit, duplicates=duplicates))
-    report_duplicates(duplicates, input)
-    if not records:
-        raise SolmError(f"{input}: no rows to annotate; nothing was done")
+    records = annotation_records(input, split, limit, seed, dedupe)
     extra: dict = {}
     if annotator == "rules":
         with progress("annotating", len(records)) as advance:

@@ -10,9 +10,10 @@ import typer
 
 from solm.cli.common import (CompileOption, ConfigOption, DEFAULT_MODEL, DebugOption, DedupeOption,
                              DeviceOption, DtypeOption, ForceOption, ModelOption, QuantizeOption,
-                             QuietOption, VersionOption, check_paths, console, dedupe_list,
-                             handle_errors, info, one_of, out_console, probability_mass, progress,
-                             report_duplicates, settings_from, show_control_tokens)
+                             QuietOption, VersionOption, annotation_records, check_paths, console,
+                             dedupe_list, greater_than, handle_errors, info, one_of, out_console,
+                             probability_mass, progress, report_duplicates, settings_from,
+                             settled_counter, show_control_tokens)
 from solm.cli.errors import SolmGroup
 from solm.core.errors import SolmError
 from solm.core.paths import outputs_beside
@@ -117,6 +118,125 @@ def decode(
     (console if str(out) == "-" else out_console).print_json(json.dumps(summary.to_dict()))
 
 
+TIP_ANNOTATE_HELP = """Annotate reasoning traces with thought registers; resumable, faithful.
+
+Each step of a trace (a worked solution: `solution` or `answer` of MATH / DeepMath / GSM8K
+rows, or any prompt/response JSONL) opens with a register `<reg_i>`; a register is reused
+only when the step it holds is no longer needed by later steps, so the TIP model learns to
+forget what it will not read again. Removing the registers gives back the trace exactly
+(checked per row). Rows that cannot be annotated go to the rejects file with a reason;
+rerunning the same command skips every id already in either file.
+
+**Annotators** (`--annotator`):
+
+- `rules`: steps at line breaks and sentence ends (outside maths), merged to at least
+  `--min-step-tokens`; a step is needed while a later step refers back to it (shares a
+  number other than 0/1, a maths symbol or a named quantity that no step in between
+  restates); registers go least recently used first, to steps no longer needed when there
+  are any (solm/annotate/tip_rules.py says it in full).
+  `tip annotate -i ~/.cache/solm/data/deepmath.jsonl -o traces.jsonl --registers 2 --limit 1000`
+- `gemini:MODEL[@URL]`, `openai:MODEL[@URL]`, `hf:MODEL`: the LLM backends of `pasta
+  annotate`, with TIP's own prompt and demonstrations (solm/annotate/prompts/tip_*).
+  `tip annotate -i deepmath.jsonl -o traces.jsonl --annotator gemini:gemini-2.5-flash --registers 4`
+
+Output rows: `prompt`, `response` (the trace), `annotated` (with registers), `steps`,
+`killed` (steps a reuse kills), `forced` (rules: killed while still referred to),
+`registers`.
+"""
+
+
+@app.command("annotate", help=TIP_ANNOTATE_HELP)
+@handle_errors
+def annotate(
+    input: str = typer.Option(..., "--input", "-i", help="JSONL of problems with worked "
+                              "solutions or traces, `-` for standard input, or a hub "
+                              "dataset name."),
+    output: Path = typer.Option(..., "--output", "-o", help="Accepted rows are appended here."),
+    annotator: str = typer.Option("rules", help="`rules`, `gemini:MODEL[@URL]`, "
+                                  "`openai:MODEL[@URL]` or `hf:MODEL` (see above)."),
+    registers: int = typer.Option(16, min=1, help="Thought registers <reg_0> ... "
+                                  "<reg_{N-1}>: fewer registers, more reuse."),
+    min_step_tokens: int = typer.Option(16, min=1, help="rules: sentences merge until a step "
+                                        "has this many tokens."),
+    rejects: Optional[Path] = typer.Option(None, help="Rejected rows with a reason (default: "
+                                           "OUTPUT with .rejects.jsonl)."),
+    tokenizer: str = typer.Option(DEFAULT_MODEL, help="Tokenizer that counts step lengths."),
+    limit: Optional[int] = typer.Option(None, min=1, help="Only N rows (the first N, or a "
+                                        "random N with --seed)."),
+    seed: Optional[int] = typer.Option(None, help="With --limit: a seeded random subset."),
+    concurrency: int = typer.Option(8, min=1, help="LLM: requests in flight."),
+    rpm: Optional[float] = typer.Option(None, callback=greater_than(0),
+                                        help="LLM: requests per minute (token bucket)."),
+    max_tries: int = typer.Option(4, min=1, help="LLM: tries per row."),
+    timeout: float = typer.Option(120.0, callback=greater_than(0),
+                                  help="LLM: seconds per request."),
+    base_url: Optional[str] = typer.Option(None, help="LLM: server URL (overrides the spec's)."),
+    temperature: float = typer.Option(0.0, min=0.0, help="LLM: sampling temperature."),
+    max_output_tokens: int = typer.Option(4096, min=1, help="LLM: cap on each reply's length."),
+    split: str = typer.Option("train", help="Split, for hub datasets."),
+    dedupe: bool = DedupeOption,
+    force: bool = ForceOption,
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+) -> None:
+    import asyncio
+
+    from solm.core.models import load_tokenizer
+    from solm.core.paths import outputs_beside
+    from solm.core.provenance import check_rerun_settings, write_manifest
+
+    rejects = rejects or output.with_name(output.stem + ".rejects.jsonl")
+    check_paths([input], [*outputs_beside(output), rejects])
+    version = None
+    if annotator != "rules":
+        from solm.annotate.tip_prompt import tip_prompt_version
+        try:
+            version = tip_prompt_version(registers)
+        except ValueError as e:
+            raise SolmError(f"--registers {registers}: {e}") from None
+    row_settings = {"annotator": annotator, "tokenizer": tokenizer, "registers": registers,
+                    "min_step_tokens": min_step_tokens if annotator == "rules" else None,
+                    "temperature": temperature, "max_output_tokens": max_output_tokens,
+                    "prompt_version": version}
+    mixed = check_rerun_settings(output, row_settings, force)
+    tok = load_tokenizer(tokenizer)
+    count = lambda s: len(tok(s, add_special_tokens=False).input_ids)  # noqa: E731
+    records = annotation_records(input, split, limit, seed, dedupe)
+    if annotator == "rules":
+        from solm.annotate.tip_job import annotate_tip_rules_job
+
+        with progress("annotating", len(records)) as advance:
+            summary = annotate_tip_rules_job(
+                records, output, rejects, count, registers, min_step_tokens,
+                on_row=lambda s: advance(status=f"annotated {s.annotated} reusing "
+                                                f"{s.reuse_share:.0%} rejected "
+                                                f"{sum(s.rejected.values())}"))
+    else:
+        from solm.annotate.llm_job import LLMAnnotateConfig, annotate_with_llm
+        from solm.annotate.tip_prompt import tip_task
+        from solm.core.llm import make_client
+
+        client = make_client(annotator, base_url=base_url, timeout=timeout,
+                             batch_size=concurrency)
+        cfg = LLMAnnotateConfig(concurrency=concurrency, rpm=rpm, max_tries=max_tries,
+                                temperature=temperature, max_output_tokens=max_output_tokens)
+        with progress(f"annotating with {client.spec}", len(records)) as advance:
+            counter = settled_counter(advance)
+
+            def update(s):
+                rejected = sum(s.rejected.values())
+                counter(s.skipped_done + s.accepted + rejected,
+                        f"accepted {s.accepted} rejected {rejected} retrying {s.retrying}")
+
+            summary = asyncio.run(annotate_with_llm(records, client, output, rejects, count,
+                                                    cfg, on_update=update,
+                                                    task=tip_task(registers)))
+    write_manifest(output, "tip annotate", settings_from(locals()), inputs=[input],
+                   model=tokenizer, extra={"summary": summary.to_dict(),
+                                           "prompt_version": version},
+                   row_settings=row_settings, mixed=mixed)
+    out_console.print_json(json.dumps(summary.to_dict()))
+
+
 @app.command()
 @handle_errors
 def traces(
@@ -126,14 +246,14 @@ def traces(
                                      "e.g. MATH or DeepMath rows."),
     n: int = typer.Option(16, min=1, help="How many traces."),
     min_tokens: int = typer.Option(4000, min=1, help="Each trace has at least this many tokens."),
-    registers: int = typer.Option(16, min=1, help="Registers cycled through: step k opens "
-                                  "<reg_{k mod N}>."),
+    registers: int = typer.Option(16, min=1, help="Thought registers the rules annotator "
+                                  "assigns."),
     min_step_tokens: int = typer.Option(24, min=1, help="Sentences merge until a step is this long."),
     tokenizer: str = typer.Option(DEFAULT_MODEL, help="Tokenizer that counts step lengths."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
-    """Build synthetic register-annotated traces from real solutions: step k opens with
-    <reg_{k mod registers}> (see solm/annotate/tip_traces.py).
+    """Build long register-annotated traces for `tip bench`: real solutions concatenated to
+    --min-tokens, annotated by `tip annotate`'s rules (see solm/annotate/tip_traces.py).
 
     Input: JSONL with a question and a worked `solution` (or `answer`) per line, e.g. the
     rows of DeepMath-103K (`solm data get deepmath`). Example: `tip traces --source ~/.cache/solm/data/deepmath.jsonl -o runs/tip/traces.jsonl --n 16 --min-tokens 4000`

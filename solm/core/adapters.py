@@ -49,8 +49,12 @@ def chain(folder: str | Path, down_to: str) -> list[Path]:
     raise SolmError(f"{folder}: adapter chain longer than 64")
 
 
-def flatten(folder: str | Path, down_to: str, out: str | Path) -> Path:
-    """Write one adapter over `down_to` equal to the chain from `folder` down to it."""
+def flatten(folder: str | Path, down_to: str, out: str | Path,
+            dtype: torch.dtype | None = None) -> Path:
+    """Write one adapter over `down_to` equal to the chain from `folder` down to it.
+
+    The stacking is done in fp32; `dtype` (e.g. bfloat16, half the bytes) is the stored
+    one, None stores fp32."""
     from safetensors.torch import load_file, save_file
 
     links = chain(folder, down_to)
@@ -73,6 +77,7 @@ def flatten(folder: str | Path, down_to: str, out: str | Path) -> Path:
             m = _LORA.match(key)
             if m:
                 parts = a_parts if m["which"] == "A" else b_parts
+                value = value.float()
                 parts.setdefault(m["module"], []).append(
                     value if m["which"] == "A" else value * scale)
             elif key.endswith(TOKENS_SUFFIX):
@@ -86,6 +91,8 @@ def flatten(folder: str | Path, down_to: str, out: str | Path) -> Path:
         flat[f"{module}.lora_A.weight"] = torch.cat(parts, dim=0).contiguous()
         flat[f"{module}.lora_B.weight"] = torch.cat(b_parts[module], dim=1).contiguous()
     flat.update(tokens)
+    if dtype is not None:
+        flat = {k: v.to(dtype).contiguous() for k, v in flat.items()}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     save_file(flat, str(out / WEIGHTS))

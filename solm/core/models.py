@@ -38,13 +38,21 @@ ALIASES: dict[str, GgufAlias] = {
 DEFAULT_MODEL = "smollm2-135m"
 
 # Small trained models kept in the package: LoRA adapters (with their trained control-token
-# rows) over the embedded model, made by `make sft-lora-cpu`; loaded by name like aliases.
+# rows) over the embedded model or over another kept model, made by `make` targets; loaded
+# by name like aliases.
 ARTIFACTS_DIR = Path(__file__).resolve().parent.parent / "artifacts"
 ARTIFACTS: dict[str, str] = {
     "pasta-sft-cpu": "Pasta-SFT on the embedded model: LoRA r=8 on 517 rule-annotated rows "
                      "(the APAR-style model of the CPU evaluation)",
     "baseline-sft-cpu": "Baseline-SFT: the same rows with the tags stripped, same LoRA",
+    "pasta-bonbon-cpu": "pasta-sft-cpu after two BoNBoN rounds at lambda 0 (speed only, "
+                        "--speed own): its two LoRA r=8 adapters flattened into one r=16 "
+                        "adapter over pasta-sft-cpu, stored bf16 (`make pasta-bonbon-cpu`)",
 }
+
+# the make target that builds each kept model, for the error when one is missing
+ARTIFACT_TARGETS = {"pasta-sft-cpu": "sft-lora-cpu", "baseline-sft-cpu": "sft-lora-cpu",
+                    "pasta-bonbon-cpu": "pasta-bonbon-cpu"}
 
 
 def artifact_folder(name: str) -> str | None:
@@ -54,7 +62,7 @@ def artifact_folder(name: str) -> str | None:
     folder = ARTIFACTS_DIR / name
     if not (folder / "adapter_config.json").exists():
         raise SolmError(f"model '{name}' is not in this installation ({folder}); make it with "
-                        f"`make sft-lora-cpu`")
+                        f"`make {ARTIFACT_TARGETS[name]}`")
     return str(folder)
 
 
