@@ -8,6 +8,7 @@ from conftest import TIP_REGISTERS as REGISTERS
 from policy_matrix import register_traces
 
 from solm.core.systems.tip import TipVocab
+from solm.train.collator import collate_examples
 from solm.core.systems.tip import structure as tip_structure
 from solm.decode.tip.runtime import TipDecodeConfig, TipRequest, TipRuntime
 
@@ -135,16 +136,28 @@ def test_generation_samples_and_stops(tip_model, tip_tok):
 
 
 def test_tip_reads_exactly_what_the_oracle_shows(tip_model, tip_tok):
-    """Each decode step reads the tokens the spec (tests/oracles.py) keeps alive, no more."""
+    """Each decode step reads the tokens the spec (tests/oracles.py) keeps alive, no more,
+    and exactly what `tip sft`'s training batch lets that token see: TIP's training mask
+    equals the runtime's visibility at every token, killed steps included."""
     from oracles import tip_oracle
+
+    from solm.train.tip_sft import TipCollator
 
     rt = TipRuntime(tip_model, tip_tok, num_pages=64, page_size=4, num_registers=REGISTERS)
     reqs = register_traces(tip_tok, 4, 40, seed=9)
     cfg = TipDecodeConfig(policy="tip", batch_size=2, record_reads=True, check_reads=True)
+    vocab = TipVocab.from_tokenizer(tip_tok, REGISTERS)
+    collator = TipCollator(tip_tok, vocab, max_len=4096)
     for res in rt.run(reqs, cfg):
         req = reqs[res.rid]
         p = len(req.prompt)
         visible, _, _ = tip_oracle(req.prompt + req.forced, tip_tok, p)
+        batch = collate_examples([collator.encode_ids(req.prompt, req.forced)], 0)
+        trained = batch["attention_mask"][0, 0]
+        killed_seen = False
         for j, read in enumerate(res.reads):
             assert sorted(read) == visible[p + j].nonzero().flatten().tolist()
-        assert res.evicted_pages > 0
+            train_row = trained[p + j, :p + j + 1].nonzero().flatten().tolist()
+            assert sorted(read) == train_row
+            killed_seen |= len(train_row) < p + j + 1
+        assert res.evicted_pages > 0 and killed_seen

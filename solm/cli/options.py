@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import types
 import typing
+from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 import typer
 
-from solm.cli.common import greater_than, one_of
+from solm.cli.common import (ConfigOption, DebugOption, QuietOption, greater_than,
+                             handle_errors, info, one_of, out_console)
 from solm.core.settings import cli_name, is_setting
 
 
@@ -58,3 +61,29 @@ def with_parameters(fn: Callable, params: list[inspect.Parameter]) -> Callable:
     fn.__signature__ = inspect.Signature(params + own)
     fn.__annotations__ = {p.name: p.annotation for p in params + own}
     return fn
+
+
+def train_command(app: typer.Typer, name: str, help: str, config_cls: type,
+                  trainer_path: str, describe: Callable[[Any, Any], str]) -> None:
+    """Register `name` on `app`: options from `config_cls`, the trainer (a
+    "module:Class" path, imported when the command runs) checked before anything loads,
+    trained, and its summary printed as JSON."""
+    def command(config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
+                debug: bool = DebugOption, **options) -> None:
+        import importlib
+
+        module, _, cls_name = trainer_path.partition(":")
+        trainer_cls = getattr(importlib.import_module(module), cls_name)
+        cfg = config_from_options(config_cls, options, quiet=quiet)
+        trainer = trainer_cls(cfg)
+        trainer.check()  # refused settings and paths before anything is printed or loaded
+        info(describe(trainer, cfg))
+        meta = trainer.train()
+        if meta:
+            out_console.print_json(json.dumps({"out": cfg.out, "system": meta["system"],
+                                               "format": meta["format"], **meta["data"],
+                                               **meta["results"]}))
+
+    command.__name__ = name.replace("-", "_")
+    app.command(name=name, help=help)(handle_errors(with_parameters(
+        command, config_parameters(config_cls))))

@@ -19,7 +19,7 @@ from solm.cli.common import (CompileOption, ConfigOption, DEFAULT_MODEL, DebugOp
                              progress, settings_from, settled_counter,
                              show_control_tokens)
 from solm.cli.errors import SolmGroup
-from solm.cli.options import config_from_options, config_parameters, with_parameters
+from solm.cli.options import train_command
 from solm.cli.judge import JUDGE_HELP, judge
 from solm.core.generation import resolve_decode
 from solm.cli.pasta_eval import app as eval_app
@@ -173,23 +173,8 @@ Examples:
 """
 
 
-def sft(config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
-        debug: bool = DebugOption, **options) -> None:
-    from solm.train.sft import PastaSFTTrainer
-
-    cfg = config_from_options(PastaSFTConfig, options, quiet=quiet)
-    trainer = PastaSFTTrainer(cfg)
-    trainer.check()  # refused settings and paths before anything is printed or loaded
-    info(f"{trainer.system}-sft of {cfg.model} on {cfg.data} -> {cfg.out}")
-    meta = trainer.train()
-    if meta:
-        out_console.print_json(json.dumps({"out": cfg.out, "system": meta["system"],
-                                           "format": meta["format"], **meta["data"],
-                                           **meta["results"]}))
-
-
-app.command(name="sft", help=SFT_HELP)(handle_errors(with_parameters(
-    sft, config_parameters(PastaSFTConfig))))
+train_command(app, "sft", SFT_HELP, PastaSFTConfig, "solm.train.sft:PastaSFTTrainer",
+              lambda t, c: f"{t.system}-sft of {c.model} on {c.data} -> {c.out}")
 
 BONBON_HELP = """BoNBoN training on `pasta prefs` pairs: alpha x SFT + (1 - alpha) x IPO.
 
@@ -212,23 +197,8 @@ Examples:
 """
 
 
-def bonbon(config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
-           debug: bool = DebugOption, **options) -> None:
-    from solm.train.bonbon import BonbonTrainer
-
-    cfg = config_from_options(BonbonConfig, options, quiet=quiet)
-    trainer = BonbonTrainer(cfg)
-    trainer.check()
-    info(f"bonbon (alpha {cfg.alpha:g}) of {cfg.model} on {cfg.data} -> {cfg.out}")
-    meta = trainer.train()
-    if meta:
-        out_console.print_json(json.dumps({"out": cfg.out, "system": meta["system"],
-                                           "format": meta["format"], **meta["data"],
-                                           **meta["results"]}))
-
-
-app.command(name="bonbon", help=BONBON_HELP)(handle_errors(with_parameters(
-    bonbon, config_parameters(BonbonConfig))))
+train_command(app, "bonbon", BONBON_HELP, BonbonConfig, "solm.train.bonbon:BonbonTrainer",
+              lambda t, c: f"bonbon (alpha {c.alpha:g}) of {c.model} on {c.data} -> {c.out}")
 
 app.command(name="prefs", help=PREFS_HELP)(prefs)
 

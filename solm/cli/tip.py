@@ -15,9 +15,11 @@ from solm.cli.common import (CompileOption, ConfigOption, DEFAULT_MODEL, DebugOp
                              probability_mass, progress, report_duplicates, settings_from,
                              settled_counter, show_control_tokens)
 from solm.cli.errors import SolmGroup
+from solm.cli.options import train_command
 from solm.core.errors import SolmError
 from solm.core.paths import outputs_beside
 from solm.decode.tip.policies import POLICIES, policies_help
+from solm.train.tip_sft import TipSFTConfig
 
 app = typer.Typer(
     cls=SolmGroup, name="tip", no_args_is_help=True, rich_markup_mode="markdown",
@@ -235,6 +237,28 @@ def annotate(
                                            "prompt_version": version},
                    row_settings=row_settings, mixed=mixed)
     out_console.print_json(json.dumps(summary.to_dict()))
+
+
+TIP_SFT_HELP = """Finetune a model to think in place (TIP-SFT), or on the same traces without
+registers (`--strip-registers`: the Dense baseline).
+
+Masks, positions and targets come from solm.core's TIP `structure()`: a token does not see a
+step that a reused register killed before it, exactly what the paged runtime evicts.
+`--registers N` gives the tokenizer N register tokens (the traces' registers must be among
+them); the model's solm.json records N, and `tip decode` / `tip eval` read it back. Prompts get
+the maths instruction (final answer in \\boxed{}) unless `--no-math-prompt`. Everything else
+is `pasta sft`'s: LoRA or full, bf16 where the hardware has it, checkpoints in OUT/checkpoints
+(rerun the same command to resume), many GPUs through `accelerate launch` / `torchrun`.
+
+Examples:
+
+- CPU: `tip sft --data runs/tip/traces.jsonl --registers 2 --out runs/tip/tip-sft --lora-r 16 --lr 1e-3 --epochs 1`
+- Dense baseline: the same with `--strip-registers --out runs/tip/dense-sft`
+"""
+
+train_command(app, "sft", TIP_SFT_HELP, TipSFTConfig, "solm.train.tip_sft:TipSFTTrainer",
+              lambda t, c: f"{t.system}-sft of {c.model} on {c.data} ({c.registers} registers)"
+                           f" -> {c.out}")
 
 
 @app.command()

@@ -258,6 +258,22 @@ def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "au
     return model, tokenizer
 
 
+def model_registers(name_or_path: str) -> int | None:
+    """The TIP register count a solm-trained model records in its solm.json (None for any
+    other model)."""
+    import json
+
+    folder = Path(artifact_folder(str(name_or_path)) or str(name_or_path))
+    meta = folder / "solm.json"
+    if not meta.is_file():
+        return None
+    try:
+        value = json.loads(meta.read_text()).get("num_registers")
+    except (OSError, ValueError):
+        return None
+    return int(value) if isinstance(value, int) else None
+
+
 def adapter_parent(folder: Path) -> str:
     """The model a LoRA adapter folder was trained on: solm.json's parent_model, else the
     adapter's own record."""

@@ -156,6 +156,11 @@ class SolmTrainer:
     def loss_label(self) -> str:
         return "train loss"
 
+    def control_token_options(self) -> dict[str, Any]:
+        """Options of the system's control tokens (TIP: `num_registers`); they reach the
+        tokenizer, the vocab and solm.json, which loading reads back."""
+        return {}
+
     def trainer_class(self) -> type:
         from transformers import Trainer
         return Trainer
@@ -201,8 +206,10 @@ class SolmTrainer:
         cfg = self.config
         impl = "flex_attention" if self.attention() == "flex" else "sdpa"
         model, tok = load_model(cfg.model, dtype="fp32", device="cpu", attn_implementation=impl)
-        add_control_tokens(model, tok, self.control_tokens)
-        vocab = get_system(self.control_tokens).structure_module().Vocab.from_tokenizer(tok)
+        options = self.control_token_options()
+        add_control_tokens(model, tok, self.control_tokens, **options)
+        vocab = get_system(self.control_tokens).structure_module().Vocab.from_tokenizer(
+            tok, **options)
         model.config.use_cache = False
         if cfg.lora_r:
             from peft import LoraConfig, get_peft_model
@@ -216,13 +223,24 @@ class SolmTrainer:
             model = get_peft_model(model, lora)
         return model, tok, vocab
 
+    def arguments_class(self) -> type:
+        """The Trainer's arguments class (a stage on TRL returns its config class)."""
+        from transformers import TrainingArguments
+        return TrainingArguments
+
+    def extra_arguments(self) -> dict[str, Any]:
+        """Arguments of `arguments_class` beyond those every stage sets."""
+        return {}
+
+    def build_trainer(self, trainer_cls: type, **kwargs):
+        """The Trainer itself; a stage whose Trainer takes other arguments overrides this."""
+        return trainer_cls(**kwargs)
+
     def training_arguments(self, data: PreparedData, ckpt_dir: Path, accum: int, bf16: bool,
                            grad_ckpt: bool):
-        from transformers import TrainingArguments
-
         cfg = self.config
         steps_per_epoch = max(1, math.ceil(len(data.train) / cfg.batch_size))
-        return TrainingArguments(
+        return self.arguments_class()(
             output_dir=str(ckpt_dir), learning_rate=cfg.learning_rate,
             lr_scheduler_type="linear", warmup_steps=cfg.warmup_ratio,
             weight_decay=cfg.weight_decay, num_train_epochs=cfg.epochs,
@@ -237,7 +255,7 @@ class SolmTrainer:
             activation_checkpointing_kwargs={"use_reentrant": False} if grad_ckpt else None,
             remove_unused_columns=False, report_to="none", seed=cfg.seed, data_seed=cfg.seed,
             train_sampling_strategy="group_by_length" if cfg.micro_batch_size > 1 else "random",
-            disable_tqdm=cfg.quiet, dataloader_num_workers=0,
+            disable_tqdm=cfg.quiet, dataloader_num_workers=0, **self.extra_arguments(),
         )
 
     def train(self) -> dict:
@@ -308,8 +326,8 @@ class SolmTrainer:
                 if on_log:
                     on_log(entry)
 
-        def length(r: dict) -> int:
-            return len(r["prompt"]) + len(r["text"])  # characters: cheap, only orders batches
+        def length(r: dict) -> int:  # characters: cheap, only orders batches
+            return len(r["prompt"]) + len(r.get("text", ""))
 
         train_ds = Dataset.from_list([{**r, "length": length(r)} for r in data.train])
         eval_ds = (Dataset.from_list([{**r, "length": length(r)} for r in data.eval])
@@ -322,8 +340,8 @@ class SolmTrainer:
         if getattr(collator, "flex", False):
             from solm.train.flex import flex_trainer
             trainer_cls = flex_trainer(trainer_cls, collator.term)
-        trainer = trainer_cls(
-            model=model, args=args, data_collator=collator,
+        trainer = self.build_trainer(
+            trainer_cls, model=model, args=args, data_collator=collator,
             train_dataset=train_ds, eval_dataset=eval_ds, processing_class=tok,
             callbacks=callbacks, compute_loss_func=self.compute_loss_func(model, vocab))
         if cfg.quiet:  # the Trainer prints each log dict when its progress bar is off
@@ -393,5 +411,6 @@ class SolmTrainer:
                         "eval_loss_before": eval_before, "eval_loss_after": eval_after,
                         "wall_s": round(wall, 1), "resumed_from": resume},
             "versions": package_versions(),
+            **self.control_token_options(),
             **cfg.extra,
         }

@@ -75,9 +75,10 @@ def collate_examples(examples: list[PastaExample], pad: int, flex: bool = False
         labels[i, 1:t] = torch.tensor(e.targets[: t - 1])  # pre-shifted for HF's loss
     batch = {"input_ids": input_ids, "position_ids": position_ids, "labels": labels}
     if flex:
-        attrs = {name: torch.zeros((b, n), dtype=torch.long) for name in ATTR_NAMES}
+        names = list(examples[0].attrs)  # the structure's own attributes (any system)
+        attrs = {name: torch.zeros((b, n), dtype=torch.long) for name in names}
         for i, e in enumerate(examples):
-            for name in ATTR_NAMES:
+            for name in names:
                 attrs[name][i, :len(e.input_ids)] = e.attrs[name]
         batch["structure_attrs"] = attrs
         batch["lengths"] = torch.tensor([len(e.input_ids) for e in examples])

@@ -43,6 +43,9 @@ class TipDecodeConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     record_logits: bool = False
     record_reads: bool = False  # keep, per decode step, the token indices attention read
+    # keep each sampled token's log-prob under the model's distribution at the sampling
+    # temperature (log_softmax(logits / T), before top-p): what GRPO recomputes in training
+    record_logprobs: bool = False
     check_reads: bool = False  # assert every read slot is on a page the reader owns
 
 
@@ -68,6 +71,7 @@ class TipResult:
     decode_s: float
     logits: torch.Tensor | None = None  # [generated, vocab] when recorded
     reads: list[list[int]] | None = None  # per decode step: token indices read, when recorded
+    logprobs: list[float] | None = None  # per generated token, when recorded
     slots_written: int = 0  # prompt + generated tokens
     evicted_pages: int = 0  # pages the policy freed before the request ended
 
@@ -86,6 +90,7 @@ class _Row:
     ids: list[int] = field(default_factory=list)
     logits: list[torch.Tensor] = field(default_factory=list)
     reads: list[list[int]] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
     evicted_pages: int = 0
     live_sum: int = 0
     peak_pages: int = 0
@@ -255,7 +260,11 @@ class TipRuntime:
         if row.req.forced is not None:
             i = len(row.ids)
             return row.req.forced[i] if i < len(row.req.forced) else -1
-        return row.sampler(logits)
+        token = row.sampler(logits)
+        if config.record_logprobs:
+            t = config.sampling.temperature if config.sampling.temperature > 0 else 1.0
+            row.logprobs.append(float(torch.log_softmax(logits.float() / t, -1)[token]))
+        return token
 
     def _sampled_eos(self, row: _Row) -> bool:
         return row.req.forced is None and row.pending in self.eos
@@ -278,7 +287,9 @@ class TipRuntime:
             peak_live_tokens=row.peak_live, slots_allocated=row.slots_allocated,
             prefill_s=row.prefill_s, decode_s=row.decode_s,
             logits=torch.stack(row.logits) if row.logits else None,
-            reads=row.reads if self._record_reads else None, slots_written=written,
+            reads=row.reads if self._record_reads else None,
+            logprobs=row.logprobs[:len(ids)] if row.logprobs else None,
+            slots_written=written,
             evicted_pages=row.evicted_pages)
 
     def run(self, requests: Iterable[TipRequest], config: TipDecodeConfig,

@@ -1,0 +1,116 @@
+"""tip grpo: rollouts from the TIP runtime scored again under TIP's masks give the runtime's own
+sampling log-probs; TRL hands rollout_func repeated prompts; the reward's KV term is monotone;
+a short end-to-end run logs the share of groups whose correctness varies."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import TIP_REGISTERS
+from solm.core.systems.tip import TipVocab
+from solm.train.grpo import (TipReward, TipRollouts, completion_logprobs, group_varies,
+                             kv_term)
+
+
+@pytest.fixture(scope="module")
+def register_happy_model(tip_tok):
+    """A tiny random model whose head favours the register tokens, so rollouts reuse them."""
+    from solm.core.models import tiny_model
+
+    model, _ = tiny_model(tip_tok, seed=5)
+    old = model.lm_head
+    head = torch.nn.Linear(old.in_features, old.out_features, bias=True)
+    with torch.no_grad():
+        head.weight.copy_(old.weight)
+        head.bias.zero_()
+        head.bias[TipVocab.from_tokenizer(tip_tok, TIP_REGISTERS).control_ids] = 6.0
+    model.config.tie_word_embeddings = False
+    model.lm_head = head
+    return model.eval()
+
+
+def trl_layout(prompt_ids, completion_ids, pad):
+    """What GRPOTrainer builds: prompts left-padded, completions right-padded, a 2-D mask."""
+    p = max(len(x) for x in prompt_ids)
+    c = max(len(x) for x in completion_ids)
+    ids, mask = [], []
+    for pr, co in zip(prompt_ids, completion_ids):
+        ids.append([pad] * (p - len(pr)) + pr + co + [pad] * (c - len(co)))
+        mask.append([0] * (p - len(pr)) + [1] * (len(pr) + len(co)) + [0] * (c - len(co)))
+    return torch.tensor(ids), torch.tensor(mask), c
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_recomputed_logprobs_equal_the_runtimes_sampling_logprobs(tip_tok, register_happy_model,
+                                                                  temperature):
+    vocab = TipVocab.from_tokenizer(tip_tok, TIP_REGISTERS)
+    rollouts = TipRollouts(tip_tok, TIP_REGISTERS, "tip", page_size=4, batch_size=3,
+                           max_completion_length=24, temperature=temperature, top_p=0.95)
+    trainer = SimpleNamespace(model=register_happy_model,
+                              accelerator=SimpleNamespace(unwrap_model=lambda m: m))
+    prompts = ["What is 2 + 3?", "Name a prime.", "Hi", "Count to five, please, slowly."] * 2
+    out = rollouts(prompts, trainer)
+    assert len(out["completion_ids"]) == len(prompts)
+    assert sum(out["evicted_pages"]) > 0  # steps were killed while sampling
+    assert any(len([t for t in c if t in vocab.registers]) >
+               len({t for t in c if t in vocab.registers}) for c in out["completion_ids"])
+    ids, mask, keep = trl_layout(out["prompt_ids"], out["completion_ids"], tip_tok.pad_token_id)
+    with torch.no_grad():
+        logps, _ = completion_logprobs(register_happy_model, ids, mask, keep, vocab,
+                                       temperature)
+    for i, sampled in enumerate(out["logprobs"]):
+        assert len(sampled) == len(out["completion_ids"][i])
+        got = logps[i, :len(sampled)]
+        assert (got - torch.tensor(sampled)).abs().max() < 1e-4
+    # not vacuous: scored under a plain causal mask, the rows with kills differ
+    with torch.no_grad():
+        causal, _ = completion_logprobs(register_happy_model, ids, mask, keep, vocab,
+                                        temperature, tip=False)
+    assert (causal - logps)[mask[:, -keep:].bool()].abs().max() > 1e-3
+
+
+@given(st.lists(st.floats(0, 2000), min_size=2, max_size=20), st.floats(0.01, 2))
+def test_the_kv_term_is_monotone_in_live_kv(live, c):
+    reward = TipReward(c, max_completion_length=512, num_generations=2)
+    ordered = sorted(live)
+    r = reward(["p"] * len(ordered), ["\\boxed{3}"] * len(ordered), ["3"] * len(ordered),
+               ["math"] * len(ordered), ordered)
+    assert all(a >= b for a, b in zip(r, r[1:]))  # more live KV, never more reward
+    assert all(0.0 <= kv_term(x, 512) <= 1.0 for x in live)
+    assert kv_term(0, 512) == 0 and kv_term(256, 512) == 0.5
+    assert reward(["p"], ["\\boxed{3}"], ["3"], ["math"], [10.0])[0] > \
+        reward(["p"], ["\\boxed{4}"], ["3"], ["math"], [10.0])[0]
+
+
+def test_group_varies():
+    assert group_varies([1, 0, 0, 0, 1, 1], 2) == [True, False, False]
+
+
+def test_a_short_run_feeds_rollout_func_repeated_prompts(tmp_path, tiny_folder):
+    """TRL's rollout_func gets each prompt already repeated num_generations times (its
+    docstring says otherwise): pinned here, with solm.json and the logged groups_varying."""
+    from solm.train.grpo import TipGRPOConfig, TipGRPOTrainer
+
+    data = tmp_path / "gsm.jsonl"
+    data.write_text("".join(json.dumps({"id": f"gsm8k-{i}", "question": f"What is {i} + 1?",
+                                        "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}"}) + "\n"
+                            for i in range(4)))
+    cfg = TipGRPOConfig(data=str(data), model=tiny_folder, out=str(tmp_path / "grpo"),
+                        registers=3, batch_size=4, num_generations=2, micro_batch_size=2,
+                        max_completion_length=6, max_steps=2, lora_r=4, learning_rate=1e-3,
+                        page_size=4, rollout_batch=4, precision="fp32", quiet=True,
+                        logging_steps=1)
+    trainer = TipGRPOTrainer(cfg)
+    meta = trainer.train()
+    seen = trainer.rollouts.prompts_seen
+    assert len(seen) == 2 and all(len(call) == 4 for call in seen)
+    for call in seen:
+        assert call[0] == call[1] and call[2] == call[3] and call[0] != call[2]
+    assert meta["num_registers"] == 3 and meta["results"]["global_steps"] == 2
+    log = [json.loads(x) for x in (tmp_path / "grpo" / "train_log.jsonl").read_text().split("\n")
+           if x.strip()]
+    assert any("groups_varying" in e for e in log) and any("kv" in e for e in log)
