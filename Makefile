@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 DATA ?= $(or $(SOLM_DATA),$(HOME)/.cache/solm/data)
 export SOLM_DATA := $(DATA)
 
-.PHONY: setup demo test test-fast data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu clean
+.PHONY: setup demo test test-fast data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu tip-grpo-cpu tip-eval-cpu clean
 
 setup: $(STAMP)
 
@@ -176,6 +176,47 @@ pasta-bonbon-cpu: setup
 	rm -rf $(ARTIFACTS)/pasta-bonbon-cpu
 	$(BIN)/python -c "from solm.core.adapters import flatten; import torch; flatten('$(KEEP)', 'pasta-sft-cpu', '$(ARTIFACTS)/pasta-bonbon-cpu', dtype=torch.bfloat16)"
 	du -sh $(ARTIFACTS)/pasta-bonbon-cpu
+
+# TIP on a CPU (issue 24), each step on files and resumable (rerun after a kill):
+# 1,000 MATH solutions (the shared sample: MATH's test set minus MATH-500) annotated with
+# TIP_REGISTERS registers by the rules; TIP-SFT and the Dense baseline (same traces, registers
+# removed), LoRA, on the first 500 (1,000 took ~19 s a step on a 2-core CPU: ~38 min, over
+# the 30-minute mark; a micro-batch of 8 rows was slower still, 41 s a step); GRPO of the TIP
+# model on short GSM8K train problems; evaluation on MATH-500.
+TIP_DIR       ?= runs/tip
+TIP_REGISTERS ?= 2
+TIP_SFT_ARGS  ?= --limit 500 --lora-r 8 --lr 1e-3 --epochs 1 --batch-size 8 --eval-rows 16 --save-every 25 -q
+TIP_GRPO_ARGS ?= --lora-r 8 --lr 1e-4 --max-steps 20 --batch-size 16 --num-generations 4 \
+	--micro-batch-size 4 --max-completion-length 256 --kv-penalty 0.1 --save-every 5 --logging-steps 1 -q
+$(TIP_DIR)/math_traces.jsonl: | $(DATA)/deepmath.jsonl
+	$(BIN)/tip annotate -i $(DATA)/deepmath.jsonl -o $@ --registers $(TIP_REGISTERS) \
+		--min-step-tokens 12 --limit 1000 -q
+
+tip-traces-cpu: setup $(TIP_DIR)/math_traces.jsonl
+
+tip-sft-cpu: setup $(TIP_DIR)/math_traces.jsonl
+	grep -qs '"complete": true' $(TIP_DIR)/tip-sft/solm.json || $(BIN)/tip sft \
+		--data $(TIP_DIR)/math_traces.jsonl --registers $(TIP_REGISTERS) --out $(TIP_DIR)/tip-sft $(TIP_SFT_ARGS)
+	grep -qs '"complete": true' $(TIP_DIR)/dense-sft/solm.json || $(BIN)/tip sft \
+		--data $(TIP_DIR)/math_traces.jsonl --registers $(TIP_REGISTERS) --strip-registers \
+		--out $(TIP_DIR)/dense-sft $(TIP_SFT_ARGS)
+
+$(TIP_DIR)/gsm8k_short.jsonl: | $(DATA)/gsm8k_train.jsonl
+	$(BIN)/python bench/gsm8k_short.py --source $(DATA)/gsm8k_train.jsonl --max-lines 2 --n 400 --out $@
+
+tip-grpo-cpu: setup $(TIP_DIR)/gsm8k_short.jsonl
+	grep -qs '"complete": true' $(TIP_DIR)/tip-grpo/solm.json || $(BIN)/tip grpo \
+		--data $(TIP_DIR)/gsm8k_short.jsonl --model $(TIP_DIR)/tip-sft --registers $(TIP_REGISTERS) \
+		--out $(TIP_DIR)/tip-grpo $(TIP_GRPO_ARGS)
+
+# 20 MATH-500 problems x 2 samples, up to 512 tokens: dense (the Dense-SFT model),
+# streamingllm and h2o at 128 / 256 / 512 tokens (same model), tip (the TIP model).
+TIP_EVAL_MODEL ?= $(TIP_DIR)/tip-sft
+tip-eval-cpu: setup $(DATA)/math500.jsonl
+	$(BIN)/tip eval run -o $(TIP_DIR)/eval --data $(DATA)/math500.jsonl --limit 20 --samples 2 \
+		--max-new-tokens 512 --model $(TIP_EVAL_MODEL) --dense-model $(TIP_DIR)/dense-sft \
+		--budgets 128,256,512 --page-size 16 -q
+	$(BIN)/tip eval report $(TIP_DIR)/eval -q
 
 clean:
 	rm -rf runs .pytest_cache

@@ -142,6 +142,36 @@ MUTATIONS: dict[str, tuple] = {
     "judge_tie_counts_as_a_win": (
         "solm/eval/agreement.py", "        if p2 == 0.5:\n            agree += 0.5",
         "        if p2 == 0.5:\n            agree += 1", ["tests/test_agreement.py"]),
+    # issue 24: TIP annotation, SFT, GRPO, evaluation
+    "annotator_kills_a_needed_step_first": (
+        "solm/annotate/tip_rules.py", "            pool = free or list(holder)",
+        "            pool = list(holder)", ["tests/test_tip_annotate.py"]),
+    "refer_back_to_the_oldest_holder": (
+        "solm/annotate/tip_rules.py", "        for k in keys:\n            last_holder[k] = j",
+        "        for k in keys:\n            last_holder.setdefault(k, j)",
+        ["tests/test_tip_annotate.py"]),
+    "grpo_scores_under_a_causal_mask": (
+        "solm/train/grpo.py", "            visible = structure(ids, vocab, prompt_len=n_prompt).visible",
+        "            visible = torch.ones(n, n, dtype=torch.bool).tril()",
+        ["tests/test_tip_grpo.py"]),
+    "grpo_logprobs_ignore_temperature": (
+        "solm/train/grpo.py", "    logits = logits[:, prompt_cols - 1:-1].float() / temperature",
+        "    logits = logits[:, prompt_cols - 1:-1].float()", ["tests/test_tip_grpo.py"]),
+    "kv_penalty_rewards_live_kv": (
+        "solm/train/grpo.py", "        return [c - self.kv_penalty * k for c, k in zip(correct, kv)]",
+        "        return [c + self.kv_penalty * k for c, k in zip(correct, kv)]",
+        ["tests/test_tip_grpo.py"]),
+    "first_box_counts": (
+        "solm/core/math_task.py", "    start = starts[-1]", "    start = starts[0]",
+        ["tests/test_math_task.py"]),
+    "accuracy_pooled_over_samples": (
+        "solm/eval/tip_eval.py",
+        "        accuracy = sum(sum(v) / len(v) for v in by_problem.values()) / len(by_problem)",
+        "        accuracy = sum(sum(v) for v in by_problem.values()) / len(rs)",
+        ["tests/test_tip_eval.py"]),
+    "tip_sft_prompt_tokens_trained": (
+        "solm/train/tip_sft.py", "            targets[i] = IGNORE", "            pass",
+        ["tests/test_tip_sft.py"]),
 }
 
 

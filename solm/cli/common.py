@@ -225,6 +225,29 @@ def annotation_records(input: str, split: str, limit: int | None, seed: int | No
     return records
 
 
+def llm_annotation(records: list, annotator: str, output, rejects, count, cfg,
+                   base_url: str | None, timeout: float, task=None):
+    """Run the resumable LLM annotation job with a progress bar; returns its summary.
+    `task` is what to ask (default: Pasta-Lang's)."""
+    import asyncio
+
+    from solm.annotate.llm_job import annotate_with_llm
+    from solm.core.llm import make_client
+
+    client = make_client(annotator, base_url=base_url, timeout=timeout,
+                         batch_size=cfg.concurrency)
+    with progress(f"annotating with {client.spec}", len(records)) as advance:
+        counter = settled_counter(advance)
+
+        def update(s):
+            rejected = sum(s.rejected.values())
+            counter(s.skipped_done + s.accepted + rejected,
+                    f"accepted {s.accepted} rejected {rejected} retrying {s.retrying}")
+
+        return asyncio.run(annotate_with_llm(records, client, output, rejects, count, cfg,
+                                             on_update=update, task=task))
+
+
 def report_duplicates(duplicates: list[str] | None, source: object) -> None:
     if duplicates:
         console.print(f"[yellow]warning:[/] --dedupe: {len(duplicates)} row(s) of {source} "

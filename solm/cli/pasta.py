@@ -14,9 +14,9 @@ from solm.cli.common import (CompileOption, ConfigOption, DEFAULT_MODEL, DebugOp
                              ModelOption, NoRepeatNgramOption, QuantizeOption, QuietOption,
                              RepetitionPenaltyOption, SeedOption, TemperatureOption, TopPOption,
                              VersionOption, annotation_records, check_paths, console, decode_flags,
-                             dedupe_list, report_duplicates,
+                             dedupe_list, llm_annotation, report_duplicates,
                              greater_than, handle_errors, info, is_quiet, one_of, out_console,
-                             progress, settings_from, settled_counter,
+                             progress, settings_from,
                              show_control_tokens)
 from solm.cli.errors import SolmGroup
 from solm.cli.options import train_command
@@ -93,8 +93,6 @@ def annotate(
     force: bool = ForceOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
-    import asyncio
-
     from solm.annotate.pipeline import annotate_rules_job
     from solm.core.models import load_tokenizer
     from solm.core.provenance import check_rerun_settings, write_manifest
@@ -127,25 +125,14 @@ def annotate(
                                                 f"{s.unannotated} rejected "
                                                 f"{sum(s.rejected.values())}"))
     else:
-        from solm.annotate.llm_job import LLMAnnotateConfig, annotate_with_llm
-        from solm.core.llm import make_client
+        from solm.annotate.llm_job import LLMAnnotateConfig
 
-        client = make_client(annotator, base_url=base_url, timeout=timeout,
-                             batch_size=concurrency)
         cfg = LLMAnnotateConfig(concurrency=concurrency, rpm=rpm, max_tries=max_tries,
                                 fix_lengths=fix_lengths, temperature=temperature,
                                 max_output_tokens=max_output_tokens)
         extra["prompt_version"] = prompt_version()
-        with progress(f"annotating with {client.spec}", len(records)) as advance:
-            counter = settled_counter(advance)
-
-            def update(s):
-                rejected = sum(s.rejected.values())
-                counter(s.skipped_done + s.accepted + rejected,
-                        f"accepted {s.accepted} rejected {rejected} retrying {s.retrying}")
-
-            summary = asyncio.run(annotate_with_llm(records, client, output, rejects, count,
-                                                    cfg, on_update=update))
+        summary = llm_annotation(records, annotator, output, rejects, count, cfg, base_url,
+                                 timeout)
     write_manifest(output, "pasta annotate", settings_from(locals()), inputs=[input],
                    model=tokenizer, extra={"summary": summary.to_dict(), **extra},
                    row_settings=row_settings, mixed=mixed)

@@ -48,6 +48,17 @@ Examples:
 @handle_errors
 def serve(
     model: str = ModelOption,
+    system: str = typer.Option("pasta", callback=one_of("pasta", "tip"),
+                               help="pasta: promised chunks decode as parallel threads; tip: "
+                                    "the paged TIP runtime with an eviction policy "
+                                    "(--policy), each answer reporting its live KV."),
+    policy: str = typer.Option("tip", help="tip: the eviction policy (dense, streamingllm, "
+                               "h2o, tip)."),
+    budget: Optional[int] = typer.Option(None, min=1, help="tip: KV budget (tokens) of "
+                                         "streamingllm / h2o."),
+    registers: Optional[int] = typer.Option(None, min=1, help="tip: thought registers "
+                                            "(default: the model's solm.json, else 16)."),
+    page_size: int = typer.Option(64, min=1, help="tip: tokens per KV page."),
     host: str = typer.Option("127.0.0.1", help="Address to bind (0.0.0.0: every interface; "
                              "set an API key then)."),
     port: int = typer.Option(8000, min=1, max=65535, help="TCP port."),
@@ -90,8 +101,6 @@ def serve(
     quantize: Optional[str] = QuantizeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
-    import uvicorn
-
     from solm.core.models import load_decoder
     from solm.core.sampling import SamplingConfig
     from solm.decode.compiled import should_compile
@@ -104,6 +113,16 @@ def serve(
     key = api_key or os.environ.get(API_KEY_ENV) or None
     decoding = resolve_decode(model, decode_flags(temperature, top_p, repetition_penalty,
                                                   no_repeat_ngram))
+    name = served_model_name or model
+    if system == "tip":
+        engine, defaults = _tip_engine(model, policy, budget, registers, page_size, pool_size,
+                                       max_batch, max_queue, max_new_tokens, seed, decoding,
+                                       dtype, device, quantize)
+        app = create_app(engine, ServeSettings(model_name=name, defaults=defaults, api_key=key,
+                                               max_request_bytes=max_request_bytes))
+        _run(app, engine, host, port, quiet, key, name,
+             f"tip runtime, policy {policy}", shutdown_timeout)
+        return
     info(f"loading {model} ...")
     m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)
     info(f"request defaults: {decoding.describe()}")
@@ -114,10 +133,16 @@ def serve(
     defaults = PastaDecodeConfig(
         mode=mode, max_new_tokens=max_new_tokens, max_fork_tokens=max_fork_tokens,
         penalize=penalize, sampling=SamplingConfig(seed=seed, **decoding.values))
-    name = served_model_name or model
     engine = ServeEngine(rt, max_queue=max_queue, max_batch=max_batch)
     app = create_app(engine, ServeSettings(model_name=name, defaults=defaults, api_key=key,
                                            max_request_bytes=max_request_bytes))
+    _run(app, engine, host, port, quiet, key, name, f"{mode} by default", shutdown_timeout)
+
+
+def _run(app, engine, host: str, port: int, quiet: bool, key: str | None, name: str,
+         what: str, shutdown_timeout: float) -> None:
+    import uvicorn
+
     if key is None and host not in ("127.0.0.1", "localhost", "::1"):
         console.print(f"[yellow]warning:[/] serving on {host} without an API key")
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, access_log=not quiet,
@@ -125,7 +150,39 @@ def serve(
                                            timeout_graceful_shutdown=10))
     run_until_stopped(server, engine, f"serving '{name}' at http://{host}:{port}/v1 "
                                       f"({'bearer key required' if key else 'no key'}; "
-                                      f"{mode} by default)", shutdown_timeout)
+                                      f"{what})", shutdown_timeout)
+
+
+def _tip_engine(model: str, policy: str, budget: int | None, registers: int | None,
+                page_size: int, pool_size: int, max_batch: int, max_queue: int,
+                max_new_tokens: int, seed: int, decoding, dtype: str, device: str | None,
+                quantize: str | None):
+    """A TIP model on the paged runtime: `pool_size` tokens per batch row."""
+    from solm.core.errors import SolmError
+    from solm.core.models import load_decoder, model_registers
+    from solm.core.sampling import SamplingConfig
+    from solm.decode.tip.policies import make_policy
+    from solm.decode.tip.runtime import TipDecodeConfig, TipRuntime
+    from solm.serve.tip_engine import TipServeEngine
+
+    make_policy(policy, budget, page_size)  # bad flags fail before the model loads
+    values = decoding.values
+    if values.get("repetition_penalty", 1.0) != 1.0 or values.get("no_repeat_ngram"):
+        raise SolmError("the TIP runtime applies no repetition penalty or n-gram ban; drop "
+                        "--repetition-penalty / --no-repeat-ngram (or the model's "
+                        "generation_config.json's)")
+    registers = registers or model_registers(model) or 16
+    info(f"loading {model} ({registers} registers) ...")
+    m, tok = load_decoder(model, dtype=dtype, device=device, system="tip", quantize=quantize,
+                          num_registers=registers)
+    pages = max_batch * (-(-pool_size // page_size) + registers + 2)
+    rt = TipRuntime(m, tok, num_pages=pages, page_size=page_size, num_registers=registers)
+    defaults = TipDecodeConfig(policy=policy, budget=budget, batch_size=max_batch,
+                               max_new_tokens=max_new_tokens,
+                               sampling=SamplingConfig(temperature=values["temperature"],
+                                                       top_p=values["top_p"], seed=seed))
+    info(f"request defaults: temperature {values['temperature']}, top-p {values['top_p']}")
+    return TipServeEngine(rt, defaults, max_queue=max_queue, max_batch=max_batch), defaults
 
 
 def run_until_stopped(server, engine, banner: str, shutdown_timeout: float = 30.0) -> None:

@@ -11,14 +11,17 @@ import typer
 from solm.cli.common import (CompileOption, ConfigOption, DEFAULT_MODEL, DebugOption, DedupeOption,
                              DeviceOption, DtypeOption, ForceOption, ModelOption, QuantizeOption,
                              QuietOption, VersionOption, annotation_records, check_paths, console,
-                             dedupe_list, greater_than, handle_errors, info, one_of, out_console,
+                             dedupe_list, greater_than, handle_errors, info, llm_annotation, one_of,
+                             out_console,
                              probability_mass, progress, report_duplicates, settings_from,
-                             settled_counter, show_control_tokens)
+                             show_control_tokens)
 from solm.cli.errors import SolmGroup
 from solm.cli.options import train_command
+from solm.cli.tip_eval import app as tip_eval_app
 from solm.core.errors import SolmError
 from solm.core.paths import outputs_beside
 from solm.decode.tip.policies import POLICIES, policies_help
+from solm.train.grpo import TipGRPOConfig
 from solm.train.tip_sft import TipSFTConfig
 
 app = typer.Typer(
@@ -29,11 +32,18 @@ app = typer.Typer(
 POLICY_HELP = "Eviction policy: " + policies_help() + "."
 
 
+def _registers(model: str, registers: Optional[int]) -> int:
+    """--registers, else what the model's solm.json records, else 16."""
+    from solm.core.models import model_registers
+
+    return registers or model_registers(model) or 16
+
+
 def _load(model: str, registers: int, dtype: str, device: Optional[str],
           quantize: Optional[str] = None):
     from solm.core.models import load_decoder
 
-    info(f"loading {model} ...")
+    info(f"loading {model} ({registers} registers) ...")
     return load_decoder(model, dtype=dtype, device=device, system="tip", quantize=quantize,
                         num_registers=registers)
 
@@ -41,6 +51,9 @@ def _load(model: str, registers: int, dtype: str, device: Optional[str],
 @app.callback()
 def main(version: bool = VersionOption) -> None:
     """Keeps the app a command group and gives it `--version`."""
+
+
+app.add_typer(tip_eval_app, name="eval")
 
 
 @app.command()
@@ -51,7 +64,9 @@ def decode(
                                  "question or problem field)."),
     out: Path = typer.Option(Path("runs/tip_decode.jsonl"), "--out", "-o",
                              help="One row per (problem, sample), appended; rerun resumes."),
-    registers: int = typer.Option(16, min=1, help="Thought registers <reg_0> ... <reg_{N-1}>."),
+    registers: Optional[int] = typer.Option(None, min=1, help="Thought registers <reg_0> ... "
+                                            "<reg_{N-1}> (default: the model's solm.json, "
+                                            "else 16)."),
     policy: str = typer.Option("tip", callback=one_of(*POLICIES), help=POLICY_HELP),
     budget: int = typer.Option(2048, min=1, help="KV budget in tokens (for the policies that read "
                                "one: " + ", ".join(n for n, c in POLICIES.items()
@@ -90,6 +105,7 @@ def decode(
     from solm.decode.tip.runtime import TipDecodeConfig, TipRuntime
 
     make_policy(policy, budget, page_size)  # fail on bad flags before loading the model
+    registers = _registers(model, registers)
     check_paths([prompts], outputs_beside(out))
     row_settings = {"model": model, "registers": registers, "policy": policy, "budget": budget,
                     "page_size": page_size, "temperature": temperature, "top_p": top_p,
@@ -180,8 +196,6 @@ def annotate(
     force: bool = ForceOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
-    import asyncio
-
     from solm.core.models import load_tokenizer
     from solm.core.paths import outputs_beside
     from solm.core.provenance import check_rerun_settings, write_manifest
@@ -213,25 +227,13 @@ def annotate(
                                                 f"{s.reuse_share:.0%} rejected "
                                                 f"{sum(s.rejected.values())}"))
     else:
-        from solm.annotate.llm_job import LLMAnnotateConfig, annotate_with_llm
+        from solm.annotate.llm_job import LLMAnnotateConfig
         from solm.annotate.tip_prompt import tip_task
-        from solm.core.llm import make_client
 
-        client = make_client(annotator, base_url=base_url, timeout=timeout,
-                             batch_size=concurrency)
         cfg = LLMAnnotateConfig(concurrency=concurrency, rpm=rpm, max_tries=max_tries,
                                 temperature=temperature, max_output_tokens=max_output_tokens)
-        with progress(f"annotating with {client.spec}", len(records)) as advance:
-            counter = settled_counter(advance)
-
-            def update(s):
-                rejected = sum(s.rejected.values())
-                counter(s.skipped_done + s.accepted + rejected,
-                        f"accepted {s.accepted} rejected {rejected} retrying {s.retrying}")
-
-            summary = asyncio.run(annotate_with_llm(records, client, output, rejects, count,
-                                                    cfg, on_update=update,
-                                                    task=tip_task(registers)))
+        summary = llm_annotation(records, annotator, output, rejects, count, cfg, base_url,
+                                 timeout, task=tip_task(registers))
     write_manifest(output, "tip annotate", settings_from(locals()), inputs=[input],
                    model=tokenizer, extra={"summary": summary.to_dict(),
                                            "prompt_version": version},
@@ -259,6 +261,31 @@ Examples:
 train_command(app, "sft", TIP_SFT_HELP, TipSFTConfig, "solm.train.tip_sft:TipSFTTrainer",
               lambda t, c: f"{t.system}-sft of {c.model} on {c.data} ({c.registers} registers)"
                            f" -> {c.out}")
+
+
+TIP_GRPO_HELP = """GRPO on a TIP model: reward = correct - c x live KV, rollouts decoded with
+eviction happening (TRL's GRPOTrainer, rollouts from the paged TIP runtime).
+
+Each step samples `--num-generations` completions for each of `--batch-size /
+--num-generations` problems with the TIP runtime (a reused register frees the older step's
+pages while the policy samples; rows refill as they end), scores them (1 when the last
+\\boxed{} answer is right, by integer match for GSM8K / AIME and math-verify otherwise,
+minus c times the live response KV over --max-completion-length), and takes a clipped
+policy-gradient step whose log-probs are recomputed under the same TIP masks. Logged per
+step (train_log.jsonl): reward, `correct`, `kv`, and `groups_varying`, the share of groups
+whose correctness differs: without such groups the only signal is the KV term, which
+teaches brevity alone.
+
+Group size, clipping (`--epsilon`), KL (`--beta`), loss type and reward scaling are
+configurable; LoRA or full, bf16, resume from OUT/checkpoints, many GPUs (`accelerate
+launch`) as in `tip sft`.
+
+Example (CPU): `tip grpo --data ~/.cache/solm/data/gsm8k_train.jsonl --model runs/tip/tip-sft --registers 2 --out runs/tip/tip-grpo --lora-r 8 --lr 1e-4 --max-steps 20 --batch-size 16 --num-generations 4 --max-completion-length 256`
+"""
+
+train_command(app, "grpo", TIP_GRPO_HELP, TipGRPOConfig, "solm.train.grpo:TipGRPOTrainer",
+              lambda t, c: f"grpo of {c.model} on {c.data} (group {c.num_generations}, kv "
+                           f"penalty {c.kv_penalty:g}) -> {c.out}")
 
 
 @app.command()
@@ -312,7 +339,9 @@ def bench(
     model: str = ModelOption,
     policies: str = typer.Option("all", help="Comma-separated, side by side in one run, or "
                                  "`all` (every registered policy). " + policies_help() + "."),
-    registers: int = typer.Option(16, min=1, help="Register tokens the model's tokenizer gets."),
+    registers: Optional[int] = typer.Option(None, min=1, help="Register tokens the model's "
+                                            "tokenizer gets (default: the model's solm.json, "
+                                            "else 16)."),
     budget: int = typer.Option(1024, min=1, help="Token budget of the policies that read one."),
     page_size: int = typer.Option(64, min=1, help="Tokens per KV page."),
     batch_size: int = typer.Option(16, min=1, help="Traces replayed together (refilled as "
@@ -342,6 +371,7 @@ def bench(
     from solm.decode.tip.policies import make_policy
     from solm.decode.tip.runtime import TipRuntime
 
+    registers = _registers(model, registers)
     names = (list(POLICIES) if policies.strip() == "all"
              else [p.strip() for p in policies.split(",") if p.strip()])
     for name in names:  # fail on bad flags before loading the model

@@ -13,7 +13,7 @@ import hmac
 import json
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import AsyncIterator
 
 from fastapi import Depends, FastAPI, Request
@@ -24,7 +24,8 @@ from starlette.exceptions import HTTPException
 from solm.core.chat import messages_ids, text_ids
 from solm.core.sampling import SamplingConfig
 from solm.decode.pasta.runtime import PastaDecodeConfig
-from solm.serve.engine import Job, Outcome, QueueFull, ServeEngine, ShuttingDown
+from solm.decode.tip.runtime import TipDecodeConfig
+from solm.serve.engine import BaseEngine, Job, Outcome, QueueFull, ShuttingDown
 from solm.serve.protocol import (ApiError, ChatRequest, CompletionRequest, SolmFields,
                                  error_body)
 from solm.serve.streaming import TokenLogprob, token_bytes, token_text
@@ -33,12 +34,12 @@ from solm.serve.streaming import TokenLogprob, token_bytes, token_text
 @dataclass
 class ServeSettings:
     model_name: str  # what `/v1/models` lists and requests name
-    defaults: PastaDecodeConfig  # the server's decoding settings; requests override some
+    defaults: PastaDecodeConfig | TipDecodeConfig  # the server's; requests override some
     api_key: str | None = None
     max_request_bytes: int = 1 << 20
 
 
-def create_app(engine: ServeEngine, settings: ServeSettings) -> FastAPI:
+def create_app(engine: BaseEngine, settings: ServeSettings) -> FastAPI:
     app = FastAPI(title="solm", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
     _install_error_handlers(app)
@@ -95,7 +96,7 @@ def _check_model(name: str, settings: ServeSettings) -> None:
                             f"'{settings.model_name}'", param="model", code="model_not_found")
 
 
-def _completion_ids(req: CompletionRequest, engine: ServeEngine) -> list[int]:
+def _completion_ids(req: CompletionRequest, engine: BaseEngine) -> list[int]:
     """A completion's prompt as token ids: text, one text in a list, or ids in the
     vocabulary."""
     prompt = req.prompt
@@ -114,7 +115,7 @@ def _completion_ids(req: CompletionRequest, engine: ServeEngine) -> list[int]:
     return ids
 
 
-def _job(req: SolmFields, settings: ServeSettings, engine: ServeEngine,
+def _job(req: SolmFields, settings: ServeSettings, engine: BaseEngine,
          prompt_ids: list[int], prompt_field: str) -> Job:
     """The request checked against the server's bounds and turned into a decode job."""
     req.refuse_unsupported()
@@ -124,7 +125,7 @@ def _job(req: SolmFields, settings: ServeSettings, engine: ServeEngine,
     if cap is not None and cap > d.max_new_tokens:
         raise ApiError(400, f"max_tokens {cap} is over this server's limit of "
                             f"{d.max_new_tokens} (--max-new-tokens)", param="max_tokens")
-    pool = engine.runtime.pool_size
+    pool = engine.pool_tokens
     if len(prompt_ids) + 1 > pool:
         raise ApiError(400, f"the prompt has {len(prompt_ids)} tokens; this server's KV pool "
                             f"holds {pool} (--pool-size)", param=prompt_field,
@@ -137,17 +138,11 @@ def _job(req: SolmFields, settings: ServeSettings, engine: ServeEngine,
         repetition_penalty=(s.repetition_penalty if req.repetition_penalty is None
                             else req.repetition_penalty),
         no_repeat_ngram=s.no_repeat_ngram if req.no_repeat_ngram is None else req.no_repeat_ngram)
-    config = replace(d, mode=req.mode or d.mode, max_new_tokens=cap or d.max_new_tokens,
-                     sampling=sampling, penalize=req.penalize or d.penalize,
-                     record_logits=False)
-    if req.top_k is not None and config.mode != "sequential":
-        raise ApiError(400, "logprobs are given for sequential decoding only: add "
-                            "\"mode\": \"sequential\" (a parallel decode has no single "
-                            "next-token distribution per step)", param="logprobs")
+    config = engine.request_config(d, req, cap, sampling)
     return Job(prompt_ids, config, top_k=req.top_k, compare=req.compare, stream=req.stream)
 
 
-async def _answer(engine: ServeEngine, job: Job, req: SolmFields, settings: ServeSettings,
+async def _answer(engine: BaseEngine, job: Job, req: SolmFields, settings: ServeSettings,
                   request: Request, chat: bool):
     try:
         engine.submit(job)
@@ -205,7 +200,7 @@ class ClientGone(Exception):
     """The client closed its connection; there is nobody to answer."""
 
 
-async def _sse(engine: ServeEngine, job: Job, rid: str, model: str, chat: bool,
+async def _sse(engine: BaseEngine, job: Job, rid: str, model: str, chat: bool,
                include_usage: bool) -> AsyncIterator[str]:
     tok = engine.tokenizer
     created = now()

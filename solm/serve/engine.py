@@ -82,20 +82,16 @@ class _Live:
     sent_logprobs: int = 0
 
 
-class ServeEngine:
-    """Jobs from the HTTP side decoded together: up to `max_batch` requests at once by a
-    `BatchedPastaRuntime` (continuous batching over one pool of `max_batch` x the runtime's
-    pool size slots); `max_batch=1` decodes one request at a time. `runtime` decodes
-    `compare` requests' sequential side and gives the tokenizer and the sampler."""
+class BaseEngine:
+    """What every serving engine shares: the bounded queue, the decoding loop in one thread,
+    taking jobs into the batch at step boundaries, graceful shutdown. A system's engine says
+    how a job starts (`_start`), what one step does (`_step`), how a failed batch is dropped
+    (`_abandon`), how big a prompt may be (`pool_tokens`) and how a request's fields become
+    its decode config (`request_config`)."""
 
-    def __init__(self, runtime: PastaRuntime, max_queue: int = 32, max_batch: int = 8):
-        from solm.decode.pasta.batched import BatchedPastaRuntime
-
+    def __init__(self, runtime, max_queue: int = 32, max_batch: int = 8):
         self.runtime = runtime
         self.max_batch = max_batch
-        self.batched = BatchedPastaRuntime(runtime.model, runtime.tokenizer,
-                                           pool_size=runtime.pool_size * max_batch,
-                                           max_batch=max_batch)
         self.jobs: queue.Queue[Job] = queue.Queue(maxsize=max_queue)
         self.lock = threading.Lock()  # decoding holds it, step by step
         self.draining = threading.Event()  # stopping: refuse new jobs, finish queued ones
@@ -116,6 +112,13 @@ class ServeEngine:
     @property
     def busy(self) -> bool:
         return bool(self.live)
+
+    @property
+    def pool_tokens(self) -> int:
+        raise NotImplementedError
+
+    def request_config(self, defaults, req, cap: int | None, sampling):
+        raise NotImplementedError
 
     def submit(self, job: Job) -> None:
         """Queue a job; its events arrive on `job.events`. Raises QueueFull over the bound."""
@@ -160,7 +163,7 @@ class ServeEngine:
                     traceback.print_exc(file=sys.stderr)
                     for rid in list(self.live):
                         self.live.pop(rid).job.emit("error", e)
-                    self.batched.abandon()
+                    self._abandon()
 
     def _take(self, first: Job | None) -> None:
         """Move queued jobs into the batch while it has room."""
@@ -180,6 +183,49 @@ class ServeEngine:
                 continue
             self._start(job)
             room -= 1
+
+    def _start(self, job: Job) -> None:
+        raise NotImplementedError
+
+    def _step(self) -> None:
+        raise NotImplementedError
+
+    def _abandon(self) -> None:
+        raise NotImplementedError
+
+
+class ServeEngine(BaseEngine):
+    """Jobs from the HTTP side decoded together: up to `max_batch` requests at once by a
+    `BatchedPastaRuntime` (continuous batching over one pool of `max_batch` x the runtime's
+    pool size slots); `max_batch=1` decodes one request at a time. `runtime` decodes
+    `compare` requests' sequential side and gives the tokenizer and the sampler."""
+
+    def __init__(self, runtime: PastaRuntime, max_queue: int = 32, max_batch: int = 8):
+        from solm.decode.pasta.batched import BatchedPastaRuntime
+
+        super().__init__(runtime, max_queue, max_batch)
+        self.batched = BatchedPastaRuntime(runtime.model, runtime.tokenizer,
+                                           pool_size=runtime.pool_size * max_batch,
+                                           max_batch=max_batch)
+
+    @property
+    def pool_tokens(self) -> int:
+        return self.runtime.pool_size
+
+    def request_config(self, defaults: PastaDecodeConfig, req, cap: int | None, sampling):
+        from solm.serve.protocol import ApiError
+
+        config = replace(defaults, mode=req.mode or defaults.mode,
+                         max_new_tokens=cap or defaults.max_new_tokens, sampling=sampling,
+                         penalize=req.penalize or defaults.penalize, record_logits=False)
+        if req.top_k is not None and config.mode != "sequential":
+            raise ApiError(400, "logprobs are given for sequential decoding only: add "
+                                "\"mode\": \"sequential\" (a parallel decode has no single "
+                                "next-token distribution per step)", param="logprobs")
+        return config
+
+    def _abandon(self) -> None:
+        self.batched.abandon()
 
     def _start(self, job: Job) -> None:
         from solm.decode.pasta.batched import BatchRequest

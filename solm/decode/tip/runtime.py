@@ -55,6 +55,8 @@ class TipRequest:
     prompt: list[int]
     forced: list[int] | None = None  # replay: these tokens are fed instead of sampled
     seed: int = 0
+    sampling: SamplingConfig | None = None  # this request's own (a server's); else config's
+    max_new_tokens: int | None = None  # this request's own cap; else config's
 
 
 @dataclass
@@ -242,7 +244,8 @@ class TipRuntime:
                config: TipDecodeConfig) -> _Row:
         kv = RequestKV(req.rid)
         policy.start(kv, self.vocab)
-        sampling = replace(config.sampling, seed=config.sampling.seed + req.seed)
+        base = req.sampling or config.sampling
+        sampling = replace(base, seed=base.seed + req.seed)
         row = _Row(req, kv, Sampler(sampling), pending=-1)
         started = time.perf_counter()
         slots = [self._place(row, t, True, policy) for t in req.prompt]
@@ -262,7 +265,8 @@ class TipRuntime:
             return row.req.forced[i] if i < len(row.req.forced) else -1
         token = row.sampler(logits)
         if config.record_logprobs:
-            t = config.sampling.temperature if config.sampling.temperature > 0 else 1.0
+            t = row.sampler.config.temperature
+            t = t if t > 0 else 1.0
             row.logprobs.append(float(torch.log_softmax(logits.float() / t, -1)[token]))
         return token
 
@@ -273,7 +277,7 @@ class TipRuntime:
         """Flags when the row is done, else None."""
         if row.pending < 0 or self._sampled_eos(row):
             return []
-        if len(row.ids) >= config.max_new_tokens:
+        if len(row.ids) >= (row.req.max_new_tokens or config.max_new_tokens):
             return [FLAG_MAX_NEW_TOKENS]
         return None
 
@@ -326,6 +330,10 @@ class TipRuntime:
             if on_step is not None:
                 on_step(len(rows))
 
+    def session(self, config: TipDecodeConfig) -> "TipSession":
+        """Step-wise decoding (a server's continuous batching): see `TipSession`."""
+        return TipSession(self, config)
+
     def _decode_step(self, rows: list[_Row], policy: EvictionPolicy,
                      config: TipDecodeConfig) -> None:
         """Feed every row's pending token in one forward pass and choose the next ones."""
@@ -347,3 +355,79 @@ class TipRuntime:
             r.decode_s += elapsed
             r.peak_pages = max(r.peak_pages, len(r.kv.pages))
             r.pending = self._choose(r, logits[i], config)
+
+
+class TipSession:
+    """Requests join and leave at step boundaries, each with its own sampling and cap, under
+    one policy: `add` queues, `step` admits what fits (up to the batch size, while the pool
+    has pages for the prompt), decodes one token for every running request and returns those
+    that ended; `cancel` ends one at the next step. Results carry the flag `cancelled` when
+    cancelled."""
+
+    CANCELLED = "cancelled"
+
+    def __init__(self, runtime: TipRuntime, config: TipDecodeConfig):
+        self.rt, self.config = runtime, config
+        self.policy = make_policy(config.policy, config.budget, runtime.page_size)
+        if self.policy.needs_registers and runtime.vocab is None:
+            raise SolmError(f"policy {self.policy.name} needs a tokenizer with the register "
+                            f"tokens")
+        self.waiting: list[TipRequest] = []
+        self.rows: list[_Row] = []
+        self._cancel: set = set()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.rows)
+
+    def add(self, request: TipRequest) -> None:
+        self.waiting.append(request)
+
+    def cancel(self, rid) -> None:
+        self._cancel.add(rid)
+
+    def ids_of(self, rid) -> list[int] | None:
+        """Tokens a running request has generated so far (for streaming)."""
+        row = next((r for r in self.rows if r.req.rid == rid), None)
+        return None if row is None else list(row.ids)
+
+    def row_of(self, rid) -> _Row | None:
+        return next((r for r in self.rows if r.req.rid == rid), None)
+
+    def abandon(self) -> None:
+        for r in self.rows:
+            self.rt._release(r.kv.pages)
+            r.kv.pages = []
+        self.rows, self.waiting = [], []
+
+    def _end(self, row: _Row, flags: list[str]) -> TipResult:
+        self.rows.remove(row)
+        self.rt._release(row.kv.pages)
+        row.kv.pages = []
+        return self.rt._result(row, flags)
+
+    def step(self) -> list[TipResult]:
+        rt, cfg = self.rt, self.config
+        ended: list[TipResult] = []
+        for req in [w for w in self.waiting if w.rid in self._cancel]:
+            self.waiting.remove(req)
+            self._cancel.discard(req.rid)
+            ended.append(TipResult(req.rid, [], [self.CANCELLED], 0, 0.0, 0, 0, 0, 0.0, 0.0))
+        for row in [r for r in self.rows if r.req.rid in self._cancel]:
+            self._cancel.discard(row.req.rid)
+            ended.append(self._end(row, [self.CANCELLED]))
+        rt._batch_bucket = cfg.batch_size
+        rt.cache.state.check_reads = cfg.check_reads
+        rt._record_reads = cfg.record_reads
+        while self.waiting and len(self.rows) < cfg.batch_size:
+            need = -(-(len(self.waiting[0].prompt) + 1) // rt.page_size) + 1
+            if len(rt.allocator.free_list) < need and self.rows:
+                break  # wait for a running request to free pages
+            self.rows.append(rt._admit(self.waiting.pop(0), self.policy, cfg))
+        for row in list(self.rows):
+            flags = rt._finished(row, cfg)
+            if flags is not None:
+                ended.append(self._end(row, flags))
+        if self.rows:
+            rt._decode_step(self.rows, self.policy, cfg)
+        return ended

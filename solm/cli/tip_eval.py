@@ -1,0 +1,139 @@
+"""`tip eval run` / `tip eval report`: the TIP protocol over eviction policies and budgets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from solm.cli.common import (ConfigOption, DebugOption, DeviceOption, DtypeOption, ForceOption,
+                             ModelOption, QuietOption, handle_errors, info, out_console,
+                             probability_mass, progress)
+from solm.cli.errors import SolmGroup
+from solm.core.errors import SolmError
+from solm.eval.tip_eval import DATA_SETS, PROTOCOL
+
+app = typer.Typer(cls=SolmGroup, name="eval", no_args_is_help=True,
+                  rich_markup_mode="markdown",
+                  help="Evaluate TIP against Dense, StreamingLLM and Paged H2O on maths: "
+                       "accuracy, live KV tokens, throughput, decode time.")
+
+RUN_HELP = f"""Decode maths problems with every policy and budget and score the answers.
+
+The thesis' protocol by default: {PROTOCOL['samples']} samples per problem, temperature
+{PROTOCOL['temperature']}, top-p {PROTOCOL['top_p']}, batch {PROTOCOL['batch_size']}, page size
+{PROTOCOL['page_size']}; budgets {', '.join(map(str, PROTOCOL['budgets']))} for the budgeted
+policies (StreamingLLM, H2O; dense and tip take none). The cap `--max-new-tokens` defaults
+to {PROTOCOL['max_new_tokens']} (long enough for distilled reasoning traces; the TIP paper's
+configuration files were not available to check their value, so set it to theirs when you
+have it). `tip` runs `--model`; dense, streamingllm and h2o run `--dense-model` (default: the
+same model).
+
+Data (`--data`, repeatable): {', '.join(DATA_SETS)} (from `solm data get NAME`) or a JSONL
+path with a problem and its gold answer. A problem's prompt is the problem plus the maths
+instruction; correctness is the last `\\boxed{{}}` against the gold (integer match for AIME and
+GSM8K, math-verify otherwise).
+
+OUT gets `samples.jsonl` (one row per data set x problem x policy x budget x sample,
+appended as each ends: rerun the same command to resume), `timing.jsonl` and `run.json`;
+`tip eval report OUT` writes report.md and the plots.
+
+Example (CPU): `tip eval run --data math500 --limit 20 --samples 2 --max-new-tokens 512 --model runs/tip/tip-sft --dense-model runs/tip/dense-sft --budgets 128,256,512 -o runs/tip/eval`
+"""
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{flag}: expected comma-separated integers, got '{text}'")
+    if any(v < 1 for v in values):
+        raise typer.BadParameter(f"{flag}: budgets are positive token counts")
+    return values
+
+
+@app.command(help=RUN_HELP)
+@handle_errors
+def run(
+    out: Path = typer.Option(..., "--out", "-o", help="Run folder (resumable)."),
+    data: list[str] = typer.Option(["aime2024", "aime2025"], "--data", "-d",
+                                   help="Data set name or JSONL path; repeatable."),
+    model: str = ModelOption,
+    dense_model: Optional[str] = typer.Option(None, help="Model of dense / streamingllm / h2o "
+                                              "(default: --model)."),
+    policies: str = typer.Option("dense,streamingllm,h2o,tip", help="Comma-separated."),
+    budgets: str = typer.Option(",".join(map(str, PROTOCOL["budgets"])),
+                                help="KV budgets (tokens) of the budgeted policies."),
+    registers: Optional[int] = typer.Option(None, min=1, help="Thought registers (default: "
+                                            "the TIP model's solm.json, else 16)."),
+    samples: int = typer.Option(PROTOCOL["samples"], min=1, help="Samples per problem."),
+    temperature: float = typer.Option(PROTOCOL["temperature"], min=0.0,
+                                      help="Sampling temperature."),
+    top_p: float = typer.Option(PROTOCOL["top_p"], callback=probability_mass,
+                                help="Nucleus mass."),
+    seed: int = typer.Option(0, help="Sampling seed (sample k uses seed + k)."),
+    batch_size: int = typer.Option(PROTOCOL["batch_size"], min=1,
+                                   help="Requests decoded together (refilled as they end)."),
+    page_size: int = typer.Option(PROTOCOL["page_size"], min=1, help="Tokens per KV page."),
+    max_new_tokens: int = typer.Option(PROTOCOL["max_new_tokens"], min=1,
+                                       help="Cap on generated tokens per sample."),
+    limit: Optional[int] = typer.Option(None, min=1, help="Only the first N problems of "
+                                        "each data set."),
+    dtype: str = DtypeOption,
+    device: Optional[str] = DeviceOption,
+    force: bool = ForceOption,
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+) -> None:
+    from solm.core.models import model_registers
+    from solm.eval.tip_eval import data_file, eval_points, pending, run_tip_eval
+
+    points = eval_points([p.strip() for p in policies.split(",") if p.strip()],
+                         _ints(budgets, "--budgets"))
+    for spec in data:
+        data_file(spec)  # a missing set fails before any model loads
+    registers = registers or model_registers(model) or 16
+    protocol = {"samples": samples, "temperature": temperature, "top_p": top_p, "seed": seed,
+                "batch_size": batch_size, "page_size": page_size,
+                "max_new_tokens": max_new_tokens}
+    settings = {"model": model, "dense_model": dense_model or model, "registers": registers,
+                **{k: v for k, v in protocol.items() if k != "batch_size"}}
+    run_file = out / "run.json"
+    if run_file.exists() and not force:
+        before = json.loads(run_file.read_text())
+        changed = {k: (before.get(k), v) for k, v in settings.items() if before.get(k) != v}
+        if changed:
+            k, (old, new) = next(iter(changed.items()))
+            raise SolmError(f"{out} was run with {k}={old!r}, not {new!r}: its rows would mix; "
+                            f"use another --out, or --force")
+    out.mkdir(parents=True, exist_ok=True)
+    run_file.write_text(json.dumps(settings, indent=1) + "\n")
+    info(f"{len(points)} policy points x {len(data)} data set(s) x {samples} samples, "
+         f"{registers} registers")
+    with progress("decoding (samples)", pending(out, data, points, samples, limit)) as advance:
+        summaries = run_tip_eval(
+            out, data, points, model, dense_model, registers, protocol, limit, dtype, device,
+            on_row=lambda r: advance(status=f"{r['policy']}"
+                                            f"{'' if r['budget'] is None else '@' + str(r['budget'])}"
+                                            f" {r['data']}: live {r['mean_live_tokens']:.0f}"))
+    out_console.print_json(json.dumps({"out": str(out), "points": summaries}))
+
+
+@app.command()
+@handle_errors
+def report(
+    run_dir: Path = typer.Argument(..., help="A `tip eval run` folder."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Report folder (default: "
+                                       "RUN_DIR/report)."),
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+) -> None:
+    """report.md, summary.json and plots of accuracy against live KV, throughput and decode
+    time (one point per policy and budget, per data set), and whether the TIP model's
+    registers are in use (share of steps killed; live response KV against the dense model's
+    over decodes of 256+ tokens)."""
+    from solm.eval.tip_report import write_tip_report
+
+    path = write_tip_report(run_dir, out)
+    info(f"-> {path}")
+    out_console.print(path.read_text())

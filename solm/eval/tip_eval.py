@@ -1,0 +1,261 @@
+"""`tip eval run` / `tip eval report`: maths accuracy against KV memory, throughput and decode
+time, per eviction policy and budget, the thesis' protocol by default.
+
+A run folder holds:
+- `samples.jsonl`: one row per (data set, problem, policy, budget, sample), appended as each
+  decode ends (a rerun skips the rows already there): prediction, gold, correct, generated
+  tokens, live KV tokens (mean per decode step, and the response's share), peak, decode
+  time, registers opened and steps killed;
+- `timing.jsonl`: per (data set, policy, budget) segment of decoding, its tokens and wall
+  time (throughput = tokens / wall, summed over segments, so a resumed run counts right);
+- `run.json`: the settings.
+
+Metrics per (data set, policy, budget): accuracy = the mean over problems of the fraction of
+its samples that are correct; live KV = the mean over samples of the tokens attention read per
+decode step (prompt included) and of the response tokens among them; throughput = generated
+tokens / wall time of the batched decode; decode time = the mean per sample.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+from solm.core.errors import SolmError
+
+BUDGETED = ("streamingllm", "h2o")
+DATA_SETS = ("aime2024", "aime2025", "math500", "gsm8k_test")
+# the thesis' protocol (samples, sampling, batch, page); the cap is a flag: long enough for
+# reasoning traces of distilled models
+PROTOCOL = {"samples": 16, "temperature": 0.6, "top_p": 0.95, "batch_size": 16,
+            "page_size": 64, "budgets": (1024, 2048, 4096), "max_new_tokens": 32768}
+
+
+@dataclass(frozen=True)
+class Point:
+    policy: str
+    budget: int | None
+
+    @property
+    def label(self) -> str:
+        return self.policy if self.budget is None else f"{self.policy}@{self.budget}"
+
+
+def eval_points(policies: Iterable[str], budgets: Iterable[int]) -> list[Point]:
+    """Every policy; the budgeted ones once per budget, the others (dense, tip) once."""
+    from solm.decode.tip.policies import POLICIES
+
+    out = []
+    budgets = list(budgets)
+    for name in policies:
+        if name not in POLICIES:
+            raise SolmError(f"unknown policy '{name}' (have {', '.join(POLICIES)})")
+        if POLICIES[name].needs_budget:
+            if not budgets:
+                raise SolmError(f"--policies {name} needs --budgets")
+            out += [Point(name, b) for b in budgets]
+        else:
+            out.append(Point(name, None))
+    return out
+
+
+def data_file(name_or_path: str) -> tuple[str, Path]:
+    """(name, path) of a data set: a JSONL path, or a set `solm data get` fetches."""
+    path = Path(name_or_path)
+    if path.suffix == ".jsonl" or path.exists():
+        if not path.exists():
+            raise SolmError(f"{path}: no such file")
+        return path.stem, path
+    from solm.data.get import data_root
+
+    cached = data_root() / f"{name_or_path}.jsonl"
+    if not cached.exists():
+        raise SolmError(f"data set '{name_or_path}' is not in {data_root()}: run `solm data get "
+                        f"{name_or_path}` (or pass a JSONL path)")
+    return name_or_path, cached
+
+
+def steps_and_kills(ids: list[int], vocab) -> tuple[int, int]:
+    """Registers opened and steps killed by a reuse, in a generated sequence."""
+    from solm.core.systems.tip import TipTracker
+
+    if vocab is None:
+        return 0, 0
+    tracker = TipTracker(vocab)
+    opened = killed = 0
+    for t in ids:
+        _, dead = tracker.feed(t)
+        opened += int(t) in vocab.registers
+        killed += dead is not None
+    return opened, killed
+
+
+def row_key(row: dict) -> tuple:
+    return row["data"], row["id"], row["policy"], row["budget"], row["sample"]
+
+
+def read_rows(path: Path) -> list[dict]:
+    from solm.core.jsonl import read_jsonl
+
+    return list(read_jsonl(path, skip_partial_last_line=True)) if path.exists() else []
+
+
+def run_point(runtime, point: Point, data: str, problems: list[dict], samples: int,
+              config_kw: dict, run_dir: Path, done: set,
+              on_row: Callable[[dict], None] | None = None) -> int:
+    """Decode every (problem, sample) of one point not yet in the run; returns rows written."""
+    from solm.core.chat import prompt_ids
+    from solm.core.jsonl import JsonlWriter
+    from solm.core.math_task import is_correct, predicted_answer
+    from solm.core.sampling import SamplingConfig
+    from solm.decode.tip.runtime import TipDecodeConfig, TipRequest
+
+    jobs = [(p, k) for p in problems for k in range(samples)
+            if (data, p["id"], point.policy, point.budget, k) not in done]
+    if not jobs:
+        return 0
+    tok = runtime.tokenizer
+    prompts = {p["id"]: prompt_ids(tok, p["prompt"]) for p in problems}
+    reqs = (TipRequest(i, prompts[p["id"]], seed=k) for i, (p, k) in enumerate(jobs))
+    cfg = TipDecodeConfig(policy=point.policy, budget=point.budget,
+                          batch_size=config_kw["batch_size"],
+                          max_new_tokens=config_kw["max_new_tokens"],
+                          sampling=SamplingConfig(config_kw["temperature"], config_kw["top_p"],
+                                                  config_kw["seed"]))
+    written, tokens = 0, 0
+    started = time.perf_counter()
+    with JsonlWriter(run_dir / "samples.jsonl") as out, \
+            JsonlWriter(run_dir / "timing.jsonl") as timing:
+        try:
+            for res in runtime.run(reqs, cfg):
+                problem, k = jobs[res.rid]
+                text = tok.decode(res.ids, skip_special_tokens=True)
+                prediction = predicted_answer(text)
+                opened, killed = steps_and_kills(res.ids, runtime.vocab)
+                prompt_len = len(prompts[problem["id"]])
+                row = {"data": data, "id": problem["id"], "policy": point.policy,
+                       "budget": point.budget, "sample": k, "prediction": prediction,
+                       "gold": problem["gold"],
+                       "correct": is_correct(prediction, problem["gold"], problem["kind"]),
+                       "generated": res.generated, "prompt_tokens": prompt_len,
+                       "mean_live_tokens": round(res.mean_live_tokens, 2),
+                       "live_response_tokens": round(max(0.0, res.mean_live_tokens -
+                                                         prompt_len), 2),
+                       "peak_live_tokens": res.peak_live_tokens,
+                       "decode_s": round(res.decode_s, 3), "prefill_s": round(res.prefill_s, 3),
+                       "registers_opened": opened, "steps_killed": killed, "flags": res.flags,
+                       "response": text}
+                out.write(row)
+                written += 1
+                tokens += res.generated
+                if on_row:
+                    on_row(row)
+        finally:
+            timing.write({"data": data, "policy": point.policy, "budget": point.budget,
+                          "tokens": tokens, "rows": written,
+                          "wall_s": round(time.perf_counter() - started, 3)})
+    return written
+
+
+def summarise(rows: list[dict], timing: list[dict]) -> list[dict]:
+    """One summary per (data set, policy, budget)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["data"], r["policy"], r["budget"]), []).append(r)
+    out = []
+    for (data, policy, budget), rs in sorted(groups.items(), key=lambda kv: (
+            kv[0][0], kv[0][1], kv[0][2] or 0)):
+        by_problem: dict[str, list[bool]] = {}
+        for r in rs:
+            by_problem.setdefault(r["id"], []).append(bool(r["correct"]))
+        accuracy = sum(sum(v) / len(v) for v in by_problem.values()) / len(by_problem)
+        segs = [t for t in timing if (t["data"], t["policy"], t["budget"]) ==
+                (data, policy, budget)]
+        tokens, wall = sum(t["tokens"] for t in segs), sum(t["wall_s"] for t in segs)
+        n = len(rs)
+        long_rows = [r for r in rs if r["generated"] >= 256]
+        steps = sum(r["registers_opened"] for r in rs)
+        out.append({
+            "data": data, "policy": policy, "budget": budget,
+            "label": policy if budget is None else f"{policy}@{budget}",
+            "problems": len(by_problem), "samples": n, "accuracy": round(accuracy, 4),
+            "mean_live_tokens": round(sum(r["mean_live_tokens"] for r in rs) / n, 1),
+            "live_response_tokens": round(sum(r["live_response_tokens"] for r in rs) / n, 1),
+            "live_response_tokens_256plus": (round(sum(r["live_response_tokens"]
+                                                       for r in long_rows) / len(long_rows), 1)
+                                             if long_rows else None),
+            "decodes_256plus": len(long_rows),
+            "generated_tokens": round(sum(r["generated"] for r in rs) / n, 1),
+            "throughput_tok_s": round(tokens / wall, 2) if wall else None,
+            "decode_s": round(sum(r["decode_s"] for r in rs) / n, 2),
+            "steps_opened": steps,
+            "share_steps_killed": round(sum(r["steps_killed"] for r in rs) / steps, 4)
+            if steps else 0.0,
+            "capped": sum("max_new_tokens" in r["flags"] for r in rs),
+        })
+    return out
+
+
+def pages_for(prompts: list[int], max_new_tokens: int, page_size: int, batch_size: int) -> int:
+    """Pages for `batch_size` requests of the longest prompt + the cap (TIP's fresh page per
+    step can leave one partly empty page per live step: a margin of registers + 2 pages)."""
+    longest = max(prompts) + max_new_tokens + 1
+    return batch_size * (-(-longest // page_size) + 18)
+
+
+def run_tip_eval(run_dir: Path, data_specs: list[str], points: list[Point], model: str,
+                 dense_model: str | None, registers: int, protocol: dict, limit: int | None,
+                 dtype: str = "auto", device: str | None = None,
+                 on_row: Callable[[dict], None] | None = None,
+                 on_point: Callable[[str, Point, int], None] | None = None) -> list[dict]:
+    """Decode everything not yet in `run_dir`; returns the summaries."""
+    from solm.core.chat import prompt_ids
+    from solm.core.models import load_decoder
+    from solm.decode.tip.runtime import TipRuntime
+    from solm.train.grpo import load_problems
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    sets = [data_file(spec) for spec in data_specs]
+    problems = {name: load_problems(str(path), math_prompt=True, limit=limit)
+                for name, path in sets}
+    done = {row_key(r) for r in read_rows(run_dir / "samples.jsonl")}
+    loaded: dict[str, tuple] = {}
+    for point in points:
+        name = model if point.policy == "tip" else (dense_model or model)
+        for data, rows in problems.items():
+            todo = sum(1 for p in rows for k in range(protocol["samples"])
+                       if (data, p["id"], point.policy, point.budget, k) not in done)
+            if on_point:
+                on_point(data, point, todo)
+            if not todo:
+                continue
+            if name not in loaded:
+                loaded.clear()  # one model in memory at a time
+                loaded[name] = load_decoder(name, dtype=dtype, device=device, system="tip",
+                                            num_registers=registers)
+            m, tok = loaded[name]
+            lengths = [len(prompt_ids(tok, p["prompt"])) for p in rows]
+            rt = TipRuntime(m, tok, num_pages=pages_for(lengths, protocol["max_new_tokens"],
+                                                        protocol["page_size"],
+                                                        protocol["batch_size"]),
+                            page_size=protocol["page_size"], num_registers=registers)
+            run_point(rt, point, data, rows, protocol["samples"], protocol, run_dir, done,
+                      on_row)
+    return summarise(read_rows(run_dir / "samples.jsonl"), read_rows(run_dir / "timing.jsonl"))
+
+
+def pending(run_dir: Path, data_specs: list[str], points: list[Point], samples: int,
+            limit: int | None) -> int:
+    """Samples a run still has to decode (for the progress bar)."""
+    from solm.train.grpo import load_problems
+
+    done = {row_key(r) for r in read_rows(run_dir / "samples.jsonl")}
+    total = 0
+    for spec in data_specs:
+        name, path = data_file(spec)
+        for p in load_problems(str(path), math_prompt=False, limit=limit):
+            total += sum((name, p["id"], pt.policy, pt.budget, k) not in done
+                         for pt in points for k in range(samples))
+    return total

@@ -1,0 +1,88 @@
+"""tip eval run / report: every policy x budget point decoded, resumable per problem x sample x
+policy, accuracy as the mean per-problem fraction, the report with its plots and the
+registers-in-use figures."""
+
+import json
+
+from typer.testing import CliRunner
+
+from solm.eval.tip_eval import Point, eval_points, steps_and_kills, summarise
+
+
+def test_points_expand_budgets_for_budgeted_policies_only():
+    pts = eval_points(["dense", "streamingllm", "h2o", "tip"], [128, 256])
+    assert [p.label for p in pts] == ["dense", "streamingllm@128", "streamingllm@256",
+                                      "h2o@128", "h2o@256", "tip"]
+
+
+def test_steps_and_kills(tip_tok):
+    from conftest import TIP_REGISTERS
+    from solm.core.systems.tip import TipVocab
+
+    vocab = TipVocab.from_tokenizer(tip_tok, TIP_REGISTERS)
+    r = sorted(vocab.registers)
+    ids = [5, r[0], 6, r[1], 7, r[0], 8, r[0], 9, r[2]]
+    assert steps_and_kills(ids, vocab) == (5, 2)
+    assert steps_and_kills(ids, None) == (0, 0)
+
+
+def row(pid, sample, correct, policy="tip", budget=None, live=50.0, generated=300):
+    return {"data": "m", "id": pid, "policy": policy, "budget": budget, "sample": sample,
+            "correct": correct, "generated": generated, "mean_live_tokens": live + 20,
+            "live_response_tokens": live, "decode_s": 1.0, "registers_opened": 4,
+            "steps_killed": 1, "flags": []}
+
+
+def test_accuracy_is_the_mean_of_per_problem_fractions():
+    rows = [row("a", 0, True), row("a", 1, False), row("a", 2, False), row("a", 3, False),
+            row("b", 0, True)]
+    (s,) = summarise(rows, [{"data": "m", "policy": "tip", "budget": None, "tokens": 1500,
+                             "wall_s": 3.0}])
+    assert s["accuracy"] == (0.25 + 1.0) / 2  # pooled would be 2/5
+    assert s["throughput_tok_s"] == 500.0 and s["share_steps_killed"] == 0.25
+
+
+def test_run_resume_and_report(tmp_path, tiny_folder):
+    from solm.cli import tip
+
+    data = tmp_path / "probs.jsonl"
+    data.write_text("".join(json.dumps({"id": f"p{i}", "problem": f"What is {i}+1?",
+                                        "answer": str(i + 1)}) + "\n" for i in range(3)))
+    out = tmp_path / "run"
+    args = ["eval", "run", "-o", str(out), "--data", str(data), "--model", tiny_folder,
+            "--registers", "4", "--policies", "dense,streamingllm,tip", "--budgets", "8,16",
+            "--samples", "2", "--max-new-tokens", "6", "--page-size", "4", "--batch-size", "3",
+            "--quiet"]
+    runner = CliRunner()
+    r = runner.invoke(tip.app, args)
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    keys = {(x["id"], x["policy"], x["budget"], x["sample"]) for x in rows}
+    assert len(rows) == len(keys) == 3 * 4 * 2
+    assert all(x["generated"] <= 6 for x in rows)
+    # lose the last rows of one point, as a kill would: only they are decoded again
+    kept = [x for x in rows if not (x["policy"] == "tip" and x["id"] == "p2")]
+    (out / "samples.jsonl").write_text("".join(json.dumps(x) + "\n" for x in kept))
+    segments = len((out / "timing.jsonl").read_text().splitlines())
+    r = runner.invoke(tip.app, args)
+    assert r.exit_code == 0, r.output
+    again = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(again) == 24
+    new_segments = [json.loads(x) for x in (out / "timing.jsonl").read_text().splitlines()
+                    ][segments:]
+    assert [(s["policy"], s["rows"]) for s in new_segments] == [("tip", 2)]
+    # other settings would mix rows: refused
+    r = runner.invoke(tip.app, [*args[:-1], "--temperature", "0.9", "--quiet"])
+    assert r.exit_code != 0 and "temperature" in r.output
+    r = runner.invoke(tip.app, ["eval", "report", str(out), "--quiet"])
+    assert r.exit_code == 0, r.output
+    report = (out / "report" / "report.md").read_text()
+    assert "streamingllm@16" in report and "Registers in use" in report
+    assert len(list((out / "report").glob("*.png"))) == 3
+    summary = json.loads((out / "report" / "summary.json").read_text())
+    assert {p["label"] for p in summary["points"]} == {"dense", "streamingllm@8",
+                                                       "streamingllm@16", "tip"}
+
+
+def test_point_label():
+    assert Point("h2o", 256).label == "h2o@256" and Point("tip", None).label == "tip"
