@@ -136,4 +136,4 @@ def report(
 
     path = write_tip_report(run_dir, out)
     info(f"-> {path}")
-    out_console.print(path.read_text())
+    out_console.print(path.read_text(), markup=False, highlight=False)

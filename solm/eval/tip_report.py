@@ -8,7 +8,8 @@ from pathlib import Path
 
 from solm.eval.tip_eval import read_rows, summarise
 
-AXES = (("mean_live_tokens", "live KV tokens per decode step (mean)", "kv"),
+# live KV of the response: the prompt's is the same under every policy
+AXES = (("live_response_tokens", "live response KV per decode step (tokens, mean)", "kv"),
         ("throughput_tok_s", "throughput (generated tokens / s, batched)", "throughput"),
         ("decode_s", "decode time per sample (s)", "decode_time"))
 COLORS = {"dense": "black", "tip": "tab:red", "streamingllm": "tab:blue", "h2o": "tab:green"}
@@ -21,14 +22,18 @@ def plot_points(summaries: list[dict], axis: str, xlabel: str, png: Path, title:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    placed: list[tuple[float, float]] = []
     for s in summaries:
         x = s.get(axis)
         if x is None:
             continue
         ax.scatter([x], [s["accuracy"]], color=COLORS.get(s["policy"], "tab:gray"), s=46,
                    marker="o" if s["budget"] is None else "s", zorder=3)
-        ax.annotate(s["label"], (x, s["accuracy"]), textcoords="offset points", xytext=(5, 4),
-                    fontsize=8)
+        # labels of points at the same height step down so they do not overprint
+        same_row = sum(1 for _, y in placed if abs(y - s["accuracy"]) < 1e-9)
+        placed.append((x, s["accuracy"]))
+        ax.annotate(s["label"], (x, s["accuracy"]), textcoords="offset points",
+                    xytext=(5, 4 - 10 * same_row), fontsize=8)
     budgeted = {}
     for s in summaries:
         if s["budget"] is not None and s.get(axis) is not None:
