@@ -93,12 +93,24 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
         (["dolly", "--from", "{d}/SOURCE.json", "--data-dir", "{d}"], "{d}/SOURCE.json"),
     ],
 }
+CASES["tip annotate"] = CASES["pasta annotate"]
+CASES["tip sft"] = CASES["pasta sft"]
+CASES["tip grpo"] = [
+    (["--data", "{X}", "--out", "{L}"], "{X}"),
+    (["--data", "{d}/run/problems.jsonl", "--out", "{d}/run"], "{d}/run/problems.jsonl"),
+]
+CASES["tip eval run"] = [
+    (["-o", "{d}/run", "--data", "{d}/run/samples.jsonl"], "{d}/run/samples.jsonl"),
+    (["-o", "{d}/run", "--data", "{d}/run/timing.jsonl"], "{d}/run/timing.jsonl"),
+]
 CASES["judge"] = CASES["pasta judge"]  # `solm judge` is the same command
 EXEMPT = {
     "pasta stats": "reads only; writes to standard output",
     "pasta eval winrate": "reads only; writes to standard output",
     "prepare": "reads a GGUF, writes only into the model cache under a name of its own",
     "data list": "reads only; writes to standard output",
+    "tip eval report": "reads a run's samples.jsonl, timing.jsonl and run.json; writes only "
+                       "report.md, summary.json and PNGs, names no input can have",
 }
 
 

@@ -366,6 +366,20 @@ def check_paths(inputs: Iterable[object], outputs: Iterable[object]) -> None:
     refuse_unwritable(outputs)
 
 
+def check_run_inputs(run_dir: Path, inputs: list) -> None:
+    """A run writes everything under its folder (run.json, outputs/, judgments/,
+    summary.json): no input may lie there."""
+    folder = Path(run_dir).resolve()
+    for source in inputs:
+        if source is None or not Path(str(source)).exists():
+            continue
+        path = Path(str(source)).resolve()
+        if path == folder or folder in path.parents:
+            raise SolmError(f"{source}: lies in the run folder {run_dir}, which this command "
+                            f"writes; choose another --out or move the file")
+    check_paths([], [Path(run_dir) / "run.json"])  # the folder's place is writable
+
+
 def settings_from(local_vars: dict[str, Any]) -> dict[str, Any]:
     """A command's settings for its manifest (paths as strings, no config/secret objects)."""
     simple = (str, int, float, bool, type(None), Path)

@@ -11,7 +11,8 @@ import typer
 from solm.cli.common import (CompileOption, ConfigOption, DebugOption, DeviceOption, DtypeOption,
                              MAX_NEW_TOKENS_CAP, NoRepeatNgramOption, QuietOption,
                              RepetitionPenaltyOption, SeedOption, TemperatureOption, TopPOption,
-                             check_paths, decode_flags, greater_than, handle_errors, info, one_of,
+                             check_paths, check_run_inputs, decode_flags, greater_than,
+                             handle_errors, info, one_of,
                              out_console, progress)
 from solm.cli.errors import SolmGroup
 from solm.core.errors import SolmError
@@ -311,20 +312,6 @@ def run(
         "win_rate": (m.get("vs_baseline") or {}).get("win_rate"),
         "lc_win_rate": (m.get("vs_baseline") or {}).get("lc_win_rate"),
         "prompts": m["speed"]["prompts"]} for label, m in summary["methods"].items()}))
-
-
-def check_run_inputs(run_dir: Path, inputs: list) -> None:
-    """A run writes everything under its folder (run.json, outputs/, judgments/,
-    summary.json): no input may lie there."""
-    folder = Path(run_dir).resolve()
-    for source in inputs:
-        if source is None or not Path(str(source)).exists():
-            continue
-        path = Path(str(source)).resolve()
-        if path == folder or folder in path.parents:
-            raise SolmError(f"{source}: lies in the run folder {run_dir}, which this command "
-                            f"writes; choose another --out or move the file")
-    check_paths([], [run_dir / "run.json"])  # the folder's place is writable
 
 
 def _machine(device: str) -> dict:

@@ -9,8 +9,8 @@ from typing import Optional
 import typer
 
 from solm.cli.common import (ConfigOption, DebugOption, DeviceOption, DtypeOption, ForceOption,
-                             ModelOption, QuietOption, handle_errors, info, out_console,
-                             probability_mass, progress)
+                             ModelOption, QuietOption, check_run_inputs, handle_errors, info,
+                             out_console, probability_mass, progress)
 from solm.cli.errors import SolmGroup
 from solm.core.errors import SolmError
 from solm.eval.tip_eval import DATA_SETS, PROTOCOL
@@ -91,8 +91,8 @@ def run(
 
     points = eval_points([p.strip() for p in policies.split(",") if p.strip()],
                          _ints(budgets, "--budgets"))
-    for spec in data:
-        data_file(spec)  # a missing set fails before any model loads
+    files = [data_file(spec)[1] for spec in data]  # a missing set fails before any load
+    check_run_inputs(out, files)
     registers = registers or model_registers(model) or 16
     protocol = {"samples": samples, "temperature": temperature, "top_p": top_p, "seed": seed,
                 "batch_size": batch_size, "page_size": page_size,
