@@ -9,13 +9,14 @@ from typing import Optional
 import typer
 from rich.console import Group
 
-from solm.cli.common import (CompileOption, ConfigOption, DEFAULT_MODEL, DebugOption, DedupeOption,
+from solm.cli.common import (BaseUrlOption, ConcurrencyOption, LlmTemperatureOption, MaxOutputTokensOption, MaxTriesOption, RpmOption, SplitOption, TimeoutOption,
+                             CompileOption, ConfigOption, DEFAULT_MODEL, DebugOption, DedupeOption,
                              DeviceOption, DtypeOption, ForceOption, MAX_NEW_TOKENS_CAP,
                              ModelOption, NoRepeatNgramOption, QuantizeOption, QuietOption,
                              RepetitionPenaltyOption, SeedOption, TemperatureOption, TopPOption,
                              VersionOption, annotation_records, check_paths, console, decode_flags,
                              dedupe_list, llm_annotation, report_duplicates,
-                             greater_than, handle_errors, info, is_quiet, one_of, out_console,
+                             handle_errors, info, is_quiet, one_of, out_console,
                              progress, settings_from,
                              show_control_tokens)
 from solm.cli.errors import SolmGroup
@@ -80,15 +81,15 @@ def annotate(
     seed: Optional[int] = typer.Option(None, help="With --limit: a seeded random subset."),
     min_chunk_tokens: int = typer.Option(12, min=1, help="rules: shorter descriptions stay in the "
                                          "main thread."),
-    concurrency: int = typer.Option(8, min=1, help="LLM: requests in flight."),
-    rpm: Optional[float] = typer.Option(None, callback=greater_than(0), help="LLM: requests per minute (token bucket)."),
-    max_tries: int = typer.Option(4, min=1, help="LLM: tries per row (429/5xx/timeouts/bad replies)."),
-    timeout: float = typer.Option(120.0, callback=greater_than(0), help="LLM: seconds per request."),
-    base_url: Optional[str] = typer.Option(None, help="LLM: server URL (overrides the spec's)."),
+    concurrency: int = ConcurrencyOption,
+    rpm: Optional[float] = RpmOption,
+    max_tries: int = MaxTriesOption,
+    timeout: float = TimeoutOption,
+    base_url: Optional[str] = BaseUrlOption,
     fix_lengths: bool = typer.Option(False, help="LLM: recompute tokens=N from the real block."),
-    temperature: float = typer.Option(0.0, min=0.0, help="LLM: sampling temperature."),
-    max_output_tokens: int = typer.Option(4096, min=1, help="LLM: cap on each reply's length."),
-    split: str = typer.Option("train", help="Split, for hub datasets."),
+    temperature: float = LlmTemperatureOption,
+    max_output_tokens: int = MaxOutputTokensOption,
+    split: str = SplitOption,
     dedupe: bool = DedupeOption,
     force: bool = ForceOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,

@@ -8,10 +8,11 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (CompileOption, ConfigOption, DEFAULT_MODEL, DebugOption, DedupeOption,
+from solm.cli.common import (BaseUrlOption, ConcurrencyOption, LlmTemperatureOption, MaxOutputTokensOption, MaxTriesOption, RpmOption, SplitOption, TimeoutOption,
+                             CompileOption, ConfigOption, DEFAULT_MODEL, DebugOption, DedupeOption,
                              DeviceOption, DtypeOption, ForceOption, ModelOption, QuantizeOption,
                              QuietOption, VersionOption, annotation_records, check_paths, console,
-                             dedupe_list, greater_than, handle_errors, info, llm_annotation, one_of,
+                             dedupe_list, handle_errors, info, llm_annotation, one_of,
                              out_console,
                              probability_mass, progress, report_duplicates, settings_from,
                              show_control_tokens)
@@ -182,16 +183,14 @@ def annotate(
     limit: Optional[int] = typer.Option(None, min=1, help="Only N rows (the first N, or a "
                                         "random N with --seed)."),
     seed: Optional[int] = typer.Option(None, help="With --limit: a seeded random subset."),
-    concurrency: int = typer.Option(8, min=1, help="LLM: requests in flight."),
-    rpm: Optional[float] = typer.Option(None, callback=greater_than(0),
-                                        help="LLM: requests per minute (token bucket)."),
-    max_tries: int = typer.Option(4, min=1, help="LLM: tries per row."),
-    timeout: float = typer.Option(120.0, callback=greater_than(0),
-                                  help="LLM: seconds per request."),
-    base_url: Optional[str] = typer.Option(None, help="LLM: server URL (overrides the spec's)."),
-    temperature: float = typer.Option(0.0, min=0.0, help="LLM: sampling temperature."),
-    max_output_tokens: int = typer.Option(4096, min=1, help="LLM: cap on each reply's length."),
-    split: str = typer.Option("train", help="Split, for hub datasets."),
+    concurrency: int = ConcurrencyOption,
+    rpm: Optional[float] = RpmOption,
+    max_tries: int = MaxTriesOption,
+    timeout: float = TimeoutOption,
+    base_url: Optional[str] = BaseUrlOption,
+    temperature: float = LlmTemperatureOption,
+    max_output_tokens: int = MaxOutputTokensOption,
+    split: str = SplitOption,
     dedupe: bool = DedupeOption,
     force: bool = ForceOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
