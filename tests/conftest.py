@@ -84,3 +84,29 @@ def sample_records(n: int):
     return [replace(base[i % len(base)], id=f"{base[i % len(base)].id}~{i // len(base)}")
             for i in range(n)]
 
+
+
+@pytest.fixture(scope="session")
+def pdiff_tok():
+    """The embedded tokenizer with Planned Diffusion's tokens (Pasta-Lang + mask + pad)."""
+    from solm.core.control_tokens import add_control_tokens
+    from solm.core.models import load_tokenizer
+
+    tok = load_tokenizer("smollm2-135m")
+    add_control_tokens(None, tok, "pdiff")
+    return tok
+
+
+@pytest.fixture(scope="session")
+def pdiff_vocab(pdiff_tok):
+    from solm.core.systems.pdiff import PdiffVocab
+
+    return PdiffVocab.from_tokenizer(pdiff_tok)
+
+
+@pytest.fixture(scope="session")
+def pdiff_model(pdiff_tok):
+    from solm.core.models import tiny_model
+
+    model, _ = tiny_model(pdiff_tok, seed=3)
+    return model

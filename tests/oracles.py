@@ -138,3 +138,38 @@ def tip_oracle(ids: list[int], tokenizer, prompt_len: int) -> tuple[torch.Tensor
             visible[q, k] = death[k] > q
     targets = [int(t) for t in ids[1:]] + [IGNORE] if n else []
     return visible, list(range(n)), targets
+
+
+def pdiff_oracle(ids: list[int], tokenizer) -> tuple[torch.Tensor, list[int], list[int],
+                                                      list[bool]]:
+    """(visible, positions, autoregressive targets, diffusable) of a Planned Diffusion
+    sequence, from the issue's rules: PASTA's spans and positions; inside a block every
+    token sees every token of the same block (bidirectional); only main-thread tokens have
+    autoregressive targets (the next main token; a stray `</async>` none); a block's tokens
+    other than `<async>`/`</async>` are the diffused ones."""
+    visible, positions, targets = pasta_oracle(ids, tokenizer)
+    text = tokenizer.convert_ids_to_tokens([int(t) for t in ids])
+    n = len(ids)
+    # block membership a second time: a closer + <async> starts it, the first later
+    # </async> (or the end) ends it
+    block_of = [-1] * n
+    b, i = 0, 0
+    while i < n:
+        if CLOSER.match(text[i]) and i + 1 < n and text[i + 1] == "<async>":
+            j = i + 1
+            while j < n:
+                block_of[j] = b
+                if j > i + 1 and text[j] == "</async>":
+                    break
+                j += 1
+            b, i = b + 1, j + 1
+        else:
+            i += 1
+    for q in range(n):
+        for k in range(n):
+            if block_of[q] != -1 and block_of[q] == block_of[k]:
+                visible[q, k] = True
+    targets = [t if block_of[i] == -1 else IGNORE for i, t in enumerate(targets)]
+    diffusable = [block_of[i] != -1 and text[i] not in ("<async>", "</async>")
+                  for i in range(n)]
+    return visible, positions, targets, diffusable

@@ -14,6 +14,7 @@ PROMISE_OPEN = '<promise topic="'
 MAX_PROMISE_TENS = 64
 ASYNC_OPEN, ASYNC_CLOSE, SYNC = "<async>", "</async>", "<sync/>"
 MASK_TOKEN = "<|mdm_mask|>"
+PAD_TOKEN = "<|pdiff_pad|>"  # fills a Planned Diffusion chunk's unused slots
 
 
 def promise_close(tens: int) -> str:
@@ -23,6 +24,10 @@ def promise_close(tens: int) -> str:
 def pasta_tokens() -> list[str]:
     return [PROMISE_OPEN, ASYNC_OPEN, ASYNC_CLOSE, SYNC] + [
         promise_close(n) for n in range(1, MAX_PROMISE_TENS + 1)]
+
+
+def pdiff_tokens() -> list[str]:
+    return pasta_tokens() + [MASK_TOKEN, PAD_TOKEN]
 
 
 def register_token(i: int) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable
 
-from solm.core.control_tokens import MASK_TOKEN, pasta_tokens, tip_tokens
+from solm.core.control_tokens import pasta_tokens, pdiff_tokens, tip_tokens
 from solm.core.errors import SolmError
 
 
@@ -42,7 +42,7 @@ SYSTEMS: dict[str, System] = {s.name: s for s in (
     System("tip", "TIP: thought registers whose reuse kills the older step",
            tip_tokens, "solm.core.systems.tip"),
     System("pdiff", "Planned Diffusion: a plan of promises, chunks denoised in parallel",
-           lambda num_registers: pasta_tokens() + [MASK_TOKEN], None),
+           lambda num_registers: pdiff_tokens(), "solm.core.systems.pdiff"),
 )}
 
 

@@ -108,6 +108,10 @@ class PastaTracker:
         self._last_close: tuple[int, int, int] | None = None  # (order, pos, epoch)
         self.last_main_was_close = False
 
+    def block_span(self, tens: int) -> int:
+        """Positions a promise of `tokens="tens"` reserves for its block (Pred-10X)."""
+        return 10 * tens
+
     def main(self, tok: int) -> TokenAttrs:
         v = self.vocab
         is_sync = tok == v.sync
@@ -119,7 +123,7 @@ class PastaTracker:
                            is_tag)
         if is_close:
             self._last_close = (self.main_order, self.main_pos, self.epoch)
-            self.main_pos += 1 + 10 * v.close_tens[tok]
+            self.main_pos += 1 + self.block_span(v.close_tens[tok])
             self._in_topic = False
         else:
             self.main_pos += 1
@@ -185,11 +189,13 @@ def walk_training_order(token_ids: Sequence[int], vocab: PastaVocab
     return attrs, targets
 
 
-def walk_with_predictors(token_ids: Sequence[int], vocab: PastaVocab
+def walk_with_predictors(token_ids: Sequence[int], vocab: PastaVocab,
+                         tracker: PastaTracker | None = None
                          ) -> tuple[list[TokenAttrs], list[int], list[int]]:
     """`walk_training_order`, and for each token the index of the token whose target it is
-    (-1: none, as for a thread's first token)."""
-    tracker = PastaTracker(vocab)
+    (-1: none, as for a thread's first token). `tracker`: a fresh tracker of a system that
+    reads Pasta-Lang with other spans (Planned Diffusion)."""
+    tracker = tracker if tracker is not None else PastaTracker(vocab)
     attrs: list[TokenAttrs] = []
     current: int | None = None
     for tok in token_ids:

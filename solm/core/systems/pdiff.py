@@ -1,0 +1,195 @@
+"""Planned Diffusion's structure: who attends to whom, at which position, predicting what.
+
+One model plans in Pasta-Lang autoregressively, fills every planned chunk at once by masked
+discrete diffusion, then continues autoregressively. The promises before a `<sync/>` are the
+chunks. This module is the single source of truth for the layout, the masks, the positions
+and both kinds of targets; `pdiff sft` and the sampler (`solm.decode.pdiff`) read them here.
+
+Layout (what a training sequence looks like; `to_slots` writes it from Pasta-Lang tokens):
+- **Slots.** The chunk of a promise `tokens="N"` occupies exactly `10 x N` slots: `<async>`,
+  the content, pad tokens up to the slot count, `</async>`. In the data N is rounded up so
+  the content fits with at least one pad, and a random 0-10 extra pads (as the published
+  method draws) go *inside* the slot count: N grows to hold them, never past it. The rule
+  annotator writes N as the content length rounded to the nearest ten.
+- **Positions.** Pred-10X, as in PASTA: the chunk starts right after its promise and the
+  main thread continues at promise position + 1 + slots. At decode `--length-scale s`
+  makes a chunk `round(10 x N x s)` slots (at least 3), and positions follow the same
+  spans (`PdiffTracker(length_scale=s)`).
+- **Tokens.** `<async>` and `</async>` stay in the sequence at the chunk's first and last
+  slot; they are never masked (the layout fixes them). The pad token is a control token of
+  its own, `PAD_TOKEN` = `<|pdiff_pad|>` (the embedded model's EOS also serves as the
+  tokenizer's pad, so it cannot mark a chunk's unused slots); the mask token is
+  `MASK_TOKEN` = `<|mdm_mask|>`. Pads are trimmed from decoded answers.
+- **Inside chunks** no control token and no EOS may be sampled, except pad
+  (`PdiffVocab.chunk_banned_ids`).
+
+Visibility: PASTA's three terms plus one, "bidirectional inside a chunk":
+`pdiff_visible = or_masks(pasta_visible, whole_chunk)`. So plan and main-thread tokens are
+causal; a chunk token sees the main thread up to its promise, chunks joined by an earlier
+`<sync/>`, and every slot of its own chunk (not its siblings); later main tokens see a chunk
+only from the `<sync/>` that joins it.
+
+Targets:
+- main-thread tokens: the next main-thread token (the autoregressive loss), exactly PASTA's
+  rule (a promise predicts the first main token after its chunk);
+- chunk tokens predict nothing autoregressively. A *masked* chunk token j (one of the
+  `diffusable` slots between `<async>` and `</async>`) is predicted from the logits at
+  `predictor(j) = j - 1`: the shifted convention of diffusion models initialised from an
+  autoregressive one (the row that predicted token j before training keeps doing so).
+  Training and sampling both call `predictor`. In a chunk laid out by `to_slots`, j - 1 is
+  always a slot of the same chunk (`<async>` for the first content slot).
+
+Malformed sequences never raise. They are read as PASTA reads them (see
+`solm.core.systems.pasta`): tags out of place are main-thread text, a block left unclosed
+runs to the end and is never joined; a block whose length differs from its promise's slots
+keeps its tokens (its positions then overlap the main thread's, or leave a gap). Only
+`<async>`/`</async>` tokens inside a block are not diffusable.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from solm.core.chat import eos_ids
+from solm.core.control_tokens import MASK_TOKEN, MAX_PROMISE_TENS, PAD_TOKEN
+from solm.core.structure import IGNORE, Attrs, Structure, or_masks, pairwise
+from solm.core.systems.pasta import (ATTR_NAMES, MAIN, PastaTracker, PastaVocab, TokenAttrs,
+                                     attrs_to_tensors, pasta_visible, walk_with_predictors)
+
+NAME = "pdiff"
+EXTRA_PADS_MAX = 10  # the published method adds 0-10 random pads to each chunk
+MIN_SLOTS = 3  # `<async>`, one content slot, `</async>`
+__all__ = ["ATTR_NAMES", "NAME", "PdiffVocab", "Vocab", "PdiffTracker", "chunk_slots",
+           "whole_chunk", "pdiff_visible", "predictor", "to_slots", "structure"]
+
+
+@dataclass(frozen=True)
+class PdiffVocab(PastaVocab):
+    """Pasta-Lang's ids plus the mask and pad tokens."""
+
+    mask: int = -1
+    pad: int = -1
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer) -> "PdiffVocab":
+        vocab = tokenizer.get_vocab()
+        missing = [t for t in (MASK_TOKEN, PAD_TOKEN) if t not in vocab]
+        if missing:
+            raise ValueError(f"tokenizer lacks Planned Diffusion tokens {missing}; call "
+                             f"add_control_tokens(model, tokenizer, 'pdiff') first")
+        base = PastaVocab.from_tokenizer(tokenizer)
+        return cls(base.promise_open, base.async_open, base.async_close, base.sync,
+                   base.close_tens, eos_ids(tokenizer), vocab[MASK_TOKEN], vocab[PAD_TOKEN])
+
+    @property
+    def control_ids(self) -> list[int]:
+        return [*super().control_ids, self.mask, self.pad]
+
+    @property
+    def chunk_banned_ids(self) -> list[int]:
+        """What may never be sampled inside a chunk: every control token and EOS, but pad."""
+        return [t for t in (*self.control_ids, *self.eos) if t != self.pad]
+
+    def close_for(self, tens: int) -> int:
+        return next(t for t, n in self.close_tens.items() if n == tens)
+
+
+Vocab = PdiffVocab
+
+
+def chunk_slots(tens: int, length_scale: float = 1.0) -> int:
+    """Slots of a chunk promised at `tokens="tens"`: 10 x N, times the decode's length scale."""
+    return max(MIN_SLOTS, int(round(10 * tens * length_scale)))
+
+
+class PdiffTracker(PastaTracker):
+    """PASTA's tracker with Planned Diffusion's spans (`chunk_slots`, length scale)."""
+
+    def __init__(self, vocab: PdiffVocab, length_scale: float = 1.0):
+        super().__init__(vocab)
+        self.length_scale = length_scale
+
+    def block_span(self, tens: int) -> int:
+        return chunk_slots(tens, self.length_scale)
+
+    def chunk_attrs(self, fid: int, tokens: Sequence[int]) -> list[TokenAttrs]:
+        """Attributes of every slot of chunk `fid` (they do not depend on what the slots
+        hold, so the sampler computes them once when it lays the chunk out)."""
+        return [self.fork(fid, t) for t in tokens]
+
+
+def whole_chunk(q: Attrs, k: Attrs) -> torch.Tensor:
+    """Every slot of a chunk sees every slot of the same chunk (bidirectional)."""
+    return (k["thread"] > MAIN) & (k["thread"] == q["thread"])
+
+
+pdiff_visible = or_masks(pasta_visible, whole_chunk)
+
+
+def predictor(j: int) -> int:
+    """The index (in training order, or slot within a chunk) of the logits row that predicts
+    masked token j: the shifted convention, the same in training and in sampling."""
+    return j - 1
+
+
+def to_slots(token_ids: Sequence[int], vocab: PdiffVocab,
+             extra_pads: Callable[[], int] = lambda: 0) -> list[int]:
+    """Pasta-Lang tokens -> Planned Diffusion's layout: each `promise, <async> content
+    </async>` becomes `promise', <async> content pad... </async>` with exactly 10 x N' slots,
+    N' the smallest N' >= N that holds the content, one pad and `extra_pads()` more.
+    Raises ValueError when a chunk would need more than the largest promise."""
+    ids = [int(t) for t in token_ids]
+    out: list[int] = []
+    i = 0
+    while i < len(ids):
+        tok = ids[i]
+        opens = (tok in vocab.close_tens and i + 1 < len(ids)
+                 and ids[i + 1] == vocab.async_open)
+        end = ids.index(vocab.async_close, i + 2) if opens and vocab.async_close in ids[i + 2:] \
+            else -1
+        if end < 0:
+            out.append(tok)
+            i += 1
+            continue
+        content = ids[i + 2:end]
+        extra = int(extra_pads())
+        if not 0 <= extra <= EXTRA_PADS_MAX:
+            raise ValueError(f"extra pads must be 0..{EXTRA_PADS_MAX}, got {extra}")
+        need = len(content) + 2 + 1 + extra
+        tens = max(vocab.close_tens[tok], math.ceil(need / 10))
+        if tens > MAX_PROMISE_TENS:
+            raise ValueError(f"a chunk of {len(content)} tokens needs tokens=\"{tens}\" "
+                             f"(largest: {MAX_PROMISE_TENS})")
+        pads = 10 * tens - 2 - len(content)
+        out += [vocab.close_for(tens), vocab.async_open, *content, *[vocab.pad] * pads,
+                vocab.async_close]
+        i = end + 1
+    return out
+
+
+def diffusable(token_ids: Sequence[int], attrs: Sequence[TokenAttrs], vocab: PdiffVocab
+               ) -> list[bool]:
+    """Chunk slots the diffusion masks and predicts: block tokens but the block tags."""
+    return [a.thread != MAIN and int(t) not in (vocab.async_open, vocab.async_close)
+            for t, a in zip(token_ids, attrs)]
+
+
+def structure(token_ids: Sequence[int] | torch.Tensor, vocab: PdiffVocab, prompt_len: int = 0,
+              length_scale: float = 1.0) -> Structure:
+    """Mask, positions and autoregressive targets of a sequence in this layout; `attrs`
+    carries `diffusable` (1 on the chunk slots the diffusion loss masks and predicts).
+
+    `prompt_len` is accepted so every system's `structure` has one signature: the prompt is
+    main-thread text under the same rules."""
+    if isinstance(token_ids, torch.Tensor):
+        token_ids = token_ids.tolist()
+    attrs, targets, _ = walk_with_predictors(token_ids, vocab, PdiffTracker(vocab, length_scale))
+    targets = [t if a.thread == MAIN else IGNORE for a, t in zip(attrs, targets)]
+    t = attrs_to_tensors(attrs)
+    t["diffusable"] = torch.tensor(diffusable(token_ids, attrs, vocab), dtype=torch.long)
+    return Structure(visible=pairwise(pdiff_visible, t, t), position_ids=t["pos"],
+                     targets=torch.tensor(targets, dtype=torch.long), attrs=t)
