@@ -15,7 +15,7 @@ runner = CliRunner()
     (main.app, ["pasta", "tip", "pdiff", "models", "prepare"]),
     (pasta.app, ["annotate", "sft", "decode", "bench", "stats", "tokens"]),
     (tip.app, ["decode", "bench", "traces", "tokens"]),
-    (pdiff.app, ["tokens"]),
+    (pdiff.app, ["tokens", "sft", "decode"]),
 ])
 def test_help_lists_the_subcommands(app, commands):
     r = runner.invoke(app, ["--help"])

@@ -1,0 +1,1 @@
+"""Planned Diffusion decoding (plan, denoise chunks in parallel, continue)."""

@@ -1,0 +1,133 @@
+"""Planned Diffusion decodes as rows: one record per prompt, written as each ends (resumable),
+with the figures the evaluation reads (content tokens, forward passes, chunk health)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from solm.core.chat import prompt_ids, text_ids
+from solm.core.jsonl import JsonlWriter, done_ids
+from solm.core.pasta_lang import validate
+from solm.core.records import Record
+from solm.core.systems.pasta import walk_with_predictors
+from solm.core.systems.pdiff import PdiffTracker
+from solm.decode.flags import TOPIC_CAPPED
+from solm.decode.pdiff.runtime import (PdiffDecodeConfig, PdiffDecodeResult, PdiffRequest,
+                                       PdiffRuntime)
+
+REPEAT_N = 3  # n of the repeated n-grams counted inside chunks
+
+
+def repeated_ngram_share(tokens: list[int], n: int = REPEAT_N) -> float:
+    """Share of a token list's n-grams that repeat an earlier n-gram of the same list."""
+    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+    if not grams:
+        return 0.0
+    seen: set[tuple[int, ...]] = set()
+    repeats = 0
+    for g in grams:
+        repeats += g in seen
+        seen.add(g)
+    return repeats / len(grams)
+
+
+def chunk_contents(ids: list[int], rt: PdiffRuntime) -> list[list[int]]:
+    """Each chunk's content tokens (pads and tags left out), in promise order."""
+    v = rt.vocab
+    attrs, _, _ = walk_with_predictors(ids, v, PdiffTracker(v))
+    by_thread: dict[int, list[int]] = {}
+    for tok, a in zip(ids, attrs):
+        if a.thread and tok not in (v.pad, v.async_open, v.async_close):
+            by_thread.setdefault(a.thread, []).append(tok)
+    return [by_thread.get(t, []) for t in sorted({a.thread for a in attrs if a.thread})]
+
+
+def result_record(rt: PdiffRuntime, rec: Record, res: PdiffDecodeResult,
+                  config: PdiffDecodeConfig) -> dict:
+    tok, v = rt.tokenizer, rt.vocab
+    shown = [t for t in res.ids if t != v.pad]  # pads trimmed
+    attrs, _, _ = walk_with_predictors(shown, v, PdiffTracker(v, config.length_scale))
+    content = [t for t, a in zip(shown, attrs) if not a.is_tag]
+    response = tok.decode(content, skip_special_tokens=True)
+    annotated = tok.decode(shown, skip_special_tokens=True)
+    chunks = [{"slots": c.slots, "pads": c.pads, "content_tokens": c.content_tokens,
+               "steps": c.steps, "pad_only": c.pad_only} for c in res.chunks]
+    repeats = [repeated_ngram_share(c) for c in chunk_contents(res.ids, rt)]
+    return {
+        "id": rec.id, "prompt": rec.prompt, "response": response, "annotated": annotated,
+        "content_tokens": len(text_ids(tok, response)),
+        "total_tokens": len(res.ids),
+        "promises": len(res.chunks),
+        "well_formed": not validate(annotated) and TOPIC_CAPPED not in res.flags,
+        "forward_passes": res.forward_passes, "plan_passes": res.plan_passes,
+        "denoise_passes": res.denoise_passes,
+        "wall_s": round(res.wall_s, 4), "prefill_s": round(res.prefill_s, 4),
+        "decode_s": round(res.decode_s, 4),
+        "flags": res.flags, "ended": res.ended, "chunks": chunks,
+        "pad_only_chunks": sum(c.pad_only for c in res.chunks),
+        "chunk_repeated_ngrams": round(sum(repeats) / len(repeats), 4) if repeats else None,
+        "steps_ratio": config.steps_ratio, "confidence_threshold": config.confidence_threshold,
+        "length_scale": config.length_scale, "order": config.order,
+    }
+
+
+@dataclass
+class PdiffDecodeSummary:
+    done: int = 0
+    skipped: int = 0
+    flagged: dict[str, int] = field(default_factory=dict)
+    content_tokens: int = 0
+    forward_passes: int = 0
+    chunks: int = 0
+    pad_only_chunks: int = 0
+    well_formed: int = 0
+    wall_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["well_formed_share"] = round(self.well_formed / self.done, 4) if self.done else None
+        d["pad_only_share"] = round(self.pad_only_chunks / self.chunks, 4) if self.chunks \
+            else None
+        return d
+
+
+def decode_file(rt: PdiffRuntime, records: Iterable[Record], out: Path,
+                config: PdiffDecodeConfig,
+                on_row: Callable[[PdiffDecodeSummary, dict], None] | None = None
+                ) -> PdiffDecodeSummary:
+    """Decode the records not yet in `out` (batches of `rt.max_batch`), appending a row as
+    each ends. With batches, a row's `wall_s` counts the time its batch mates shared."""
+    summary = PdiffDecodeSummary()
+    seen = done_ids(out)
+    todo = {}
+    for rec in records:
+        if rec.id in seen:
+            summary.skipped += 1
+        else:
+            todo[rec.id] = rec
+    started = time.perf_counter()
+    requests = (PdiffRequest(rid, prompt_ids(rt.tokenizer, rec.prompt, rec.system), config)
+                for rid, rec in todo.items())
+    with JsonlWriter(out) as writer:
+        for rid, res, error in rt.run(requests):
+            if error:
+                raise ValueError(f"{rid}: {error}")
+            row = result_record(rt, todo[rid], res, config)
+            if rt.max_batch > 1:
+                row["batched"] = rt.max_batch
+            writer.write(row)
+            summary.done += 1
+            summary.content_tokens += row["content_tokens"]
+            summary.forward_passes += res.forward_passes
+            summary.chunks += len(res.chunks)
+            summary.pad_only_chunks += row["pad_only_chunks"]
+            summary.well_formed += row["well_formed"]
+            summary.wall_s = time.perf_counter() - started
+            for f in res.flags:
+                summary.flagged[f] = summary.flagged.get(f, 0) + 1
+            if on_row:
+                on_row(summary, row)
+    return summary

@@ -1,0 +1,533 @@
+"""Planned Diffusion decoding: plan autoregressively, denoise every planned chunk at once,
+continue autoregressively; many prompts at a time over one KV pool.
+
+Per request, in phases (each step is one forward pass for every running request):
+
+1. **Plan**: the main thread decodes one token per step with a KV cache (its tokens are
+   written once into the request's slots), under Pasta-Lang's grammar (no block tags, no
+   mask or pad tokens in the main thread). A promise's closing token records a chunk.
+2. **Chunks**: when the main thread samples `<sync/>` (or the end) with chunks promised,
+   each chunk is laid out in its `chunk_slots(N, length scale)` slots (`<async>`, masked
+   slots, `</async>`) and every unfinished chunk is fed whole, all chunks of all requests in
+   one pass; masked slot j reads the logits row `pdiff.predictor(j)` = j - 1, the row
+   training predicted it from. Per chunk, `ceil(masked slots x steps ratio)` steps; each
+   step unmasks `ceil(masked left / steps left)` slots, lowest entropy first (or highest
+   confidence), plus, with `confidence_threshold`, every slot whose confidence reaches it
+   (ahead of the schedule). A finished chunk is no longer fed. When all are done, their KV
+   is written once more from the final tokens in the same pass that feeds the pending
+   `<sync/>` (their KV was computed while they were partly masked); at the end of the
+   answer nothing reads them, so no pass is spent.
+3. **Continue**: the main thread decodes on after `<sync/>` (a later plan may start another
+   round); `max_continuation` tokens after the first `<sync/>` stop a runaway continuation
+   (flagged).
+
+Visibility is `and_masks(same_request, pdiff_visible)` on attributes from `PdiffTracker`,
+the code training uses, so the sampler reads exactly the rows training built. Inside a chunk
+no control token and no EOS can be sampled, except pad; pads are trimmed from the answer.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Hashable, Iterable, Iterator, Sequence
+
+import torch
+
+from solm.core.sampling import Sampler, SamplingConfig, formatting_token_ids
+from solm.core.structure import BATCH_ATTR_NAMES, and_masks, same_request
+from solm.core.systems.pdiff import (ATTR_NAMES, PdiffTracker, PdiffVocab, chunk_slots,
+                                     pdiff_visible, predictor)
+from solm.decode.flags import MAX_NEW_TOKENS, TOPIC_CAPPED
+from solm.decode.pasta.grammar import PastaGrammar
+from solm.decode.slots import SlotAllocator, SlotStep
+
+ORDERS = ("entropy", "confidence")
+CONTINUATION_CAP = "continuation_cap"  # the continuation after <sync/> reached its cap
+EOS_IN_TOPIC = "eos_in_topic"  # (scripted plans only) the answer ended inside a topic
+REFUSED = "refused"
+
+
+@dataclass
+class PdiffDecodeConfig:
+    max_new_tokens: int = 512  # answer slots: main-thread tokens plus every chunk's slots
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)  # the main thread
+    steps_ratio: float = 1.0  # denoising steps of a chunk = ceil(masked slots x ratio)
+    confidence_threshold: float | None = None  # unmask every slot at least this confident
+    length_scale: float = 1.0  # chunk slots = round(10 N x scale)
+    order: str = "entropy"  # unmask lowest entropy first, or highest "confidence"
+    chunk_temperature: float = 0.0  # 0: each slot takes its most likely token
+    max_topic_tokens: int = 24
+    max_continuation: int = 256  # main-thread tokens after the first <sync/>
+    record: bool = False  # keep each step's chunk tokens and logits (tests, analysis)
+
+    def check(self) -> None:
+        if self.steps_ratio <= 0:
+            raise ValueError("steps_ratio must be > 0")
+        if self.length_scale <= 0:
+            raise ValueError("length_scale must be > 0")
+        if self.order not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)}")
+        if self.confidence_threshold is not None and not 0 < self.confidence_threshold <= 1:
+            raise ValueError("confidence_threshold must be in (0, 1]")
+
+
+@dataclass
+class ChunkReport:
+    slots: int
+    pads: int  # pad tokens it holds (trimmed from the answer)
+    content_tokens: int
+    steps: int  # denoising passes it was fed in
+    pad_only: bool
+
+
+@dataclass
+class PdiffDecodeResult:
+    ids: list[int]  # response in training order, chunks in their slots (pads kept)
+    forward_passes: int  # decode passes after prefill (every phase)
+    plan_passes: int
+    denoise_passes: int
+    prefill_s: float
+    decode_s: float
+    flags: list[str]
+    chunks: list[ChunkReport]
+    ended: bool = False  # the model's end of sequence ended the answer
+    # record=True: per denoising pass, {chunk index: (tokens fed, logits rows)}; and the
+    # pool slot of every prompt + response token in training order
+    steps: list[dict[int, tuple[list[int], torch.Tensor]]] | None = None
+    slots: list[int] | None = None
+
+    @property
+    def wall_s(self) -> float:
+        return self.prefill_s + self.decode_s
+
+
+@dataclass
+class PdiffRequest:
+    rid: Hashable
+    prompt_ids: Sequence[int]
+    config: PdiffDecodeConfig
+    script: Sequence[int] | None = None  # main-thread tokens to force (tests), then EOS
+
+
+@dataclass
+class _Chunk:
+    fid: int
+    close_at: int  # index of its promise's closing token in the main thread
+    tens: int
+    tokens: list[int] = field(default_factory=list)
+    attrs: list = field(default_factory=list)
+    start: int = -1  # pool slots [start, start + len(tokens))
+    masked: set[int] = field(default_factory=set)
+    budget: int = 0  # denoising steps
+    steps: int = 0
+
+    @property
+    def done(self) -> bool:
+        return not self.masked
+
+
+@dataclass
+class _Run:
+    req: PdiffRequest
+    tracker: PdiffTracker
+    sampler: Sampler
+    generator: torch.Generator
+    start: int
+    end: int
+    next_slot: int
+    main: list[int] = field(default_factory=list)  # response main-thread tokens fed
+    main_slots: list[int] = field(default_factory=list)
+    pending: int | None = None
+    in_topic: bool = False
+    topic_len: int = 0
+    planned: list[_Chunk] = field(default_factory=list)  # promised, not yet denoised
+    denoising: list[_Chunk] = field(default_factory=list)
+    chunks: list[_Chunk] = field(default_factory=list)  # every chunk, in promise order
+    after_sync: int | None = None  # main tokens fed since the first <sync/>
+    finish_after_chunks: bool = False
+    flags: set[str] = field(default_factory=set)
+    plan_passes: int = 0
+    denoise_passes: int = 0
+    passes: int = 0
+    prefill_s: float = 0.0
+    started: float = 0.0
+    ended: bool = False
+    prompt_slots: tuple[int, int] = (0, 0)
+    recorded: list = field(default_factory=list)
+    owner: int = 0
+
+
+class PdiffRuntime:
+    """`run(requests)` yields (rid, result or error) as each request ends;
+    `generate(prompt_ids, config)` decodes one."""
+
+    def __init__(self, model, tokenizer, pool_size: int = 4096, max_batch: int = 16):
+        self.model, self.tokenizer = model, tokenizer
+        self.vocab = PdiffVocab.from_tokenizer(tokenizer)
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        self.pool_size, self.max_batch = pool_size, max_batch
+        self.forward = SlotStep(model, pool_size, and_masks(same_request, pdiff_visible),
+                                (*ATTR_NAMES, *BATCH_ATTR_NAMES))
+        self.slots = SlotAllocator(pool_size)
+        self._owners = 0
+        self.waiting: deque[PdiffRequest] = deque()
+        self.running: list[_Run] = []
+        self._masks: dict | None = None
+
+    # ---- grammar -------------------------------------------------------------------------
+
+    def masks(self) -> dict[str, torch.Tensor]:
+        """Banned-token masks: main thread (with and without chunks to sync), topic, chunk."""
+        if self._masks is None:
+            v, n = self.vocab, self.vocab_size
+            g = PastaGrammar(v, self.tokenizer, n)
+            extra = torch.zeros(n, dtype=torch.bool)
+            extra[[v.mask, v.pad]] = True
+            chunk = torch.zeros(n, dtype=torch.bool)
+            chunk[[t for t in v.chunk_banned_ids if t < n]] = True
+            chunk[len(self.tokenizer):] = True  # rows past the tokenizer are no tokens
+            self._masks = {"main": g.main | extra, "main_no_sync": g.main_no_sync | extra,
+                           "topic": g.topic | extra, "topic_must_close": g.topic_must_close,
+                           "chunk": chunk, "max_topic": g.max_topic_tokens}
+        return self._masks
+
+    # ---- public API ----------------------------------------------------------------------
+
+    def generate(self, prompt_ids: Sequence[int], config: PdiffDecodeConfig,
+                 script: Sequence[int] | None = None) -> PdiffDecodeResult:
+        for rid, res, err in self.run([PdiffRequest(0, prompt_ids, config, script)]):
+            if err:
+                raise ValueError(err)
+            return res
+        raise RuntimeError("no result")
+
+    def generate_many(self, prompts: Sequence[Sequence[int]], config: PdiffDecodeConfig
+                      ) -> list[PdiffDecodeResult]:
+        out = {}
+        for rid, res, err in self.run(PdiffRequest(i, p, config) for i, p in enumerate(prompts)):
+            if err:
+                raise ValueError(f"prompt {rid}: {err}")
+            out[rid] = res
+        return [out[i] for i in range(len(prompts))]
+
+    def run(self, requests: Iterable[PdiffRequest]
+            ) -> Iterator[tuple[Hashable, PdiffDecodeResult | None, str | None]]:
+        for req in requests:
+            req.config.check()
+            self.waiting.append(req)
+        try:
+            while self.waiting or self.running:
+                yield from self._admit()
+                if self.running:
+                    yield from self._step()
+        finally:
+            for r in list(self.running):
+                self._release(r)
+            self.running.clear()
+            self.waiting.clear()
+
+    # ---- admission -----------------------------------------------------------------------
+
+    def _admit(self):
+        while self.waiting and len(self.running) < self.max_batch:
+            req = self.waiting[0]
+            need = len(req.prompt_ids) + req.config.max_new_tokens
+            if not req.prompt_ids or need > self.pool_size:
+                self.waiting.popleft()
+                why = ("empty prompt" if not req.prompt_ids else
+                       f"prompt + max_new_tokens = {need} slots does not fit a pool of "
+                       f"{self.pool_size}")
+                yield req.rid, None, why
+                continue
+            span = self.slots.take(need)
+            if span is None:
+                break
+            self.waiting.popleft()
+            self.running.append(self._prefill(req, span))
+
+    def _prefill(self, req: PdiffRequest, span: tuple[int, int]) -> _Run:
+        cfg = req.config
+        self._owners += 1
+        always = [*self.vocab.control_ids, *self.vocab.eos]
+        exempt = list(always)
+        if cfg.sampling.repetition_penalty != 1.0:
+            exempt += formatting_token_ids(self.tokenizer)
+        gen = torch.Generator().manual_seed(cfg.sampling.seed + 1)
+        run = _Run(req, PdiffTracker(self.vocab, cfg.length_scale),
+                   Sampler(cfg.sampling, exempt=exempt, always_allowed=always), gen,
+                   span[0], span[1], span[0])
+        run.owner = self._owners
+        t0 = time.perf_counter()
+        prompt = [int(t) for t in req.prompt_ids]
+        attrs = [run.tracker.main(t) for t in prompt]
+        run.prompt_slots = (run.next_slot, run.next_slot + len(prompt))
+        logits = self._forward([(run, prompt, attrs, list(range(*run.prompt_slots)))],
+                               prefill=True)[0]
+        run.next_slot += len(prompt)
+        run.prefill_s = time.perf_counter() - t0
+        run.started = time.perf_counter()
+        run.pending = self._choose(run, logits[-1])
+        return run
+
+    # ---- one pass for every running request ----------------------------------------------
+
+    def _forward(self, feeds: list[tuple[_Run, list[int], list, list[int]]],
+                 prefill: bool = False) -> list[torch.Tensor]:
+        """One forward pass: each feed is (run, tokens, attrs, pool slots); returns each
+        feed's logits rows."""
+        tokens, positions, slots, reads = [], [], [], []
+        columns: dict[str, list[int]] = {n: [] for n in (*ATTR_NAMES, *BATCH_ATTR_NAMES)}
+        for run, toks, attrs, where in feeds:
+            tokens += toks
+            positions += [a.pos for a in attrs]
+            slots += where
+            for n in ATTR_NAMES:
+                columns[n] += [int(getattr(a, n)) for a in attrs]
+            columns["request"] += [run.owner] * len(toks)
+            columns["group"] += [-1] * len(toks)
+            columns["shared"] += [0] * len(toks)
+            high = max(run.next_slot, max(where) + 1)
+            reads.append((len(toks), [(run.start, high)]))
+        logits = self.forward(tokens, positions, columns, slots, reads, prefill=prefill)
+        out, at = [], 0
+        for _, toks, _, _ in feeds:
+            out.append(logits[at:at + len(toks)])
+            at += len(toks)
+        return out
+
+    def _step(self):
+        feeds, kinds = [], []
+        for run in list(self.running):
+            feed = self._schedule(run)
+            if feed is None:
+                yield self._end(run)
+                continue
+            feeds.append(feed[1])
+            kinds.append(feed[0])
+        if not feeds:
+            return
+        rows = self._forward(feeds)
+        for kind, (run, toks, attrs, where), logits in zip(kinds, feeds, rows):
+            run.passes += 1
+            if kind == "main":
+                run.plan_passes += 1
+                self._advance_main(run, toks[0], where[0], logits[-1])
+            elif kind == "denoise":
+                run.denoise_passes += 1
+                self._advance_chunks(run, logits)
+            else:  # the chunks' final KV, and <sync/> read through them
+                self._joined(run, where[-1], logits[-1])
+
+    def _schedule(self, run: _Run):
+        """(kind, feed) of this request's next pass, or None when it has ended."""
+        cfg = run.req.config
+        if run.denoising:
+            if all(c.done for c in run.denoising):
+                if run.finish_after_chunks:
+                    return None
+                return "write", self._write_feed(run)
+            return "denoise", self._denoise_feed(run)
+        tok = run.pending
+        if tok is None:
+            return None
+        v = self.vocab
+        if tok in v.eos:
+            run.ended = True
+            if run.planned:
+                self._lay_out(run, finish=True)
+                return self._schedule(run) if run.denoising else None
+            return None
+        if tok == v.sync and run.planned:
+            if not self._lay_out(run, finish=False):
+                return None
+            return self._schedule(run)
+        if self._used(run) + 1 > cfg.max_new_tokens:
+            run.flags.add(MAX_NEW_TOKENS)
+            return None
+        if run.after_sync is not None and run.after_sync >= cfg.max_continuation:
+            run.flags.add(CONTINUATION_CAP)
+            return None
+        attrs = run.tracker.main(tok)
+        return "main", (run, [tok], [attrs], [run.next_slot])
+
+    def _used(self, run: _Run) -> int:
+        return len(run.main) + sum(len(c.tokens) for c in run.chunks)
+
+    def _advance_main(self, run: _Run, tok: int, slot: int, logits: torch.Tensor) -> None:
+        v = self.vocab
+        run.main.append(tok)
+        run.main_slots.append(slot)
+        run.next_slot += 1
+        if run.after_sync is not None:
+            run.after_sync += 1
+        if tok == v.sync and run.after_sync is None:
+            run.after_sync = 0
+        if tok in v.close_tens:
+            fid = run.tracker.open_fork()
+            chunk = _Chunk(fid, len(run.main) - 1, v.close_tens[tok])
+            run.planned.append(chunk)
+            run.chunks.append(chunk)
+            run.in_topic, run.topic_len = False, 0
+        elif tok == v.promise_open:
+            run.in_topic, run.topic_len = True, 0
+        elif run.in_topic:
+            run.topic_len += 1
+        run.pending = self._choose(run, logits)
+
+    def _choose(self, run: _Run, logits: torch.Tensor) -> int | None:
+        script = run.req.script
+        if script is not None:
+            k = len(run.main)
+            return int(script[k]) if k < len(script) else self.vocab.eos[0]
+        m = self.masks()
+        if run.in_topic:
+            capped = run.topic_len >= m["max_topic"]
+            if capped:
+                run.flags.add(TOPIC_CAPPED)
+            banned = m["topic_must_close"] if capped else m["topic"]
+        else:
+            banned = m["main"] if run.planned else m["main_no_sync"]
+        return run.sampler(logits, banned, run.main)
+
+    # ---- chunks --------------------------------------------------------------------------
+
+    def _lay_out(self, run: _Run, finish: bool) -> bool:
+        """Give every planned chunk its slots, all masked; False when they do not fit."""
+        cfg = run.req.config
+        v = self.vocab
+        sizes = [chunk_slots(c.tens, cfg.length_scale) for c in run.planned]
+        if self._used(run) + sum(sizes) > cfg.max_new_tokens:
+            run.flags.add(MAX_NEW_TOKENS)
+            run.ended = False
+            return False
+        for chunk, size in zip(run.planned, sizes):
+            chunk.tokens = [v.async_open, *[v.mask] * (size - 2), v.async_close]
+            chunk.attrs = run.tracker.chunk_attrs(chunk.fid, chunk.tokens)
+            chunk.start = run.next_slot
+            run.next_slot += size
+            chunk.masked = set(range(1, size - 1))
+            chunk.budget = max(1, math.ceil(len(chunk.masked) * cfg.steps_ratio))
+        run.denoising, run.planned = run.planned, []
+        run.finish_after_chunks = finish
+        return True
+
+    def _denoise_feed(self, run: _Run):
+        toks, attrs, where = [], [], []
+        for c in run.denoising:
+            if not c.done:
+                toks += c.tokens
+                attrs += c.attrs
+                where += range(c.start, c.start + len(c.tokens))
+        return run, toks, attrs, where
+
+    def _write_feed(self, run: _Run):
+        _, toks, attrs, where = self._denoise_feed_all(run)
+        sync = self.vocab.sync
+        return run, toks + [sync], attrs + [run.tracker.main(sync)], where + [run.next_slot]
+
+    def _denoise_feed_all(self, run: _Run):
+        toks, attrs, where = [], [], []
+        for c in run.denoising:
+            toks += c.tokens
+            attrs += c.attrs
+            where += range(c.start, c.start + len(c.tokens))
+        return run, toks, attrs, where
+
+    def _advance_chunks(self, run: _Run, logits: torch.Tensor) -> None:
+        cfg = run.req.config
+        at = 0
+        record = {} if cfg.record else None
+        for c in run.denoising:
+            if c.done:
+                continue
+            rows = logits[at:at + len(c.tokens)]
+            at += len(c.tokens)
+            if record is not None:
+                record[run.chunks.index(c)] = (list(c.tokens), rows.float().clone())
+            self._unmask(c, rows, cfg, run.generator)
+        if record is not None:
+            run.recorded.append(record)
+
+    def _unmask(self, c: _Chunk, rows: torch.Tensor, cfg: PdiffDecodeConfig,
+                generator: torch.Generator) -> None:
+        """One denoising step of one chunk: choose a token for every masked slot, keep the
+        scheduled (and the confident) ones."""
+        masked = sorted(c.masked)
+        logits = rows[[predictor(j) for j in masked]].float()
+        logits = logits.masked_fill(self.masks()["chunk"][: logits.shape[-1]], float("-inf"))
+        probs = torch.softmax(logits, dim=-1)
+        if cfg.chunk_temperature > 0:
+            sample_p = torch.softmax(logits / cfg.chunk_temperature, dim=-1)
+            chosen = torch.multinomial(sample_p, 1, generator=generator)[:, 0]
+        else:
+            chosen = probs.argmax(dim=-1)
+        confidence = probs.gather(1, chosen[:, None])[:, 0]
+        logp = torch.log(probs.clamp_min(1e-30))
+        entropy = -(probs * logp).sum(-1)
+        score = entropy if cfg.order == "entropy" else -confidence
+        order = torch.argsort(score, stable=True).tolist()
+        left = c.budget - c.steps
+        k = len(masked) if left <= 1 else math.ceil(len(masked) / left)
+        keep = set(order[:k])
+        if cfg.confidence_threshold is not None:
+            keep |= {i for i in range(len(masked))
+                     if float(confidence[i]) >= cfg.confidence_threshold}
+        for i in keep:
+            j = masked[i]
+            c.tokens[j] = int(chosen[i])
+            c.masked.discard(j)
+        c.steps += 1
+
+    def _joined(self, run: _Run, sync_slot: int, logits: torch.Tensor) -> None:
+        run.denoising = []
+        run.main.append(self.vocab.sync)
+        run.main_slots.append(sync_slot)
+        run.next_slot += 1
+        if run.after_sync is None:
+            run.after_sync = 0
+        else:
+            run.after_sync += 1
+        run.pending = self._choose(run, logits)
+
+    # ---- the end -------------------------------------------------------------------------
+
+    def _end(self, run: _Run):
+        decode_s = time.perf_counter() - run.started
+        self.running.remove(run)
+        self._release(run)
+        return run.req.rid, self._result(run, decode_s), None
+
+    def _release(self, run: _Run) -> None:
+        self.forward.release(run.start, run.end)
+        self.slots.free(run.start, run.end)
+
+    def _result(self, run: _Run, decode_s: float) -> PdiffDecodeResult:
+        v = self.vocab
+        by_close = {c.close_at: c for c in run.chunks if c.tokens}
+        ids: list[int] = []
+        slots = list(range(*run.prompt_slots))
+        reports = []
+        for i, tok in enumerate(run.main):
+            ids.append(tok)
+            slots.append(run.main_slots[i])
+            c = by_close.get(i)
+            if c is not None:
+                ids += c.tokens
+                slots += range(c.start, c.start + len(c.tokens))
+        for c in run.chunks:
+            if not c.tokens:
+                continue
+            inner = c.tokens[1:-1]
+            pads = sum(1 for t in inner if t == v.pad)
+            content = [t for t in inner if t not in (v.pad, v.mask)]
+            reports.append(ChunkReport(len(c.tokens), pads, len(content), c.steps,
+                                       pad_only=not content))
+        return PdiffDecodeResult(
+            ids=ids, forward_passes=run.passes, plan_passes=run.plan_passes,
+            denoise_passes=run.denoise_passes, prefill_s=run.prefill_s, decode_s=decode_s,
+            flags=sorted(run.flags), chunks=reports, ended=run.ended,
+            steps=run.recorded if run.req.config.record else None,
+            slots=slots if run.req.config.record else None)

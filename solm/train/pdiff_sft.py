@@ -1,0 +1,319 @@
+"""`pdiff sft`: one model trained to plan autoregressively and to denoise chunks, in one pass.
+
+Rows are Pasta-Lang annotated answers (`pasta annotate`); each is laid out in Planned
+Diffusion's slots (`solm.core.systems.pdiff.to_slots`: 10 x N slots per chunk, a random 0-10
+extra pads inside them) and read by `pdiff.structure`, so every sequence takes one forward
+pass under one mask: the plan and main thread causal, each chunk bidirectional inside, seeing
+the context before it but not its siblings, invisible to later tokens until `<sync/>`.
+
+Per sequence one t = (1 - eps) U + eps (U uniform on [0, 1), eps = 1e-3); each diffusable
+chunk slot (between `<async>` and `</async>`) is replaced by the mask token with probability
+t. The loss of a sequence:
+
+    L = ( sum_AR CE(main token)  +  (1/t) sum_masked CE(chunk token) ) / (A + D)
+
+with A the autoregressive targets (response main-thread tokens, EOS included) and D the
+diffusable chunk slots, masked or not. Why this weighting and normalisation:
+- (1/t) sum_masked is the masked-diffusion ELBO's Monte-Carlo term: its expectation over the
+  masking is the mean per-token loss of the D chunk slots times D, so the numerator is, in
+  expectation, a sum over A + D token losses, and dividing by A + D makes it a per-token
+  mean on the scale of the AR loss alone (and of `pasta sft`'s loss).
+- The AR terms are *not* divided by t. The published code divides them by t as well; nothing
+  in the AR likelihood depends on t (those tokens are never masked), and 1/t reaches 1,000 at
+  t = eps, so that weighting turns the plan's loss into noise and lets a few low-t draws
+  dominate the gradient.
+- Each sequence weighs the same (the published code asserts batch size 1, where per-sequence
+  and per-batch normalisation agree); micro-batches average their sequences and gradient
+  accumulation averages micro-batches (the Trainer divides by the accumulation steps).
+
+One shift convention: masked token j is predicted from the logits at `pdiff.predictor(j)` =
+j - 1, as an autoregressive base model predicts token j; the sampler reads the same row
+(`solm.decode.pdiff`). In HF's pre-shifted label layout (logits[i] scores labels[i + 1]),
+that puts the masked token's label at index j itself, exactly where the AR rule puts the
+next-token label of token j - 1; a chunk's first content slot is predicted by `<async>`.
+
+Everything else (model, LoRA, schedule, resume, saving) is `solm.train.base`, as for
+`pasta sft`. Held-out rows are masked with a seed of their own, so the eval loss of one run
+compares across steps.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from solm.core.errors import SolmError
+from solm.core.settings import setting
+from solm.core.structure import IGNORE
+from solm.train.base import PreparedData, SolmTrainer, TrainConfig
+from solm.train.data import load_sft_rows, split_rows
+
+AR, DIFFUSION = 1, 2  # what a label is, in `loss_kind`
+MASK_EPS = 1e-3
+
+
+@dataclass(kw_only=True)
+class PdiffSFTConfig(TrainConfig):
+    """Settings of `pdiff sft`."""
+
+    data: str = setting(help="JSONL with `prompt` and a Pasta-Lang `annotated` answer (from "
+                             "`pasta annotate`); rows without tags train as plain text "
+                             "(autoregressive loss only).", flags=("--data", "-d"))
+    max_len: int = setting(2048, "Rows longer than this (in the slot layout, with the most "
+                                 "extra pads) are skipped.", min=8)
+    extra_pads: int = setting(10, "Each chunk gets a random 0..N extra pads inside its slots "
+                                  "(the published method uses 10; 0: only the pads the "
+                                  "promise leaves).", min=0, max=10)
+    mask_eps: float = setting(MASK_EPS, "The smallest masking rate: t = (1 - eps) U + eps.",
+                              above=0, max=1)
+    control_token_loss_weight: float = setting(
+        1.0, "Autoregressive targets that are control tokens (promise, topic closers, sync) "
+             "count this many times in the training loss (as in `pasta sft`); held-out loss "
+             "stays unweighted.", above=0)
+
+
+@dataclass
+class PdiffExample:
+    input_ids: list[int]  # with the masked chunk slots replaced by the mask token
+    position_ids: list[int]
+    visible: torch.Tensor
+    labels: list[int]  # pre-shifted: logits[i] scores labels[i + 1]
+    kinds: list[int]  # per label: 0 none, AR or DIFFUSION
+    control: list[bool]  # per label: an AR target that is a control token
+    t: float
+    norm: int  # A + D
+    attrs: dict[str, torch.Tensor]
+
+
+def sample_masking(diffusable: list[int], rng: random.Random, eps: float
+                   ) -> tuple[float, list[int]]:
+    """(t, the indices masked): t = (1 - eps) U + eps, each diffusable slot masked with
+    probability t."""
+    t = (1 - eps) * rng.random() + eps
+    return t, [j for j in diffusable if rng.random() < t]
+
+
+@dataclass
+class PdiffCollator:
+    """Prompt + answer in the slot layout + EOS, masked, under `pdiff.structure`."""
+
+    tokenizer: Any
+    vocab: Any  # PdiffVocab
+    max_len: int = 2048
+    extra_pads: int = 10
+    eps: float = MASK_EPS
+    seed: int = 0
+    flex: bool = False
+
+    def __post_init__(self):
+        self._rng = random.Random(self.seed)
+
+    @property
+    def term(self):
+        from solm.core.systems.pdiff import pdiff_visible
+        return pdiff_visible
+
+    def layout(self, row: dict, rng: random.Random, most: bool = False) -> tuple[list[int], int]:
+        """(prompt + laid-out answer + EOS, prompt length); `most`: every chunk with the
+        most extra pads (the length filter's worst case)."""
+        from solm.core.chat import prompt_ids, text_ids
+        from solm.core.systems.pdiff import to_slots
+
+        prompt = prompt_ids(self.tokenizer, row["prompt"], row.get("system"))
+        answer = text_ids(self.tokenizer, row["text"])
+        extra = (lambda: self.extra_pads) if most else (lambda: rng.randint(0, self.extra_pads))
+        return prompt + to_slots(answer, self.vocab, extra) + [self.tokenizer.eos_token_id], \
+            len(prompt)
+
+    def encode(self, row: dict, rng: random.Random | None = None) -> PdiffExample:
+        rng = rng if rng is not None else self._rng
+        ids, prompt_len = self.layout(row, rng)
+        return self.encode_ids(ids[: self.max_len], prompt_len, rng)
+
+    def encode_ids(self, ids: list[int], prompt_len: int, rng: random.Random) -> PdiffExample:
+        from solm.core.systems.pdiff import predictor, structure
+
+        s = structure(ids, self.vocab, prompt_len=prompt_len)
+        n = len(ids)
+        labels, kinds = [IGNORE] * n, [0] * n
+        for i, target in enumerate(s.targets.tolist()):
+            if i >= prompt_len - 1 and target != IGNORE and i + 1 < n:
+                labels[i + 1], kinds[i + 1] = target, AR
+        diffusable = [j for j in range(n) if s.attrs["diffusable"][j]]
+        t, masked = sample_masking(diffusable, rng, self.eps)
+        inputs = list(ids)
+        for j in masked:
+            row = predictor(j)  # the logits row that predicts masked token j
+            if kinds[row + 1]:
+                raise SolmError(f"token {j}: its predicting row {row} already has a target")
+            labels[row + 1], kinds[row + 1] = ids[j], DIFFUSION
+            inputs[j] = self.vocab.mask
+        norm = sum(k == AR for k in kinds) + len(diffusable)
+        controls = set(self.vocab.control_ids)
+        control = [k == AR and lab in controls for k, lab in zip(kinds, labels)]
+        return PdiffExample(inputs, s.position_ids.tolist(), s.visible, labels, kinds, control,
+                            t, max(norm, 1), dict(s.attrs))
+
+    def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
+        examples = []
+        for r in rows:
+            # held-out rows: the same masking every evaluation
+            rng = random.Random(zlib.crc32(f"{self.seed}:{r['id']}".encode())) \
+                if r.get("held_out") else None
+            examples.append(self.encode(r, rng))
+        return collate(examples, self.tokenizer.pad_token_id or 0, self.flex)
+
+
+def collate(examples: list[PdiffExample], pad: int, flex: bool = False) -> dict:
+    n, b = max(len(e.input_ids) for e in examples), len(examples)
+    batch = {"input_ids": torch.full((b, n), pad, dtype=torch.long),
+             "position_ids": torch.zeros((b, n), dtype=torch.long),
+             "labels": torch.full((b, n), IGNORE, dtype=torch.long),
+             "loss_kind": torch.zeros((b, n), dtype=torch.long),
+             "loss_control": torch.zeros((b, n), dtype=torch.bool),
+             "loss_t": torch.tensor([e.t for e in examples], dtype=torch.float),
+             "loss_norm": torch.tensor([e.norm for e in examples], dtype=torch.float)}
+    for i, e in enumerate(examples):
+        t = len(e.input_ids)
+        batch["input_ids"][i, :t] = torch.tensor(e.input_ids)
+        batch["position_ids"][i, :t] = torch.tensor(e.position_ids)
+        batch["labels"][i, :t] = torch.tensor(e.labels)
+        batch["loss_kind"][i, :t] = torch.tensor(e.kinds)
+        batch["loss_control"][i, :t] = torch.tensor(e.control)
+    if flex:
+        names = list(examples[0].attrs)
+        attrs = {name: torch.zeros((b, n), dtype=torch.long) for name in names}
+        for i, e in enumerate(examples):
+            for name in names:
+                attrs[name][i, :len(e.input_ids)] = e.attrs[name]
+        batch["structure_attrs"] = attrs
+        batch["lengths"] = torch.tensor([len(e.input_ids) for e in examples])
+        return batch
+    visible = torch.eye(n, dtype=torch.bool).repeat(b, 1, 1)  # padding sees only itself
+    for i, e in enumerate(examples):
+        t = len(e.input_ids)
+        visible[i, :t, :t] = e.visible
+    batch["attention_mask"] = visible[:, None]
+    return batch
+
+
+def pdiff_loss(logits: torch.Tensor, labels: torch.Tensor, kinds: torch.Tensor,
+               t: torch.Tensor, norm: torch.Tensor, control: torch.Tensor | None = None,
+               control_weight: float = 1.0) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss of the module docstring, and its two parts (per-token means, for the log).
+    `logits[b, i]` scores `labels[b, i + 1]`; `control` marks AR labels that count
+    `control_weight` times."""
+    lg = logits[:, :-1].float()
+    target = labels[:, 1:]
+    kind = kinds[:, 1:]
+    ce = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), target.reshape(-1), ignore_index=IGNORE,
+                         reduction="none").view_as(target)
+    ar_weight = (kind == AR).float()
+    if control is not None and control_weight != 1.0:
+        ar_weight = ar_weight * torch.where(control[:, 1:].to(ce.device), control_weight, 1.0)
+    ar = (ce * ar_weight).sum(1)
+    diffusion = (ce * (kind == DIFFUSION)).sum(1) / t.to(ce.device)
+    per_sequence = (ar + diffusion) / norm.to(ce.device)
+    plain = ce.detach()
+    parts = {"ar_loss": float((plain * (kind == AR)).sum() / (kind == AR).sum().clamp(min=1)),
+             "diffusion_loss": float((plain * (kind == DIFFUSION)).sum()
+                                     / (kind == DIFFUSION).sum().clamp(min=1))}
+    return per_sequence.mean(), parts
+
+
+def pdiff_trainer_class(base: type) -> type:
+    """`base` (a transformers Trainer) computing `pdiff_loss`; it logs the AR loss and the
+    masked tokens' loss beside the total."""
+
+    class PdiffTrainer(base):
+        control_weight = 1.0
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            # the loss is a mean per micro-batch: the Trainer divides by accumulation steps
+            self.model_accepts_loss_kwargs = False
+            self.loss_is_scaled_for_ga = False
+            self._parts: dict[str, list[float]] = {}
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            inputs = dict(inputs)
+            labels, kinds = inputs.pop("labels"), inputs.pop("loss_kind")
+            t, norm = inputs.pop("loss_t"), inputs.pop("loss_norm")
+            control = inputs.pop("loss_control")
+            outputs = model(**inputs)
+            weight = self.control_weight if model.training else 1.0
+            loss, parts = pdiff_loss(outputs.logits, labels, kinds, t, norm, control, weight)
+            if model.training:
+                for k, v in parts.items():
+                    self._parts.setdefault(k, []).append(v)
+            return (loss, outputs) if return_outputs else loss
+
+        def log(self, logs: dict, *args, **kwargs):
+            if "loss" in logs and self._parts:
+                for k, values in self._parts.items():
+                    logs[k] = round(sum(values) / len(values), 4)
+                self._parts = {}
+            super().log(logs, *args, **kwargs)
+
+    PdiffTrainer.__name__ = f"Pdiff{base.__name__}"
+    return PdiffTrainer
+
+
+class PdiffSFTTrainer(SolmTrainer):
+    control_tokens = "pdiff"
+    config: PdiffSFTConfig
+
+    def read_data(self) -> list[dict]:
+        cfg = self.config
+        return load_sft_rows(cfg.data, limit=cfg.limit)
+
+    def data_collator(self, tokenizer, vocab) -> Callable:
+        cfg = self.config
+        return PdiffCollator(tokenizer, vocab, cfg.max_len, cfg.extra_pads, cfg.mask_eps,
+                             cfg.seed, flex=self.attention() == "flex")
+
+    def trainer_class(self) -> type:
+        cls = pdiff_trainer_class(super().trainer_class())
+        cls.control_weight = self.config.control_token_loss_weight
+        return cls
+
+    def loss_label(self) -> str:
+        weight = self.config.control_token_loss_weight
+        return "train loss" if weight == 1.0 else f"train loss (control tokens x{weight:g})"
+
+    def extra_arguments(self) -> dict[str, Any]:
+        # held-out rows need only the loss (no logits gathered); peft models hide the label
+        return {"prediction_loss_only": True, "label_names": ["labels"]}
+
+    def prepare_data(self, rows: list[dict], tokenizer, vocab) -> PreparedData:
+        from solm.core.provenance import file_sha256
+
+        cfg = self.config
+        collator = self.data_collator(tokenizer, vocab)
+        kept, too_long, too_big = [], 0, 0
+        for r in rows:
+            try:
+                ids, _ = collator.layout(r, random.Random(0), most=True)
+            except ValueError:  # a chunk beyond the largest promise
+                too_big += 1
+                continue
+            if len(ids) > cfg.max_len:
+                too_long += 1
+                continue
+            kept.append(r)
+        if not kept:
+            raise SolmError(f"{cfg.data}: no row fits --max-len {cfg.max_len} in the slot "
+                            f"layout")
+        split = split_rows(kept, cfg.eval_rows, cfg.seed)
+        held = [{**r, "held_out": True} for r in split.eval]
+        meta = {"path": str(cfg.data), "sha256": file_sha256(cfg.data), "rows": len(kept),
+                "skipped_too_long": too_long, "skipped_chunk_too_long": too_big,
+                "train_rows": len(split.train), "eval_rows": len(held),
+                "tagged_train_rows": split.annotated, "extra_pads": cfg.extra_pads,
+                "mask_eps": cfg.mask_eps}
+        return PreparedData(split.train, held, meta)

@@ -1,0 +1,236 @@
+"""Planned Diffusion's sampler against its training side (one tiny random model, fp32)."""
+
+import pytest
+import torch
+
+from solm.core.chat import text_ids
+from solm.core.systems.pdiff import predictor, structure
+from solm.decode.flags import MAX_NEW_TOKENS
+from solm.decode.pdiff.runtime import (CONTINUATION_CAP, PdiffDecodeConfig, PdiffRequest,
+                                       PdiffRuntime)
+
+PLAN = 'Intro <promise topic="a" tokens="1"/> and <promise topic="b" tokens="2"/><sync/> end.'
+EQUAL = 'Two: <promise topic="a" tokens="1"/> and <promise topic="b" tokens="1"/><sync/> ok'
+
+
+@pytest.fixture()
+def rt(pdiff_model, pdiff_tok):
+    return PdiffRuntime(pdiff_model, pdiff_tok, pool_size=1024, max_batch=4)
+
+
+class Spy:
+    """Wraps the runtime's SlotStep: the slots and the masks of every forward pass."""
+
+    def __init__(self, rt):
+        self.calls = []
+        step = rt.forward
+        original_segments, original_call = step.segments, step.__call__
+
+        def segments(index, reads):
+            segs = original_segments(index, reads)
+            self.calls.append((index.tolist(), [s.ranges for s in segs],
+                               [s.mask.clone() for s in segs]))
+            return segs
+
+        step.segments = segments
+        self.step = step
+
+
+def _decode(rt, tok, plan, **cfg):
+    prompt = text_ids(tok, "Write something.")
+    config = PdiffDecodeConfig(max_new_tokens=300, record=True, **cfg)
+    return prompt, rt.generate(prompt, config, script=text_ids(tok, plan))
+
+
+def test_every_pass_reads_the_training_mask(rt, pdiff_tok, pdiff_vocab):
+    spy = Spy(rt)
+    prompt, res = _decode(rt, pdiff_tok, PLAN)
+    assert res.denoise_passes > 0 and len(res.chunks) == 2
+    seq = prompt + res.ids
+    visible = structure(seq, pdiff_vocab).visible
+    where = {slot: i for i, slot in enumerate(res.slots)}  # pool slot -> training index
+    denoising = 0
+    for index, ranges, masks in spy.calls[1:]:  # after the prompt's pass
+        (rng,), mask = ranges[0], masks[0]
+        keys = [where[s] for s in range(*rng)]
+        queries = [where[s] for s in index]
+        assert torch.equal(mask.cpu(), visible[queries][:, keys])
+        denoising += len(index) > 1
+    assert denoising == res.denoise_passes + 1  # + the pass writing the chunks' final KV
+
+
+def _training_logits(model, seq, vocab):
+    s = structure(seq, vocab)
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([seq]), position_ids=s.position_ids[None],
+                    attention_mask=s.visible[None, None])
+    return out.logits[0], s
+
+
+def test_denoising_logits_equal_the_training_forward(rt, pdiff_model, pdiff_tok, pdiff_vocab):
+    prompt, res = _decode(rt, pdiff_tok, PLAN)
+    seq = prompt + res.ids
+    starts = [i for i, t in enumerate(seq) if t == pdiff_vocab.async_open]
+    checked = 0
+    for step in res.steps[::5]:
+        state = list(seq)
+        for k, (tokens, _) in step.items():
+            state[starts[k]:starts[k] + len(tokens)] = tokens
+        logits, _ = _training_logits(pdiff_model, state, pdiff_vocab)
+        for k, (tokens, rows) in step.items():
+            expected = logits[starts[k]:starts[k] + len(tokens)]
+            assert (rows - expected).abs().max() < 1e-4
+            checked += 1
+    assert checked >= 4
+
+
+def test_one_shift_convention_in_training_and_sampling(rt, pdiff_model, pdiff_tok,
+                                                       pdiff_vocab):
+    from solm.train.pdiff_sft import PdiffCollator, pdiff_loss
+
+    # sampling: the token a slot takes is the best allowed token of the row before it
+    _, res = _decode(rt, pdiff_tok, PLAN, steps_ratio=0.25)
+    banned = rt.masks()["chunk"]
+    differs = filled_total = 0
+    for first, after in zip(res.steps, res.steps[1:]):
+        for k, (tokens, rows) in first.items():
+            if k not in after:
+                continue
+            allowed = rows.masked_fill(banned[: rows.shape[-1]], float("-inf"))
+            filled = [j for j, t in enumerate(after[k][0])
+                      if tokens[j] == pdiff_vocab.mask and t != pdiff_vocab.mask]
+            for j in filled:
+                assert after[k][0][j] == int(allowed[predictor(j)].argmax())
+                differs += int(allowed[j].argmax()) != int(allowed[predictor(j)].argmax())
+            filled_total += len(filled)
+    assert filled_total > 10
+    assert differs  # reading row j instead would choose otherwise: the test can fail
+
+    # training: the label of masked token j is scored by the logits row predictor(j)
+    collator = PdiffCollator(pdiff_tok, pdiff_vocab, eps=0.999)
+    row = {"id": "x", "prompt": "Write something.",
+           "text": '<promise topic="a" tokens="1"/><async>Apples are red.</async><sync/>'}
+    ex = collator.encode(row)
+    masked = [j for j, t in enumerate(ex.input_ids) if t == pdiff_vocab.mask]
+    assert masked
+    full = collator.layout(row, __import__("random").Random(0))[0]
+    for j in masked:
+        assert ex.labels[predictor(j) + 1] == full[j] and ex.kinds[predictor(j) + 1] == 2
+
+
+def test_equal_chunks_unmask_one_token_per_chunk_per_step(rt, pdiff_tok, pdiff_vocab):
+    _, res = _decode(rt, pdiff_tok, EQUAL, steps_ratio=1.0)
+    (a, b) = res.chunks
+    assert a.slots == b.slots == 10 and a.steps == b.steps == 8 == res.denoise_passes
+    masks = [[sum(t == pdiff_vocab.mask for t in step[k][0]) for step in res.steps]
+             for k in (0, 1)]
+    for per_chunk in masks:
+        assert per_chunk == list(range(8, 0, -1))  # one fewer mask after every step
+
+
+def test_steps_ratio_halves_the_steps(rt, pdiff_tok):
+    _, res = _decode(rt, pdiff_tok, EQUAL, steps_ratio=0.5)
+    assert res.denoise_passes == 4
+
+
+def test_finished_chunks_are_not_recomputed_and_their_final_kv_is_exact(rt, pdiff_model,
+                                                                         pdiff_tok, pdiff_vocab):
+    from transformers import DynamicCache
+
+    spy = Spy(rt)
+    prompt, res = _decode(rt, pdiff_tok, PLAN)
+    short, long = res.chunks
+    assert short.steps == 8 and long.steps == 18
+    seq = prompt + res.ids
+    starts = [i for i, t in enumerate(seq) if t == pdiff_vocab.async_open]
+    short_slots = set(res.slots[starts[0]:starts[0] + short.slots])
+    fed = [i for i, (index, _, _) in enumerate(spy.calls) if short_slots & set(index)]
+    # 8 denoising passes, then none while the long chunk goes on (10 more), then the pass
+    # that writes every chunk's final KV with <sync/>
+    assert len(fed) == 9 and fed[8] - fed[7] == 11
+    sync_slot = res.slots[len(prompt) + res.ids.index(pdiff_vocab.sync)]
+    assert sync_slot in spy.calls[fed[8]][0]
+
+    s = structure(seq, pdiff_vocab)
+    cache = DynamicCache()
+    with torch.no_grad():
+        pdiff_model(input_ids=torch.tensor([seq]), position_ids=s.position_ids[None],
+                    attention_mask=s.visible[None, None], past_key_values=cache, use_cache=True)
+    chunk_rows = [i for i in range(len(seq)) if s.attrs["thread"][i] > 0]
+    pool_slots = torch.tensor([res.slots[i] for i in chunk_rows])
+    for layer, pooled in zip(cache.layers, rt.forward.cache.layers):
+        plain_k = layer.keys[0][:, chunk_rows]
+        plain_v = layer.values[0][:, chunk_rows]
+        assert (pooled.keys[0][:, pool_slots] - plain_k).abs().max() < 1e-4
+        assert (pooled.values[0][:, pool_slots] - plain_v).abs().max() < 1e-4
+
+
+def test_no_control_token_or_eos_is_sampled_inside_a_chunk(rt, pdiff_tok, pdiff_vocab):
+    banned = list(pdiff_vocab.chunk_banned_ids)
+    step = rt.forward
+    original = step.__call__
+
+    class Biased:
+        def __call__(self, *args, **kwargs):
+            logits = original(*args, **kwargs)
+            logits[:, banned] += 100.0  # every control token and EOS far above the rest
+            return logits
+
+        def __getattr__(self, name):
+            return getattr(step, name)
+
+    rt.forward = Biased()
+    _, res = _decode(rt, pdiff_tok, PLAN)
+    seq = res.ids
+    s = structure(seq, pdiff_vocab)
+    inner = [t for i, t in enumerate(seq) if s.attrs["diffusable"][i]]
+    assert inner and not set(inner) & set(banned)
+
+
+@pytest.mark.parametrize("plan,flag", [
+    ('Start <promise topic="never closed', None),  # the answer ends inside a topic
+    ('" tokens="2"/> stray closer <sync/> on', None),  # a closer with no promise
+    ('<sync/> nothing planned <sync/>', None),
+    ('<async> tags </async> in main', None),
+    ('<promise topic="huge" tokens="64"/><sync/>', MAX_NEW_TOKENS),  # 640 slots > budget
+    ('<promise topic="a" tokens="1"/> and it ends', None),  # chunks, then the end
+])
+def test_malformed_plans_end_cleanly(rt, pdiff_tok, plan, flag):
+    _, res = _decode(rt, pdiff_tok, plan)
+    assert isinstance(pdiff_tok.decode(res.ids), str)
+    if flag:
+        assert flag in res.flags
+    # chunks laid out are complete: <async>, slots, </async>, nothing masked left
+    assert all(r.slots >= 3 for r in res.chunks)
+
+
+def test_a_runaway_continuation_stops_at_its_cap(rt, pdiff_tok):
+    _, res = _decode(rt, pdiff_tok, PLAN + " and on and on and on and on", max_continuation=3)
+    assert CONTINUATION_CAP in res.flags
+    sync = res.ids.index(rt.vocab.sync)
+    assert len(res.ids) - sync - 1 == 3
+
+
+def test_a_batch_reads_for_each_prompt_the_logits_it_gets_alone(rt, pdiff_tok):
+    """Chunks of one request and main tokens of another share each pass; every request's
+    denoising logits equal its solo decode's (fp32, < 1e-4) for as long as the two decodes
+    hold the same tokens (a near-tie in a random model may flip a token after that)."""
+    config = PdiffDecodeConfig(max_new_tokens=120, record=True)
+    plans = [PLAN, EQUAL, "No plan at all, just a few words."]
+    prompts = [text_ids(pdiff_tok, p) for p in ("One.", "Two, longer prompt.", "Three")]
+    alone = [rt.generate(p, config, script=text_ids(pdiff_tok, s))
+             for p, s in zip(prompts, plans)]
+    together = {rid: res for rid, res, _ in rt.run(
+        PdiffRequest(i, p, config, text_ids(pdiff_tok, s))
+        for i, (p, s) in enumerate(zip(prompts, plans)))}
+    compared = 0
+    for i in range(3):
+        a, b = alone[i], together[i]
+        assert len(a.chunks) == len(b.chunks) and a.denoise_passes == b.denoise_passes
+        for sa, sb in zip(a.steps, b.steps):
+            if any(sa[k][0] != sb[k][0] for k in sa):
+                break
+            for k in sa:
+                assert (sa[k][1] - sb[k][1]).abs().max() < 1e-4
+                compared += 1
+    assert compared >= 10

@@ -1,0 +1,106 @@
+"""`pdiff sft`: the masking, the loss against its closed form, and a tiny end-to-end run."""
+
+import json
+import math
+import random
+
+import pytest
+import torch
+
+from solm.core.structure import IGNORE
+from solm.train.pdiff_sft import (AR, DIFFUSION, PdiffCollator, PdiffSFTConfig,
+                                  PdiffSFTTrainer, pdiff_loss, sample_masking)
+
+ROW = {"id": "r1", "prompt": "List two fruits.",
+       "text": 'Fruits: <promise topic="one" tokens="1"/><async>Apples are red.</async> and '
+               '<promise topic="two" tokens="1"/><async>Pears are green.</async><sync/> Done.'}
+
+
+def test_loss_equals_its_closed_form():
+    torch.manual_seed(0)
+    vocab, n = 7, 6
+    logits = torch.randn(2, n, vocab)
+    labels = torch.full((2, n), IGNORE)
+    kinds = torch.zeros((2, n), dtype=torch.long)
+    # row 0: AR label at 2 (scored by logits 1), masked token at 4 (scored by logits 3)
+    labels[0, 2], kinds[0, 2] = 3, AR
+    labels[0, 4], kinds[0, 4] = 5, DIFFUSION
+    labels[0, 5], kinds[0, 5] = 1, DIFFUSION
+    labels[1, 1], kinds[1, 1] = 6, AR
+    labels[1, 3], kinds[1, 3] = 0, DIFFUSION
+    t = torch.tensor([0.25, 0.8])
+    norm = torch.tensor([5.0, 3.0])
+
+    def nll(b, row, token):
+        return -(logits[b, row, token] - torch.logsumexp(logits[b, row], 0))
+
+    seq0 = (nll(0, 1, 3) + (nll(0, 3, 5) + nll(0, 4, 1)) / 0.25) / 5
+    seq1 = (nll(1, 0, 6) + nll(1, 2, 0) / 0.8) / 3
+    loss, parts = pdiff_loss(logits, labels, kinds, t, norm)
+    assert torch.allclose(loss, (seq0 + seq1) / 2, atol=1e-6)
+    assert parts["ar_loss"] == pytest.approx(float(nll(0, 1, 3) + nll(1, 0, 6)) / 2, abs=1e-5)
+    # control-token weighting scales only the flagged AR terms
+    control = torch.zeros((2, n), dtype=torch.bool)
+    control[0, 2] = True
+    weighted, _ = pdiff_loss(logits, labels, kinds, t, norm, control, 5.0)
+    assert torch.allclose(weighted, loss + 4 * nll(0, 1, 3) / 5 / 2, atol=1e-6)
+
+
+def test_masking_rate_spans_eps_to_one():
+    rng = random.Random(0)
+    ts = [sample_masking(list(range(100)), rng, 1e-3)[0] for _ in range(2000)]
+    assert 1e-3 <= min(ts) < 0.01 and 0.99 < max(ts) <= 1.0
+    assert abs(sum(ts) / len(ts) - 0.5) < 0.03
+    t, masked = sample_masking(list(range(10_000)), random.Random(1), 1e-3)
+    assert abs(len(masked) / 10_000 - t) < 0.02
+
+
+def test_collator_masks_only_chunk_content_and_labels_what_it_masked(pdiff_tok, pdiff_vocab):
+    collator = PdiffCollator(pdiff_tok, pdiff_vocab, eps=0.5, seed=3)
+    full, prompt_len = collator.layout(ROW, random.Random(7))
+    ex = collator.encode_ids(full, prompt_len, random.Random(7))
+    from solm.core.systems.pdiff import structure
+    s = structure(full, pdiff_vocab)
+    diffusable = [j for j in range(len(full)) if s.attrs["diffusable"][j]]
+    masked = [j for j, t in enumerate(ex.input_ids) if t == pdiff_vocab.mask]
+    assert masked and set(masked) <= set(diffusable)
+    assert pdiff_vocab.async_open in ex.input_ids and pdiff_vocab.async_close in ex.input_ids
+    assert ex.norm == sum(k == AR for k in ex.kinds) + len(diffusable)
+    assert all(k == 0 for k in ex.kinds[:prompt_len])  # no loss on the prompt
+    assert sum(k == DIFFUSION for k in ex.kinds) == len(masked)
+    # the AR labels are the main thread's next tokens, EOS last
+    assert ex.labels[-1] == pdiff_tok.eos_token_id and ex.kinds[-1] == AR
+    # held-out rows: the same masking each time
+    held = {**ROW, "held_out": True}
+    a, b = collator([held]), collator([held])
+    assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["loss_t"], b["loss_t"])
+
+
+def write_rows(path, n=8):
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": f"r{i}", "prompt": f"Question {i}?",
+                                "annotated": ROW["text"]}) + "\n")
+    return path
+
+
+def test_pdiff_sft_trains_saves_and_decodes(tmp_path, tiny_folder):
+    from solm.core.chat import prompt_ids
+    from solm.core.models import load_decoder
+    from solm.decode.pdiff.runtime import PdiffDecodeConfig, PdiffRuntime
+
+    data = write_rows(tmp_path / "rows.jsonl")
+    out = tmp_path / "pd"
+    cfg = PdiffSFTConfig(data=str(data), model=tiny_folder, out=str(out), max_steps=2,
+                         batch_size=2, eval_rows=2, lora_r=4, learning_rate=1e-3,
+                         precision="fp32", quiet=True, logging_steps=1)
+    meta = PdiffSFTTrainer(cfg).train()
+    assert meta["system"] == "pdiff" and meta["data"]["rows"] == 8
+    logged = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert any("ar_loss" in e and "diffusion_loss" in e for e in logged)
+    assert math.isfinite(meta["results"]["eval_loss_after"])
+    model, tok = load_decoder(str(out), dtype="fp32", system="pdiff")
+    assert "<|pdiff_pad|>" in tok.get_vocab() and "<|mdm_mask|>" in tok.get_vocab()
+    res = PdiffRuntime(model, tok, pool_size=256).generate(
+        prompt_ids(tok, "Question 1?"), PdiffDecodeConfig(max_new_tokens=40))
+    assert res.forward_passes > 0
