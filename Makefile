@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 DATA ?= $(or $(SOLM_DATA),$(HOME)/.cache/solm/data)
 export SOLM_DATA := $(DATA)
 
-.PHONY: setup demo test test-fast data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu tip-grpo-cpu tip-eval-cpu clean
+.PHONY: setup demo test test-fast data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu tip-grpo-cpu tip-eval-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
 
 setup: $(STAMP)
 
@@ -217,6 +217,46 @@ tip-eval-cpu: setup $(DATA)/math500.jsonl
 		--max-new-tokens 512 --model $(TIP_EVAL_MODEL) --dense-model $(TIP_DIR)/dense-sft \
 		--budgets 128,256,512 --page-size 16 -q
 	$(BIN)/tip eval report $(TIP_DIR)/eval -q
+
+# Planned Diffusion on a CPU (issue 25), each step on files and resumable (rerun after a kill):
+# hybrid AR + diffusion SFT of the embedded model on the rule-annotated rows of the PASTA
+# runs (chunks laid out in 10 x N slots), kept as pdiff-cpu; a decode of 30 AlpacaEval
+# prompts; the evaluation beside Baseline-SFT (autoregressive) and Pasta-SFT (PASTA's parallel
+# threads) on the same prompts, one at a time and timed, eager steps for every method; the
+# steps-ratio x confidence-threshold sweep (batched: forward passes, not wall time, per
+# content token) drawn against the judge's win rate with its Pareto front.
+PDIFF_DIR       ?= runs/pdiff
+PDIFF_SFT_ARGS  ?= --lora-r 8 --lr 1e-3 --batch-size 4 --epochs 1 --max-len 512 --eval-rows 16 --save-every 40 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
+PDIFF_MODEL     ?= pdiff-cpu
+PDIFF_EVAL_ARGS ?= --limit 30 --max-new-tokens 384 --judge $(JUDGE) --no-compile -q
+SWEEP_RATIOS     ?= 0.25 0.5 1
+SWEEP_THRESHOLDS ?= off 0.9 0.5
+pdiff-sft-cpu: setup $(SFT_DIR)/sft_rows.jsonl
+	grep -qs '"complete": true' $(PDIFF_DIR)/pdiff-sft/solm.json || $(BIN)/pdiff sft \
+		--data $(SFT_DIR)/sft_rows.jsonl --out $(PDIFF_DIR)/pdiff-sft $(PDIFF_SFT_ARGS)
+
+pdiff-cpu: pdiff-sft-cpu
+	rm -rf $(ARTIFACTS)/pdiff-cpu && mkdir -p $(ARTIFACTS)/pdiff-cpu
+	for f in $(ADAPTER_FILES); do cp $(PDIFF_DIR)/pdiff-sft/$$f $(ARTIFACTS)/pdiff-cpu/; done
+	printf '{\n  "do_sample": false,\n  "repetition_penalty": 1.2\n}\n' > $(ARTIFACTS)/pdiff-cpu/generation_config.json
+	du -sh $(ARTIFACTS)/pdiff-cpu
+
+pdiff-decode-cpu: setup $(ALPACA)
+	$(BIN)/pdiff decode -m $(PDIFF_MODEL) -p $(ALPACA) --limit 30 --steps-ratio 0.5 \
+		--max-new-tokens 384 -o $(PDIFF_DIR)/decode.jsonl -q
+
+pdiff-eval-cpu: setup $(ALPACA)
+	$(BIN)/pasta eval run -o $(PDIFF_DIR)/eval --prompts $(ALPACA) \
+		--method sequential:baseline-sft=baseline-sft-cpu --method apar:pasta-sft=pasta-sft-cpu \
+		--method pdiff:pdiff-0.5=$(PDIFF_MODEL),steps_ratio=0.5 $(PDIFF_EVAL_ARGS)
+	$(BIN)/pasta eval report $(PDIFF_DIR)/eval -o $(PDIFF_DIR)/eval/report
+
+pdiff-sweep-cpu: setup $(ALPACA)
+	$(BIN)/pasta eval run -o $(PDIFF_DIR)/sweep --prompts $(ALPACA) --batch-size 16 \
+		--method sequential:baseline-sft=baseline-sft-cpu \
+		$(foreach R,$(SWEEP_RATIOS),$(foreach T,$(SWEEP_THRESHOLDS),--method pdiff:r$(R)-t$(T)=$(PDIFF_MODEL),steps_ratio=$(R),confidence_threshold=$(T))) \
+		$(PDIFF_EVAL_ARGS)
+	$(BIN)/pasta eval report $(PDIFF_DIR)/sweep -o $(PDIFF_DIR)/sweep/report
 
 clean:
 	rm -rf runs .pytest_cache

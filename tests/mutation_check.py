@@ -27,6 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 POLICY_TESTS = ["tests/test_policy_oracles.py", "tests/test_policies.py"]
 SOT_TESTS = ["tests/test_sot.py", "tests/test_sot_accounting.py"]
+PDIFF_TESTS = ["tests/test_pdiff_structure.py", "tests/test_pdiff_runtime.py",
+               "tests/test_pdiff_sft.py", "tests/test_pdiff_eval.py"]
 TESTS = ["tests/test_structure.py", "tests/test_oracles.py", "tests/test_runtime.py",
          "tests/test_collator.py", "tests/test_tip_structure.py", "tests/test_tip_runtime.py",
          "tests/test_policies.py", "tests/test_toy_policy.py", "tests/test_pasta_format.py"]
@@ -48,7 +50,7 @@ MUTATIONS: dict[str, tuple] = {
         "        return []\n        dead = req.tracker.dead  # type: ignore[attr-defined]\n"),
     "pred_10x_dropped": (
         "solm/core/systems/pasta.py",
-        "self.main_pos += 1 + 10 * v.close_tens[tok]",
+        "self.main_pos += 1 + self.block_span(v.close_tens[tok])",
         "self.main_pos += 1"),
     "block_starts_one_late": (
         "solm/core/systems/pasta.py",
@@ -172,6 +174,35 @@ MUTATIONS: dict[str, tuple] = {
     "tip_sft_prompt_tokens_trained": (
         "solm/train/tip_sft.py", "            targets[i] = IGNORE", "            pass",
         ["tests/test_tip_sft.py"]),
+    # issue 25: Planned Diffusion
+    "pdiff_chunks_causal_inside": (
+        "solm/core/systems/pdiff.py", "pdiff_visible = or_masks(pasta_visible, whole_chunk)",
+        "pdiff_visible = pasta_visible", PDIFF_TESTS),
+    "pdiff_no_shift": (
+        "solm/core/systems/pdiff.py", "    return j - 1", "    return j", PDIFF_TESTS),
+    "pdiff_sampler_reads_the_masked_row": (
+        "solm/decode/pdiff/runtime.py", "logits = rows[[predictor(j) for j in masked]].float()",
+        "logits = rows[masked].float()", PDIFF_TESTS),
+    "pdiff_ar_terms_divided_by_t": (
+        "solm/train/pdiff_sft.py", "    per_sequence = (ar + diffusion) / norm.to(ce.device)",
+        "    per_sequence = (ar / t.to(ce.device) + diffusion) / norm.to(ce.device)",
+        PDIFF_TESTS),
+    "pdiff_pads_past_the_slots": (
+        "solm/core/systems/pdiff.py", "        need = len(content) + 2 + 1 + extra",
+        "        need = len(content) + 2 + 1", PDIFF_TESTS),
+    "pdiff_finished_chunks_recomputed": (
+        "solm/decode/pdiff/runtime.py",
+        "        for c in run.denoising:\n            if not c.done:\n                toks += c.tokens",
+        "        for c in run.denoising:\n            if True:\n                toks += c.tokens",
+        PDIFF_TESTS),
+    "pdiff_two_tokens_per_step": (
+        "solm/decode/pdiff/runtime.py",
+        "        k = len(masked) if left <= 1 else math.ceil(len(masked) / left)",
+        "        k = len(masked) if left <= 1 else 2", PDIFF_TESTS),
+    "pdiff_eos_allowed_in_chunks": (
+        "solm/core/systems/pdiff.py",
+        "        return [t for t in (*self.control_ids, *self.eos) if t != self.pad]",
+        "        return [t for t in self.control_ids if t != self.pad]", PDIFF_TESTS),
 }
 
 

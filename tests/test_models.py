@@ -114,7 +114,8 @@ def test_embedded_model_answers_paris_and_reloads_fast():
     assert load_s < 5.0, f"cached load took {load_s:.1f}s"
 
 
-@pytest.mark.parametrize("name", ["pasta-sft-cpu", "baseline-sft-cpu", "pasta-bonbon-cpu"])
+@pytest.mark.parametrize("name", ["pasta-sft-cpu", "baseline-sft-cpu", "pasta-bonbon-cpu",
+                                  "pdiff-cpu"])
 def test_kept_models_are_small_and_load_by_name(name):
     from solm.core.models import ARTIFACTS_DIR, load_model
 

@@ -163,7 +163,12 @@ runtimes so their wall times compare on equal terms:
 - `apar=MODEL`: a Pasta-Lang model trained on rule annotations (APAR's rules), decoded by the
   asynchronous runtime;
 - `pasta=MODEL`: a Pasta-Lang model trained on LLM annotations or past preference training;
-- `sot=MODEL`: Skeleton-of-Thought on any model; the points decode as threads of one pool.
+- `sot=MODEL`: Skeleton-of-Thought on any model; the points decode as threads of one pool;
+- `pdiff=MODEL[,steps_ratio=R][,confidence_threshold=C|off][,length_scale=S][,order=entropy|confidence]`:
+  Planned Diffusion (`pdiff decode`): the plan autoregressively, the chunks denoised in
+  parallel. Its critical path is its forward passes; the report adds forward passes and
+  wall time per content token against the baseline, and chunk health (pad-only chunks,
+  repeated n-grams inside chunks, well-formed answers).
 
 Per prompt, the realized speedup is the baseline's wall time over the method's, the
 theoretical speedup the baseline's tokens over the method's critical path; both are
@@ -186,7 +191,8 @@ Example (CPU, 30 prompts):
 def run(
     out: Path = typer.Option(..., "--out", "-o", help="Run folder (created; a rerun resumes)."),
     method: list[str] = typer.Option(..., "--method", help="KIND=MODEL or KIND:LABEL=MODEL; "
-                                     "KIND is sequential, pasta, apar or sot. Repeatable."),
+                                     "KIND is sequential, pasta, apar, sot or pdiff (knobs after the "
+                                     "model: pdiff=M,steps_ratio=0.5). Repeatable."),
     prompts: str = typer.Option("tatsu-lab/alpaca_eval", "--prompts", "-p", help="AlpacaEval "
                                 "instructions: a JSONL / JSON file with `instruction`, or the "
                                 "hub dataset."),

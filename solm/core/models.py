@@ -48,11 +48,13 @@ ARTIFACTS: dict[str, str] = {
     "pasta-bonbon-cpu": "pasta-sft-cpu after two BoNBoN rounds at lambda 0 (speed only, "
                         "--speed own): its two LoRA r=8 adapters flattened into one r=16 "
                         "adapter over pasta-sft-cpu, stored bf16 (`make pasta-bonbon-cpu`)",
+    "pdiff-cpu": "Planned Diffusion on the embedded model: hybrid AR + diffusion SFT, LoRA r=8 "
+                 "on the rule-annotated rows laid out in chunk slots (`make pdiff-cpu`)",
 }
 
 # the make target that builds each kept model, for the error when one is missing
 ARTIFACT_TARGETS = {"pasta-sft-cpu": "sft-lora-cpu", "baseline-sft-cpu": "sft-lora-cpu",
-                    "pasta-bonbon-cpu": "pasta-bonbon-cpu"}
+                    "pasta-bonbon-cpu": "pasta-bonbon-cpu", "pdiff-cpu": "pdiff-cpu"}
 
 
 def artifact_folder(name: str) -> str | None:

@@ -7,7 +7,10 @@ What an outputs row counts, for every method: `content_tokens` is the answer tex
 (its length as a reader gets it); `generated_tokens` the tokens the model decoded (tags, and
 for sot the skeleton, included); `forward_passes` the decode steps after prefill;
 `critical_path` the tokens decoded one after another. sot adds `skeleton_tokens` and
-`point_tokens`, and flags `skeleton_cap` when the skeleton stopped at its cap.
+`point_tokens`, and flags `skeleton_cap` when the skeleton stopped at its cap. `pdiff`
+(Planned Diffusion, `pdiff=MODEL,steps_ratio=0.5,...`) counts every forward pass as a step of
+its critical path (a denoising pass fills many slots at once) and adds its chunk health
+(`chunks`, `pad_only_chunks`, `chunk_repeated_ngrams`, `well_formed`).
 `--max-new-tokens` caps `generated_tokens` of every method (sot: both stages together).
 """
 
@@ -23,7 +26,10 @@ from solm.core.errors import SolmError
 from solm.core.records import Record
 from solm.core.sampling import SamplingConfig
 
-KINDS = ("sequential", "pasta", "apar", "sot")
+KINDS = ("sequential", "pasta", "apar", "sot", "pdiff")
+# the knobs a pdiff method takes after its model: name -> parser
+PDIFF_OPTIONS = {"steps_ratio": float, "confidence_threshold": float, "length_scale": float,
+                 "order": str, "chunk_temperature": float, "max_continuation": int}
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
 
@@ -32,11 +38,13 @@ class Method:
     label: str  # names its outputs file and its point on the plots
     kind: str
     model: str
+    options: str = ""  # pdiff: its knobs, `name=value` joined by commas
 
     @classmethod
     def parse(cls, spec: str) -> "Method":
         """`KIND=MODEL` or `KIND:LABEL=MODEL`, e.g. `sot=smollm2-135m`,
-        `apar:pasta-sft-lora=pasta-sft-cpu`."""
+        `apar:pasta-sft-lora=pasta-sft-cpu`; pdiff takes knobs after its model:
+        `pdiff:pd-0.5=pdiff-cpu,steps_ratio=0.5,confidence_threshold=0.9`."""
         head, eq, model = spec.partition("=")
         kind, colon, label = head.partition(":")
         if not eq or not model or kind not in KINDS or (colon and not label):
@@ -45,7 +53,37 @@ class Method:
         label = label or kind
         if not _LABEL.match(label):
             raise SolmError(f"--method {spec!r}: a label is letters, digits and _.+- only")
-        return cls(label, kind, model)
+        model, _, options = model.partition(",")
+        if options and kind != "pdiff":
+            raise SolmError(f"--method {spec!r}: only pdiff methods take options after the "
+                            f"model")
+        return cls(label, kind, model, _canonical_options(spec, options))
+
+    def pdiff_options(self) -> dict:
+        """The pdiff knobs as typed values (empty for other kinds)."""
+        out = {}
+        for item in filter(None, self.options.split(",")):
+            name, _, value = item.partition("=")
+            out[name] = None if value == "off" else PDIFF_OPTIONS[name](value)
+        return out
+
+
+def _canonical_options(spec: str, options: str) -> str:
+    """`name=value,...` checked against PDIFF_OPTIONS, in a fixed order."""
+    values = {}
+    for item in filter(None, options.split(",")):
+        name, eq, value = item.partition("=")
+        if name not in PDIFF_OPTIONS or not eq or not value:
+            raise SolmError(f"--method {spec!r}: {item!r} is not NAME=VALUE with NAME one of "
+                            f"{', '.join(PDIFF_OPTIONS)}")
+        if value != "off":
+            try:
+                PDIFF_OPTIONS[name](value)
+            except ValueError:
+                raise SolmError(f"--method {spec!r}: {name}={value} is not a "
+                                f"{PDIFF_OPTIONS[name].__name__}") from None
+        values[name] = value
+    return ",".join(f"{n}={values[n]}" for n in PDIFF_OPTIONS if n in values)
 
 
 @dataclass
@@ -67,6 +105,9 @@ class MethodRunner:
         if method.kind == "sot":
             from solm.decode.sot.runtime import SotRuntime
             self.runtime = SotRuntime(model, tokenizer, pool_size=pool_size, compile=compile)
+        elif method.kind == "pdiff":
+            from solm.decode.pdiff.runtime import PdiffRuntime
+            self.runtime = PdiffRuntime(model, tokenizer, pool_size=pool_size, max_batch=1)
         else:
             from solm.decode.pasta.runtime import PastaRuntime
             self.runtime = PastaRuntime(model, tokenizer, pool_size=pool_size, compile=compile)
@@ -93,6 +134,9 @@ class MethodRunner:
             return
         if self.method.kind == "sot":
             yield from self._sot_batched(records, batch_size)
+            return
+        if self.method.kind == "pdiff":
+            yield from self._pdiff_batched(records, batch_size)
             return
         from solm.decode.pasta.batched import BatchedPastaRuntime, BatchRequest
         from solm.decode.pasta.decode_file import result_record
@@ -149,9 +193,60 @@ class MethodRunner:
                    "points": len(res.points), "wall_s": None, "prefill_s": None,
                    "decode_s": None, "flags": res.flags}
 
+    def pdiff_config(self, max_new_tokens: int | None = None):
+        from solm.decode.pdiff.runtime import PdiffDecodeConfig
+
+        s = self.settings
+        return PdiffDecodeConfig(max_new_tokens=max_new_tokens or s.max_new_tokens,
+                                 sampling=s.sampling, **self.method.pdiff_options())
+
+    def _pdiff_row(self, rec: Record, res, config) -> dict:
+        from solm.decode.pdiff.decode_file import result_record
+
+        row = result_record(self.runtime, rec, res, config)
+        return {"output": row["response"], "annotated": row["annotated"],
+                "content_tokens": row["content_tokens"],
+                "critical_path": row["forward_passes"],
+                "forward_passes": row["forward_passes"], "promises": row["promises"],
+                "threads": row["promises"], "generated_tokens": row["total_tokens"],
+                "total_tokens": row["total_tokens"],
+                "wall_s": row["wall_s"], "prefill_s": row["prefill_s"],
+                "decode_s": row["decode_s"], "flags": row["flags"],
+                **{k: row[k] for k in ("plan_passes", "denoise_passes", "chunks",
+                                       "pad_only_chunks", "chunk_repeated_ngrams",
+                                       "well_formed")}}
+
+    def _pdiff_batched(self, records: list[tuple[int, Record]], batch_size: int):
+        from solm.decode.pdiff.runtime import PdiffRequest, PdiffRuntime
+
+        rt = self.runtime
+        batched = PdiffRuntime(rt.model, rt.tokenizer, pool_size=rt.pool_size * batch_size,
+                               max_batch=batch_size)
+        config = self.pdiff_config()
+        by_id = {rec.id: (index, rec) for index, rec in records}
+        reqs = (PdiffRequest(rec.id, prompt_ids(self.tokenizer, rec.prompt, rec.system), config)
+                for _, rec in records)
+        self.runtime = batched  # result_record reads its vocab
+        try:
+            for rid, res, error in batched.run(reqs):
+                if error:
+                    raise SolmError(f"{self.method.label}: {rid}: {error}")
+                index, rec = by_id[rid]
+                row = self._pdiff_row(rec, res, config)
+                row.update(wall_s=None, prefill_s=None, decode_s=None)
+                yield {"id": rec.id, "index": index, "instruction": rec.prompt,
+                       "generator": self.method.label, "kind": self.method.kind,
+                       "model": self.method.model, "batched": batch_size, **row}
+        finally:
+            self.runtime = rt
+
     def _decode_once(self, prompt: str, system: str | None = None,
                      max_new_tokens: int | None = None) -> dict:
         s = self.settings
+        if self.method.kind == "pdiff":
+            config = self.pdiff_config(max_new_tokens)
+            res = self.runtime.generate(prompt_ids(self.tokenizer, prompt, system), config)
+            return self._pdiff_row(Record("-", prompt, system=system), res, config)
         if self.method.kind == "sot":
             from solm.decode.sot.runtime import SotConfig
 
@@ -201,12 +296,14 @@ def load_runners(methods: list[Method], settings: DecodeSettings | dict[str, Dec
     share its weights."""
     from solm.core.models import load_decoder
 
-    loaded: dict[str, tuple] = {}
+    loaded: dict[tuple[str, str], tuple] = {}
     runners = {}
     for m in methods:
-        if m.model not in loaded:
-            loaded[m.model] = load_decoder(m.model, dtype=dtype, device=device)
-        model, tok = loaded[m.model]
+        system = "pdiff" if m.kind == "pdiff" else "pasta"  # pdiff adds its mask and pad
+        if (m.model, system) not in loaded:
+            loaded[(m.model, system)] = load_decoder(m.model, dtype=dtype, device=device,
+                                                     system=system)
+        model, tok = loaded[(m.model, system)]
         own = settings[m.label] if isinstance(settings, dict) else settings
         runners[m.label] = MethodRunner(m, model, tok, own, pool_size, compile)
     return runners

@@ -14,7 +14,11 @@ from solm.eval.summary import summarize
 
 AXES = (("realized_speedup", "realized speedup (geomean, wall time)"),
         ("theoretical_speedup", "theoretical speedup (geomean, baseline tokens / critical path)"),
-        ("parallelism", "parallelism (geomean, content tokens / critical path)"))
+        ("parallelism", "parallelism (geomean, content tokens / critical path)"),
+        ("passes_per_token_reduction", "fewer forward passes per content token than the "
+                                       "baseline (geomean)"),
+        ("wall_per_token_speedup", "less wall time per content token than the baseline "
+                                   "(geomean)"))
 
 
 def points(summaries: list[dict]) -> list[dict]:
@@ -48,7 +52,8 @@ def plot(pts: list[dict], axis: str, xlabel: str, ylabel: str, png: Path) -> Non
 
     usable = [p for p in pts if p[axis] is not None and p["win"] is not None]
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
-    colors = {"sequential": "#555555", "pasta": "#c44e52", "apar": "#4c72b0", "sot": "#55a868"}
+    colors = {"sequential": "#555555", "pasta": "#c44e52", "apar": "#4c72b0", "sot": "#55a868",
+              "pdiff": "#dd8452"}
     for p in usable:
         x = 1.0 if p["baseline"] else p[axis]
         if p.get("se"):  # the raw win rate's standard error, drawn on the plotted value
@@ -76,6 +81,10 @@ def plot(pts: list[dict], axis: str, xlabel: str, ylabel: str, png: Path) -> Non
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
     plt.close(fig)
+
+
+def _pct(value) -> str:
+    return "—" if value is None else f"{100 * value:.0f}%"
 
 
 def _fmt(value, digits: int = 2) -> str:
@@ -127,6 +136,23 @@ def write_report(run_dirs: list[Path], out_dir: Path, gamed_csv: Path | None = N
                 f"{_fmt(q.get('win_rate'), 1)} | {_fmt(q.get('lc_win_rate'), 1)} | "
                 f"{q.get('lc_method') or '—'} | "
                 f"{_fmt(r.get('win_rate'), 1)} / {_fmt(r.get('lc_win_rate'), 1)} |")
+        lines += ["", "Per content token (geomeans; the baseline's figure over the method's on the "
+                  "same prompt: > 1 is better), and Planned Diffusion's chunk health:", "",
+                  "| method | passes / token | fewer passes than baseline | wall ms / token | "
+                  "less wall than baseline | well-formed | with chunks | chunks | pad-only "
+                  "chunks | pads / slots | repeated 3-grams in chunks |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for label, m in s["methods"].items():
+            sp, h = m["speed"], m.get("chunk_health") or {}
+            opts = f" `{m['options']}`" if m.get("options") else ""
+            lines.append(
+                f"| {label}{opts} | {_fmt((sp.get('passes_per_token') or {}).get('geomean'), 3)}"
+                f" | {_fmt((sp.get('passes_per_token_reduction') or {}).get('geomean'))}x | "
+                f"{_fmt((sp.get('wall_ms_per_token') or {}).get('geomean'), 1)} | "
+                f"{_fmt((sp.get('wall_per_token_speedup') or {}).get('geomean'))}x | "
+                f"{_pct(h.get('well_formed'))} | {_pct(h.get('with_chunks'))} | "
+                f"{h.get('chunks', '—')} | {_pct(h.get('pad_only_share'))} | "
+                f"{_pct(h.get('pad_share_of_slots'))} | {_pct(h.get('repeated_ngrams'))} |")
         notes = {m.get("vs_baseline", {}).get("lc_note") for m in s["methods"].values()
                  if m.get("vs_baseline")} - {None}
         warnings = {label: m["vs_baseline"]["lc_warning"] for label, m in s["methods"].items()

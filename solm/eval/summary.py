@@ -44,12 +44,32 @@ def _generated(row: dict) -> int:
     return row.get("generated_tokens") or row.get("total_tokens") or row["content_tokens"]
 
 
+def _per_token(row: dict, key: str) -> float | None:
+    value = row.get(key)
+    return None if not value else value / max(row["content_tokens"], 1)
+
+
 def speed(method_rows: dict[str, dict], base_rows: dict[str, dict]) -> dict:
+    """Also, per content token (an answer's text tokens: Planned Diffusion's pads and tags do
+    not count): forward passes and wall time, each as a geometric mean and as the baseline's
+    per-token figure over the method's on the same prompt (> 1: fewer passes / less time per
+    content token than the baseline)."""
     shared = [i for i in method_rows if i in base_rows]
     realized, theoretical, parallelism = [], [], []
+    passes, wall_ms, passes_gain, wall_gain = [], [], [], []
     for i in shared:
         m, b = method_rows[i], base_rows[i]
         cp = max(m.get("critical_path") or 0, 1)
+        mp, bp = _per_token(m, "forward_passes"), _per_token(b, "forward_passes")
+        if mp:
+            passes.append(mp)
+            if bp:
+                passes_gain.append(bp / mp)
+        mw, bw = _per_token(m, "wall_s"), _per_token(b, "wall_s")
+        if mw:
+            wall_ms.append(1000 * mw)
+            if bw:
+                wall_gain.append(bw / mw)
         if m.get("wall_s") and b.get("wall_s"):  # batched (quality) rows are untimed
             realized.append(b["wall_s"] / m["wall_s"])
         theoretical.append(_critical_path(b) / cp)
@@ -61,11 +81,35 @@ def speed(method_rows: dict[str, dict], base_rows: dict[str, dict]) -> dict:
     return {"prompts": len(shared),
             "realized_speedup": _means(realized), "theoretical_speedup": _means(theoretical),
             "parallelism": _means(parallelism),
+            "passes_per_token": _means(passes), "wall_ms_per_token": _means(wall_ms),
+            "passes_per_token_reduction": _means(passes_gain),
+            "wall_per_token_speedup": _means(wall_gain),
             "content_tokens_mean": round(statistics.fmean(r["content_tokens"] for r in rows), 1)
             if rows else None,
             "tokens_per_s": round(sum(r["content_tokens"] for r in rows) / wall, 2)
             if wall else None,
             "flagged": sum(1 for r in rows if r.get("flags"))}
+
+
+def chunk_health(rows: dict[str, dict]) -> dict | None:
+    """Planned Diffusion's chunks over a method's answers: how many, the share that hold only
+    pads, repeated n-grams inside them, and the share of well-formed answers."""
+    rows = [r for r in rows.values() if "chunks" in r]
+    if not rows:
+        return None
+    chunks = [c for r in rows for c in r["chunks"]]
+    repeats = [r["chunk_repeated_ngrams"] for r in rows
+               if r.get("chunk_repeated_ngrams") is not None]
+    return {"answers": len(rows), "well_formed": round(sum(bool(r.get("well_formed"))
+                                                           for r in rows) / len(rows), 4),
+            "with_chunks": round(sum(bool(r["chunks"]) for r in rows) / len(rows), 4),
+            "chunks": len(chunks),
+            "pad_only_share": round(sum(c["pad_only"] for c in chunks) / len(chunks), 4)
+            if chunks else None,
+            "pad_share_of_slots": round(sum(c["pads"] for c in chunks)
+                                        / max(sum(c["slots"] - 2 for c in chunks), 1), 4)
+            if chunks else None,
+            "repeated_ngrams": round(statistics.fmean(repeats), 4) if repeats else None}
 
 
 def quality(path: Path, gamed_csv: Path | None) -> dict | None:
@@ -102,6 +146,11 @@ def summarize(run_dir: Path, gamed_csv: Path | None = None) -> dict:
         rows = rows_of[label]
         entry = {"kind": m["kind"], "model": m["model"], "baseline": label == baseline,
                  "speed": speed(rows, base_rows)}
+        if m.get("options"):
+            entry["options"] = m["options"]
+        health = chunk_health(rows)
+        if health:
+            entry["chunk_health"] = health
         same = sequential_of.get(m["model"])
         if m["kind"] != "sequential" and same is not None and same != baseline:
             # the method's own model decoded sequentially: its speedup without a model change

@@ -399,7 +399,8 @@ class PdiffRuntime:
         cfg = run.req.config
         v = self.vocab
         sizes = [chunk_slots(c.tens, cfg.length_scale) for c in run.planned]
-        if self._used(run) + sum(sizes) > cfg.max_new_tokens:
+        # room for the chunks, and for the <sync/> that joins them
+        if self._used(run) + sum(sizes) + (0 if finish else 1) > cfg.max_new_tokens:
             run.flags.add(MAX_NEW_TOKENS)
             run.ended = False
             return False
