@@ -204,6 +204,21 @@ def test_malformed_plans_end_cleanly(rt, pdiff_tok, plan, flag):
     assert all(r.slots >= 3 for r in res.chunks)
 
 
+def test_the_token_cap_keeps_the_room_of_promised_chunks(rt, pdiff_tok, pdiff_vocab):
+    """A plan that never syncs runs into max_new_tokens: the answer ends there, with every
+    promise's chunk denoised inside the budget (valid Pasta-Lang), flagged."""
+    from solm.core.pasta_lang import validate
+
+    plan = " ".join(f'<promise topic="p{i}" tokens="1"/> and' for i in range(30))
+    prompt = text_ids(pdiff_tok, "Write something.")
+    res = rt.generate(prompt, PdiffDecodeConfig(max_new_tokens=150), script=text_ids(pdiff_tok,
+                                                                                    plan))
+    assert MAX_NEW_TOKENS in res.flags and len(res.chunks) >= 2
+    assert len(res.ids) <= 150 and all(r.slots == 10 for r in res.chunks)
+    text = pdiff_tok.decode([t for t in res.ids if t != pdiff_vocab.pad])
+    assert not validate(text)
+
+
 def test_a_runaway_continuation_stops_at_its_cap(rt, pdiff_tok):
     _, res = _decode(rt, pdiff_tok, PLAN + " and on and on and on and on", max_continuation=3)
     assert CONTINUATION_CAP in res.flags

@@ -341,11 +341,18 @@ class PdiffRuntime:
                 return self._schedule(run) if run.denoising else None
             return None
         if tok == v.sync and run.planned:
-            if not self._lay_out(run, finish=False):
-                return None
+            if not self._lay_out(run, finish=False) and not self._lay_out(run, finish=True):
+                return None  # (cannot happen: the cap keeps the chunks' room)
             return self._schedule(run)
-        if self._used(run) + 1 > cfg.max_new_tokens:
+        # a promise opens only with room for a topic, its closer and a chunk of 10 slots
+        opening = (cfg.max_topic_tokens + 1 + chunk_slots(1, cfg.length_scale)
+                   if tok == v.promise_open else 0)
+        if self._used(run) + 1 + opening + self._reserved(run, tok) > cfg.max_new_tokens:
+            # the cap: the answer ends, but promised chunks keep the room they were promised
+            # (a length cap alone never leaves a promise without its chunk)
             run.flags.add(MAX_NEW_TOKENS)
+            if run.planned and self._lay_out(run, finish=True):
+                return self._schedule(run)
             return None
         if run.after_sync is not None and run.after_sync >= cfg.max_continuation:
             run.flags.add(CONTINUATION_CAP)
@@ -355,6 +362,14 @@ class PdiffRuntime:
 
     def _used(self, run: _Run) -> int:
         return len(run.main) + sum(len(c.tokens) for c in run.chunks)
+
+    def _reserved(self, run: _Run, tok: int) -> int:
+        """Slots the planned chunks (and the one `tok` would promise) still need."""
+        scale = run.req.config.length_scale
+        tens = [c.tens for c in run.planned]
+        if tok in self.vocab.close_tens:
+            tens.append(self.vocab.close_tens[tok])
+        return sum(chunk_slots(n, scale) for n in tens)
 
     def _advance_main(self, run: _Run, tok: int, slot: int, logits: torch.Tensor) -> None:
         v = self.vocab
@@ -388,6 +403,14 @@ class PdiffRuntime:
             if capped:
                 run.flags.add(TOPIC_CAPPED)
             banned = m["topic_must_close"] if capped else m["topic"]
+            # only the lengths whose chunk still fits under the cap
+            cfg = run.req.config
+            room = cfg.max_new_tokens - self._used(run) - self._reserved(run, -1) - 1
+            too_long = [t for t, n in self.vocab.close_tens.items()
+                        if chunk_slots(n, cfg.length_scale) > room]
+            if too_long:
+                banned = banned.clone()
+                banned[too_long] = True
         else:
             banned = m["main"] if run.planned else m["main_no_sync"]
         return run.sampler(logits, banned, run.main)
