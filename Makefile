@@ -230,7 +230,7 @@ PDIFF_SFT_ARGS  ?= --lora-r 8 --lr 1e-3 --batch-size 4 --epochs 1 --max-len 512 
 PDIFF_MODEL     ?= pdiff-cpu
 PDIFF_EVAL_ARGS ?= --limit 30 --max-new-tokens 384 --judge $(JUDGE) --no-compile -q
 SWEEP_RATIOS     ?= 0.25 0.5 1
-SWEEP_THRESHOLDS ?= off 0.9 0.5
+SWEEP_THRESHOLDS ?= off 0.7
 pdiff-sft-cpu: setup $(SFT_DIR)/sft_rows.jsonl
 	grep -qs '"complete": true' $(PDIFF_DIR)/pdiff-sft/solm.json || $(BIN)/pdiff sft \
 		--data $(SFT_DIR)/sft_rows.jsonl --out $(PDIFF_DIR)/pdiff-sft $(PDIFF_SFT_ARGS)
