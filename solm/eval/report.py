@@ -76,11 +76,19 @@ def plot(pts: list[dict], axis: str, xlabel: str, ylabel: str, png: Path) -> Non
     if usable:  # never zoom in below +-10 points: a judge's noise would look like a result
         wins = [p["win"] for p in usable]
         ax.set_ylim(min(40.0, min(wins) - 5), max(60.0, max(wins) + 5))
-    ax.legend(fontsize=8, loc="best")
+    if usable:
+        ax.legend(fontsize=8, loc="best")
+    else:  # e.g. wall-time axes of a batched (untimed) run
+        ax.text(0.5, 0.5, "no point has this figure (batched rows are untimed)",
+                ha="center", va="center", transform=ax.transAxes, color="#777777")
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
     plt.close(fig)
+
+
+def _times(value) -> str:
+    return "—" if value is None else f"{value:.2f}x"
 
 
 def _pct(value) -> str:
@@ -147,9 +155,9 @@ def write_report(run_dirs: list[Path], out_dir: Path, gamed_csv: Path | None = N
             opts = f" `{m['options']}`" if m.get("options") else ""
             lines.append(
                 f"| {label}{opts} | {_fmt((sp.get('passes_per_token') or {}).get('geomean'), 3)}"
-                f" | {_fmt((sp.get('passes_per_token_reduction') or {}).get('geomean'))}x | "
+                f" | {_times((sp.get('passes_per_token_reduction') or {}).get('geomean'))} | "
                 f"{_fmt((sp.get('wall_ms_per_token') or {}).get('geomean'), 1)} | "
-                f"{_fmt((sp.get('wall_per_token_speedup') or {}).get('geomean'))}x | "
+                f"{_times((sp.get('wall_per_token_speedup') or {}).get('geomean'))} | "
                 f"{_pct(h.get('well_formed'))} | {_pct(h.get('with_chunks'))} | "
                 f"{h.get('chunks', '—')} | {_pct(h.get('pad_only_share'))} | "
                 f"{_pct(h.get('pad_share_of_slots'))} | {_pct(h.get('repeated_ngrams'))} |")
