@@ -264,6 +264,8 @@ def main() -> int:
         report["(no mutation)"] = {"failed": failed, "summary": summary}
         print(f"(no mutation): {summary}", flush=True)
         if code != 0:
+            for f in failed:
+                print(f"    {f}", flush=True)
             print("the unmutated tests fail; fix them first")
             return 2
         for name in names:

@@ -95,6 +95,8 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
 }
 CASES["tip annotate"] = CASES["pasta annotate"]
 CASES["tip sft"] = CASES["pasta sft"]
+CASES["pdiff sft"] = CASES["pasta sft"]
+CASES["pdiff decode"] = CASES["pasta decode"]
 CASES["tip grpo"] = [
     (["--data", "{X}", "--out", "{L}"], "{X}"),
     (["--data", "{d}/run/problems.jsonl", "--out", "{d}/run"], "{d}/run/problems.jsonl"),
