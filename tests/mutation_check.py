@@ -176,8 +176,8 @@ MUTATIONS: dict[str, tuple] = {
         ["tests/test_tip_sft.py"]),
     # issue 25: Planned Diffusion
     "pdiff_chunks_causal_inside": (
-        "solm/core/systems/pdiff.py", "pdiff_visible = or_masks(pasta_visible, whole_chunk)",
-        "pdiff_visible = pasta_visible", PDIFF_TESTS),
+        "solm/core/systems/pdiff.py", "\n\npdiff_visible = or_masks(pasta_visible, whole_chunk)\n",
+        "\n\npdiff_visible = pasta_visible\n", PDIFF_TESTS),
     "pdiff_no_shift": (
         "solm/core/systems/pdiff.py", "    return j - 1", "    return j", PDIFF_TESTS),
     "pdiff_sampler_reads_the_masked_row": (
