@@ -128,6 +128,45 @@ def test_equal_chunks_unmask_one_token_per_chunk_per_step(rt, pdiff_tok, pdiff_v
         assert per_chunk == list(range(8, 0, -1))  # one fewer mask after every step
 
 
+def test_deferred_pads_are_unmasked_only_after_the_other_slots(rt, pdiff_tok, pdiff_vocab):
+    """With pads boosted on half the rows, a step never commits a pad while a slot whose
+    token is not a pad stays masked (and without the option it does)."""
+    step = rt.forward
+    original = step.__call__
+    pad = pdiff_vocab.pad
+
+    class PadHeavy:
+        def __call__(self, *args, **kwargs):
+            logits = original(*args, **kwargs)
+            logits[::2, pad] += 100.0  # every other row: a certain pad
+            return logits
+
+        def __getattr__(self, name):
+            return getattr(step, name)
+
+    rt.forward = PadHeavy()
+    banned = rt.masks()["chunk"]
+
+    def violations(res):
+        count = 0
+        for first, after in zip(res.steps, res.steps[1:]):
+            for k, (tokens, rows) in first.items():
+                if k not in after:
+                    continue
+                allowed = rows.masked_fill(banned[: rows.shape[-1]], float("-inf"))
+                masked = [j for j, t in enumerate(tokens) if t == pdiff_vocab.mask]
+                chosen = {j: int(allowed[predictor(j)].argmax()) for j in masked}
+                now = after[k][0]
+                padded = any(now[j] == pad for j in masked)
+                waiting = any(now[j] == pdiff_vocab.mask and chosen[j] != pad for j in masked)
+                count += padded and waiting
+        return count
+
+    _, deferred = _decode(rt, pdiff_tok, EQUAL, defer_pads=True)
+    _, plain = _decode(rt, pdiff_tok, EQUAL)
+    assert violations(deferred) == 0 and violations(plain) > 0
+
+
 def test_steps_ratio_halves_the_steps(rt, pdiff_tok):
     _, res = _decode(rt, pdiff_tok, EQUAL, steps_ratio=0.5)
     assert res.denoise_passes == 4

@@ -56,6 +56,10 @@ OrderOption = typer.Option("entropy", callback=one_of("entropy", "confidence"),
                                 "confident.")
 ChunkTemperatureOption = typer.Option(0.0, min=0.0, help="Sampling temperature inside chunks "
                                       "(0: each slot takes its most likely token).")
+DeferPadsOption = typer.Option(False, "--defer-pads", help="Unmask the slots whose token is "
+                               "a pad only after the others in each step (against the pad "
+                               "trap: confident tail pads committed first pull their "
+                               "neighbours to pad).")
 MaxContinuationOption = typer.Option(256, min=0, help="Main-thread tokens after the first "
                                      "<sync/>: a runaway continuation stops there (flagged "
                                      "`continuation_cap`).")
@@ -64,7 +68,7 @@ MaxContinuationOption = typer.Option(256, min=0, help="Main-thread tokens after 
 def decode_config(max_new_tokens: int, temperature: float, top_p: float, seed: int,
                   repetition_penalty: float, steps_ratio: float,
                   confidence_threshold: float | None, length_scale: float, order: str,
-                  chunk_temperature: float, max_continuation: int):
+                  chunk_temperature: float, max_continuation: int, defer_pads: bool = False):
     from solm.core.sampling import SamplingConfig
     from solm.decode.pdiff.runtime import PdiffDecodeConfig
 
@@ -76,7 +80,7 @@ def decode_config(max_new_tokens: int, temperature: float, top_p: float, seed: i
                                 repetition_penalty=repetition_penalty),
         steps_ratio=steps_ratio, confidence_threshold=confidence_threshold,
         length_scale=length_scale, order=order, chunk_temperature=chunk_temperature,
-        max_continuation=max_continuation)
+        max_continuation=max_continuation, defer_pads=defer_pads)
 
 
 @app.command()
@@ -99,6 +103,7 @@ def decode(
     order: str = OrderOption,
     chunk_temperature: float = ChunkTemperatureOption,
     max_continuation: int = MaxContinuationOption,
+    defer_pads: bool = DeferPadsOption,
     temperature: Optional[float] = TemperatureOption,
     top_p: Optional[float] = TopPOption,
     repetition_penalty: Optional[float] = RepetitionPenaltyOption,
@@ -146,13 +151,14 @@ def decode(
     values = decoding.values
     cfg = decode_config(max_new_tokens, values["temperature"], values["top_p"], seed,
                         values["repetition_penalty"], steps_ratio, confidence_threshold,
-                        length_scale, order, chunk_temperature, max_continuation)
+                        length_scale, order, chunk_temperature, max_continuation, defer_pads)
     source = prompts or DEMO_PROMPTS
     records, mixed = [], False
     row_settings = {"model": model, "max_new_tokens": max_new_tokens, "seed": seed,
                     "steps_ratio": steps_ratio, "confidence_threshold": confidence_threshold,
                     "length_scale": length_scale, "order": order,
                     "chunk_temperature": chunk_temperature, "max_continuation": max_continuation,
+                    "defer_pads": defer_pads,
                     "dtype": dtype, **values}
     if text is None:
         from solm.core.paths import outputs_beside

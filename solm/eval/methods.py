@@ -29,7 +29,8 @@ from solm.core.sampling import SamplingConfig
 KINDS = ("sequential", "pasta", "apar", "sot", "pdiff")
 # the knobs a pdiff method takes after its model: name -> parser
 PDIFF_OPTIONS = {"steps_ratio": float, "confidence_threshold": float, "length_scale": float,
-                 "order": str, "chunk_temperature": float, "max_continuation": int}
+                 "order": str, "chunk_temperature": float, "max_continuation": int,
+                 "defer_pads": int}
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
 
@@ -65,6 +66,8 @@ class Method:
         for item in filter(None, self.options.split(",")):
             name, _, value = item.partition("=")
             out[name] = None if value == "off" else PDIFF_OPTIONS[name](value)
+        if "defer_pads" in out:
+            out["defer_pads"] = bool(out["defer_pads"])
         return out
 
 

@@ -59,6 +59,9 @@ class PdiffDecodeConfig:
     length_scale: float = 1.0  # chunk slots = round(10 N x scale)
     order: str = "entropy"  # unmask lowest entropy first, or highest "confidence"
     chunk_temperature: float = 0.0  # 0: each slot takes its most likely token
+    # unmask slots whose token is a pad only after the others (the pad trap: confident tail
+    # pads, committed first, pull their neighbours to pad too)
+    defer_pads: bool = False
     max_topic_tokens: int = 24
     max_continuation: int = 256  # main-thread tokens after the first <sync/>
     record: bool = False  # keep each step's chunk tokens and logits (tests, analysis)
@@ -492,13 +495,17 @@ class PdiffRuntime:
         logp = torch.log(probs.clamp_min(1e-30))
         entropy = -(probs * logp).sum(-1)
         score = entropy if cfg.order == "entropy" else -confidence
+        is_pad = chosen == self.vocab.pad
+        if cfg.defer_pads:
+            score = score + is_pad.float() * 1e6  # every non-pad slot ranks first
         order = torch.argsort(score, stable=True).tolist()
         left = c.budget - c.steps
         k = len(masked) if left <= 1 else math.ceil(len(masked) / left)
         keep = set(order[:k])
         if cfg.confidence_threshold is not None:
             keep |= {i for i in range(len(masked))
-                     if float(confidence[i]) >= cfg.confidence_threshold}
+                     if float(confidence[i]) >= cfg.confidence_threshold
+                     and not (cfg.defer_pads and bool(is_pad[i]))}
         for i in keep:
             j = masked[i]
             c.tokens[j] = int(chosen[i])
