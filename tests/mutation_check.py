@@ -192,8 +192,8 @@ MUTATIONS: dict[str, tuple] = {
         "        need = len(content) + 2 + 1", PDIFF_TESTS),
     "pdiff_finished_chunks_recomputed": (
         "solm/decode/pdiff/runtime.py",
-        "        for c in run.denoising:\n            if not c.done:\n                toks += c.tokens",
-        "        for c in run.denoising:\n            if True:\n                toks += c.tokens",
+        "            if finished_too or not c.done:",
+        "            if True:",
         PDIFF_TESTS),
     "pdiff_two_tokens_per_step": (
         "solm/decode/pdiff/runtime.py",

@@ -74,6 +74,14 @@ def collate_examples(examples: list[PastaExample], pad: int, flex: bool = False
         position_ids[i, :t] = torch.tensor(e.position_ids)
         labels[i, 1:t] = torch.tensor(e.targets[: t - 1])  # pre-shifted for HF's loss
     batch = {"input_ids": input_ids, "position_ids": position_ids, "labels": labels}
+    return add_structure_masks(batch, examples, flex)
+
+
+def add_structure_masks(batch: dict, examples: list, flex: bool = False) -> dict:
+    """Add each example's structure to a padded batch: a dense [B, 1, T, T] mask (padding
+    rows see only themselves, so no softmax row is empty), or, for FlexAttention, the
+    structure's attributes and lengths. Examples carry `input_ids`, `visible`, `attrs`."""
+    b, n = batch["input_ids"].shape
     if flex:
         names = list(examples[0].attrs)  # the structure's own attributes (any system)
         attrs = {name: torch.zeros((b, n), dtype=torch.long) for name in names}
@@ -83,7 +91,6 @@ def collate_examples(examples: list[PastaExample], pad: int, flex: bool = False
         batch["structure_attrs"] = attrs
         batch["lengths"] = torch.tensor([len(e.input_ids) for e in examples])
         return batch
-    # padding rows see only themselves, so no softmax row is empty
     visible = torch.eye(n, dtype=torch.bool).repeat(b, 1, 1)
     for i, e in enumerate(examples):
         t = len(e.input_ids)

@@ -185,21 +185,8 @@ def collate(examples: list[PdiffExample], pad: int, flex: bool = False) -> dict:
         batch["labels"][i, :t] = torch.tensor(e.labels)
         batch["loss_kind"][i, :t] = torch.tensor(e.kinds)
         batch["loss_control"][i, :t] = torch.tensor(e.control)
-    if flex:
-        names = list(examples[0].attrs)
-        attrs = {name: torch.zeros((b, n), dtype=torch.long) for name in names}
-        for i, e in enumerate(examples):
-            for name in names:
-                attrs[name][i, :len(e.input_ids)] = e.attrs[name]
-        batch["structure_attrs"] = attrs
-        batch["lengths"] = torch.tensor([len(e.input_ids) for e in examples])
-        return batch
-    visible = torch.eye(n, dtype=torch.bool).repeat(b, 1, 1)  # padding sees only itself
-    for i, e in enumerate(examples):
-        t = len(e.input_ids)
-        visible[i, :t, :t] = e.visible
-    batch["attention_mask"] = visible[:, None]
-    return batch
+    from solm.train.collator import add_structure_masks
+    return add_structure_masks(batch, examples, flex)
 
 
 def pdiff_loss(logits: torch.Tensor, labels: torch.Tensor, kinds: torch.Tensor,

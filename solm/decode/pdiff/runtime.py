@@ -441,27 +441,20 @@ class PdiffRuntime:
         run.finish_after_chunks = finish
         return True
 
-    def _denoise_feed(self, run: _Run):
+    def _denoise_feed(self, run: _Run, finished_too: bool = False):
+        """Every unfinished chunk's slots (with `finished_too`, every chunk's)."""
         toks, attrs, where = [], [], []
         for c in run.denoising:
-            if not c.done:
+            if finished_too or not c.done:
                 toks += c.tokens
                 attrs += c.attrs
                 where += range(c.start, c.start + len(c.tokens))
         return run, toks, attrs, where
 
     def _write_feed(self, run: _Run):
-        _, toks, attrs, where = self._denoise_feed_all(run)
+        _, toks, attrs, where = self._denoise_feed(run, finished_too=True)
         sync = self.vocab.sync
         return run, toks + [sync], attrs + [run.tracker.main(sync)], where + [run.next_slot]
-
-    def _denoise_feed_all(self, run: _Run):
-        toks, attrs, where = [], [], []
-        for c in run.denoising:
-            toks += c.tokens
-            attrs += c.attrs
-            where += range(c.start, c.start + len(c.tokens))
-        return run, toks, attrs, where
 
     def _advance_chunks(self, run: _Run, logits: torch.Tensor) -> None:
         cfg = run.req.config
