@@ -65,9 +65,7 @@ $(SFT_DIR)/sft_rows.jsonl: | setup $(DATA)/dolly.jsonl $(DATA)/slimorca.jsonl
 	mkdir -p $(SFT_DIR)
 	$(BIN)/pasta annotate -i $(DATA)/dolly.jsonl --limit $(DOLLY_ROWS) -o $(SFT_DIR)/dolly_rules.jsonl -q
 	$(BIN)/pasta annotate -i $(DATA)/slimorca.jsonl --limit $(ORCA_ROWS) -o $(SFT_DIR)/orca_rules.jsonl -q
-	cat $(SFT_DIR)/dolly_rules.jsonl $(SFT_DIR)/orca_rules.jsonl | jq -c 'select(.promises >= 2)' > $(SFT_DIR)/multi.jsonl
-	cat $(SFT_DIR)/dolly_rules.jsonl $(SFT_DIR)/orca_rules.jsonl | jq -c 'select(.promises == 0)' | head -n 200 > $(SFT_DIR)/plain.jsonl
-	cat $(SFT_DIR)/multi.jsonl $(SFT_DIR)/plain.jsonl > $(SFT_DIR)/sft_rows.jsonl
+	$(BIN)/pasta mix $(SFT_DIR)/dolly_rules.jsonl $(SFT_DIR)/orca_rules.jsonl --plain 200 -o $@ -q
 
 sft-pasta-cpu: setup $(SFT_DIR)/sft_rows.jsonl $(ALPACA)
 	$(BIN)/pasta sft --data $(SFT_DIR)/sft_rows.jsonl --out $(SFT_DIR)/pasta-sft $(SFT_ARGS)
@@ -257,6 +255,140 @@ pdiff-sweep-cpu: setup $(ALPACA)
 		$(foreach R,$(SWEEP_RATIOS),$(foreach T,$(SWEEP_THRESHOLDS),--method pdiff:r$(R)-t$(T)=$(PDIFF_MODEL),steps_ratio=$(R),confidence_threshold=$(T))) \
 		$(PDIFF_EVAL_ARGS)
 	$(BIN)/pasta eval report $(PDIFF_DIR)/sweep -o $(PDIFF_DIR)/sweep/report
+
+# ---- Reproductions on a CPU (issue 26): `make repro-cpu` = pasta + pdiff + tip ----------
+# Each system's whole pipeline on the embedded model and small slices of the data, each step
+# one CLI call on files. A step's outputs are appendable JSONL files and checkpoint folders
+# that its command resumes, so make never tracks them: each step writes a stamp
+# ($(REPRO)/<system>/.done/<step>) only when its command has finished, and the stamps are
+# precious. Kill a run anywhere and rerun the same target: finished steps are skipped (their
+# stamps), the interrupted step resumes inside its command, nothing finished is redone.
+# Figures of these runs are small-slice figures (README "Reproductions").
+REPRO        ?= runs/repro-cpu
+R_COMMON     := $(REPRO)/common
+R_PASTA      := $(REPRO)/pasta
+R_TIP        := $(REPRO)/tip
+R_PDIFF      := $(REPRO)/pdiff
+DONE          = mkdir -p $(@D) && touch $@
+R_DOLLY      ?= 1500
+R_ORCA       ?= 100
+R_PARALLEL   ?= 160
+R_PLAIN      ?= 40
+R_SFT_ARGS   ?= --lora-r 8 --lr 1e-3 --batch-size 4 --epochs 1 --max-len 384 --eval-rows 8 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
+R_PREFS_N    ?= 16
+R_PREFS_ARGS ?= -n 4 --max-new-tokens 192 --quality-weight 0 --speed own -q
+R_BONBON_ARGS ?= --lora-r 8 --lr 2e-4 --epochs 2 --batch-size 4 --eval-rows 2 --save-every 5 -q
+R_EVAL_N     ?= 16
+R_EVAL_ARGS  ?= --limit $(R_EVAL_N) --max-new-tokens 256 --batch-size 16 --judge $(JUDGE) -q
+R_PDIFF_SFT_ARGS ?= --lora-r 8 --lr 1e-3 --batch-size 4 --epochs 1 --max-len 512 --eval-rows 8 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
+R_TIP_TRACES ?= 200
+R_TIP_SFT_ARGS ?= --limit 120 --lora-r 8 --lr 1e-3 --epochs 1 --batch-size 8 --eval-rows 8 --save-every 5 -q
+R_GRPO_ARGS  ?= --lora-r 8 --lr 1e-4 --max-steps 4 --batch-size 8 --num-generations 4 --micro-batch-size 4 \
+	--max-completion-length 128 --kv-penalty 0.1 --save-every 2 --logging-steps 1 -q
+R_TIP_EVAL_ARGS ?= --limit 8 --samples 2 --max-new-tokens 256 --budgets 64,128 --page-size 16 -q
+# a training step is done when its folder says so (a stamp lost to a kill right after
+# training must not retrain)
+trained = grep -qs '"complete": true' $(1)/solm.json ||
+
+.PHONY: repro-cpu repro-cpu-pasta repro-cpu-tip repro-cpu-pdiff
+.PRECIOUS: $(REPRO)/%
+repro-cpu: repro-cpu-pasta repro-cpu-pdiff repro-cpu-tip
+repro-cpu-pasta: $(R_PASTA)/.done/report
+repro-cpu-pdiff: $(R_PDIFF)/.done/report
+repro-cpu-tip: $(R_TIP)/.done/report
+
+# common to PASTA and Planned Diffusion: rule-annotated Dolly + SlimOrca rows, the SFT mix,
+# and Baseline-SFT (the same rows without tags: PASTA's baseline, Planned Diffusion's AR one)
+$(R_COMMON)/.done/annotate: | $(STAMP) $(DATA)/dolly.jsonl $(DATA)/slimorca.jsonl
+	$(BIN)/pasta annotate -i $(DATA)/dolly.jsonl --limit $(R_DOLLY) -o $(R_COMMON)/dolly_rules.jsonl -q
+	$(BIN)/pasta annotate -i $(DATA)/slimorca.jsonl --limit $(R_ORCA) -o $(R_COMMON)/orca_rules.jsonl -q
+	$(DONE)
+$(R_COMMON)/.done/mix: $(R_COMMON)/.done/annotate
+	$(BIN)/pasta mix $(R_COMMON)/dolly_rules.jsonl $(R_COMMON)/orca_rules.jsonl \
+		--max-parallel $(R_PARALLEL) --plain $(R_PLAIN) -o $(R_COMMON)/sft_rows.jsonl -q
+	$(DONE)
+$(R_COMMON)/.done/baseline-sft: $(R_COMMON)/.done/mix
+	$(call trained,$(R_COMMON)/baseline-sft) $(BIN)/pasta sft --data $(R_COMMON)/sft_rows.jsonl \
+		--out $(R_COMMON)/baseline-sft --strip-annotations $(R_SFT_ARGS)
+	$(DONE)
+
+# PASTA: Pasta-SFT -> preference sampling (lambda = 0, own speed) -> BoNBoN -> eval -> report
+$(R_PASTA)/.done/sft: $(R_COMMON)/.done/mix
+	$(call trained,$(R_PASTA)/pasta-sft) $(BIN)/pasta sft --data $(R_COMMON)/sft_rows.jsonl \
+		--out $(R_PASTA)/pasta-sft $(R_SFT_ARGS)
+	$(DONE)
+$(R_PASTA)/.done/heldout: $(R_COMMON)/.done/mix | $(DATA)/dolly.jsonl
+	mkdir -p $(R_PASTA)
+	$(BIN)/python bench/heldout_prompts.py --prompts $(DATA)/dolly.jsonl --trained $(R_COMMON)/sft_rows.jsonl \
+		--annotated $(R_COMMON)/dolly_rules.jsonl --n $(R_PREFS_N) --out $(R_PASTA)/heldout.jsonl
+	$(DONE)
+$(R_PASTA)/.done/prefs: $(R_PASTA)/.done/sft $(R_COMMON)/.done/baseline-sft $(R_PASTA)/.done/heldout
+	$(BIN)/pasta prefs -p $(R_PASTA)/heldout.jsonl -m $(R_PASTA)/pasta-sft \
+		--baseline-model $(R_COMMON)/baseline-sft -o $(R_PASTA)/prefs $(R_PREFS_ARGS)
+	$(DONE)
+$(R_PASTA)/.done/bonbon: $(R_PASTA)/.done/prefs
+	$(call trained,$(R_PASTA)/bonbon) $(BIN)/pasta bonbon --data $(R_PASTA)/prefs/pairs.jsonl \
+		--model $(R_PASTA)/pasta-sft --out $(R_PASTA)/bonbon $(R_BONBON_ARGS)
+	$(DONE)
+$(R_PASTA)/.done/eval: $(R_PASTA)/.done/bonbon | $(ALPACA)
+	$(BIN)/pasta eval run -o $(R_PASTA)/eval --prompts $(ALPACA) \
+		--method sequential:baseline-sft=$(R_COMMON)/baseline-sft --method pasta:pasta-sft=$(R_PASTA)/pasta-sft \
+		--method pasta:pasta-bonbon=$(R_PASTA)/bonbon --method sot=smollm2-135m $(R_EVAL_ARGS)
+	$(DONE)
+$(R_PASTA)/.done/report: $(R_PASTA)/.done/eval
+	$(BIN)/pasta eval report $(R_PASTA)/eval -o $(R_PASTA)/eval/report -q
+	$(BIN)/solm repro report pasta $(R_PASTA) --common $(R_COMMON) -q
+	$(DONE)
+
+# Planned Diffusion: hybrid AR + diffusion SFT -> decode -> eval against AR decoding -> report
+$(R_PDIFF)/.done/sft: $(R_COMMON)/.done/mix
+	$(call trained,$(R_PDIFF)/pdiff-sft) $(BIN)/pdiff sft --data $(R_COMMON)/sft_rows.jsonl \
+		--out $(R_PDIFF)/pdiff-sft $(R_PDIFF_SFT_ARGS)
+	$(DONE)
+$(R_PDIFF)/.done/decode: $(R_PDIFF)/.done/sft | $(ALPACA)
+	$(BIN)/pdiff decode -m $(R_PDIFF)/pdiff-sft -p $(ALPACA) --limit $(R_EVAL_N) --steps-ratio 0.5 \
+		--max-new-tokens 256 -o $(R_PDIFF)/decode.jsonl -q
+	$(DONE)
+$(R_PDIFF)/.done/eval: $(R_PDIFF)/.done/sft $(R_COMMON)/.done/baseline-sft | $(ALPACA)
+	$(BIN)/pasta eval run -o $(R_PDIFF)/eval --prompts $(ALPACA) \
+		--method sequential:ar-sft=$(R_COMMON)/baseline-sft \
+		--method pdiff:pdiff-0.5=$(R_PDIFF)/pdiff-sft,steps_ratio=0.5 $(R_EVAL_ARGS)
+	$(DONE)
+$(R_PDIFF)/.done/report: $(R_PDIFF)/.done/eval $(R_PDIFF)/.done/decode
+	$(BIN)/pasta eval report $(R_PDIFF)/eval -o $(R_PDIFF)/eval/report -q
+	$(BIN)/solm repro report pdiff $(R_PDIFF) --common $(R_COMMON) -q
+	$(DONE)
+
+# TIP: register annotation -> TIP-SFT and Dense-SFT -> GRPO -> eval over policies -> report
+$(R_TIP)/.done/annotate: | $(STAMP) $(DATA)/deepmath.jsonl
+	$(BIN)/tip annotate -i $(DATA)/deepmath.jsonl -o $(R_TIP)/traces.jsonl --registers $(TIP_REGISTERS) \
+		--min-step-tokens 12 --limit $(R_TIP_TRACES) -q
+	$(DONE)
+$(R_TIP)/.done/tip-sft: $(R_TIP)/.done/annotate
+	$(call trained,$(R_TIP)/tip-sft) $(BIN)/tip sft --data $(R_TIP)/traces.jsonl --registers $(TIP_REGISTERS) \
+		--out $(R_TIP)/tip-sft $(R_TIP_SFT_ARGS)
+	$(DONE)
+$(R_TIP)/.done/dense-sft: $(R_TIP)/.done/annotate
+	$(call trained,$(R_TIP)/dense-sft) $(BIN)/tip sft --data $(R_TIP)/traces.jsonl --registers $(TIP_REGISTERS) \
+		--strip-registers --out $(R_TIP)/dense-sft $(R_TIP_SFT_ARGS)
+	$(DONE)
+$(R_TIP)/.done/problems: | $(STAMP) $(DATA)/gsm8k_train.jsonl
+	mkdir -p $(R_TIP)
+	$(BIN)/python bench/gsm8k_short.py --source $(DATA)/gsm8k_train.jsonl --max-lines 2 --n 100 \
+		--out $(R_TIP)/gsm8k_short.jsonl
+	$(DONE)
+$(R_TIP)/.done/grpo: $(R_TIP)/.done/tip-sft $(R_TIP)/.done/problems
+	$(call trained,$(R_TIP)/tip-grpo) $(BIN)/tip grpo --data $(R_TIP)/gsm8k_short.jsonl \
+		--model $(R_TIP)/tip-sft --registers $(TIP_REGISTERS) --out $(R_TIP)/tip-grpo $(R_GRPO_ARGS)
+	$(DONE)
+$(R_TIP)/.done/eval: $(R_TIP)/.done/grpo $(R_TIP)/.done/dense-sft | $(DATA)/math500.jsonl
+	$(BIN)/tip eval run -o $(R_TIP)/eval --data $(DATA)/math500.jsonl --model $(R_TIP)/tip-grpo \
+		--dense-model $(R_TIP)/dense-sft $(R_TIP_EVAL_ARGS)
+	$(DONE)
+$(R_TIP)/.done/report: $(R_TIP)/.done/eval
+	$(BIN)/tip eval report $(R_TIP)/eval -q
+	$(BIN)/solm repro report tip $(R_TIP) -q
+	$(DONE)
 
 clean:
 	rm -rf runs .pytest_cache

@@ -516,6 +516,36 @@ def stats(
     out_console.print_json(json.dumps(results))
 
 
+@app.command()
+@handle_errors
+def mix(
+    annotated: list[Path] = typer.Argument(..., help="Outputs of `pasta annotate` (rows with "
+                                           "a `promises` count)."),
+    out: Path = typer.Option(..., "--out", "-o", help="The SFT rows (JSONL), written whole "
+                             "at the end (a make target never sees half a file)."),
+    min_promises: int = typer.Option(2, min=1, help="Rows with at least this many promises "
+                                     "are the parallel part."),
+    plain: int = typer.Option(200, min=0, help="Then the first N rows without a promise."),
+    max_parallel: Optional[int] = typer.Option(None, min=1, help="At most N parallel rows "
+                                               "(the first N; default: all)."),
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+) -> None:
+    """Build the SFT mix from annotated rows: every row with several promises (in file
+    order), then some rows the annotator left plain, so the model also learns when not to
+    fork. Example: `pasta mix runs/dolly_rules.jsonl runs/orca_rules.jsonl --plain 200 -o
+    runs/sft_rows.jsonl`."""
+    from solm.annotate.mix import sft_mix
+    from solm.core.jsonl import write_jsonl
+
+    check_paths(annotated, [out])
+    parallel, plain_rows = sft_mix(annotated, min_promises, plain, max_parallel)
+    if not parallel and not plain_rows:
+        raise typer.BadParameter("no row qualified: nothing to write", param_hint="annotated")
+    write_jsonl(out, [*parallel, *plain_rows])
+    info(f"{len(parallel)} rows with >= {min_promises} promises + {len(plain_rows)} plain "
+         f"rows -> {out}")
+
+
 BENCH_BESIDE = (".summary.json", ".png")  # what `pasta bench -o OUT` writes beside OUT
 
 
