@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from solm.cli import data, pasta, pdiff, tip
+from solm.cli import data, pasta, pdiff, repro, tip
 from solm.cli.common import (DEFAULT_MODEL, ConfigOption, DebugOption, QuietOption,
                              VersionOption, handle_errors, out_console)
 from solm.cli.errors import SolmGroup
@@ -21,6 +21,7 @@ app.add_typer(pasta.app, name="pasta")
 app.add_typer(tip.app, name="tip")
 app.add_typer(pdiff.app, name="pdiff")
 app.add_typer(data.app, name="data")
+app.add_typer(repro.app, name="repro")
 app.command(name="serve", help=SERVE_HELP)(serve)
 app.command(name="judge", help=JUDGE_HELP)(judge)
 
