@@ -9,7 +9,7 @@ import re
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import typer
 import yaml
@@ -198,6 +198,24 @@ def check_device(value: str | None) -> str | None:
 
 ForceOption = typer.Option(False, "--force", help="Append to an output whose rows were made "
                            "with other settings (the manifest then says mixed_settings).")
+ShardOption = typer.Option(
+    None, "--shard", help="K/N: only the prompts at positions K, K+N, K+2N, ... (after "
+    "--limit), written beside the output as NAME.shard-K-of-N.jsonl (a folder output: "
+    "OUT/shard-K-of-N/); `auto` takes K and N from the RANK / WORLD_SIZE of accelerate launch "
+    "or torchrun (and each process its own GPU). `solm merge` joins the shards by id.")
+
+
+def sharded(spec: Optional[str], device: Optional[str], text_mode: bool = False):
+    """(the Shard or None, the device this process decodes on) for a --shard value."""
+    from solm.core.errors import SolmError
+    from solm.core.shard import Shard
+
+    shard = Shard.parse(spec)
+    if shard is not None and text_mode:
+        raise SolmError("--shard splits a prompts file; it does not apply to one prompt")
+    return shard, (shard.device(device) if shard else device)
+
+
 DedupeOption = typer.Option(False, "--dedupe", help="Keep only the first row of each repeated "
                             "id (counted), instead of refusing the file.")
 

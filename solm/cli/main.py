@@ -66,5 +66,39 @@ def prepare(
     out_console.print(resolve_model_path(model))
 
 
+@app.command()
+@handle_errors
+def merge(
+    out: Path = typer.Argument(..., help="The unsharded output: a file (its shards are "
+                               "NAME.shard-K-of-N.jsonl beside it) or a run folder (its "
+                               "shards are OUT/shard-K-of-N/)."),
+    prompts: Optional[str] = typer.Option(None, "--prompts", "-p", help="A file output: the "
+                                          "prompts the shards split, to order the rows as "
+                                          "they are and check every id is there once."),
+    limit: Optional[int] = typer.Option(None, min=1, help="With --prompts: the --limit the "
+                                        "sharded command was given."),
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+) -> None:
+    """Join the outputs of a command run with `--shard K/N` (or `--shard auto` under
+    accelerate launch / torchrun) by prompt id. All N shards must be there; an id in two
+    shards is refused. A run folder's JSONL files are merged file by file; then rerun the
+    same command without --shard on the folder to finish it (judging, summary): it resumes
+    and finds every prompt decoded."""
+    import json
+
+    from solm.core.records import load_records
+    from solm.core.shard import merge_file, merge_folder
+
+    if out.is_dir() and any(out.glob("shard-*-of-*")):
+        if prompts:
+            raise typer.BadParameter("--prompts orders a file output; a folder's files hold "
+                                     "several rows per prompt", param_hint="--prompts")
+        result = merge_folder(out)
+    else:
+        ids = ([r.id for r in load_records(prompts, limit=limit)] if prompts else None)
+        result = merge_file(out, ids)
+    out_console.print_json(json.dumps(result))
+
+
 if __name__ == "__main__":
     app()

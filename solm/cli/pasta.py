@@ -13,7 +13,8 @@ from solm.cli.common import (BaseUrlOption, ConcurrencyOption, LlmTemperatureOpt
                              CompileOption, ConfigOption, DEFAULT_MODEL, DebugOption, DedupeOption,
                              DeviceOption, DtypeOption, ForceOption, MAX_NEW_TOKENS_CAP,
                              ModelOption, NoRepeatNgramOption, QuantizeOption, QuietOption,
-                             RepetitionPenaltyOption, SeedOption, TemperatureOption, TopPOption,
+                             RepetitionPenaltyOption, SeedOption, ShardOption, TemperatureOption,
+                             TopPOption, sharded,
                              VersionOption, annotation_records, check_paths, console, decode_flags,
                              dedupe_list, llm_annotation, report_duplicates,
                              handle_errors, info, is_quiet, one_of, out_console,
@@ -221,6 +222,7 @@ def decode(
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N prompts."),
+    shard: Optional[str] = ShardOption,
     dedupe: bool = DedupeOption,
     force: bool = ForceOption,
     compare: bool = typer.Option(False, help="With a single prompt: also decode it "
@@ -263,6 +265,11 @@ def decode(
     if text is not None and prompts is not None:
         raise SolmError("give one prompt as an argument or --prompts FILE, not both")
     source = prompts or DEMO_PROMPTS
+    part, device = sharded(shard, device, text_mode=text is not None)
+    if part is not None:
+        if is_stdio(out):
+            raise SolmError("--shard writes a shard file beside --out: give a file, not -")
+        out = part.file(out)
     decoding = resolve_decode(model, decode_flags(temperature, top_p, repetition_penalty,
                                                   no_repeat_ngram))
     temperature, top_p = decoding.values["temperature"], decoding.values["top_p"]
@@ -284,6 +291,13 @@ def decode(
         report_duplicates(duplicates, source)
         if not records:
             raise SolmError(f"{source}: no prompts; nothing was decoded")
+        if part is not None:
+            records = part.take(records)
+            info(f"{part.tag}: {len(records)} prompts -> {out}")
+            if not records:  # more shards than prompts: an empty shard, so merging finds it
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.touch()
+                return
     info(f"decoding with {decoding.describe()}")
     info(f"loading {model} ...")
     m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)
@@ -483,6 +497,91 @@ def chat(
         out_console.print(f"[bold green]model>[/] {row['response']}", highlight=False)
         console.print(f"[dim]{figures_line(row, res, m)}[/]", highlight=False)
         messages.append({"role": "assistant", "content": row["response"]})
+
+
+@app.command()
+@handle_errors
+def demo(
+    model: str = typer.Option("pasta-sft-cpu", "--model", "-m", help="A PASTA model: alias, "
+                              "HF folder or hub id."),
+    prompt: Optional[str] = typer.Option(None, help="The prompt (default: one the kept "
+                                         "pasta-sft-cpu model answers with a list)."),
+    max_new_tokens: int = typer.Option(96, min=8, max=MAX_NEW_TOKENS_CAP,
+                                       help="Cap on the answer's tokens (all threads)."),
+    width: int = typer.Option(60, min=10, max=400, help="Columns of the thread timeline."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write the figures "
+                                       "and the answer as JSON here."),
+    dtype: str = DtypeOption,
+    device: Optional[str] = DeviceOption,
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+) -> None:
+    """Watch a trained PASTA model decode in parallel: it writes its own promises, the
+    runtime forks a thread per promise (drawn live as they fork and join, then as a
+    timeline, one column per decode step), and the same answer is then decoded one token per
+    step by the same model, so the realized speedup printed is measured in this run, on the
+    same text (prefill excluded from both). `make demo` runs this on the embedded model's
+    kept Pasta-SFT adapter (about 20 s on a 2-core CPU)."""
+    import json as _json
+
+    from rich.live import Live
+    from rich.text import Text
+
+    from solm.core.models import load_decoder
+    from solm.core.sampling import SamplingConfig
+    from solm.decode.bandwidth import cpu_description
+    from solm.decode.pasta.demo import DEMO_PROMPT, run_demo, timeline_rows
+    from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
+
+    if out is not None:
+        check_paths([], [out])
+    prompt = prompt or DEMO_PROMPT
+    decoding = resolve_decode(model, decode_flags(None, None, None, None))
+    m, tok = load_decoder(model, dtype=dtype, device=device)
+    where = cpu_description() if m.device.type == "cpu" else str(m.device)
+    console.print(f"[bold]{model}[/] on {where}, {str(m.dtype).replace('torch.', '')}; "
+                  f"decoding with {decoding.describe()}", highlight=False)
+    console.print(f"[bold cyan]prompt>[/] {prompt}", highlight=False)
+    rt = PastaRuntime(m, tok, pool_size=max(1024, 4 * max_new_tokens))
+    cfg = PastaDecodeConfig(max_new_tokens=max_new_tokens,
+                            sampling=SamplingConfig(**decoding.values))
+    with Live(console=console, transient=True, refresh_per_second=10) as live:
+        res = run_demo(rt, prompt, cfg, on_views=lambda v: live.update(render_threads(v)))
+    console.print(render_threads(res.views))
+    out_console.print(f"[bold green]model>[/] {res.response}", highlight=False)
+    steps = len(res.timeline.steps)
+    console.print(f"\n[bold]threads over the {steps} decode steps[/] (█ decoding a token, "
+                  "· forked and waiting):", highlight=False)
+    rows = timeline_rows(res.timeline, width)
+    pad = max(len(n) for n, _ in rows) + 2
+    for name, bar in rows:
+        console.print(Text(name.ljust(pad)) + Text(bar, style="green" if name != "main"
+                                                   else "cyan"))
+    par, seq = res.parallel, res.sequential
+    n = len(res.content_ids)
+    lines = [
+        f"parallel: {n} answer tokens in {par.forward_passes} forward passes, "
+        f"{res.parallel.threads} threads forked, {par.decode_s:.2f} s",
+        f"sequential (the same answer, same model, one token per pass): "
+        f"{seq.forward_passes} forward passes, {seq.decode_s:.2f} s",
+        f"realized speedup: {res.realized_speedup:.2f}x (sequential / parallel decode time, "
+        f"measured now); theoretical {res.theoretical_speedup:.2f}x (tokens / critical path)",
+    ]
+    if par.flags:
+        lines.append(f"flags: {', '.join(par.flags)} (the cap of {max_new_tokens} tokens "
+                     "cut the answer)" if "max_new_tokens" in par.flags else
+                     f"flags: {', '.join(par.flags)}")
+    for line in lines:
+        console.print(line, highlight=False)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(_json.dumps({
+            "model": model, "prompt": prompt, "response": res.response, "machine": where,
+            "dtype": str(m.dtype), "answer_tokens": n, "threads": par.threads,
+            "parallel_forward_passes": par.forward_passes, "parallel_decode_s": par.decode_s,
+            "sequential_forward_passes": seq.forward_passes,
+            "sequential_decode_s": seq.decode_s, "realized_speedup": res.realized_speedup,
+            "theoretical_speedup": res.theoretical_speedup, "flags": par.flags,
+            "timeline": rows}, indent=1) + "\n")
 
 
 app.command(name="serve", help=SERVE_HELP)(serve)

@@ -1,0 +1,125 @@
+"""`pasta demo`: a trained PASTA model writes its own promises, the runtime decodes them as
+parallel threads, and the same answer is then decoded one token per step by the same model,
+so the realized speedup printed is measured in this run, on the same text.
+
+- The parallel decode is the model's own (greedy under its generation_config), its threads
+  recorded step by step: which thread fed a token at which forward pass (`Timeline`).
+- The sequential decode teacher-forces the parallel answer's text (tags removed) one token
+  per forward pass through the same runtime and weights: the same tokens a sequential
+  decode of this answer costs. (Decoding freely in sequential mode writes another answer,
+  whose time says nothing about this one.)
+- Realized speedup = sequential decode time / parallel decode time (prefill excluded from
+  both: it is the same prompt); theoretical = the answer's tokens / its critical path.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from solm.core.chat import prompt_ids
+from solm.core.systems.pasta import MAIN, walk_training_order
+from solm.core.systems.pasta_schedule import pasta_metrics
+from solm.decode.pasta.live import ThreadView, thread_views
+from solm.decode.pasta.runtime import PastaDecodeConfig, PastaDecodeResult, PastaRuntime
+
+# a prompt the kept pasta-sft-cpu model answers with a list it forks into threads
+DEMO_PROMPT = ("Hi, my sister and her girlfriends want me to play kickball with them. Can you "
+               "explain how the game is played, so they don't take advantage of me?")
+
+
+@dataclass
+class Timeline:
+    """Per forward pass, the threads that fed a token in it (0: main)."""
+
+    steps: list[set[int]] = field(default_factory=list)
+    topics: dict[int, str] = field(default_factory=dict)
+
+    def record(self, fed_before: dict[int, int], fed_after: dict[int, int]) -> None:
+        self.steps.append({tid for tid, n in fed_after.items() if n > fed_before.get(tid, 0)})
+
+    def threads(self) -> list[int]:
+        return sorted({t for s in self.steps for t in s})
+
+    def span(self, tid: int) -> tuple[int, int]:
+        """First and last step at which thread `tid` fed a token."""
+        idx = [i for i, s in enumerate(self.steps) if tid in s]
+        return idx[0], idx[-1]
+
+
+@dataclass
+class DemoResult:
+    parallel: PastaDecodeResult
+    sequential: PastaDecodeResult
+    timeline: Timeline
+    response: str
+    content_ids: list[int]
+    theoretical_speedup: float
+    views: list[ThreadView]  # each thread's final text
+
+    @property
+    def realized_speedup(self) -> float:
+        return self.sequential.decode_s / max(self.parallel.decode_s, 1e-9)
+
+
+def _fed(state) -> dict[int, int]:
+    return {tid: len(th.fed) for tid, th in state.threads.items()}
+
+
+def run_demo(rt: PastaRuntime, prompt: str, config: PastaDecodeConfig,
+             on_views: Callable[[list[ThreadView]], None] | None = None,
+             refresh_s: float = 0.1) -> DemoResult:
+    """Decode `prompt` in parallel (calling `on_views` with the threads at most every
+    `refresh_s`, so drawing costs the decode little), then the same text sequentially."""
+    ids = prompt_ids(rt.tokenizer, prompt)
+    rt.replay(ids, ids[-4:], mode="sequential")  # warm-up: first-call allocations, not timed
+    timeline = Timeline()
+    state = rt.prefill(ids, config, rt.chooser(config))
+    last_draw = 0.0
+    while True:
+        before = _fed(state)
+        going = rt.step(state)
+        if state.steps > len(timeline.steps):
+            timeline.record(before, _fed(state))
+        if on_views is not None and (not going or time.perf_counter() - last_draw > refresh_s):
+            on_views(thread_views(rt, state))
+            last_draw = time.perf_counter()
+        if not going:
+            break
+    views = thread_views(rt, state)
+    timeline.topics = {v.tid: v.topic.strip() for v in views}
+    parallel = rt.finish(state)
+    attrs, _ = walk_training_order(parallel.ids, rt.vocab)
+    content = [t for t, a in zip(parallel.ids, attrs) if not a.is_tag]
+    sequential = rt.replay(ids, content, mode="sequential")
+    metrics = pasta_metrics(parallel.ids, rt.vocab, attrs)
+    return DemoResult(parallel=parallel, sequential=sequential, timeline=timeline,
+                      response=rt.tokenizer.decode(content, skip_special_tokens=True),
+                      content_ids=content,
+                      theoretical_speedup=metrics.theoretical_speedup(len(content)),
+                      views=views)
+
+
+def timeline_rows(timeline: Timeline, width: int = 60) -> list[tuple[str, str]]:
+    """(name, bar) per thread: one character per `ceil(steps / width)` forward passes;
+    '█' the thread fed a token there, '·' forked (or started) and not yet finished but idle,
+    ' ' not running."""
+    n = len(timeline.steps)
+    per = max(1, -(-n // width))
+    rows = []
+    for tid in timeline.threads():
+        first, last = timeline.span(tid)
+        bar = []
+        for c in range(0, n, per):
+            cols = range(c, min(c + per, n))
+            if any(tid in timeline.steps[i] for i in cols):
+                bar.append("█")
+            elif first <= c <= last:
+                bar.append("·")
+            else:
+                bar.append(" ")
+        topic = timeline.topics.get(tid, "")
+        name = "main" if tid == MAIN else f"thread {tid}" + (f" ({topic[:18]})" if topic else "")
+        rows.append((name, "".join(bar)))
+    return rows

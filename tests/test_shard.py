@@ -1,0 +1,111 @@
+"""Sharding by prompt and merging by id: the split covers every prompt exactly once, merges
+refuse what would lose or double a prompt, and a decode sharded over two processes merges
+into exactly the unsharded decode (fp32, greedy, one prompt at a time)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, strategies as st
+
+from solm.core.errors import SolmError
+from solm.core.shard import Shard, merge_file, merge_folder
+
+TIMING = {"wall_s", "prefill_s", "decode_s", "compile_s"}
+
+
+@given(n=st.integers(0, 40), count=st.integers(1, 9))
+def test_shards_split_every_position_once(n, count):
+    items = list(range(n))
+    parts = [Shard(k, count).take(items) for k in range(count)]
+    seen = sorted(x for p in parts for x in p)
+    assert seen == items  # each position in exactly one shard
+    for k, part in enumerate(parts):  # the rule written another way: position mod N
+        assert all(x % count == k for x in part)
+
+
+def test_parse():
+    assert Shard.parse("1/4") == Shard(1, 4)
+    assert Shard.parse(None) is None
+    assert Shard.parse("auto", {"WORLD_SIZE": "8", "RANK": "3", "LOCAL_RANK": "3"}) == Shard(3, 8, 3)
+    assert Shard.parse("auto", {}) is None  # not under a launcher: the whole input
+    assert Shard.parse("auto", {"WORLD_SIZE": "1", "RANK": "0"}) is None
+    for bad in ("4/4", "1", "a/b", "-1/2", "0/0"):
+        with pytest.raises(SolmError):
+            Shard.parse(bad)
+    assert Shard(2, 8).file(Path("o/out.jsonl")) == Path("o/out.shard-2-of-8.jsonl")
+    assert Shard(2, 8).folder(Path("o/run")) == Path("o/run/shard-2-of-8")
+
+
+def _write(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_merge_file_orders_by_prompts_and_refuses_gaps(tmp_path):
+    out = tmp_path / "out.jsonl"
+    _write(tmp_path / "out.shard-0-of-2.jsonl", [{"id": "c", "v": 3}, {"id": "a", "v": 1}])
+    with pytest.raises(SolmError, match="shard\\(s\\) 1 of 2 are missing"):
+        merge_file(out)
+    _write(tmp_path / "out.shard-1-of-2.jsonl", [{"id": "b", "v": 2}])
+    merge_file(out, ["a", "b", "c"])
+    assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == ["a", "b", "c"]
+    with pytest.raises(SolmError, match="1 missing"):
+        merge_file(out, ["a", "b", "c", "d"])
+    _write(tmp_path / "out.shard-1-of-2.jsonl", [{"id": "b"}, {"id": "a"}])
+    with pytest.raises(SolmError, match="'a' is also in"):
+        merge_file(out)
+    _write(tmp_path / "out.shard-0-of-3.jsonl", [])
+    with pytest.raises(SolmError, match="different counts"):
+        merge_file(out)
+
+
+def test_merge_folder_joins_each_file(tmp_path):
+    run = tmp_path / "run"
+    _write(run / "shard-0-of-2" / "outputs" / "m.jsonl", [{"id": "a"}])
+    _write(run / "shard-1-of-2" / "outputs" / "m.jsonl", [{"id": "b"}])
+    _write(run / "shard-0-of-2" / "samples.jsonl", [{"id": "a", "s": 0}, {"id": "a", "s": 1}])
+    _write(run / "shard-1-of-2" / "samples.jsonl", [{"id": "b", "s": 0}])
+    result = merge_folder(run)
+    assert result["files"] == {"outputs/m.jsonl": 2, "samples.jsonl": 3}
+    assert [json.loads(x)["id"] for x in (run / "samples.jsonl").read_text().splitlines()] \
+        == ["a", "a", "b"]
+    _write(run / "shard-1-of-2" / "samples.jsonl", [{"id": "a", "s": 2}])
+    with pytest.raises(SolmError, match="shards must split the prompts"):
+        merge_folder(run)
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "solm.cli.main", *args]
+
+
+def test_sharded_decode_in_two_processes_equals_unsharded(tmp_path, tiny_folder):
+    prompts = tmp_path / "prompts.jsonl"
+    _write(prompts, [{"id": f"p{i}", "prompt": f"Name {i + 2} colours and say why."}
+                     for i in range(5)])
+    common = ["pasta", "decode", "-m", tiny_folder, "-p", str(prompts), "--dtype", "fp32",
+              "--device", "cpu", "--temperature", "0", "--max-new-tokens", "12",
+              "--batch-size", "1", "--no-compile", "-q"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    whole = tmp_path / "whole.jsonl"
+    sharded = tmp_path / "sharded.jsonl"
+    procs = [subprocess.Popen(_cli(*common, "-o", str(sharded), "--shard", f"{k}/2"), env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for k in range(2)]
+    subprocess.run(_cli(*common, "-o", str(whole)), env=env, check=True, capture_output=True)
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err.decode()[-2000:]
+    parts = [[json.loads(x)["id"] for x in sharded.with_name(f"sharded.shard-{k}-of-2.jsonl")
+              .read_text().splitlines()] for k in range(2)]
+    assert parts == [["p0", "p2", "p4"], ["p1", "p3"]]  # two processes, each its own prompts
+    subprocess.run(_cli("merge", str(sharded), "-p", str(prompts)), env=env, check=True,
+                   capture_output=True)
+    merged = [json.loads(x) for x in sharded.read_text().splitlines()]
+    expected = [json.loads(x) for x in whole.read_text().splitlines()]
+    assert [r["id"] for r in merged] == [f"p{i}" for i in range(5)]  # every id exactly once
+    strip = lambda r: {k: v for k, v in r.items() if k not in TIMING}  # noqa: E731
+    assert [strip(r) for r in merged] == [strip(r) for r in expected]
+    assert any(r["response"] for r in expected)
