@@ -109,3 +109,41 @@ def test_sharded_decode_in_two_processes_equals_unsharded(tmp_path, tiny_folder)
     strip = lambda r: {k: v for k, v in r.items() if k not in TIMING}  # noqa: E731
     assert [strip(r) for r in merged] == [strip(r) for r in expected]
     assert any(r["response"] for r in expected)
+
+
+def test_sharded_eval_run_merges_and_finishes_without_decoding_again(tmp_path, tiny_folder):
+    """`pasta eval run --shard K/2` into one run folder, `solm merge`, then the same command
+    without --shard: it finds every prompt decoded (no new row) and its outputs equal an
+    unsharded run's."""
+    from typer.testing import CliRunner
+
+    from solm.cli import main as solm_main, pasta_eval
+
+    prompts = tmp_path / "alpaca.jsonl"
+    prompts.write_text("".join(json.dumps({"instruction": f"List {i + 2} fruits."}) + "\n"
+                               for i in range(5)))
+    args = ["--prompts", str(prompts), "--method", f"sequential={tiny_folder}",
+            "--method", f"apar={tiny_folder}", "--no-judge", "--max-new-tokens", "8",
+            "--dtype", "fp32", "--device", "cpu", "--no-compile", "-q"]
+    runner = CliRunner()
+    whole, run = tmp_path / "whole", tmp_path / "run"
+    assert runner.invoke(pasta_eval.app, ["run", "-o", str(whole), *args]).exit_code == 0
+    for k in range(2):
+        r = runner.invoke(pasta_eval.app, ["run", "-o", str(run), "--shard", f"{k}/2", *args])
+        assert r.exit_code == 0, r.output
+    assert not (run / "outputs").exists()  # the shards wrote only their own folders
+    r = runner.invoke(solm_main.app, ["merge", str(run)])
+    assert r.exit_code == 0, r.output
+    before = {p.name: p.read_text() for p in (run / "outputs").glob("*.jsonl")}
+    r = runner.invoke(pasta_eval.app, ["run", "-o", str(run), *args])
+    assert r.exit_code == 0, r.output
+    after = {p.name: p.read_text() for p in (run / "outputs").glob("*.jsonl")}
+    assert after == before  # nothing decoded twice
+    for label in ("sequential", "apar"):
+        got = {x["id"]: x for x in map(json.loads, after[f"{label}.jsonl"].splitlines())}
+        want = {x["id"]: x for x in map(json.loads, (whole / "outputs" / f"{label}.jsonl")
+                                         .read_text().splitlines())}
+        assert set(got) == set(want) and len(got) == 5
+        for rid, row in want.items():
+            assert got[rid]["output"] == row["output"]
+            assert got[rid]["forward_passes"] == row["forward_passes"]

@@ -216,6 +216,22 @@ def sharded(spec: Optional[str], device: Optional[str], text_mode: bool = False)
     return shard, (shard.device(device) if shard else device)
 
 
+def take_shard(part, records: list, out: Path, folder: bool = False) -> list:
+    """This process's prompts of a --shard; an empty shard still leaves its (empty) output,
+    so `solm merge` finds every shard."""
+    if part is None:
+        return records
+    mine = part.take(records)
+    info(f"{part.tag}: {len(mine)} of {len(records)} prompts -> {out}")
+    if not mine:
+        if folder:
+            Path(out).mkdir(parents=True, exist_ok=True)
+        else:
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            Path(out).touch()
+    return mine
+
+
 DedupeOption = typer.Option(False, "--dedupe", help="Keep only the first row of each repeated "
                             "id (counted), instead of refusing the file.")
 

@@ -14,7 +14,7 @@ from solm.cli.common import (BaseUrlOption, ConcurrencyOption, LlmTemperatureOpt
                              DeviceOption, DtypeOption, ForceOption, MAX_NEW_TOKENS_CAP,
                              ModelOption, NoRepeatNgramOption, QuantizeOption, QuietOption,
                              RepetitionPenaltyOption, SeedOption, ShardOption, TemperatureOption,
-                             TopPOption, sharded,
+                             TopPOption, sharded, take_shard,
                              VersionOption, annotation_records, check_paths, console, decode_flags,
                              dedupe_list, llm_annotation, report_duplicates,
                              handle_errors, info, is_quiet, one_of, out_console,
@@ -291,13 +291,9 @@ def decode(
         report_duplicates(duplicates, source)
         if not records:
             raise SolmError(f"{source}: no prompts; nothing was decoded")
-        if part is not None:
-            records = part.take(records)
-            info(f"{part.tag}: {len(records)} prompts -> {out}")
-            if not records:  # more shards than prompts: an empty shard, so merging finds it
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.touch()
-                return
+        records = take_shard(part, records, out)
+        if not records:
+            return
     info(f"decoding with {decoding.describe()}")
     info(f"loading {model} ...")
     m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)

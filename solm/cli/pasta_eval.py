@@ -13,7 +13,7 @@ from solm.cli.common import (CompileOption, ConfigOption, DebugOption, DeviceOpt
                              RepetitionPenaltyOption, SeedOption, TemperatureOption, TopPOption,
                              check_paths, check_run_inputs, decode_flags, greater_than,
                              handle_errors, info, one_of,
-                             out_console, progress)
+                             out_console, progress, ShardOption, sharded, take_shard)
 from solm.cli.errors import SolmGroup
 from solm.core.errors import SolmError
 
@@ -237,6 +237,7 @@ def run(
                                           "timed (default: 2 on CUDA, 1 on a CPU after a "
                                           "warm-up decode)."),
     pool_size: int = typer.Option(2048, min=64, help="KV pool slots per runtime."),
+    shard: Optional[str] = ShardOption,
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     compile: Optional[bool] = CompileOption,
@@ -263,6 +264,15 @@ def run(
         raise SolmError(f"--reference {reference}: file not found")
     check_run_inputs(out, [prompts, reference, gamed_csv])
     records = alpaca_eval_records(prompts, limit)
+    part, device = sharded(shard, device)
+    if part is not None:
+        out = part.folder(out)
+        records = take_shard(part, records, out, folder=True)
+        if not no_judge:
+            info("--shard decodes only: judge by rerunning without --shard after `solm merge`")
+            no_judge = True
+        if not records:
+            return
     device = device or default_device()
     repeats = repeats or default_repeats(device)
     from solm.core.generation import resolve_decode

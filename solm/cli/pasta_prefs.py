@@ -12,7 +12,8 @@ import typer
 from solm.cli.common import (ConfigOption, DebugOption, DtypeOption, DeviceOption, QuietOption,
                              RepetitionPenaltyOption, SeedOption, check_paths, console,
                              finite_at_least, handle_errors, info, judge_progress, one_of,
-                             out_console, progress, probability_mass)
+                             out_console, progress, probability_mass, ShardOption, sharded,
+                             take_shard)
 from solm.core.errors import SolmError
 
 PREFS_HELP = """Sample N answers per prompt, score each by speed and quality, write best-vs-worst pairs.
@@ -99,6 +100,7 @@ def prefs(
     batch_size: Optional[int] = typer.Option(None, min=1, help="Requests decoded together "
                                              "(default: 16 on a CPU, 32 on CUDA)."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N prompts."),
+    shard: Optional[str] = ShardOption,
     seed: int = SeedOption,
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
@@ -114,6 +116,9 @@ def prefs(
     from solm.prefs import job
 
     weight = _quality_weight(quality_weight)
+    part, device = sharded(shard, device)
+    if part is not None:
+        out = part.folder(out)
     if out.exists() and not out.is_dir():
         raise SolmError(f"{out}: --out is a file, not an output folder (prefs writes a folder "
                         f"of files there)")
@@ -124,6 +129,9 @@ def prefs(
     records = list(load_records(prompts, limit=limit))
     if not records:
         raise SolmError(f"{prompts}: no prompts")
+    records = take_shard(part, records, out, folder=True)
+    if not records:
+        return
     out.mkdir(parents=True, exist_ok=True)
     decoding = resolve_decode(model, {"temperature": temperature, "top_p": top_p,
                                       "repetition_penalty": repetition_penalty})

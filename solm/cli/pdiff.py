@@ -9,7 +9,8 @@ import typer
 
 from solm.cli.common import (MAX_NEW_TOKENS_CAP, ConfigOption, DebugOption, DeviceOption,
                              DtypeOption, ForceOption, ModelOption, QuietOption,
-                             RepetitionPenaltyOption, SeedOption, TemperatureOption, TopPOption,
+                             RepetitionPenaltyOption, SeedOption, ShardOption, TemperatureOption,
+                             TopPOption, sharded, take_shard,
                              VersionOption, check_paths, console, decode_flags, finite_above,
                              handle_errors, info, one_of, out_console, progress, settings_from,
                              show_control_tokens)
@@ -112,6 +113,7 @@ def decode(
                                    "(1: one at a time, for per-prompt wall times)."),
     pool_size: int = typer.Option(2048, min=16, help="KV slots per prompt in flight."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N prompts."),
+    shard: Optional[str] = ShardOption,
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     force: bool = ForceOption,
@@ -153,6 +155,9 @@ def decode(
                         values["repetition_penalty"], steps_ratio, confidence_threshold,
                         length_scale, order, chunk_temperature, max_continuation, defer_pads)
     source = prompts or DEMO_PROMPTS
+    part, device = sharded(shard, device, text_mode=text is not None)
+    if part is not None:
+        out = part.file(out)
     records, mixed = [], False
     row_settings = {"model": model, "max_new_tokens": max_new_tokens, "seed": seed,
                     "steps_ratio": steps_ratio, "confidence_threshold": confidence_threshold,
@@ -168,6 +173,9 @@ def decode(
         records = list(load_records(str(source), limit=limit))
         if not records:
             raise SolmError(f"{source}: no prompts; nothing was decoded")
+        records = take_shard(part, records, out)
+        if not records:
+            return
     info(f"loading {model} ...")
     m, tok = load_decoder(model, dtype=dtype, device=device, system="pdiff")
     batch = 1 if text is not None else min(batch_size, len(records))

@@ -10,7 +10,7 @@ import typer
 
 from solm.cli.common import (ConfigOption, DebugOption, DeviceOption, DtypeOption, ForceOption,
                              ModelOption, QuietOption, check_run_inputs, handle_errors, info,
-                             out_console, probability_mass, progress)
+                             out_console, probability_mass, progress, ShardOption, sharded)
 from solm.cli.errors import SolmGroup
 from solm.core.errors import SolmError
 from solm.eval.tip_eval import DATA_SETS, PROTOCOL
@@ -81,6 +81,7 @@ def run(
                                        help="Cap on generated tokens per sample."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N problems of "
                                         "each data set."),
+    shard: Optional[str] = ShardOption,
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     force: bool = ForceOption,
@@ -93,6 +94,10 @@ def run(
                          _ints(budgets, "--budgets"))
     files = [data_file(spec)[1] for spec in data]  # a missing set fails before any load
     check_run_inputs(out, files)
+    part, device = sharded(shard, device)
+    if part is not None:
+        out = part.folder(out)
+        info(f"{part.tag}: every {part.count}th problem from position {part.index} -> {out}")
     registers = registers or model_registers(model) or 16
     protocol = {"samples": samples, "temperature": temperature, "top_p": top_p, "seed": seed,
                 "batch_size": batch_size, "page_size": page_size,
@@ -111,9 +116,11 @@ def run(
     run_file.write_text(json.dumps(settings, indent=1) + "\n")
     info(f"{len(points)} policy points x {len(data)} data set(s) x {samples} samples, "
          f"{registers} registers")
-    with progress("decoding (samples)", pending(out, data, points, samples, limit)) as advance:
+    with progress("decoding (samples)", pending(out, data, points, samples, limit,
+                                                part)) as advance:
         summaries = run_tip_eval(
             out, data, points, model, dense_model, registers, protocol, limit, dtype, device,
+            shard=part,
             on_row=lambda r: advance(status=f"{r['policy']}"
                                             f"{'' if r['budget'] is None else '@' + str(r['budget'])}"
                                             f" {r['data']}: live {r['mean_live_tokens']:.0f}"))

@@ -209,8 +209,12 @@ def run_tip_eval(run_dir: Path, data_specs: list[str], points: list[Point], mode
                  dense_model: str | None, registers: int, protocol: dict, limit: int | None,
                  dtype: str = "auto", device: str | None = None,
                  on_row: Callable[[dict], None] | None = None,
-                 on_point: Callable[[str, Point, int], None] | None = None) -> list[dict]:
-    """Decode everything not yet in `run_dir`; returns the summaries."""
+                 on_point: Callable[[str, Point, int], None] | None = None,
+                 shard=None) -> list[dict]:
+    """Decode everything not yet in `run_dir` (with `shard`, a `solm.core.shard.Shard`, only
+    its problems of each data set); returns the summaries."""
+    from solm.core.shard import take
+
     from solm.core.chat import prompt_ids
     from solm.core.models import load_decoder
     from solm.decode.tip.runtime import TipRuntime
@@ -218,7 +222,7 @@ def run_tip_eval(run_dir: Path, data_specs: list[str], points: list[Point], mode
 
     run_dir.mkdir(parents=True, exist_ok=True)
     sets = [data_file(spec) for spec in data_specs]
-    problems = {name: load_problems(str(path), math_prompt=True, limit=limit)
+    problems = {name: take(load_problems(str(path), math_prompt=True, limit=limit), shard)
                 for name, path in sets}
     done = {row_key(r) for r in read_rows(run_dir / "samples.jsonl")}
     loaded: dict[str, tuple] = {}
@@ -247,15 +251,16 @@ def run_tip_eval(run_dir: Path, data_specs: list[str], points: list[Point], mode
 
 
 def pending(run_dir: Path, data_specs: list[str], points: list[Point], samples: int,
-            limit: int | None) -> int:
+            limit: int | None, shard=None) -> int:
     """Samples a run still has to decode (for the progress bar)."""
+    from solm.core.shard import take
     from solm.train.grpo import load_problems
 
     done = {row_key(r) for r in read_rows(run_dir / "samples.jsonl")}
     total = 0
     for spec in data_specs:
         name, path = data_file(spec)
-        for p in load_problems(str(path), math_prompt=False, limit=limit):
+        for p in take(load_problems(str(path), math_prompt=False, limit=limit), shard):
             total += sum((name, p["id"], pt.policy, pt.budget, k) not in done
                          for pt in points for k in range(samples))
     return total
