@@ -106,11 +106,20 @@ CASES["tip eval run"] = [
     (["-o", "{d}/run", "--data", "{d}/run/timing.jsonl"], "{d}/run/timing.jsonl"),
 ]
 CASES["judge"] = CASES["pasta judge"]  # `solm judge` is the same command
+CASES["pasta mix"] = [
+    (["{X}", "-o", "{X}"], "{X}"),
+    (["{X}", "-o", "{L}"], "{X}"),
+]
+CASES["merge"] = [(["{X}", "-p", "{L}"], "{X}")]
 EXEMPT = {
     "pasta stats": "reads only; writes to standard output",
     "pasta eval winrate": "reads only; writes to standard output",
     "prepare": "reads a GGUF, writes only into the model cache under a name of its own",
     "data list": "reads only; writes to standard output",
+    "pasta demo": "reads only a model; writes only --out, a JSON of figures",
+    "repro report": "reads a run's files; writes only REPORT.md and summary.json at the top of "
+                    "the system's folder, names no step writes",
+    "repro table": "reads summaries; rewrites only the marked table inside --readme",
     "tip eval report": "reads a run's samples.jsonl, timing.jsonl and run.json; writes only "
                        "report.md, summary.json and PNGs, names no input can have",
 }

@@ -69,8 +69,13 @@ def test_merge_folder_joins_each_file(tmp_path):
     _write(run / "shard-1-of-2" / "outputs" / "m.jsonl", [{"id": "b"}])
     _write(run / "shard-0-of-2" / "samples.jsonl", [{"id": "a", "s": 0}, {"id": "a", "s": 1}])
     _write(run / "shard-1-of-2" / "samples.jsonl", [{"id": "b", "s": 0}])
+    for k, machine in enumerate(("cuda:0", "cuda:1")):
+        (run / f"shard-{k}-of-2" / "run.json").write_text('{"model": "m"}')
+        (run / f"shard-{k}-of-2" / "machine.json").write_text(machine)
     result = merge_folder(run)
     assert result["files"] == {"outputs/m.jsonl": 2, "samples.jsonl": 3}
+    assert result["copied"] == ["run.json"] and result["differing"] == ["machine.json"]
+    assert (run / "run.json").read_text() == '{"model": "m"}' and not (run / "machine.json").exists()
     assert [json.loads(x)["id"] for x in (run / "samples.jsonl").read_text().splitlines()] \
         == ["a", "a", "b"]
     _write(run / "shard-1-of-2" / "samples.jsonl", [{"id": "a", "s": 2}])

@@ -88,6 +88,10 @@ def merge(
 
     from solm.core.records import load_records
     from solm.core.shard import merge_file, merge_folder
+    from solm.cli.common import check_paths
+
+    if prompts:
+        check_paths([prompts], [out])
 
     if out.is_dir() and any(out.glob("shard-*-of-*")):
         if prompts:

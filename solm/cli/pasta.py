@@ -158,7 +158,7 @@ Examples:
 
 - CPU, embedded model: `pasta sft --data ann.jsonl --out runs/pasta-sft --lr 1e-4 --epochs 1 --max-len 384`
 - LoRA with merged output: `pasta sft --data ann.jsonl --out ckpt --lora-r 16 --merge`
-- Many GPUs: `accelerate launch --config_file configs/accelerate_multi_gpu.yaml -m solm.cli.main pasta sft --config configs/pasta_sft_gpu.yaml`
+- Many GPUs: `accelerate launch --config_file configs/accelerate/ddp.yaml -m solm.cli.main pasta sft --config configs/pasta_sft_gpu.yaml`
 """
 
 

@@ -10,7 +10,8 @@ writes beside the unsharded output:
 
 `merge` puts them back: a file's shards become `out.jsonl` (in the prompts' order and
 checked complete when the prompts are given: every id exactly once); a folder's shards
-become the folder's JSONL files. A prompt id found in two shards is refused, and so is a
+become the folder's JSONL files (a file every shard holds byte for byte, such as a run's
+settings, is copied). A prompt id found in two shards is refused, and so is a
 missing shard. Rows are copied as written: a merge of greedy, batch-independent decodes
 equals the unsharded decode.
 """
@@ -193,4 +194,25 @@ def merge_folder(out: Path) -> dict:
         rows = [row for f in files for _, row in _read_shard(f)]
         write_jsonl(out / name, rows)
         merged[str(name)] = len(rows)
-    return {"output": str(out), "shards": [str(s) for s in shards], "files": merged}
+    copied, differing = _copy_identical(shards, out)
+    return {"output": str(out), "shards": [str(s) for s in shards], "files": merged,
+            "copied": copied, "differing": differing}
+
+
+def _copy_identical(shards: list[Path], out: Path) -> tuple[list[str], list[str]]:
+    """Other files (a run's settings, run.json) are copied when every shard has the same
+    bytes and the folder has none yet; the ones that differ are named, not copied."""
+    import shutil
+
+    names = sorted({p.relative_to(s) for s in shards for p in s.rglob("*")
+                    if p.is_file() and p.suffix != ".jsonl"})
+    copied, differing = [], []
+    for name in names:
+        files = [s / name for s in shards]
+        if not all(f.exists() for f in files) or len({f.read_bytes() for f in files}) > 1:
+            differing.append(str(name))
+        elif not (out / name).exists():
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(files[0], out / name)
+            copied.append(str(name))
+    return copied, differing
