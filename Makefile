@@ -25,10 +25,11 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/solm prepare
 	touch $(STAMP)
 
+# the kept Pasta-SFT model writes its own promises and decodes them as parallel threads
+# (drawn as they fork and join); the same answer is then decoded one token per step, and the
+# realized speedup measured in this run is printed (~30 s on a 2-core CPU after set-up)
 demo: setup
-	$(BIN)/pasta decode --mode sequential --out runs/demo/sequential.jsonl
-	$(BIN)/pasta bench --annotated solm/eval/demo_annotated.jsonl --rows 2 --repeats 1 \
-		--out runs/demo/bench.jsonl
+	$(BIN)/pasta demo -o runs/demo/demo.json
 
 # a data set the targets need, fetched once into $(DATA) (solm data get NAME)
 $(DATA)/%.jsonl: | setup
