@@ -574,6 +574,7 @@ def demo(
             "model": model, "prompt": prompt, "response": res.response, "machine": where,
             "dtype": str(m.dtype), "answer_tokens": n, "threads": par.threads,
             "parallel_forward_passes": par.forward_passes, "parallel_decode_s": par.decode_s,
+            "parallel_tokens_fed": par.tokens_fed,
             "sequential_forward_passes": seq.forward_passes,
             "sequential_decode_s": seq.decode_s, "realized_speedup": res.realized_speedup,
             "theoretical_speedup": res.theoretical_speedup, "flags": par.flags,
