@@ -335,15 +335,12 @@ TABLE_END = "<!-- repro-table: end -->"
 
 
 def _pasta_cells(s: dict) -> list[str]:
-    methods = s["eval"]["methods"]
-    best = max((m for m in methods.values() if m["kind"] in ("pasta", "apar")),
-               key=lambda m: m["theoretical_speedup"] or 0, default=None)
-    names = [k for k, m in methods.items() if m is best]
+    methods = {k: m for k, m in s["eval"]["methods"].items() if m["kind"] in ("pasta", "apar")}
+    figures = "; ".join(f"{k} {_fmt(m['theoretical_speedup'], '.2f', 'x')} / "
+                        f"{_fmt(m['win_rate'], '.1f')}" for k, m in methods.items())
     return [f"{s['annotation']['sft_rows']['rows']} SFT rows, {s['prefs']['pairs']} pairs, "
             f"{s['eval']['prompts']} AlpacaEval prompts",
-            f"{names[0] if names else '–'}: theoretical speedup "
-            f"{_fmt(best and best['theoretical_speedup'], '.2f', 'x')}, win rate vs "
-            f"Baseline-SFT {_fmt(best and best['win_rate'], '.1f')}"]
+            f"theoretical speedup / win rate vs Baseline-SFT: {figures or '–'}"]
 
 
 def _pdiff_cells(s: dict) -> list[str]:
