@@ -90,6 +90,26 @@ def test_the_collated_pairs_give_the_summed_logprobs(tiny, pasta_tokenizer, voca
     assert torch.allclose(got, torch.tensor(expected), atol=1e-3, rtol=1e-5)
 
 
+def test_an_answer_ended_at_once_is_its_end_token_alone(tiny, pasta_tokenizer, vocab,
+                                                        tmp_path):
+    """A sample the model ended at once (no token, then EOS) is a real worst sample: it
+    loads, and its log-prob is that of EOS right after the prompt."""
+    from solm.train.sequence_logprobs import sequence_logprobs
+
+    tok = pasta_tokenizer
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(json.dumps({
+        "id": "a", "prompt": "Give me a tip.", "n": 4,
+        "chosen": {"ids": text_ids(tok, ANSWERS[0]), "forced": [], "ended": True},
+        "rejected": {"ids": [], "forced": [], "ended": True}}) + "\n")
+    rows = load_pairs(str(path))
+    with torch.no_grad():
+        got = sequence_logprobs(tiny, PairCollator(tok, vocab, tok.eos_token_id, 0)(rows))
+    expected = [plain_summed_logprobs(tiny, tok, "Give me a tip.", ANSWERS[0], True),
+                plain_summed_logprobs(tiny, tok, "Give me a tip.", "", True)]
+    assert torch.allclose(got, torch.tensor(expected), atol=1e-3, rtol=1e-5)
+
+
 def test_training_moves_the_policy_and_not_the_reference(tmp_path, tiny_folder):
     """The reference gets no gradient: its log-probs stay the parent's after training, and
     the held-out margin (policy minus reference) starts at 0 and moves."""
@@ -153,7 +173,8 @@ def test_training_moves_the_policy_and_not_the_reference(tmp_path, tiny_folder):
 @pytest.mark.parametrize("row,field", [
     ({"prompt": "", "n": 2}, "prompt"),
     ({"prompt": "x", "n": 1}, "n"),
-    ({"prompt": "x", "n": 2, "chosen": {"ids": []}}, "chosen.ids"),
+    ({"prompt": "x", "n": 2, "chosen": {"ids": [], "ended": False}}, "chosen.ids"),
+    ({"prompt": "x", "n": 2, "chosen": {"ids": ["a"]}}, "chosen.ids"),
     ({"prompt": "x", "n": 2, "chosen": {"ids": [1, 2], "forced": [5]}}, "chosen.forced"),
     ({"prompt": "x", "n": 2, "chosen": {"ids": [1]}, "rejected": {"ids": [2], "ended": "y"}},
      "rejected.ended"),

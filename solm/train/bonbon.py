@@ -87,8 +87,8 @@ def _answer(raw: Any, path: str, line: int, field: str) -> dict:
         raise DataError("expected an object with ids, forced, ended", path=path, line=line,
                         field=field)
     ids = raw.get("ids")
-    if not isinstance(ids, list) or not ids or not all(isinstance(t, int) for t in ids):
-        raise DataError("expected a non-empty list of token ids", path=path, line=line,
+    if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
+        raise DataError("expected a list of token ids", path=path, line=line,
                         field=f"{field}.ids")
     forced = raw.get("forced", [])
     if not isinstance(forced, list) or not all(isinstance(i, int) and 0 <= i < len(ids)
@@ -98,6 +98,11 @@ def _answer(raw: Any, path: str, line: int, field: str) -> dict:
     ended = raw.get("ended", True)
     if not isinstance(ended, bool):
         raise DataError("expected true or false", path=path, line=line, field=f"{field}.ended")
+    if not ids and not ended:
+        # an answer the model ended at once is its end-of-sequence token alone (a real
+        # sample, often the worst); with no token and no end there is nothing to score
+        raise DataError("no token ids and not ended: nothing to score", path=path, line=line,
+                        field=f"{field}.ids")
     return {"ids": ids, "forced": forced, "ended": ended}
 
 
