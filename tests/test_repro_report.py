@@ -79,7 +79,9 @@ def test_pasta_report_reads_the_run(pasta_run):
     assert summary["prefs"]["pairs"] == 3
     assert [s["minutes"] for s in summary["steps"]] == [None, 1.0, 3.0, 5.0, 7.0]
     table = repro_table(pasta_run)
-    assert "pasta-sft 1.37x / 41.5; pasta-bonbon 1.81x / 38.2" in table
+    assert ("pasta-sft: 1.00x fewer passes per token, theoretical speedup 1.37x, win rate 41.5; "
+            "pasta-bonbon: 1.00x fewer passes per token, theoretical speedup 1.81x, win rate "
+            "38.2") in table
     assert "| 16 |" in table  # minutes: the gaps summed (the first stamp has none)
 
 
