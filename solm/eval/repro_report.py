@@ -197,6 +197,18 @@ def _eval_table(summary: dict, kinds: tuple[str, ...]) -> tuple[str, dict]:
     return _md_table(header, rows), figs
 
 
+def _forking_note(methods: dict) -> str:
+    """Said when the trained PASTA models barely decode in parallel at this slice."""
+    slow = [k for k, m in methods.items() if m["kind"] in ("pasta", "apar")
+            and (m.get("passes_per_token_reduction") or 0) < 1.05]
+    if not slow:
+        return ""
+    return (f"{', '.join(slow)}: under 1.05x fewer passes per content token, so hardly any "
+            "parallel decoding at this slice (a few hundred rows, a few minutes of training); "
+            "the kept `pasta-sft-cpu`, trained on 841 rows, forks where it writes lists "
+            "(`make demo`).")
+
+
 def pasta_report(run: Path, common: Path) -> tuple[str, dict]:
     ev = _json(run / "eval" / "summary.json")
     ann_rows, ann = _annotation_rows(common)
@@ -227,7 +239,7 @@ def pasta_report(run: Path, common: Path) -> tuple[str, dict]:
         f"{summary['eval']['prompts']} prompts, baseline `{ev['baseline']}`, judge "
         f"`{ev['judge']}`; decoded in batches, so speedups are theoretical (step counts), "
         "not wall time. The full report: [eval/report/report.md](eval/report/report.md).",
-        eval_md, SPEED_NOTE, judge_caveat(ev["judge"]),
+        eval_md, SPEED_NOTE, _forking_note(methods), judge_caveat(ev["judge"]),
         _plots(run / "eval" / "report", run, _batched(ev))]
     return "\n\n".join(m for m in md if m), summary
 
@@ -263,7 +275,10 @@ def pdiff_report(run: Path, common: Path) -> tuple[str, dict]:
           "## Decoding (`pdiff decode`, steps ratio 0.5)",
           f"{health['answers']} answers: {health['well_formed']:.0%} well-formed, "
           f"{health['with_chunks']:.0%} with chunks, {health['chunks']} chunks, "
-          f"{health['pad_only_chunks']} pad-only.",
+          f"{health['pad_only_chunks']} pad-only." + (
+              " No answer planned a chunk: at this slice the model has not learned to plan, "
+              "so no denoising ran; the kept `pdiff-cpu`, trained about four times longer, "
+              "does (README \"Planned Diffusion\")." if health["chunks"] == 0 else ""),
           "## Evaluation against AR decoding",
           f"{summary['eval']['prompts']} AlpacaEval prompts, judge `{ev['judge']}`, in batches "
           "(forward passes per content token, not wall time). Full report: "
