@@ -291,12 +291,21 @@ R_TIP_EVAL_ARGS ?= --limit 8 --samples 2 --max-new-tokens 256 --budgets 64,128 -
 # training must not retrain)
 trained = grep -qs '"complete": true' $(1)/solm.json ||
 
-.PHONY: repro-cpu repro-cpu-pasta repro-cpu-tip repro-cpu-pdiff
+.PHONY: repro-cpu repro-cpu-pasta repro-cpu-tip repro-cpu-pdiff repro-keep
 .PRECIOUS: $(REPRO)/%
 repro-cpu: repro-cpu-pasta repro-cpu-pdiff repro-cpu-tip
 repro-cpu-pasta: $(R_PASTA)/.done/report
 repro-cpu-pdiff: $(R_PDIFF)/.done/report
 repro-cpu-tip: $(R_TIP)/.done/report
+
+# keep a run's reports (REPORT.md, summaries, plots, training logs) in the repository, and
+# write README's table from them
+KEEP_REPRO ?= bench/results/repro-cpu
+repro-keep:
+	cd $(REPRO) && find . \( -name REPORT.md -o -name summary.json -o -name report.md -o -name '*.png' \
+		-o -name train_log.jsonl \) -not -path '*/checkpoints/*' -not -path '*/shard-*' | while read -r f; do \
+		mkdir -p "$(CURDIR)/$(KEEP_REPRO)/$$(dirname "$$f")" && cp "$$f" "$(CURDIR)/$(KEEP_REPRO)/$$f"; done
+	$(BIN)/solm repro table $(KEEP_REPRO) --readme README.md -q
 
 # common to PASTA and Planned Diffusion: rule-annotated Dolly + SlimOrca rows, the SFT mix,
 # and Baseline-SFT (the same rows without tags: PASTA's baseline, Planned Diffusion's AR one)

@@ -405,7 +405,7 @@ def repro_table(repro: Path) -> str:
         s = _json(path)
         minutes = _minutes(s["steps"])
         rows.append([TITLES[system], f"`make repro-cpu-{system}`", *cells[system](s),
-                     _fmt(minutes, ".0f"), f"{repro}/{system}/REPORT.md"])
+                     _fmt(minutes, ".0f"), f"[REPORT.md]({Path(repro) / system / 'REPORT.md'})"])
     if not rows:
         raise SolmError(f"{repro}: no system summary.json yet (run make repro-cpu first)")
     return _md_table(["system", "target", "slices (small)", "headline (small-slice figures)",
