@@ -542,7 +542,7 @@ def demo(
                             sampling=SamplingConfig(**decoding.values))
     with Live(console=console, transient=True, refresh_per_second=10) as live:
         res = run_demo(rt, prompt, cfg, on_views=lambda v: live.update(render_threads(v)))
-    console.print(render_threads(res.views))
+    console.print(render_threads(res.views), soft_wrap=False)
     out_console.print(f"[bold green]model>[/] {res.response}", highlight=False)
     steps = len(res.timeline.steps)
     console.print(f"\n[bold]threads over the {steps} decode steps[/] (█ decoding a token, "
@@ -561,6 +561,9 @@ def demo(
         f"{seq.forward_passes} forward passes, {seq.decode_s:.2f} s",
         f"realized speedup: {res.realized_speedup:.2f}x (sequential / parallel decode time, "
         f"measured now); theoretical {res.theoretical_speedup:.2f}x (tokens / critical path)",
+        f"per forward pass: parallel {1000 * par.decode_s / max(par.forward_passes, 1):.0f} ms "
+        f"({par.tokens_fed / max(par.forward_passes, 1):.2f} tokens a pass), sequential "
+        f"{1000 * seq.decode_s / max(seq.forward_passes, 1):.0f} ms (1 token a pass)",
     ]
     if par.flags:
         lines.append(f"flags: {', '.join(par.flags)} (the cap of {max_new_tokens} tokens "

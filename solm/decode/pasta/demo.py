@@ -24,9 +24,8 @@ from solm.core.systems.pasta_schedule import pasta_metrics
 from solm.decode.pasta.live import ThreadView, thread_views
 from solm.decode.pasta.runtime import PastaDecodeConfig, PastaDecodeResult, PastaRuntime
 
-# a prompt the kept pasta-sft-cpu model answers with a list it forks into threads
-DEMO_PROMPT = ("Hi, my sister and her girlfriends want me to play kickball with them. Can you "
-               "explain how the game is played, so they don't take advantage of me?")
+# a prompt the kept pasta-sft-cpu model answers with a list it forks into four threads
+DEMO_PROMPT = "What are the pros and cons of working from home?"
 
 
 @dataclass
