@@ -152,3 +152,74 @@ def test_sharded_eval_run_merges_and_finishes_without_decoding_again(tmp_path, t
         for rid, row in want.items():
             assert got[rid]["output"] == row["output"]
             assert got[rid]["forward_passes"] == row["forward_passes"]
+
+
+def _key_rows(path: Path, key) -> dict:
+    return {key(r): r for r in map(json.loads, path.read_text().splitlines()) if r}
+
+
+def test_sharded_prefs_merge_into_the_unsharded_samples_and_pairs(tmp_path, tiny_folder):
+    """Preference sampling split over two shards (λ = 0: no judge), merged, then finished by
+    the unsharded command: the same samples and pairs as one unsharded run, nothing sampled
+    twice, and the pairs load for BoNBoN."""
+    from solm.train.bonbon import load_pairs
+
+    prompts = tmp_path / "p.jsonl"
+    _write(prompts, [{"id": f"q{i}", "prompt": f"Give {i + 2} tips for sleep."}
+                     for i in range(5)])
+    args = ["pasta", "prefs", "-p", str(prompts), "-m", tiny_folder, "--baseline-model",
+            tiny_folder, "-n", "3", "--max-new-tokens", "8", "--quality-weight", "0",
+            "--dtype", "fp32", "--batch-size", "4", "-q"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    run = lambda *extra: subprocess.run(_cli(*args, *extra), env=env, capture_output=True,  # noqa: E731
+                                        text=True, timeout=600)
+    whole, sharded = tmp_path / "whole", tmp_path / "sharded"
+    for r in (run("-o", str(whole)), run("-o", str(sharded), "--shard", "0/2"),
+              run("-o", str(sharded), "--shard", "1/2")):
+        assert r.returncode == 0, r.stderr[-2000:]
+    merged = subprocess.run(_cli("merge", str(sharded)), env=env, capture_output=True, text=True)
+    assert merged.returncode == 0, merged.stderr
+    before = (sharded / "samples.jsonl").read_text()
+    finish = run("-o", str(sharded))
+    assert finish.returncode == 0, finish.stderr[-2000:]
+    assert (sharded / "samples.jsonl").read_text() == before  # nothing sampled again
+    sample_key = lambda r: (r["id"], r["sample"])  # noqa: E731
+    got = _key_rows(sharded / "samples.jsonl", sample_key)
+    want = _key_rows(whole / "samples.jsonl", sample_key)
+    assert set(got) == set(want) and {k[0] for k in got} == {f"q{i}" for i in range(5)}
+    assert all(got[k]["ids"] == want[k]["ids"] for k in want)  # seeded per prompt and sample
+    pairs = _key_rows(sharded / "pairs.jsonl", lambda r: r["id"])
+    assert pairs == _key_rows(whole / "pairs.jsonl", lambda r: r["id"])
+    assert len(load_pairs(str(sharded / "pairs.jsonl"))) == len(pairs)
+
+
+def test_sharded_tip_eval_merges_and_reports(tmp_path, tiny_folder):
+    """`tip eval run --shard K/2` twice, `solm merge` (run.json copied: every shard wrote the
+    same), then `tip eval report` on the merged run: the same samples as an unsharded run."""
+    from typer.testing import CliRunner
+
+    from solm.cli import main as solm_main, tip
+
+    data = tmp_path / "probs.jsonl"
+    _write(data, [{"id": f"p{i}", "problem": f"What is {i}+1?", "answer": str(i + 1)}
+                  for i in range(3)])
+    args = ["--data", str(data), "--model", tiny_folder, "--registers", "4", "--policies",
+            "dense,tip", "--samples", "2", "--max-new-tokens", "6", "--page-size", "4",
+            "--batch-size", "3", "--dtype", "fp32", "--quiet"]
+    runner = CliRunner()
+    whole, run = tmp_path / "whole", tmp_path / "run"
+    assert runner.invoke(tip.app, ["eval", "run", "-o", str(whole), *args]).exit_code == 0
+    for k in range(2):
+        r = runner.invoke(tip.app, ["eval", "run", "-o", str(run), "--shard", f"{k}/2", *args])
+        assert r.exit_code == 0, r.output
+    r = runner.invoke(solm_main.app, ["merge", str(run)])
+    assert r.exit_code == 0, r.output
+    assert json.loads((run / "run.json").read_text()) == \
+        json.loads((whole / "run.json").read_text())
+    key = lambda r: (r["id"], r["policy"], r["budget"], r["sample"])  # noqa: E731
+    got, want = _key_rows(run / "samples.jsonl", key), _key_rows(whole / "samples.jsonl", key)
+    assert set(got) == set(want) and len(got) == 3 * 2 * 2
+    assert all(got[k]["response"] == want[k]["response"] for k in want)
+    r = runner.invoke(tip.app, ["eval", "report", str(run), "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert (run / "report" / "report.md").exists()
