@@ -415,6 +415,7 @@ launch_train  = $(BIN)/accelerate launch --config_file configs/accelerate/fsdp.y
 launch_sample = $(BIN)/accelerate launch --config_file configs/accelerate/sample.yaml --num_processes $(or $(GPUS),$(1)) -m solm.cli.main
 
 .PHONY: repro-pasta-paper repro-tip-paper repro-pdiff-paper repro-paper
+.PRECIOUS: $(PAPER)/%
 repro-paper: repro-pasta-paper repro-tip-paper repro-pdiff-paper
 
 # PASTA: Gemini annotation of SlimOrca -> Pasta-SFT, Baseline-SFT, APAR-SFT (rules
