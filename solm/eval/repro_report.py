@@ -203,8 +203,11 @@ def _forking_note(methods: dict) -> str:
             and (m.get("passes_per_token_reduction") or 0) < 1.05]
     if not slow:
         return ""
-    return (f"{', '.join(slow)}: under 1.05x fewer passes per content token, so hardly any "
-            "parallel decoding at this slice (a few hundred rows, a few minutes of training); "
+    named = ", ".join(f"{k} ({_fmt(methods[k].get('passes_per_token_reduction'), '.2f', 'x')})"
+                      for k in slow)
+    return (f"{named}: the baseline's forward passes per content token over theirs is under "
+            "1.05x, so little or no parallel decoding at this slice (a few hundred rows, "
+            "minutes of training; a fork's tags cost steps of their own); "
             "the kept `pasta-sft-cpu`, trained on 841 rows, forks where it writes lists "
             "(`make demo`).")
 
