@@ -270,11 +270,13 @@ R_COMMON     := $(REPRO)/common
 R_PASTA      := $(REPRO)/pasta
 R_TIP        := $(REPRO)/tip
 R_PDIFF      := $(REPRO)/pdiff
+# a step's stamp, and the start of its last attempt beside it (the reports' step minutes)
+START         = mkdir -p $(@D) && date -u +%s > $@.start
 DONE          = mkdir -p $(@D) && touch $@
-R_DOLLY      ?= 1500
-R_ORCA       ?= 100
-R_PARALLEL   ?= 160
-R_PLAIN      ?= 40
+R_DOLLY      ?= 3000
+R_ORCA       ?= 284
+R_PARALLEL   ?= 360
+R_PLAIN      ?= 80
 R_SFT_ARGS   ?= --lora-r 8 --lr 1e-3 --batch-size 4 --epochs 1 --max-len 384 --eval-rows 8 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
 R_PREFS_N    ?= 16
 R_PREFS_ARGS ?= -n 4 --max-new-tokens 192 --quality-weight 0 --speed own -q
@@ -310,92 +312,112 @@ repro-keep:
 # common to PASTA and Planned Diffusion: rule-annotated Dolly + SlimOrca rows, the SFT mix,
 # and Baseline-SFT (the same rows without tags: PASTA's baseline, Planned Diffusion's AR one)
 $(R_COMMON)/.done/annotate: | $(STAMP) $(DATA)/dolly.jsonl $(DATA)/slimorca.jsonl
+	$(START)
 	$(BIN)/pasta annotate -i $(DATA)/dolly.jsonl --limit $(R_DOLLY) -o $(R_COMMON)/dolly_rules.jsonl -q
 	$(BIN)/pasta annotate -i $(DATA)/slimorca.jsonl --limit $(R_ORCA) -o $(R_COMMON)/orca_rules.jsonl -q
 	$(DONE)
 $(R_COMMON)/.done/mix: $(R_COMMON)/.done/annotate
+	$(START)
 	$(BIN)/pasta mix $(R_COMMON)/dolly_rules.jsonl $(R_COMMON)/orca_rules.jsonl \
 		--max-parallel $(R_PARALLEL) --plain $(R_PLAIN) -o $(R_COMMON)/sft_rows.jsonl -q
 	$(DONE)
 $(R_COMMON)/.done/baseline-sft: $(R_COMMON)/.done/mix
+	$(START)
 	$(call trained,$(R_COMMON)/baseline-sft) $(BIN)/pasta sft --data $(R_COMMON)/sft_rows.jsonl \
 		--out $(R_COMMON)/baseline-sft --strip-annotations $(R_SFT_ARGS)
 	$(DONE)
 
 # PASTA: Pasta-SFT -> preference sampling (lambda = 0, own speed) -> BoNBoN -> eval -> report
 $(R_PASTA)/.done/sft: $(R_COMMON)/.done/mix
+	$(START)
 	$(call trained,$(R_PASTA)/pasta-sft) $(BIN)/pasta sft --data $(R_COMMON)/sft_rows.jsonl \
 		--out $(R_PASTA)/pasta-sft $(R_SFT_ARGS)
 	$(DONE)
 $(R_PASTA)/.done/heldout: $(R_COMMON)/.done/mix | $(DATA)/dolly.jsonl
+	$(START)
 	mkdir -p $(R_PASTA)
 	$(BIN)/python bench/heldout_prompts.py --prompts $(DATA)/dolly.jsonl --trained $(R_COMMON)/sft_rows.jsonl \
 		--annotated $(R_COMMON)/dolly_rules.jsonl --n $(R_PREFS_N) --out $(R_PASTA)/heldout.jsonl
 	$(DONE)
 $(R_PASTA)/.done/prefs: $(R_PASTA)/.done/sft $(R_COMMON)/.done/baseline-sft $(R_PASTA)/.done/heldout
+	$(START)
 	$(BIN)/pasta prefs -p $(R_PASTA)/heldout.jsonl -m $(R_PASTA)/pasta-sft \
 		--baseline-model $(R_COMMON)/baseline-sft -o $(R_PASTA)/prefs $(R_PREFS_ARGS)
 	$(DONE)
 $(R_PASTA)/.done/bonbon: $(R_PASTA)/.done/prefs
+	$(START)
 	$(call trained,$(R_PASTA)/bonbon) $(BIN)/pasta bonbon --data $(R_PASTA)/prefs/pairs.jsonl \
 		--model $(R_PASTA)/pasta-sft --out $(R_PASTA)/bonbon $(R_BONBON_ARGS)
 	$(DONE)
 $(R_PASTA)/.done/eval: $(R_PASTA)/.done/bonbon | $(ALPACA)
+	$(START)
 	$(BIN)/pasta eval run -o $(R_PASTA)/eval --prompts $(ALPACA) \
 		--method sequential:baseline-sft=$(R_COMMON)/baseline-sft --method pasta:pasta-sft=$(R_PASTA)/pasta-sft \
 		--method pasta:pasta-bonbon=$(R_PASTA)/bonbon --method sot=smollm2-135m $(R_EVAL_ARGS)
 	$(DONE)
 $(R_PASTA)/.done/report: $(R_PASTA)/.done/eval
+	$(START)
 	$(BIN)/pasta eval report $(R_PASTA)/eval -o $(R_PASTA)/eval/report -q
 	$(BIN)/solm repro report pasta $(R_PASTA) --common $(R_COMMON) -q
 	$(DONE)
 
 # Planned Diffusion: hybrid AR + diffusion SFT -> decode -> eval against AR decoding -> report
 $(R_PDIFF)/.done/sft: $(R_COMMON)/.done/mix
+	$(START)
 	$(call trained,$(R_PDIFF)/pdiff-sft) $(BIN)/pdiff sft --data $(R_COMMON)/sft_rows.jsonl \
 		--out $(R_PDIFF)/pdiff-sft $(R_PDIFF_SFT_ARGS)
 	$(DONE)
 $(R_PDIFF)/.done/decode: $(R_PDIFF)/.done/sft | $(ALPACA)
+	$(START)
 	$(BIN)/pdiff decode -m $(R_PDIFF)/pdiff-sft -p $(ALPACA) --limit $(R_EVAL_N) --steps-ratio 0.5 \
 		--max-new-tokens 256 -o $(R_PDIFF)/decode.jsonl -q
 	$(DONE)
 $(R_PDIFF)/.done/eval: $(R_PDIFF)/.done/sft $(R_COMMON)/.done/baseline-sft | $(ALPACA)
+	$(START)
 	$(BIN)/pasta eval run -o $(R_PDIFF)/eval --prompts $(ALPACA) \
 		--method sequential:ar-sft=$(R_COMMON)/baseline-sft \
 		--method pdiff:pdiff-0.5=$(R_PDIFF)/pdiff-sft,steps_ratio=0.5 $(R_EVAL_ARGS)
 	$(DONE)
 $(R_PDIFF)/.done/report: $(R_PDIFF)/.done/eval $(R_PDIFF)/.done/decode
+	$(START)
 	$(BIN)/pasta eval report $(R_PDIFF)/eval -o $(R_PDIFF)/eval/report -q
 	$(BIN)/solm repro report pdiff $(R_PDIFF) --common $(R_COMMON) -q
 	$(DONE)
 
 # TIP: register annotation -> TIP-SFT and Dense-SFT -> GRPO -> eval over policies -> report
 $(R_TIP)/.done/annotate: | $(STAMP) $(DATA)/deepmath.jsonl
+	$(START)
 	$(BIN)/tip annotate -i $(DATA)/deepmath.jsonl -o $(R_TIP)/traces.jsonl --registers $(TIP_REGISTERS) \
 		--min-step-tokens 12 --limit $(R_TIP_TRACES) -q
 	$(DONE)
 $(R_TIP)/.done/tip-sft: $(R_TIP)/.done/annotate
+	$(START)
 	$(call trained,$(R_TIP)/tip-sft) $(BIN)/tip sft --data $(R_TIP)/traces.jsonl --registers $(TIP_REGISTERS) \
 		--out $(R_TIP)/tip-sft $(R_TIP_SFT_ARGS)
 	$(DONE)
 $(R_TIP)/.done/dense-sft: $(R_TIP)/.done/annotate
+	$(START)
 	$(call trained,$(R_TIP)/dense-sft) $(BIN)/tip sft --data $(R_TIP)/traces.jsonl --registers $(TIP_REGISTERS) \
 		--strip-registers --out $(R_TIP)/dense-sft $(R_TIP_SFT_ARGS)
 	$(DONE)
 $(R_TIP)/.done/problems: | $(STAMP) $(DATA)/gsm8k_train.jsonl
+	$(START)
 	mkdir -p $(R_TIP)
 	$(BIN)/python bench/gsm8k_short.py --source $(DATA)/gsm8k_train.jsonl --max-lines 2 --n 100 \
 		--out $(R_TIP)/gsm8k_short.jsonl
 	$(DONE)
 $(R_TIP)/.done/grpo: $(R_TIP)/.done/tip-sft $(R_TIP)/.done/problems
+	$(START)
 	$(call trained,$(R_TIP)/tip-grpo) $(BIN)/tip grpo --data $(R_TIP)/gsm8k_short.jsonl \
 		--model $(R_TIP)/tip-sft --registers $(TIP_REGISTERS) --out $(R_TIP)/tip-grpo $(R_GRPO_ARGS)
 	$(DONE)
 $(R_TIP)/.done/eval: $(R_TIP)/.done/grpo $(R_TIP)/.done/dense-sft | $(DATA)/math500.jsonl
+	$(START)
 	$(BIN)/tip eval run -o $(R_TIP)/eval --data $(DATA)/math500.jsonl --model $(R_TIP)/tip-grpo \
 		--dense-model $(R_TIP)/dense-sft $(R_TIP_EVAL_ARGS)
 	$(DONE)
 $(R_TIP)/.done/report: $(R_TIP)/.done/eval
+	$(START)
 	$(BIN)/tip eval report $(R_TIP)/eval -q
 	$(BIN)/solm repro report tip $(R_TIP) -q
 	$(DONE)
@@ -444,35 +466,43 @@ PP_EVAL_ARGS = -o $(PP)/eval --config $(PP_C)/eval.yaml --prompts $(DATA)/$(PP_E
 
 repro-pasta-paper: $(PP)/.done/report
 $(PP)/.done/data: | $(STAMP)
+	$(START)
 	$(BIN)/solm data get $(PP_SET) --limit $(shell echo $$(($(PP_ROWS) + 5 * $(PP_PREFS)))) --data-dir $(DATA)
 	$(BIN)/solm data get $(PP_EVAL) --data-dir $(DATA)
 	$(DONE)
 $(PP)/.done/annotate: $(PP)/.done/data
+	$(START)
 	$(BIN)/pasta annotate --config $(PP_C)/annotate.yaml -i $(DATA)/$(PP_SET).jsonl --limit $(PP_ROWS) \
 		--annotator $(PP_ANN) -o $(PP)/annotated.jsonl
 	$(BIN)/pasta annotate -i $(DATA)/$(PP_SET).jsonl --limit $(PP_ROWS) --annotator rules -o $(PP)/apar_rules.jsonl
 	$(DONE)
 $(PP)/.done/sft: $(PP)/.done/annotate
+	$(START)
 	$(call trained,$(PP)/pasta-sft) $(PP_SFT) --data $(PP)/annotated.jsonl --out $(PP)/pasta-sft
 	$(DONE)
 $(PP)/.done/baseline-sft: $(PP)/.done/annotate
+	$(START)
 	$(call trained,$(PP)/baseline-sft) $(PP_SFT) --data $(PP)/annotated.jsonl --strip-annotations --out $(PP)/baseline-sft
 	$(DONE)
 $(PP)/.done/apar-sft: $(PP)/.done/annotate
+	$(START)
 	$(call trained,$(PP)/apar-sft) $(PP_SFT) --data $(PP)/apar_rules.jsonl --out $(PP)/apar-sft
 	$(DONE)
 $(PP)/.done/prefs-prompts: $(PP)/.done/annotate
+	$(START)
 	$(BIN)/python bench/heldout_prompts.py --prompts $(DATA)/$(PP_SET).jsonl --trained $(PP)/annotated.jsonl \
 		--n $(PP_PREFS) --max-chars 4000 --out $(PP)/prefs_prompts.jsonl
 	$(DONE)
 define pp_round
 $(PP)/lambda-$(1)/round-$(2)/.done/prefs: $(call pp_parent_done,$(1),$(2)) $(PP)/.done/baseline-sft $(PP)/.done/prefs-prompts
+	$$(START)
 	$$(call launch_sample,$(PP_GPUS)) pasta prefs --shard auto --config $(PP_C)/prefs.yaml -p $(PP)/prefs_prompts.jsonl \
 		-m $(call pp_parent,$(1),$(2)) --baseline-model $(PP)/baseline-sft --quality-weight $(1) \
 		$(if $(filter 0,$(1)),,--judge $(PP_JUDGE)) --seed $(2) -o $(PP)/lambda-$(1)/round-$(2)/prefs
 	$(BIN)/solm merge $(PP)/lambda-$(1)/round-$(2)/prefs
 	$$(DONE)
 $(PP)/lambda-$(1)/round-$(2)/.done/bonbon: $(PP)/lambda-$(1)/round-$(2)/.done/prefs
+	$$(START)
 	$$(call trained,$(PP)/lambda-$(1)/round-$(2)/bonbon) $$(call launch_train,$(PP_GPUS)) pasta bonbon --config $(PP_C)/bonbon.yaml \
 		--data $(PP)/lambda-$(1)/round-$(2)/prefs/pairs.jsonl --model $(call pp_parent,$(1),$(2)) \
 		--out $(PP)/lambda-$(1)/round-$(2)/bonbon
@@ -480,10 +510,12 @@ $(PP)/lambda-$(1)/round-$(2)/.done/bonbon: $(PP)/lambda-$(1)/round-$(2)/.done/pr
 endef
 $(foreach L,$(PP_LAMBDAS),$(foreach R,$(shell seq 1 $(PP_ROUNDS)),$(eval $(call pp_round,$(L),$(R)))))
 $(PP)/.done/eval-decode: $(PP)/.done/sft $(PP)/.done/baseline-sft $(PP)/.done/apar-sft $(addsuffix /.done/bonbon,$(PP_RUNS))
+	$(START)
 	$(call launch_sample,$(PP_GPUS)) pasta eval run --shard auto --no-judge $(PP_EVAL_ARGS)
 	$(BIN)/solm merge $(PP)/eval
 	$(DONE)
 $(PP)/.done/report: $(PP)/.done/eval-decode
+	$(START)
 	$(BIN)/pasta eval run $(PP_EVAL_ARGS) --judge $(PP_JUDGE)
 	$(BIN)/pasta eval report $(PP)/eval -o $(PP)/eval/report
 	$(DONE)
@@ -502,28 +534,35 @@ PT_SFT    = $(call launch_train,$(PT_GPUS)) tip sft --config $(PT_C)/sft.yaml --
 
 repro-tip-paper: $(PT)/.done/report
 $(PT)/.done/data: | $(STAMP)
+	$(START)
 	$(BIN)/solm data get $(PT_SET) $(PT_EVAL) --data-dir $(DATA)
 	$(DONE)
 $(PT)/.done/annotate: $(PT)/.done/data
+	$(START)
 	$(BIN)/tip annotate --config $(PT_C)/annotate.yaml -i $(DATA)/$(PT_SET).jsonl --limit $(PT_ROWS) \
 		--annotator $(PT_ANN) -o $(PT)/traces.jsonl
 	$(DONE)
 $(PT)/.done/tip-sft: $(PT)/.done/annotate
+	$(START)
 	$(call trained,$(PT)/tip-sft) $(PT_SFT) --out $(PT)/tip-sft
 	$(DONE)
 $(PT)/.done/dense-sft: $(PT)/.done/annotate
+	$(START)
 	$(call trained,$(PT)/dense-sft) $(PT_SFT) --strip-registers --out $(PT)/dense-sft
 	$(DONE)
 $(PT)/.done/grpo: $(PT)/.done/tip-sft
+	$(START)
 	$(call trained,$(PT)/tip-grpo) $(call launch_train,$(PT_GPUS)) tip grpo --config $(PT_C)/grpo.yaml \
 		--data $(DATA)/$(PT_SET).jsonl --limit $(PT_GRPO) --model $(PT)/tip-sft --out $(PT)/tip-grpo
 	$(DONE)
 $(PT)/.done/eval-decode: $(PT)/.done/grpo $(PT)/.done/dense-sft
+	$(START)
 	$(call launch_sample,$(PT_GPUS)) tip eval run --shard auto --config $(PT_C)/eval.yaml -o $(PT)/eval \
 		$(foreach S,$(PT_EVAL),--data $(DATA)/$(S).jsonl) --model $(PT)/tip-grpo --dense-model $(PT)/dense-sft
 	$(BIN)/solm merge $(PT)/eval
 	$(DONE)
 $(PT)/.done/report: $(PT)/.done/eval-decode
+	$(START)
 	$(BIN)/tip eval report $(PT)/eval
 	$(DONE)
 
@@ -540,18 +579,22 @@ PD_EVAL_ARGS = -o $(PD)/eval --config $(PD_C)/eval.yaml --prompts $(DATA)/$(PD_E
 
 repro-pdiff-paper: $(PD)/.done/report
 $(PD)/.done/sft: $(PP)/.done/annotate
+	$(START)
 	$(call trained,$(PD)/pdiff-sft) $(call launch_train,$(PD_GPUS)) pdiff sft --config $(PD_C)/sft.yaml \
 		--model $(PD_MODEL) --data $(PP)/annotated.jsonl --out $(PD)/pdiff-sft
 	$(DONE)
 $(PD)/.done/ar-sft: $(PP)/.done/annotate
+	$(START)
 	$(call trained,$(PD)/ar-sft) $(call launch_train,$(PD_GPUS)) pasta sft --config $(PP_C)/sft.yaml \
 		--model $(PD_MODEL) --data $(PP)/annotated.jsonl --strip-annotations --out $(PD)/ar-sft
 	$(DONE)
 $(PD)/.done/eval-decode: $(PD)/.done/sft $(PD)/.done/ar-sft
+	$(START)
 	$(call launch_sample,$(PD_GPUS)) pasta eval run --shard auto --no-judge $(PD_EVAL_ARGS)
 	$(BIN)/solm merge $(PD)/eval
 	$(DONE)
 $(PD)/.done/report: $(PD)/.done/eval-decode
+	$(START)
 	$(BIN)/pasta eval run $(PD_EVAL_ARGS) --judge $(PD_JUDGE)
 	$(BIN)/pasta eval report $(PD)/eval -o $(PD)/eval/report
 	$(DONE)

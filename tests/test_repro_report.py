@@ -108,3 +108,12 @@ def test_update_readme_replaces_only_the_marked_table(tmp_path):
     readme.write_text("no markers")
     with pytest.raises(SolmError, match="markers"):
         update_readme(readme, "x")
+
+
+def test_step_minutes_come_from_the_start_file_when_there_is_one(tmp_path):
+    a = tmp_path / "a"
+    _stamp(a, "one", 1000)
+    _stamp(a, "two", 1000 + 900)  # 15 minutes after "one"...
+    (a / ".done" / "two.start").write_text(str(1000 + 780) + "\n")  # ...but began at 13
+    got = [(n, g) for n, _, g in step_times(a)]
+    assert got == [("a/one", None), ("a/two", 2.0)]  # .start files are not steps

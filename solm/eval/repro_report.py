@@ -49,22 +49,34 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def step_times(*folders: Path) -> list[tuple[str, dt.datetime, float | None]]:
-    """(folder/step, finish time, minutes since the previous stamp of the whole run) for the
-    stamps of `folders`, in the order they finished. The gaps are taken over every system
-    folder beside them (the steps of `make repro-cpu` run one after another), so a step's
-    gap is its own time when the run went straight through; the first stamp has none."""
+    """(folder/step, finish time, minutes) for the stamps of `folders`, in the order they
+    finished. Minutes: from the step's `.start` file (written when its last attempt began)
+    to its stamp; a run without them falls back to the gap since the previous stamp of every
+    system folder beside them (the steps of `make repro-cpu` run one after another), which
+    is the step's own time when the run went straight through (the first stamp has none)."""
     def stamps(folder: Path):
         for stamp in sorted((folder / STAMPS).glob("*")):
+            if stamp.suffix == ".start":
+                continue
             yield (f"{folder.name}/{stamp.name}",
-                   dt.datetime.fromtimestamp(stamp.stat().st_mtime, dt.timezone.utc))
+                   dt.datetime.fromtimestamp(stamp.stat().st_mtime, dt.timezone.utc), stamp)
 
     roots = {f.resolve().parent for f in folders}
     everything = sorted((s for r in roots for d in sorted(r.iterdir()) if d.is_dir()
                          for s in stamps(d)), key=lambda x: x[1])
     wanted = {f"{f.name}/{p.name}" for f in folders for p in (f / STAMPS).glob("*")}
     out, prev = [], None
-    for name, when in everything:
-        gap = None if prev is None else (when - prev).total_seconds() / 60
+    for name, when, stamp in everything:
+        start = stamp.with_name(stamp.name + ".start")
+        if start.exists():
+            try:
+                began = dt.datetime.fromtimestamp(int(start.read_text().split()[0]),
+                                                  dt.timezone.utc)
+                gap = (when - began).total_seconds() / 60
+            except (ValueError, IndexError):
+                gap = None
+        else:
+            gap = None if prev is None else (when - prev).total_seconds() / 60
         if name in wanted:
             out.append((name, when, gap))
         prev = when
@@ -77,9 +89,11 @@ def _steps_section(folders: list[Path]) -> str:
         return "No step has finished yet."
     rows = [[name, when.strftime("%Y-%m-%d %H:%M:%S UTC"), _fmt(gap, ".1f")]
             for name, when, gap in times]
-    return ("Each step's stamp, written when its command finished; minutes = since the "
-            "previous stamp of the whole `make repro-cpu` run (the step's own time when the "
-            "run went straight through, one step at a time; a resumed run adds its pause).\n\n"
+    return ("Each step's stamp, written when its command finished. Minutes: from the start "
+            "of the step's last attempt (its `.start` file) to its stamp; in runs made before "
+            "those files existed, the time since the previous stamp of the whole run (the "
+            "step's own time when the run went straight through; a resumed run adds its "
+            "pause).\n\n"
             + _md_table(["step", "finished", "minutes"], rows))
 
 
