@@ -79,9 +79,9 @@ def test_pasta_report_reads_the_run(pasta_run):
     assert summary["prefs"]["pairs"] == 3
     assert [s["minutes"] for s in summary["steps"]] == [None, 1.0, 3.0, 5.0, 7.0]
     table = repro_table(pasta_run)
-    assert ("pasta-sft: 1.00x fewer passes per token, theoretical speedup 1.37x, win rate 41.5; "
-            "pasta-bonbon: 1.00x fewer passes per token, theoretical speedup 1.81x, win rate "
-            "38.2") in table
+    assert ("pasta-sft: content tokens per forward pass 1.00x Baseline-SFT's, theoretical "
+            "speedup 1.37x, win rate 41.5; pasta-bonbon: content tokens per forward pass 1.00x "
+            "Baseline-SFT's, theoretical speedup 1.81x, win rate 38.2") in table
     assert "| 16 |" in table  # minutes: the gaps summed (the first stamp has none)
 
 

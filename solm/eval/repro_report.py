@@ -391,8 +391,8 @@ TABLE_END = "<!-- repro-table: end -->"
 def _pasta_cells(s: dict) -> list[str]:
     methods = {k: m for k, m in s["eval"]["methods"].items() if m["kind"] in ("pasta", "apar")}
     figures = "; ".join(
-        f"{k}: {_fmt(m['passes_per_token_reduction'], '.2f', 'x')} fewer passes per token, "
-        f"theoretical speedup {_fmt(m['theoretical_speedup'], '.2f', 'x')}, win rate "
+        f"{k}: content tokens per forward pass {_fmt(m['passes_per_token_reduction'], '.2f', 'x')} "
+        f"Baseline-SFT's, theoretical speedup {_fmt(m['theoretical_speedup'], '.2f', 'x')}, win rate "
         f"{_fmt(m['win_rate'], '.1f')}" for k, m in methods.items())
     return [f"{s['annotation']['sft_rows']['rows']} SFT rows, {s['prefs']['pairs']} pairs, "
             f"{s['eval']['prompts']} AlpacaEval prompts", figures or "–"]
@@ -402,8 +402,8 @@ def _pdiff_cells(s: dict) -> list[str]:
     m = next((m for m in s["eval"]["methods"].values() if m["kind"] == "pdiff"), None)
     return [f"{s['training']['Planned Diffusion SFT']['steps']} SFT steps, "
             f"{s['eval']['prompts']} AlpacaEval prompts",
-            f"forward passes per content token, AR / pdiff: "
-            f"{_fmt(m and m['passes_per_token_reduction'], '.2f', 'x')}; win rate vs AR {_fmt(m and m['win_rate'], '.1f')}; "
+            f"content tokens per forward pass "
+            f"{_fmt(m and m['passes_per_token_reduction'], '.2f', 'x')} AR's; win rate vs AR {_fmt(m and m['win_rate'], '.1f')}; "
             f"{s['decode']['well_formed']:.0%} well-formed"]
 
 
