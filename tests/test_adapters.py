@@ -80,3 +80,78 @@ def test_a_chain_that_misses_the_ancestor_is_refused(tmp_path, tiny_folder):
     first = make_adapter(tiny_folder, tmp_path / "a", seed=1, rank=2)
     with pytest.raises(SolmError, match="without passing"):
         chain(first, "pasta-sft-cpu")
+
+
+def _lora_file(folder, deltas: dict[str, tuple[torch.Tensor, torch.Tensor]], r: int,
+               alpha: int) -> None:
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    weights = {}
+    for module, (b, a) in deltas.items():
+        weights[f"{module}.lora_A.weight"] = a
+        weights[f"{module}.lora_B.weight"] = b
+    weights["base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta"] = \
+        torch.randn(3, 16)
+    save_file(weights, str(folder / "adapter_model.safetensors"))
+    (folder / "adapter_config.json").write_text(json.dumps({"r": r, "lora_alpha": alpha}))
+
+
+def _deltas(folder, scale: float) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    w = load_file(str(folder / "adapter_model.safetensors"))
+    return {k[:-len(".lora_A.weight")]: scale * w[k.replace(".lora_A.", ".lora_B.")].float()
+            @ w[k].float() for k in w if k.endswith(".lora_A.weight")}
+
+
+def test_pack_unpack_keeps_every_delta_within_the_int8_step(tmp_path):
+    """The compact form stores the factors as int8 (a quarter of fp32's bytes); unpacked,
+    each module's delta B A
+    differs from the original by no more than int8 rounding allows per rank direction."""
+    from solm.core.adapters import PACKED, pack, unpack
+
+    torch.manual_seed(0)
+    src = tmp_path / "src"
+    deltas = {f"m{i}": (torch.randn(24, 4) * 0.01, torch.randn(4, 16)) for i in range(3)}
+    _lora_file(src, deltas, r=4, alpha=8)
+    pack(src, tmp_path / "packed")
+    from safetensors.torch import load_file as _load
+    stored = _load(str(tmp_path / "packed" / PACKED))
+    assert {v.dtype for k, v in stored.items() if k.endswith(".weight")} == {torch.int8}
+    unpack(tmp_path / "packed", tmp_path / "full")
+    got = _deltas(tmp_path / "full", 2.0)
+    for module, (b, a) in deltas.items():
+        # per element: sum over k of |dB_ik| |A_kj| + |B_ik| |dA_kj|, with |dB_ik| <=
+        # max_i |B_ik| / 254 and |dA_kj| <= max_j |A_kj| / 254; bf16 storage adds ~2^-8
+        db = b.abs().amax(0, keepdim=True) / 254 * torch.ones_like(b)
+        da = a.abs().amax(1, keepdim=True) / 254 * torch.ones_like(a)
+        bound = 2.0 * (db @ a.abs() + b.abs() @ da + db @ da)
+        bound += 2.0 * (b.abs() @ a.abs()) * 2 ** -7
+        assert ((got[module] - 2.0 * b @ a).abs() <= bound + 1e-7).all(), module
+    tokens = "base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta"
+    from safetensors.torch import load_file
+    assert torch.allclose(load_file(str(tmp_path / "full" / "adapter_model.safetensors"))[tokens]
+                          .float(), load_file(str(src / "adapter_model.safetensors"))[tokens],
+                          rtol=1e-2, atol=1e-2)
+
+
+def test_pack_cuts_rank_by_svd_exactly_when_the_delta_has_that_rank(tmp_path):
+    """A rank-8 adapter whose deltas have rank 3 packs at max_rank 3 with the same deltas
+    (up to int8 rounding); the config says rank 3 with its scale folded in."""
+    from solm.core.adapters import pack, unpack
+
+    torch.manual_seed(1)
+    src = tmp_path / "src"
+    deltas = {}
+    for i in range(2):
+        low = torch.randn(20, 3) @ torch.randn(3, 8)  # B of rank 3: B A has rank <= 3
+        deltas[f"m{i}"] = (low * 0.05, torch.randn(8, 12))
+    _lora_file(src, deltas, r=8, alpha=16)
+    pack(src, tmp_path / "packed", max_rank=3)
+    config = json.loads((tmp_path / "packed" / "adapter_config.json").read_text())
+    assert config["r"] == 3 and config["lora_alpha"] == 3
+    got = _deltas(unpack(tmp_path / "packed", tmp_path / "full"), 1.0)
+    for module, (b, a) in deltas.items():
+        want = 2.0 * b @ a
+        assert (got[module] - want).abs().max() <= 0.02 * want.abs().max()

@@ -45,7 +45,8 @@ def models(config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
         out_console.print(f"[bold]{name}[/]: {spec.description} — {state}")
     for name, description in ARTIFACTS.items():
         folder = ARTIFACTS_DIR / name
-        state = (f"adapter in {folder}" if (folder / "adapter_config.json").exists()
+        state = (f"adapter in {folder} (int8; unpacked into the cache on first use)"
+                 if (folder / "adapter_config.json").exists()
                  else "not built (make sft-lora-cpu)")
         out_console.print(f"[bold]{name}[/]: {description} — {state}")
 

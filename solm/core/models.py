@@ -46,8 +46,8 @@ ARTIFACTS: dict[str, str] = {
                      "(the APAR-style model of the CPU evaluation)",
     "baseline-sft-cpu": "Baseline-SFT: the same rows with the tags stripped, same LoRA",
     "pasta-bonbon-cpu": "pasta-sft-cpu after two BoNBoN rounds at lambda 0 (speed only, "
-                        "--speed own): its two LoRA r=8 adapters flattened into one r=16 "
-                        "adapter over pasta-sft-cpu, stored bf16 (`make pasta-bonbon-cpu`)",
+                        "--speed own): its two LoRA r=8 adapters flattened into one adapter "
+                        "over pasta-sft-cpu, kept at rank 12 (`make pasta-bonbon-cpu`)",
     "pdiff-cpu": "Planned Diffusion on the embedded model: hybrid AR + diffusion SFT, LoRA r=8 "
                  "on the rule-annotated rows laid out in chunk slots (`make pdiff-cpu`)",
 }
@@ -58,14 +58,26 @@ ARTIFACT_TARGETS = {"pasta-sft-cpu": "sft-lora-cpu", "baseline-sft-cpu": "sft-lo
 
 
 def artifact_folder(name: str) -> str | None:
-    """The package folder of a kept model (`pasta-sft-cpu`, ...), None for other names."""
+    """The loadable folder of a kept model (`pasta-sft-cpu`, ...), None for other names: the
+    package keeps it compact (`solm.core.adapters.pack`); the first use writes the full
+    adapter into the cache, keyed by the packed file's hash (a rebuilt model gets a fresh
+    copy)."""
+    from solm.core.adapters import PACKED, unpack
+
     if name not in ARTIFACTS:
         return None
     folder = ARTIFACTS_DIR / name
-    if not (folder / "adapter_config.json").exists():
+    packed = folder / PACKED
+    if not (folder / "adapter_config.json").exists() or not packed.exists():
         raise SolmError(f"model '{name}' is not in this installation ({folder}); make it with "
                         f"`make {ARTIFACT_TARGETS[name]}`")
-    return str(folder)
+    import hashlib
+
+    digest = hashlib.sha256(packed.read_bytes()).hexdigest()[:16]
+    cached = cache_root() / "artifacts" / f"{name}-{digest}"
+    if not (cached / "adapter_config.json").exists():
+        unpack(folder, cached)
+    return str(cached)
 
 
 def cache_root() -> Path:
