@@ -143,27 +143,26 @@ def _read_shard(path: Path) -> list[tuple[int, dict]]:
     return list(read_jsonl_numbered(path, skip_partial_last_line=True))
 
 
-def _owners(files: list[Path]) -> dict[str, Path]:
-    """id -> the shard file it came from; an id in two shards is refused."""
+def _read_disjoint(files: list[Path]) -> list[dict]:
+    """The rows of the shard files, in shard order; an id found in two shards is refused."""
     owner: dict[str, Path] = {}
+    rows = []
     for path in files:
         for line, row in _read_shard(path):
-            if "id" not in row:
-                continue
-            key = str(row["id"])
-            if key in owner and owner[key] != path:
-                raise SolmError(f"{path}:{line} [field 'id']: id {key!r} is also in "
-                                f"{owner[key]}; shards must split the prompts")
-            owner[key] = path
-    return owner
+            if "id" in row:
+                key = str(row["id"])
+                if owner.setdefault(key, path) != path:
+                    raise SolmError(f"{path}:{line} [field 'id']: id {key!r} is also in "
+                                    f"{owner[key]}; shards must split the prompts")
+            rows.append(row)
+    return rows
 
 
 def merge_file(out: Path, prompt_ids: Sequence[str] | None = None) -> dict:
     """Merge `out`'s shard files into `out`. With `prompt_ids` (the input's ids, in order),
     rows follow that order and every id must be there exactly once."""
     files = file_shards(out)
-    _owners(files)
-    rows = [row for f in files for _, row in _read_shard(f)]
+    rows = _read_disjoint(files)
     if prompt_ids is not None:
         by_id: dict[str, dict] = {}
         for row in rows:
@@ -189,9 +188,7 @@ def merge_folder(out: Path) -> dict:
     names = sorted({p.relative_to(s) for s in shards for p in s.rglob("*.jsonl")})
     merged = {}
     for name in names:
-        files = [s / name for s in shards if (s / name).exists()]
-        _owners(files)
-        rows = [row for f in files for _, row in _read_shard(f)]
+        rows = _read_disjoint([s / name for s in shards if (s / name).exists()])
         write_jsonl(out / name, rows)
         merged[str(name)] = len(rows)
     copied, differing = _copy_identical(shards, out)

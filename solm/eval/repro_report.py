@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from solm.core.errors import SolmError
-from solm.core.jsonl import read_jsonl
+from solm.core.jsonl import read_json_file, read_jsonl
 
 SYSTEMS = ("pasta", "pdiff", "tip")
 TITLES = {"pasta": "PASTA", "pdiff": "Planned Diffusion", "tip": "TIP (Thinking in Place)"}
@@ -26,10 +26,7 @@ STAMPS = ".done"
 def _json(path: Path) -> dict:
     if not path.exists():
         raise SolmError(f"{path}: not found; has this step of the run finished?")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise SolmError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    return read_json_file(path)
 
 
 def _rows(path: Path) -> list[dict]:
