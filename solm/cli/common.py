@@ -112,6 +112,20 @@ def one_of(*allowed: str) -> Callable:
     return check
 
 
+def judge_spec(value: str | None) -> str | None:
+    """Option callback: a judge / annotator backend spec (gemini:M, openai:M, hf:M), checked
+    before anything loads."""
+    if value is None:
+        return None
+    from solm.core.llm.spec import parse_spec
+
+    try:
+        parse_spec(value)
+    except SolmError as e:
+        raise typer.BadParameter(str(e)) from None
+    return value
+
+
 def greater_than(bound: float) -> Callable:
     """Option callback: the value must be > bound (an open lower end, which min= cannot say)."""
 
@@ -219,17 +233,28 @@ def sharded(spec: Optional[str], device: Optional[str], text_mode: bool = False)
 def take_shard(part, records: list, out: Path, folder: bool = False) -> list:
     """This process's prompts of a --shard; an empty shard still leaves its (empty) output,
     so `solm merge` finds every shard."""
+    from solm.core.shard import mark_started
+
     if part is None:
         return records
     mine = part.take(records)
     info(f"{part.tag}: {len(mine)} of {len(records)} prompts -> {out}")
+    mark_started(part, out, folder, [r.id for r in mine])
     if not mine:
         if folder:
             Path(out).mkdir(parents=True, exist_ok=True)
         else:
             Path(out).parent.mkdir(parents=True, exist_ok=True)
             Path(out).touch()
+        finish_shard(part, out, folder)
     return mine
+
+
+def finish_shard(part, out: Path, folder: bool = False) -> None:
+    """A sharded command ended normally: its marker says so, and `solm merge` takes it."""
+    from solm.core.shard import mark_finished
+
+    mark_finished(part, out, folder)
 
 
 DedupeOption = typer.Option(False, "--dedupe", help="Keep only the first row of each repeated "

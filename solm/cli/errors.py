@@ -1,6 +1,8 @@
 """Command-line errors as one line: usage errors (a bad option value, a missing option, an
 unknown command) print `error: ... (see 'CMD --help')` on stderr and exit 2, instead of
-click's multi-line usage box. Every solm app is built on `SolmGroup`."""
+click's multi-line usage box. Every solm app is built on `SolmGroup`, which also makes every
+float option of every command refuse NaN and infinities (click's own check reads NaN as a
+range error, and accepts inf wherever no bound is set)."""
 
 from __future__ import annotations
 
@@ -9,13 +11,59 @@ import sys
 from typer.core import TyperGroup
 from typer.exceptions import Abort
 
+import math
+
 try:  # typer >= 0.23 vendors click
-    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+    from typer._click.exceptions import BadParameter, ClickException, NoArgsIsHelpError
 except ImportError:  # pragma: no cover
-    from click.exceptions import ClickException, NoArgsIsHelpError
+    from click.exceptions import BadParameter, ClickException, NoArgsIsHelpError
+
+
+def _is_float_option(param) -> bool:
+    descriptor = getattr(param, "type_descriptor", None)
+    if descriptor is None:
+        return False
+    annotation = descriptor.annotation
+    if annotation is float:
+        return True
+    args = getattr(annotation, "__args__", ())
+    return bool(args) and all(a in (float, type(None)) for a in args) and float in args
+
+
+class _FiniteCoercion:
+    """Wraps a float option's coercion: NaN and +-inf are refused before any other check."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def coerce(self, value, param, ctx):
+        number = value
+        if isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                number = None  # not a number at all: typer's own message says so
+        if isinstance(number, float) and not math.isfinite(number):
+            raise BadParameter(f"must be a finite number, got {value!r}", ctx=ctx, param=param)
+        return self.inner.coerce(value, param=param, ctx=ctx)
+
+
+def finite_float_options(command) -> None:
+    """Give every float option of `command` (and of its subcommands) the finite check."""
+    for param in getattr(command, "params", []):
+        if _is_float_option(param):
+            runtime = param.get_runtime_param()
+            if not isinstance(runtime, _FiniteCoercion):
+                param._runtime_param = _FiniteCoercion(runtime)
+    for sub in getattr(command, "commands", {}).values():
+        finite_float_options(sub)
 
 
 class SolmGroup(TyperGroup):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        finite_float_options(self)
+
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
              **extra):
         if not standalone_mode:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Union
 import typer
 
 from solm.cli.common import (ConfigOption, DebugOption, QuietOption, greater_than,
-                             handle_errors, info, one_of, out_console)
+                             console, handle_errors, info, one_of, out_console)
 from solm.core.settings import cli_name, is_setting
 
 
@@ -77,6 +77,8 @@ def train_command(app: typer.Typer, name: str, help: str, config_cls: type,
         cfg = config_from_options(config_cls, options, quiet=quiet)
         trainer = trainer_cls(cfg)
         trainer.check()  # refused settings and paths before anything is printed or loaded
+        for notice in trainer.notices:
+            console.print(f"[yellow]warning:[/] {notice}")
         info(describe(trainer, cfg))
         meta = trainer.train()
         if meta:

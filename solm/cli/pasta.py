@@ -14,7 +14,7 @@ from solm.cli.common import (BaseUrlOption, ConcurrencyOption, LlmTemperatureOpt
                              DeviceOption, DtypeOption, ForceOption, MAX_NEW_TOKENS_CAP,
                              ModelOption, NoRepeatNgramOption, QuantizeOption, QuietOption,
                              RepetitionPenaltyOption, SeedOption, ShardOption, TemperatureOption,
-                             TopPOption, sharded, take_shard,
+                             TopPOption, finish_shard, sharded, take_shard,
                              VersionOption, annotation_records, check_paths, console, decode_flags,
                              dedupe_list, llm_annotation, report_duplicates,
                              handle_errors, info, is_quiet, one_of, out_console,
@@ -342,6 +342,7 @@ def decode(
     write_manifest(out, "pasta decode", settings_from(locals()), inputs=[source], model=model,
                    extra={"summary": summary.to_dict(), "format": stats, "speed": speed},
                    row_settings=row_settings, mixed=mixed)
+    finish_shard(part, out)
     if not quiet:
         for row in rows[-min(len(records), 3):]:
             info(f"[bold cyan]{row['id']}[/] [dim]({row['content_tokens']} tokens, "

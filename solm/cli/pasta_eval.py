@@ -13,7 +13,8 @@ from solm.cli.common import (CompileOption, ConfigOption, DebugOption, DeviceOpt
                              RepetitionPenaltyOption, SeedOption, TemperatureOption, TopPOption,
                              check_paths, check_run_inputs, decode_flags, greater_than,
                              handle_errors, info, one_of,
-                             out_console, progress, ShardOption, sharded, take_shard)
+                             out_console, progress, ShardOption, finish_shard, sharded,
+                             take_shard)
 from solm.cli.errors import SolmGroup
 from solm.core.errors import SolmError
 
@@ -322,6 +323,7 @@ def run(
                 info(f"{name}: {sum(s['rejected'].values())} pair(s) rejected "
                      f"({s['rejected']}); rerun to retry transient ones")
     summary = summarize(out, gamed_csv)
+    finish_shard(part, out, folder=True)
     out_console.print_json(json.dumps({label: {
         "realized_speedup": m["speed"]["realized_speedup"]["geomean"],
         "theoretical_speedup": m["speed"]["theoretical_speedup"]["geomean"],

@@ -11,9 +11,9 @@ import typer
 
 from solm.cli.common import (ConfigOption, DebugOption, DtypeOption, DeviceOption, QuietOption,
                              RepetitionPenaltyOption, SeedOption, check_paths, console,
-                             finite_at_least, handle_errors, info, judge_progress, one_of,
-                             out_console, progress, probability_mass, ShardOption, sharded,
-                             take_shard)
+                             finish_shard, finite_at_least, handle_errors, info, judge_progress,
+                             judge_spec, one_of, out_console, progress, probability_mass,
+                             settings_from, ShardOption, sharded, take_shard)
 from solm.core.errors import SolmError
 
 PREFS_HELP = """Sample N answers per prompt, score each by speed and quality, write best-vs-worst pairs.
@@ -57,6 +57,14 @@ def _quality_weight(value: str) -> float:
         raise typer.BadParameter(str(e)) from None
 
 
+RESULT_FILES = ("baseline.jsonl", "samples.jsonl", "judgments.jsonl", "judgments.rejects.jsonl",
+                "scored.jsonl", "pairs.jsonl", "summary.json")
+RestartOption = typer.Option(False, "--restart", help="OUT holds results made with another "
+                             "model, judge, prompts file or settings: move them into "
+                             "OUT/previous-<time>/ and start again (without it such a rerun "
+                             "is refused).")
+
+
 @handle_errors
 def prefs(
     prompts: Path = typer.Option(..., "--prompts", "-p", help="JSONL of prompts (with the "
@@ -68,7 +76,9 @@ def prefs(
     baseline_model: str = typer.Option("baseline-sft-cpu", help="Baseline-SFT model whose "
                                        "greedy answers are the speed yardstick."),
     baseline: Optional[Path] = typer.Option(None, help="Baseline-SFT answers to read instead "
-                                            "of decoding them (JSONL with id and response)."),
+                                            "of decoding them: JSONL rows with `id` and "
+                                            "`response` (or `output`), e.g. a `pasta decode "
+                                            "--mode sequential` output."),
     samples: int = typer.Option(10, "--samples", "-n", min=2, help="Samples per prompt."),
     quality_weight: str = typer.Option("1", help="λ in speedup + λ x quality: a number >= 0 or "
                                        "`inf`."),
@@ -88,8 +98,9 @@ def prefs(
     top_p: float = typer.Option(1.0, callback=probability_mass, help="Nucleus mass."),
     repetition_penalty: Optional[float] = RepetitionPenaltyOption,
     max_new_tokens: int = typer.Option(512, min=8, help="Cap per answer (all threads)."),
-    judge: str = typer.Option("hf:smollm2-135m", "--judge", "-j", help="Judge backend "
-                              "(gemini:, openai:, hf:), as for `pasta judge`."),
+    judge: str = typer.Option("hf:smollm2-135m", "--judge", "-j", callback=judge_spec,
+                              help="Judge backend (gemini:, openai:, hf:), as for `pasta "
+                              "judge`."),
     judge_agreement: Optional[Path] = typer.Option(None, help="`pasta eval agreement` output "
                                                    "for this judge: recorded in summary.json; "
                                                    "a warning when chance lies inside its "
@@ -104,10 +115,12 @@ def prefs(
     seed: int = SeedOption,
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
+    restart: bool = RestartOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     from solm.core.generation import resolve_decode
     from solm.core.models import load_decoder
+    from solm.core.provenance import file_sha256, guard_folder, write_manifest
     from solm.core.records import load_records
     from solm.core.sampling import SamplingConfig
     from solm.decode.pasta.batched import BatchedPastaRuntime
@@ -126,25 +139,36 @@ def prefs(
                 [out / n for n in ("samples.jsonl", "pairs.jsonl", "scored.jsonl",
                                    "baseline.jsonl", "judgments.jsonl", "summary.json")])
     agreement = _read_agreement(judge_agreement) if judge_agreement else None
-    records = list(load_records(prompts, limit=limit))
+    given = _read_baseline(baseline) if baseline is not None else None
+    decoding = resolve_decode(model, {"temperature": temperature, "top_p": top_p,
+                                      "repetition_penalty": repetition_penalty})
+    row_settings = {
+        "model": model, "prompts": file_sha256(prompts),
+        "baseline": f"file sha256 {file_sha256(baseline)}" if baseline else baseline_model,
+        "samples": samples, "max_new_tokens": max_new_tokens, "seed": seed,
+        "quality_weight": "inf" if math.isinf(weight) else weight,
+        "judge": judge if weight != 0 else None, "min_length_ratio": min_length_ratio,
+        "speed": speed, "dtype": dtype, **{k: v for k, v in decoding.values.items()}}
+    aside = guard_folder(out, row_settings, restart, RESULT_FILES)
+    if aside is not None:
+        info(f"--restart: the earlier results were moved into {aside}")
+    all_records = list(load_records(prompts))
+    records = all_records[:limit] if limit is not None else all_records
     if not records:
         raise SolmError(f"{prompts}: no prompts")
     records = take_shard(part, records, out, folder=True)
     if not records:
         return
+    records = _with_earlier(records, all_records, out)
     out.mkdir(parents=True, exist_ok=True)
-    decoding = resolve_decode(model, {"temperature": temperature, "top_p": top_p,
-                                      "repetition_penalty": repetition_penalty})
+    write_manifest(out, "pasta prefs", settings_from(locals()), inputs=[prompts, baseline],
+                   model=model, row_settings=row_settings)
     cfg = job.PrefsConfig(samples=samples, max_new_tokens=max_new_tokens,
                           quality_weight=weight, min_length_ratio=min_length_ratio,
-                          speed=speed,
+                          speed=speed, model=model,
                           sampling=SamplingConfig(**{**decoding.values, "seed": seed}))
     summary = job.PrefsSummary(prompts=len(records), samples=len(records) * samples)
 
-    given = None
-    if baseline is not None:
-        from solm.judge.pairs import read_outputs
-        given = {r["id"]: r["output"] for r in read_outputs(baseline) if r["id"] is not None}
     info(f"loading {model} ...")
     m, tok = load_decoder(model, dtype=dtype, device=device)
     batch = batch_size or default_batch_size(m.device)
@@ -183,6 +207,9 @@ def prefs(
              "min_length_ratio": min_length_ratio, "speed": speed,
              "judge_agreement": agreement}
     data = job.write_summary(out, summary, extra)
+    write_manifest(out, "pasta prefs", settings_from(locals()), inputs=[prompts, baseline],
+                   model=model, row_settings=row_settings, extra={"summary": data})
+    finish_shard(part, out, folder=True)
     if agreement and agreement.get("chance_inside_interval"):
         console.print(f"[yellow]warning:[/] the judge's agreement with the published annotator "
                       f"({agreement.get('agreement')}) has chance (50%) inside its interval "
@@ -213,6 +240,45 @@ def _judge(spec, concurrency, cache_dir, records, drawn, references, out, summar
     summary.judged, summary.judge_cache_hits = js.judged, js.cache_hits
     summary.judge_rejected = sum(js.rejected.values())
     return rows
+
+
+def _with_earlier(records: list, all_records: list, out: Path) -> list:
+    """This run's prompts plus those the folder already sampled (a rerun with a smaller
+    --limit keeps their pairs instead of rewriting pairs.jsonl smaller), in file order."""
+    from solm.core.jsonl import read_jsonl
+
+    path = out / "samples.jsonl"
+    if not path.exists():
+        return records
+    sampled = {str(r.get("id")) for r in read_jsonl(path, skip_partial_last_line=True)}
+    mine = {r.id for r in records}
+    earlier = [r for r in all_records if r.id in sampled and r.id not in mine]
+    if not earlier:
+        return records
+    info(f"{out}: {len(earlier)} prompt(s) sampled by an earlier run beyond this --limit are "
+         f"kept in pairs.jsonl and summary.json")
+    keep = mine | {r.id for r in earlier}
+    return [r for r in all_records if r.id in keep]
+
+
+def _read_baseline(path: Path) -> dict[str, str]:
+    """id -> answer from a JSONL of Baseline-SFT answers (`id` plus `response` or `output`)."""
+    from solm.core.errors import DataError
+    from solm.core.jsonl import read_rows_located
+
+    given = {}
+    for where, row in read_rows_located(path):
+        if not isinstance(row, dict):
+            raise DataError("expected an object", path=where)
+        if row.get("id") is None:
+            raise DataError("missing field 'id'", path=where)
+        answer = row.get("response", row.get("output"))
+        if not isinstance(answer, str):
+            raise DataError("missing field 'response' (or 'output'), a string", path=where)
+        given[str(row["id"])] = answer
+    if not given:
+        raise SolmError(f"{path}: no Baseline-SFT answers")
+    return given
 
 
 def _read_agreement(path: Path) -> dict:

@@ -10,7 +10,7 @@ import typer
 from solm.cli.common import (MAX_NEW_TOKENS_CAP, ConfigOption, DebugOption, DeviceOption,
                              DtypeOption, ForceOption, ModelOption, QuietOption,
                              RepetitionPenaltyOption, SeedOption, ShardOption, TemperatureOption,
-                             TopPOption, sharded, take_shard,
+                             TopPOption, finish_shard, sharded, take_shard,
                              VersionOption, check_paths, console, decode_flags, finite_above,
                              handle_errors, info, one_of, out_console, progress, settings_from,
                              show_control_tokens)
@@ -193,6 +193,7 @@ def decode(
     write_manifest(out, "pdiff decode", settings_from(locals()), inputs=[source], model=model,
                    extra={"summary": summary.to_dict()}, row_settings=row_settings,
                    mixed=mixed)
+    finish_shard(part, out)
     if not quiet:
         for row in rows[-min(len(records), 2):]:
             info(f"[bold cyan]{row['id']}[/] [dim]({figures_line(row)})[/]\n{row['response']}")

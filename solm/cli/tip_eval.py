@@ -10,7 +10,8 @@ import typer
 
 from solm.cli.common import (ConfigOption, DebugOption, DeviceOption, DtypeOption, ForceOption,
                              ModelOption, QuietOption, check_run_inputs, handle_errors, info,
-                             out_console, probability_mass, progress, ShardOption, sharded)
+                             finish_shard, out_console, probability_mass, progress, ShardOption,
+                             sharded)
 from solm.cli.errors import SolmGroup
 from solm.core.errors import SolmError
 from solm.eval.tip_eval import DATA_SETS, PROTOCOL
@@ -114,6 +115,9 @@ def run(
                             f"use another --out, or --force")
     out.mkdir(parents=True, exist_ok=True)
     run_file.write_text(json.dumps(settings, indent=1) + "\n")
+    if part is not None:
+        from solm.core.shard import mark_started
+        mark_started(part, out, True, None)
     info(f"{len(points)} policy points x {len(data)} data set(s) x {samples} samples, "
          f"{registers} registers")
     with progress("decoding (samples)", pending(out, data, points, samples, limit,
@@ -124,6 +128,7 @@ def run(
             on_row=lambda r: advance(status=f"{r['policy']}"
                                             f"{'' if r['budget'] is None else '@' + str(r['budget'])}"
                                             f" {r['data']}: live {r['mean_live_tokens']:.0f}"))
+    finish_shard(part, out, folder=True)
     out_console.print_json(json.dumps({"out": str(out), "points": summaries}))
 
 

@@ -10,7 +10,7 @@ import sys
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from solm.core.errors import SolmError
 
@@ -63,7 +63,10 @@ def redacted_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def _manifest(path: Path) -> dict:
+MANIFEST_NAME = "solm_manifest.json"  # a folder output's manifest
+
+
+def read_manifest(path: Path) -> dict:
     from solm.core.jsonl import read_json_file
 
     record = read_json_file(path, "manifest")
@@ -74,7 +77,7 @@ def manifest_path(output: str | os.PathLike) -> Path:
     """`out.jsonl` -> `out.jsonl.manifest.json`; a folder -> `folder/solm_manifest.json`."""
     output = Path(output)
     if output.is_dir():
-        return output / "solm_manifest.json"
+        return output / MANIFEST_NAME
     return output.with_name(output.name + ".manifest.json")
 
 
@@ -90,7 +93,7 @@ def check_rerun_settings(output: str | os.PathLike, row_settings: dict[str, Any]
     path = manifest_path(output)
     if not path.exists():
         return False
-    recorded = _manifest(path).get("row_settings")
+    recorded = read_manifest(path).get("row_settings")
     if recorded is None:
         return False
     changed = {k: (recorded.get(k), v) for k, v in _scrub(row_settings).items()
@@ -100,6 +103,43 @@ def check_rerun_settings(output: str | os.PathLike, row_settings: dict[str, Any]
         raise SolmError(f"{output} holds rows made with {what}; rerun with the same settings, "
                         f"choose another output, or pass --force to append anyway")
     return bool(changed)
+
+
+def _changed(recorded: dict[str, Any], row_settings: dict[str, Any]) -> dict[str, tuple]:
+    return {k: (recorded.get(k), v) for k, v in _scrub(row_settings).items()
+            if recorded.get(k) != v}
+
+
+def guard_folder(folder: str | os.PathLike, row_settings: dict[str, Any], restart: bool,
+                 results: Iterable[str], option: str = "--restart") -> Path | None:
+    """A resumable folder output reused by a rerun: its manifest's row settings (model,
+    judge, data, settings) must be the rerun's, or the rerun would mix or relabel results.
+    With `restart`, the folder's results and manifest are moved into
+    `folder/previous-<time>/` (nothing is deleted) and the run starts afresh; returns that
+    folder. A folder without a manifest (or new) is taken as it is."""
+    folder = Path(folder)
+    path = folder / MANIFEST_NAME
+    present = [n for n in results if (folder / n).exists()]
+    if restart:
+        if not present and not path.exists():
+            return None
+        aside = folder / time.strftime("previous-%Y%m%d-%H%M%S")
+        aside.mkdir(parents=True, exist_ok=False)
+        for name in present + ([MANIFEST_NAME] if path.exists() else []):
+            os.replace(folder / name, aside / name)
+        return aside
+    if not path.exists() or not present:
+        return None
+    recorded = read_manifest(path).get("row_settings")
+    if recorded is None:
+        return None
+    changed = _changed(recorded, row_settings)
+    if changed:
+        what = ", ".join(f"{k}={old!r} (now {new!r})" for k, (old, new) in changed.items())
+        raise SolmError(f"{folder} holds results made with {what}; rerun with the same "
+                        f"settings, choose another output, or pass {option} to start again "
+                        f"(the old results are moved into {folder}/previous-<time>/)")
+    return None
 
 
 def write_manifest(output: str | os.PathLike, command: str, settings: dict[str, Any],
@@ -127,7 +167,7 @@ def write_manifest(output: str | os.PathLike, command: str, settings: dict[str, 
     if row_settings is not None:
         record["row_settings"] = _scrub(row_settings)
         previous = manifest_path(output)
-        was_mixed = previous.exists() and _manifest(previous).get("mixed_settings")
+        was_mixed = previous.exists() and read_manifest(previous).get("mixed_settings")
         record["mixed_settings"] = bool(mixed or was_mixed)
     path = manifest_path(output)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -51,15 +51,30 @@ class Shard:
         if spec is None or spec == "":
             return None
         if spec.strip() == "auto":
-            env = os.environ if env is None else env
-            world = int(env.get("WORLD_SIZE", "1") or 1)
-            if world <= 1:
-                return None
-            return cls(int(env.get("RANK", "0")), world, int(env.get("LOCAL_RANK", "0")))
+            return cls._from_launcher(os.environ if env is None else env)
         m = _SPEC.match(spec)
         if not m:
             raise SolmError(f"--shard: expected K/N (e.g. 0/8) or auto, got {spec!r}")
         return cls(int(m.group(1)), int(m.group(2)))
+
+    @classmethod
+    def _from_launcher(cls, env) -> "Shard | None":
+        """`auto`: the launcher's RANK / WORLD_SIZE (None for a world of one process). Run
+        without a launcher, `auto` is refused: silently doing the whole job in every
+        process is what it must not do."""
+        if "WORLD_SIZE" not in env or "RANK" not in env:
+            missing = [k for k in ("RANK", "WORLD_SIZE") if k not in env]
+            raise SolmError(f"--shard auto: {' and '.join(missing)} not set; run under "
+                            f"`accelerate launch` or `torchrun`, or give --shard K/N")
+        try:
+            world, rank = int(env["WORLD_SIZE"]), int(env["RANK"])
+            local = int(env.get("LOCAL_RANK", "0") or 0)
+        except ValueError:
+            raise SolmError(f"--shard auto: RANK={env['RANK']!r} / WORLD_SIZE="
+                            f"{env['WORLD_SIZE']!r} are not integers") from None
+        if world == 1 and rank == 0:
+            return None
+        return cls(rank, world, local)
 
     @property
     def tag(self) -> str:
@@ -139,15 +154,89 @@ def _one_count(by_n: dict[int, dict[int, Path]], out: Path) -> list[Path]:
     return _complete_set(found, n, out)
 
 
+# A shard's marker: which prompts it was given, and whether its command ended. A merge
+# refuses a shard whose command did not end or whose rows lack some of its prompts.
+MARKER_SUFFIX = ".shard.json"
+FOLDER_MARKER = "shard.json"
+
+
+def marker_path(shard_out: str | os.PathLike, folder: bool) -> Path:
+    shard_out = Path(shard_out)
+    return shard_out / FOLDER_MARKER if folder else \
+        shard_out.with_name(shard_out.name + MARKER_SUFFIX)
+
+
+def mark_started(shard: "Shard", shard_out: str | os.PathLike, folder: bool,
+                 ids: Sequence[str] | None) -> None:
+    """Written when a sharded command starts: its prompt ids, not yet complete."""
+    _write_marker(marker_path(shard_out, folder),
+                  {"shard": shard.tag, "ids": None if ids is None else [str(i) for i in ids],
+                   "complete": False})
+
+
+def mark_finished(shard: "Shard | None", shard_out: str | os.PathLike, folder: bool) -> None:
+    """Written when the sharded command ended normally."""
+    if shard is None:
+        return
+    path = marker_path(shard_out, folder)
+    record = _read_marker(path) or {"shard": shard.tag, "ids": None}
+    _write_marker(path, {**record, "complete": True})
+
+
+def _write_marker(path: Path, record: dict) -> None:
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record) + "\n")
+    os.replace(tmp, path)
+
+
+def _read_marker(path: Path) -> dict | None:
+    from solm.core.jsonl import read_json_file
+
+    if not path.exists():
+        return None
+    record = read_json_file(path, "shard marker")
+    if not isinstance(record, dict):
+        raise SolmError(f"{path}: not a shard marker (expected a JSON object)")
+    return record
+
+
+def _check_finished(shard_out: Path, folder: bool, rows: list[dict] | None,
+                    checked_by_prompts: bool) -> None:
+    """Refuse a shard whose command did not end, or (a file) whose rows lack a prompt it
+    was given. Without a marker only the prompts' id check (--prompts) can tell."""
+    marker = _read_marker(marker_path(shard_out, folder))
+    if marker is None:
+        if checked_by_prompts:
+            return
+        raise SolmError(f"{shard_out}: no shard marker ({marker_path(shard_out, folder).name}), "
+                        f"so nothing says its command finished; give --prompts to check that "
+                        f"every prompt is there, or rerun the shard")
+    if not marker.get("complete"):
+        raise SolmError(f"{shard_out}: this shard's command has not finished (its marker says "
+                        f"complete: false); rerun it, then merge")
+    if rows is not None and marker.get("ids") is not None:
+        have = {str(r.get("id")) for r in rows}
+        lacking = [i for i in marker["ids"] if i not in have]
+        if lacking:
+            raise SolmError(f"{shard_out}: holds {len(marker['ids']) - len(lacking)} of its "
+                            f"{len(marker['ids'])} prompts (first missing: {lacking[0]!r}); "
+                            f"rerun the shard, then merge")
+
+
 def _read_shard(path: Path) -> list[tuple[int, dict]]:
     return list(read_jsonl_numbered(path, skip_partial_last_line=True))
 
 
-def _read_disjoint(files: list[Path]) -> list[dict]:
-    """The rows of the shard files, in shard order; an id found in two shards is refused."""
+def _read_disjoint(files: list[Path]) -> tuple[list[dict], dict[Path, list[dict]]]:
+    """The rows of the shard files, in shard order (and per file); an id found in two
+    shards is refused."""
     owner: dict[str, Path] = {}
-    rows = []
+    rows, per_file = [], {}
     for path in files:
+        mine = per_file.setdefault(path, [])
         for line, row in _read_shard(path):
             if "id" in row:
                 key = str(row["id"])
@@ -155,14 +244,96 @@ def _read_disjoint(files: list[Path]) -> list[dict]:
                     raise SolmError(f"{path}:{line} [field 'id']: id {key!r} is also in "
                                     f"{owner[key]}; shards must split the prompts")
             rows.append(row)
-    return rows
+            mine.append(row)
+    return rows, per_file
+
+
+def _canonical(row: dict) -> str:
+    import json
+
+    return json.dumps(row, sort_keys=True, ensure_ascii=False)
+
+
+def _with_existing(out: Path, shard_rows: list[dict]) -> tuple[list[dict], list[dict], int]:
+    """(rows already in `out`, shard rows to add, shard rows already there). A prompt id that
+    `out` already holds is taken from the shards only when the shards hold exactly rows `out`
+    has (a merge run twice); otherwise the merge is refused and nothing is written."""
+    if not out.exists():
+        return [], shard_rows, 0
+    existing = [row for _, row in _read_shard(out)]
+    held: dict[str, set[str]] = {}
+    for row in existing:
+        if "id" in row:
+            held.setdefault(str(row["id"]), set()).add(_canonical(row))
+    plain = {_canonical(r) for r in existing if "id" not in r}
+    add, repeated = [], 0
+    for row in shard_rows:
+        text = _canonical(row)
+        key = str(row["id"]) if "id" in row else None
+        if key is not None and key in held:
+            if text not in held[key]:
+                raise SolmError(f"{out} already holds rows for id {key!r} that differ from the "
+                                f"shards'; nothing was written (move {out.name} aside to merge "
+                                f"into a fresh output, or remove its shards if it is complete)")
+            repeated += 1
+        elif key is None and text in plain:
+            repeated += 1
+        else:
+            add.append(row)
+    return existing, add, repeated
+
+
+def _agreed_row_settings(outputs: list[Path], where: Path) -> dict | None:
+    """The row settings every shard's manifest records (None when none records any);
+    shards made with different settings are refused."""
+    from solm.core.provenance import manifest_path, read_manifest
+
+    found = {}
+    for o in outputs:
+        m = manifest_path(o)
+        if m.exists():
+            found[o] = read_manifest(m).get("row_settings")
+    values = [v for v in found.values() if v is not None]
+    if not values:
+        return None
+    if any(v != values[0] for v in values[1:]):
+        a, b = [o for o, v in found.items() if v is not None][:2]
+        diff = sorted(k for k in set(found[a]) | set(found[b])
+                      if found[a].get(k) != found[b].get(k))
+        raise SolmError(f"{where}: the shards were made with different settings "
+                        f"({', '.join(diff) or 'see their manifests'} differ between {a} and "
+                        f"{b}); rerun them alike")
+    return values[0]
+
+
+def _merge_manifest(out: Path, shards: list[Path], row_settings: dict | None,
+                    result: dict) -> None:
+    """The merged output's manifest carries the shards' row settings, so the command's
+    rerun on it keeps refusing other settings; an output's own manifest is kept (its row
+    settings must agree)."""
+    from solm.core.provenance import manifest_path, read_manifest, write_manifest
+
+    own = manifest_path(out)
+    if own.exists() and read_manifest(own).get("command") != "solm merge":
+        return
+    write_manifest(out, "solm merge", {"shards": [str(s) for s in shards]},
+                   inputs=[s for s in shards if s.is_file()], extra={"merge": result},
+                   row_settings=row_settings)
 
 
 def merge_file(out: Path, prompt_ids: Sequence[str] | None = None) -> dict:
-    """Merge `out`'s shard files into `out`. With `prompt_ids` (the input's ids, in order),
-    rows follow that order and every id must be there exactly once."""
+    """Merge `out`'s shard files into `out`, keeping the rows it already holds. With
+    `prompt_ids` (the input's ids, in order), rows follow that order and every id must be
+    there exactly once."""
     files = file_shards(out)
-    rows = _read_disjoint(files)
+    rows, per_file = _read_disjoint(files)
+    for f in files:
+        _check_finished(f, False, per_file[f], checked_by_prompts=prompt_ids is not None)
+    row_settings = _agreed_row_settings(files, out)
+    if out.exists():
+        _merge_manifest_check(out, row_settings)
+    existing, add, repeated = _with_existing(out, rows)
+    rows = existing + add
     if prompt_ids is not None:
         by_id: dict[str, dict] = {}
         for row in rows:
@@ -172,28 +343,61 @@ def merge_file(out: Path, prompt_ids: Sequence[str] | None = None) -> dict:
             by_id[key] = row
         expected = [str(i) for i in prompt_ids]
         missing = [i for i in expected if i not in by_id]
-        extra = sorted(set(by_id) - set(expected))
+        extra = sorted(set(by_id) - set(expected) - {str(r.get("id")) for r in existing})
         if missing or extra:
             raise SolmError(f"{out}: the shards do not hold every prompt exactly once: "
                             f"{len(missing)} missing (first: {missing[:3]}), {len(extra)} not "
                             f"in the prompts (first: {extra[:3]}); finish the shards first")
-        rows = [by_id[i] for i in expected]
+        wanted = set(expected)
+        rows = [by_id[i] for i in expected] + [r for r in existing
+                                              if str(r.get("id")) not in wanted]
     write_jsonl(out, rows)
-    return {"output": str(out), "shards": [str(f) for f in files], "rows": len(rows)}
+    result = {"output": str(out), "shards": [str(f) for f in files], "rows": len(rows),
+              "kept": len(existing), "added": len(add), "already_there": repeated}
+    _merge_manifest(out, files, row_settings, result)
+    return result
+
+
+def _merge_manifest_check(out: Path, row_settings: dict | None) -> None:
+    """Before writing: an output whose manifest records other settings is refused."""
+    from solm.core.provenance import manifest_path, read_manifest
+
+    own = manifest_path(out)
+    if row_settings is None or not own.exists():
+        return
+    recorded = read_manifest(own).get("row_settings")
+    if recorded is not None and recorded != row_settings:
+        diff = sorted(k for k in set(recorded) | set(row_settings)
+                      if recorded.get(k) != row_settings.get(k))
+        raise SolmError(f"{out}: holds rows made with other settings than its shards' "
+                        f"({', '.join(diff)} differ); nothing was written")
 
 
 def merge_folder(out: Path) -> dict:
-    """Merge every JSONL file of `out`'s shard folders into the same path under `out`."""
+    """Merge every JSONL file of `out`'s shard folders into the same path under `out`,
+    keeping the rows each already holds."""
     shards = folder_shards(out)
+    for s in shards:
+        _check_finished(s, True, None, checked_by_prompts=False)
+    row_settings = _agreed_row_settings(shards, out)
+    _merge_manifest_check(out, row_settings)
     names = sorted({p.relative_to(s) for s in shards for p in s.rglob("*.jsonl")})
-    merged = {}
-    for name in names:
-        rows = _read_disjoint([s / name for s in shards if (s / name).exists()])
+    planned = []
+    for name in names:  # every file checked before any is written
+        rows, _ = _read_disjoint([s / name for s in shards if (s / name).exists()])
+        existing, add, repeated = _with_existing(out / name, rows)
+        planned.append((name, existing + add, len(existing), len(add)))
+    merged, kept = {}, {}
+    for name, rows, n_existing, n_added in planned:
         write_jsonl(out / name, rows)
         merged[str(name)] = len(rows)
+        if n_existing:
+            kept[str(name)] = n_existing
     copied, differing = _copy_identical(shards, out)
-    return {"output": str(out), "shards": [str(s) for s in shards], "files": merged,
-            "copied": copied, "differing": differing}
+    result = {"output": str(out), "shards": [str(s) for s in shards], "files": merged,
+              "kept": kept, "copied": copied, "differing": differing}
+    _merge_manifest(out, shards, row_settings, result)
+    return result
 
 
 def _copy_identical(shards: list[Path], out: Path) -> tuple[list[str], list[str]]:
@@ -201,8 +405,12 @@ def _copy_identical(shards: list[Path], out: Path) -> tuple[list[str], list[str]
     bytes and the folder has none yet; the ones that differ are named, not copied."""
     import shutil
 
+    from solm.core.provenance import MANIFEST_NAME
+
+    skip = {FOLDER_MARKER, MANIFEST_NAME}
     names = sorted({p.relative_to(s) for s in shards for p in s.rglob("*")
-                    if p.is_file() and p.suffix != ".jsonl"})
+                    if p.is_file() and p.suffix != ".jsonl" and p.name not in skip
+                    and not p.name.endswith(".tmp")})
     copied, differing = [], []
     for name in names:
         files = [s / name for s in shards]

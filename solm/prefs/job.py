@@ -46,6 +46,7 @@ class PrefsConfig:
     speed: str = "baseline"  # speedup over the Baseline-SFT answer, or "own": over its own text
     batch_size: int = 16
     pool_per_request: int = 2048
+    model: str | None = None  # the sampled model, named in every pair (BoNBoN's reference)
 
 
 @dataclass
@@ -226,7 +227,8 @@ def score_prompt(record: Record, samples: list[dict], baseline_tokens: int,
     return scored, rows
 
 
-def pair_row(record: Record, samples: list[dict], choice, quality_weight: float) -> dict:
+def pair_row(record: Record, samples: list[dict], choice, quality_weight: float,
+             model: str | None = None) -> dict:
     def side(x: Scored) -> dict:
         s = samples[x.sample]
         return {"sample": x.sample, "ids": s["ids"], "forced": s["forced"],
@@ -237,7 +239,7 @@ def pair_row(record: Record, samples: list[dict], choice, quality_weight: float)
                 "score": round(score_value(x, quality_weight), 4), "copies": x.copies}
 
     return {"id": record.id, "prompt": record.prompt, "system": record.system,
-            "n": choice.n, "quality_weight": "inf" if math.isinf(quality_weight)
+            "model": model, "n": choice.n, "quality_weight": "inf" if math.isinf(quality_weight)
             else quality_weight, "chosen": side(choice.chosen),
             "rejected": side(choice.rejected)}
 
@@ -266,7 +268,7 @@ def write_results(folder: Path, records: Sequence[Record], samples: dict[str, li
             if choice.skipped:
                 summary.skipped[choice.skipped] = summary.skipped.get(choice.skipped, 0) + 1
                 continue
-            pairs_out.write(pair_row(r, samples[r.id], choice, cfg.quality_weight))
+            pairs_out.write(pair_row(r, samples[r.id], choice, cfg.quality_weight, cfg.model))
             chosen.append(choice.chosen)
             rejected.append(choice.rejected)
     tmp_scored.replace(scored_path)

@@ -13,7 +13,8 @@ valid Pasta-Lang, or cut by the runtime) scores below every well-formed one: it 
 rejected, never chosen. With a minimum length ratio, so is a sample whose text is shorter
 than that share of the Baseline-SFT answer: the speedup above grows as an answer shrinks, so
 without it speed alone (λ = 0) teaches a model to write less, not to write in parallel. A
-prompt with no eligible sample, or a single distinct sample, gives no pair.
+prompt with no eligible sample, a single distinct sample, or a best sample that scores no
+better than the worst (a tie teaches nothing), gives no pair.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Sequence
 NO_WELL_FORMED = "no well-formed sample"
 ALL_TOO_SHORT = "every well-formed sample shorter than --min-length-ratio allows"
 ONE_DISTINCT = "a single distinct sample"
+TIED = "best and worst samples score the same"
 
 
 @dataclass
@@ -77,6 +79,8 @@ def choose_pair(samples: Sequence[Scored], quality_weight: float) -> Choice:
     order = sorted(samples, key=lambda s: (sort_key(s, quality_weight), -s.sample),
                    reverse=True)
     best, worst = order[0], order[-1]
+    if sort_key(best, quality_weight) == sort_key(worst, quality_weight):
+        return Choice(None, None, n, TIED)  # a pair that prefers nothing teaches noise
     return Choice(best, worst, n)
 
 

@@ -125,6 +125,7 @@ class SolmTrainer:
     def __init__(self, config: TrainConfig, on_log: Callable[[dict], None] | None = None):
         self.config = config
         self.on_log = on_log
+        self.notices: list[str] = []  # warnings found by `check`, printed by the command
 
     # ---- hooks ------------------------------------------------------------------------
 

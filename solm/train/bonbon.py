@@ -31,7 +31,7 @@ LoRA, schedule, bf16, resume, multi-GPU, saving, solm.json).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -70,6 +70,10 @@ class BonbonConfig(TrainConfig):
 
     data: str = setting(help="Pairs JSONL from `pasta prefs` (chosen and rejected samples "
                              "as token ids, with n).", flags=("--data", "-d"))
+    model: Optional[str] = setting(
+        None, "The model trained, and BoNBoN's reference: the model the pairs were sampled "
+        "from (default: the one the pairs file names; `pasta prefs` writes it in each pair).",
+        flags=("--model", "-m"))
     alpha: float = setting(0.005, "Weight of the SFT term on the chosen sample (summed "
                                   "NLL); the IPO term gets 1 - alpha.", min=0, max=1)
     learning_rate: float = setting(5e-7, "Peak learning rate (linear decay to 0).",
@@ -87,8 +91,9 @@ def _answer(raw: Any, path: str, line: int, field: str) -> dict:
         raise DataError("expected an object with ids, forced, ended", path=path, line=line,
                         field=field)
     ids = raw.get("ids")
-    if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
-        raise DataError("expected a list of token ids", path=path, line=line,
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool)
+                                            and t >= 0 for t in ids):
+        raise DataError("expected a list of token ids (integers >= 0)", path=path, line=line,
                         field=f"{field}.ids")
     forced = raw.get("forced", [])
     if not isinstance(forced, list) or not all(isinstance(i, int) and 0 <= i < len(ids)
@@ -106,6 +111,37 @@ def _answer(raw: Any, path: str, line: int, field: str) -> dict:
     return {"ids": ids, "forced": forced, "ended": ended}
 
 
+def pairs_sampler(path: str) -> str | None:
+    """The model a `pasta prefs` pairs file was sampled from (its first row's `model`, else
+    the prefs folder's manifest), or None."""
+    from pathlib import Path
+
+    from solm.core.jsonl import read_jsonl_numbered
+    from solm.core.provenance import MANIFEST_NAME, read_manifest
+
+    if not Path(path).is_file():
+        return None
+    for _, raw in read_jsonl_numbered(path):
+        if isinstance(raw.get("model"), str) and raw["model"]:
+            return raw["model"]
+        break
+    manifest = Path(path).parent / MANIFEST_NAME
+    if manifest.is_file():
+        model = read_manifest(manifest).get("model")
+        return model if isinstance(model, str) and model else None
+    return None
+
+
+def check_pair_ids(rows: list[dict], vocab_size: int, path: str) -> None:
+    for row in rows:
+        for side in ("chosen", "rejected"):
+            bad = next((t for t in row[side]["ids"] if t >= vocab_size), None)
+            if bad is not None:
+                raise DataError(f"token id {bad} is outside the tokenizer ({vocab_size} "
+                                f"tokens): were these pairs sampled from another model?",
+                                path=path, line=row["line"], field=f"{side}.ids")
+
+
 def load_pairs(path: str, limit: int | None = None) -> list[dict]:
     """Rows {id, prompt, system, n, chosen, rejected, text} of a `pasta prefs` pairs file."""
     from solm.core.jsonl import read_jsonl_numbered
@@ -120,7 +156,7 @@ def load_pairs(path: str, limit: int | None = None) -> list[dict]:
                             line=line, field="n")
         chosen = _answer(raw.get("chosen"), path, line, "chosen")
         rejected = _answer(raw.get("rejected"), path, line, "rejected")
-        rows.append({"id": str(raw.get("id", f"row-{line}")), "prompt": prompt,
+        rows.append({"id": str(raw.get("id", f"row-{line}")), "line": line, "prompt": prompt,
                      "system": system, "n": n, "chosen": chosen, "rejected": rejected,
                      "text": (raw.get("chosen") or {}).get("text", "")})
         if limit is not None and len(rows) >= limit:
@@ -208,6 +244,21 @@ class BonbonTrainer(SolmTrainer):
     def system(self) -> str:
         return "pasta"
 
+    def check(self) -> None:
+        cfg = self.config
+        sampler = pairs_sampler(cfg.data)
+        if cfg.model is None:
+            if sampler is None:
+                raise SolmError(f"{cfg.data}: the pairs do not name the model they were "
+                                f"sampled from; give it with --model (BoNBoN's reference "
+                                f"must be the sampler)")
+            cfg.model = sampler
+        elif sampler is not None and sampler != cfg.model:
+            self.notices.append(f"--model {cfg.model} is not the model the pairs were sampled "
+                                f"from ({sampler}): the reference is then not the sampler, "
+                                f"which BoNBoN's objective assumes")
+        super().check()
+
     def read_data(self) -> list[dict]:
         return load_pairs(self.config.data, limit=self.config.limit)
 
@@ -220,6 +271,7 @@ class BonbonTrainer(SolmTrainer):
         from solm.train.data import split_rows
 
         cfg = self.config
+        check_pair_ids(rows, len(tokenizer), cfg.data)
         collator = self.data_collator(tokenizer, vocab)
 
         def tokens(row: dict) -> int:
