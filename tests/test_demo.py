@@ -33,6 +33,40 @@ def test_demo_timeline_counts_every_token_fed_and_sequential_is_the_same_text(ti
     assert seen and seen[-1][0].tid == 0  # the live view was drawn, main first
 
 
+def test_at_equal_pass_costs_the_realized_speedup_is_the_theoretical_one(tiny,
+                                                                          pasta_tokenizer):
+    """The theoretical speedup counts passes the way the two timed decodes do: scripted
+    answers whose blocks a cap cuts (the stop adds closers nobody fed), and whole ones, give
+    theoretical == sequential passes / parallel passes, so equal per-pass times can never
+    print a realized speedup above it (issue 38: 1.74x against 1.71x)."""
+    from solm.decode.pasta.demo import DemoResult, Timeline
+
+    rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=512)
+    for cap in (6, 30):
+        cfg = PastaDecodeConfig(max_new_tokens=cap, sampling=SamplingConfig(temperature=0.0))
+        res = run_demo(rt, "List three colours.", cfg)
+        assert res.theoretical_speedup == (res.sequential.forward_passes
+                                           / res.parallel.forward_passes)
+        same_cost = DemoResult(
+            parallel=_timed(res.parallel, 0.01 * res.parallel.forward_passes),
+            sequential=_timed(res.sequential, 0.01 * res.sequential.forward_passes),
+            timeline=Timeline(), response="", content_ids=res.content_ids,
+            theoretical_speedup=res.theoretical_speedup, views=[])
+        assert abs(same_cost.realized_speedup - same_cost.theoretical_speedup) < 1e-9
+        assert not same_cost.distrusted
+        cold = DemoResult(parallel=_timed(res.parallel, 1.0),
+                          sequential=_timed(res.sequential, 1.2 * res.theoretical_speedup),
+                          timeline=Timeline(), response="", content_ids=res.content_ids,
+                          theoretical_speedup=res.theoretical_speedup, views=[])
+        assert cold.distrusted  # 20% above what the passes allow: flagged, not a result
+
+
+def _timed(result, seconds: float):
+    from dataclasses import replace
+
+    return replace(result, decode_s=seconds)
+
+
 def test_make_demo_command_forks_threads_with_the_kept_model(tmp_path):
     from solm.cli import pasta
 

@@ -14,6 +14,7 @@ from solm.cli.common import (ConfigOption, DebugOption, ForceOption, QuietOption
                              console,
                              greater_than, handle_errors, judge_progress, one_of, out_console,
                              progress, settings_from)
+from solm.cli.common import judge_spec as check_judge_spec
 
 JUDGE_HELP = """Judge a model's outputs against a baseline's, pair by pair, with an LLM judge.
 
@@ -52,7 +53,8 @@ def judge(
                                "(output_2)."),
     output: Path = typer.Option(..., "--output", "-o", help="Judgments are appended here; a "
                                 "rerun skips pairs already judged."),
-    judge_spec: str = typer.Option("hf:smollm2-135m", "--judge", "-j", help="Judge backend: "
+    judge_spec: str = typer.Option("hf:smollm2-135m", "--judge", "-j",
+                                   callback=check_judge_spec, help="Judge backend: "
                                    "gemini:MODEL[@URL], openai:MODEL[@URL] or hf:MODEL."),
     mode: str = typer.Option("auto", callback=one_of("auto", "token", "reply"),
                              help="token: one-letter answer read through log-probabilities; "

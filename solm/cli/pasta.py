@@ -561,7 +561,8 @@ def demo(
         f"sequential (the same answer, same model, one token per pass): "
         f"{seq.forward_passes} forward passes, {seq.decode_s:.2f} s",
         f"realized speedup: {res.realized_speedup:.2f}x (sequential / parallel decode time, "
-        f"measured now); theoretical {res.theoretical_speedup:.2f}x (tokens / critical path)",
+        f"measured now); theoretical {res.theoretical_speedup:.2f}x (tokens / parallel forward "
+        f"passes: the realized speedup if every pass cost the same)",
         f"per forward pass: parallel {1000 * par.decode_s / max(par.forward_passes, 1):.0f} ms "
         f"({par.tokens_fed / max(par.forward_passes, 1):.2f} tokens a pass), sequential "
         f"{1000 * seq.decode_s / max(seq.forward_passes, 1):.0f} ms (1 token a pass)",
@@ -572,6 +573,11 @@ def demo(
                      f"flags: {', '.join(par.flags)}")
     for line in lines:
         console.print(line, highlight=False)
+    if res.distrusted:
+        console.print(f"[yellow]warning:[/] the realized speedup {res.realized_speedup:.2f}x "
+                      f"is above what the passes allow ({res.theoretical_speedup:.2f}x) by "
+                      f"more than 10%: a measurement to distrust "
+                      f"(a busy machine or a cold path), not a result; run it again")
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(_json.dumps({
@@ -581,7 +587,8 @@ def demo(
             "parallel_tokens_fed": par.tokens_fed,
             "sequential_forward_passes": seq.forward_passes,
             "sequential_decode_s": seq.decode_s, "realized_speedup": res.realized_speedup,
-            "theoretical_speedup": res.theoretical_speedup, "flags": par.flags,
+            "theoretical_speedup": res.theoretical_speedup, "distrusted": res.distrusted,
+            "flags": par.flags,
             "timeline": rows}, indent=1) + "\n")
 
 

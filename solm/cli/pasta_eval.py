@@ -12,7 +12,7 @@ from solm.cli.common import (CompileOption, ConfigOption, DebugOption, DeviceOpt
                              MAX_NEW_TOKENS_CAP, NoRepeatNgramOption, QuietOption,
                              RepetitionPenaltyOption, SeedOption, TemperatureOption, TopPOption,
                              check_paths, check_run_inputs, decode_flags, greater_than,
-                             handle_errors, info, one_of,
+                             handle_errors, info, judge_spec, one_of, settings_from,
                              out_console, progress, ShardOption, finish_shard, sharded,
                              take_shard)
 from solm.cli.errors import SolmGroup
@@ -95,12 +95,17 @@ def agreement(
     annotations: Path = typer.Option(..., "--annotations", "-a", help="AlpacaEval annotations "
                                      "(JSON list or JSONL)."),
     out: Path = typer.Option(..., "--out", "-o", help="The report (JSON)."),
-    judge: str = typer.Option("hf:smollm2-135m", "--judge", "-j", help="Judge backend: "
-                              "gemini:MODEL[@URL], openai:MODEL[@URL] or hf:MODEL."),
+    judge: str = typer.Option("hf:smollm2-135m", "--judge", "-j", callback=judge_spec,
+                              help="Judge backend: gemini:MODEL[@URL], openai:MODEL[@URL] or "
+                              "hf:MODEL."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N pairs."),
     concurrency: int = typer.Option(8, min=1, help="Requests in flight."),
     cache_dir: Optional[Path] = typer.Option(None, help="Verdict cache folder (default: "
                                              "$SOLM_CACHE/judge)."),
+    restart: bool = typer.Option(False, "--restart", help="The judgments beside OUT were made "
+                                 "by another judge or on another annotations file: move them "
+                                 "into OUT.previous-<time>/ and judge again (without it such a "
+                                 "rerun is refused)."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     from solm.cli.common import judge_progress
@@ -112,9 +117,18 @@ def agreement(
     from solm.judge.cache import VerdictCache
     from solm.judge.job import JudgeConfig, Pair, run_judge_job
 
+    from solm.core.provenance import (check_rerun_settings, file_sha256, manifest_path,
+                                      write_manifest)
+
     judged = out.with_name(out.name.removesuffix(".json") + ".judgments.jsonl")
     rejects = judged.with_name(judged.name.replace(".judgments.jsonl", ".rejects.jsonl"))
     check_paths([annotations], [out, judged, rejects])
+    # judgments are reused by pair id: they must be this judge's, on this file's pairs
+    row_settings = {"judge": judge, "annotations": file_sha256(annotations)}
+    if restart:
+        _move_aside(out, [out, judged, rejects, manifest_path(judged)])
+    check_rerun_settings(judged, row_settings, force=False,
+                         hint="pass --restart to judge again (the old files are moved aside)")
     pairs, published = [], {}
     for i, (where, row) in enumerate(read_rows_located(annotations)):
         if limit is not None and len(pairs) >= limit:
@@ -124,7 +138,7 @@ def agreement(
         for name in ("instruction", "output_1", "output_2"):
             if not isinstance(row.get(name), str):
                 raise DataError("expected a string", path=where, field=name)
-        pid = f"ann-{i}"
+        pid = f"ann-{i}-{_pair_digest(row)}"
         pairs.append(Pair(pid, row["instruction"], row["output_1"], row["output_2"],
                           str(row.get("generator_1", "output_1")),
                           str(row.get("generator_2", "output_2")), index=i))
@@ -147,7 +161,32 @@ def agreement(
     report["reading"] = reading(report)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
+    write_manifest(judged, "pasta eval agreement", settings_from(locals()),
+                   inputs=[annotations], row_settings=row_settings,
+                   extra={"report": str(out)})
     out_console.print_json(json.dumps(report))
+
+
+def _pair_digest(row: dict) -> str:
+    """A pair's id carries its content, so a judgment is never reused for another pair."""
+    import hashlib
+
+    text = "\x1f".join(row[k] for k in ("instruction", "output_1", "output_2"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def _move_aside(out: Path, files: list[Path]) -> None:
+    import os
+    import time
+
+    present = [f for f in files if f.exists()]
+    if not present:
+        return
+    aside = out.with_name(out.name + time.strftime(".previous-%Y%m%d-%H%M%S"))
+    aside.mkdir(parents=True)
+    for f in present:
+        os.replace(f, aside / f.name)
+    info(f"--restart: the earlier files were moved into {aside}")
 
 
 def _pct(value: float | None) -> float | None:
@@ -200,7 +239,8 @@ def run(
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N instructions."),
     baseline: Optional[str] = typer.Option(None, help="Label of the baseline method (default: "
                                            "the first sequential method)."),
-    judge: str = typer.Option("hf:smollm2-135m", "--judge", "-j", help="Judge backend "
+    judge: str = typer.Option("hf:smollm2-135m", "--judge", "-j", callback=judge_spec,
+                              help="Judge backend "
                               "(see `pasta judge --help`)."),
     no_judge: bool = typer.Option(False, "--no-judge", help="Decode only (judge later by "
                                   "rerunning without this flag)."),

@@ -15,6 +15,7 @@ from solm.cli.common import (MAX_NEW_TOKENS_CAP, ConfigOption, DebugOption, Devi
                              handle_errors, info, one_of, out_console, progress, settings_from,
                              show_control_tokens)
 from solm.cli.errors import SolmGroup
+from solm.decode.pdiff.limits import MAX_LENGTH_SCALE, MIN_LENGTH_SCALE
 from solm.cli.options import train_command
 from solm.train.pdiff_sft import PdiffSFTConfig
 
@@ -50,8 +51,9 @@ ThresholdOption = typer.Option(None, callback=finite_above(0), help="Also unmask
                                "step, every slot whose top token has at least this "
                                "probability (ahead of the schedule: fewer steps). Off by "
                                "default.")
-LengthScaleOption = typer.Option(1.0, callback=finite_above(0), help="A chunk of `tokens=N` "
-                                 "gets round(10 N x scale) slots; positions follow.")
+LengthScaleOption = typer.Option(1.0, min=MIN_LENGTH_SCALE, max=MAX_LENGTH_SCALE,
+                                 help="A chunk of `tokens=N` gets round(10 N x scale) slots; "
+                                 "positions follow.")
 OrderOption = typer.Option("entropy", callback=one_of("entropy", "confidence"),
                            help="Unmask the lowest-entropy slots first, or the most "
                                 "confident.")
@@ -62,7 +64,7 @@ DeferPadsOption = typer.Option(False, "--defer-pads", help="Unmask the slots who
                                "trap: confident tail pads committed first pull their "
                                "neighbours to pad).")
 MaxContinuationOption = typer.Option(256, min=0, help="Main-thread tokens after the first "
-                                     "<sync/>: a runaway continuation stops there (flagged "
+                                     "`<sync/>`: a runaway continuation stops there (flagged "
                                      "`continuation_cap`).")
 
 

@@ -82,7 +82,8 @@ def manifest_path(output: str | os.PathLike) -> Path:
 
 
 def check_rerun_settings(output: str | os.PathLike, row_settings: dict[str, Any],
-                         force: bool = False) -> bool:
+                         force: bool = False,
+                         hint: str = "pass --force to append anyway") -> bool:
     """Refuse to append to `output` with settings that change what a row contains (model,
     annotator, prompt version, decoding settings) when its manifest says its rows were made
     with others: resuming would mix two kinds of rows silently. Settings that do not change
@@ -101,7 +102,7 @@ def check_rerun_settings(output: str | os.PathLike, row_settings: dict[str, Any]
     if changed and not force:
         what = ", ".join(f"{k}={old!r} (now {new!r})" for k, (old, new) in changed.items())
         raise SolmError(f"{output} holds rows made with {what}; rerun with the same settings, "
-                        f"choose another output, or pass --force to append anyway")
+                        f"choose another output, or {hint}")
     return bool(changed)
 
 

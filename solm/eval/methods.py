@@ -86,7 +86,28 @@ def _canonical_options(spec: str, options: str) -> str:
                 raise SolmError(f"--method {spec!r}: {name}={value} is not a "
                                 f"{PDIFF_OPTIONS[name].__name__}") from None
         values[name] = value
+    _check_pdiff_values(spec, values)
     return ",".join(f"{n}={values[n]}" for n in PDIFF_OPTIONS if n in values)
+
+
+def _check_pdiff_values(spec: str, values: dict[str, str]) -> None:
+    """Each knob in its range, as `pdiff decode` checks it (before any model loads)."""
+    from solm.decode.pdiff.runtime import PdiffDecodeConfig
+
+    typed = {n: None if v == "off" else PDIFF_OPTIONS[n](v) for n, v in values.items()}
+    if "defer_pads" in typed:
+        if typed["defer_pads"] not in (0, 1):
+            raise SolmError(f"--method {spec!r}: defer_pads is 0 or 1, got "
+                            f"{values['defer_pads']}")
+        typed["defer_pads"] = bool(typed["defer_pads"])
+    for name in ("steps_ratio", "length_scale", "order", "chunk_temperature",
+                 "max_continuation", "defer_pads"):
+        if name in typed and typed[name] is None:
+            raise SolmError(f"--method {spec!r}: {name} cannot be off")
+    try:
+        PdiffDecodeConfig(**typed).check()
+    except ValueError as e:
+        raise SolmError(f"--method {spec!r}: {e}") from None
 
 
 @dataclass

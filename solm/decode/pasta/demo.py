@@ -9,7 +9,12 @@ so the realized speedup printed is measured in this run, on the same text.
   decode of this answer costs. (Decoding freely in sequential mode writes another answer,
   whose time says nothing about this one.)
 - Realized speedup = sequential decode time / parallel decode time (prefill excluded from
-  both: it is the same prompt); theoretical = the answer's tokens / its critical path.
+  both: it is the same prompt); theoretical = the answer's tokens / the forward passes the
+  parallel decode took, i.e. the sequential passes over the parallel ones: what the realized
+  speedup is when every pass costs the same. (The schedule's critical path of the finished
+  answer can be a step longer: a cap's stop adds closing tags the runtime never fed.) A
+  realized figure above the theoretical one by more than 10% is a measurement to distrust
+  (a cold path, a busy machine), and is flagged as such.
 """
 
 from __future__ import annotations
@@ -20,10 +25,10 @@ from typing import Callable
 
 from solm.core.chat import prompt_ids
 from solm.core.systems.pasta import MAIN, walk_training_order
-from solm.core.systems.pasta_schedule import pasta_metrics
 from solm.decode.pasta.live import ThreadView, thread_views
 from solm.decode.pasta.runtime import PastaDecodeConfig, PastaDecodeResult, PastaRuntime
 
+DISTRUST = 1.10  # realized above theoretical by more than this factor: a measurement artefact
 # a prompt the kept pasta-sft-cpu model answers with a list it forks into four threads
 DEMO_PROMPT = "What are the pros and cons of working from home?"
 
@@ -61,6 +66,11 @@ class DemoResult:
     def realized_speedup(self) -> float:
         return self.sequential.decode_s / max(self.parallel.decode_s, 1e-9)
 
+    @property
+    def distrusted(self) -> bool:
+        """The realized speedup exceeds what the passes allow by more than 10%."""
+        return self.realized_speedup > DISTRUST * self.theoretical_speedup
+
 
 def _fed(state) -> dict[int, int]:
     return {tid: len(th.fed) for tid, th in state.threads.items()}
@@ -92,11 +102,10 @@ def run_demo(rt: PastaRuntime, prompt: str, config: PastaDecodeConfig,
     attrs, _ = walk_training_order(parallel.ids, rt.vocab)
     content = [t for t, a in zip(parallel.ids, attrs) if not a.is_tag]
     sequential = rt.replay(ids, content, mode="sequential")
-    metrics = pasta_metrics(parallel.ids, rt.vocab, attrs)
     return DemoResult(parallel=parallel, sequential=sequential, timeline=timeline,
                       response=rt.tokenizer.decode(content, skip_special_tokens=True),
                       content_ids=content,
-                      theoretical_speedup=metrics.theoretical_speedup(len(content)),
+                      theoretical_speedup=len(content) / max(1, parallel.forward_passes),
                       views=views)
 
 

@@ -42,6 +42,7 @@ from solm.core.systems.pdiff import (ATTR_NAMES, PdiffTracker, PdiffVocab, chunk
                                      pdiff_visible, predictor)
 from solm.decode.flags import MAX_NEW_TOKENS, TOPIC_CAPPED
 from solm.decode.pasta.grammar import PastaGrammar
+from solm.decode.pdiff.limits import MAX_LENGTH_SCALE, MIN_LENGTH_SCALE
 from solm.decode.slots import SlotAllocator, SlotStep
 
 ORDERS = ("entropy", "confidence")
@@ -67,14 +68,25 @@ class PdiffDecodeConfig:
     record: bool = False  # keep each step's chunk tokens and logits (tests, analysis)
 
     def check(self) -> None:
-        if self.steps_ratio <= 0:
-            raise ValueError("steps_ratio must be > 0")
-        if self.length_scale <= 0:
-            raise ValueError("length_scale must be > 0")
+        """Every knob in its range (NaN and infinities refused), named as the options are."""
+        def finite(name: str, value: float, ok: bool, rule: str) -> None:
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and ok):
+                raise ValueError(f"{name} must be {rule}, got {value!r}")
+
+        finite("steps_ratio", self.steps_ratio, self.steps_ratio > 0, "a finite number > 0")
+        finite("length_scale", self.length_scale,
+               MIN_LENGTH_SCALE <= self.length_scale <= MAX_LENGTH_SCALE,
+               f"in [{MIN_LENGTH_SCALE:g}, {MAX_LENGTH_SCALE:g}]")
+        finite("chunk_temperature", self.chunk_temperature, self.chunk_temperature >= 0,
+               "a finite number >= 0")
         if self.order not in ORDERS:
-            raise ValueError(f"order must be one of {', '.join(ORDERS)}")
-        if self.confidence_threshold is not None and not 0 < self.confidence_threshold <= 1:
-            raise ValueError("confidence_threshold must be in (0, 1]")
+            raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {self.order!r}")
+        if self.confidence_threshold is not None:
+            finite("confidence_threshold", self.confidence_threshold,
+                   0 < self.confidence_threshold <= 1, "in (0, 1] (or off)")
+        if not isinstance(self.max_continuation, int) or self.max_continuation < 0:
+            raise ValueError(f"max_continuation must be an integer >= 0, got "
+                             f"{self.max_continuation!r}")
 
 
 @dataclass
