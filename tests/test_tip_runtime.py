@@ -161,3 +161,40 @@ def test_tip_reads_exactly_what_the_oracle_shows(tip_model, tip_tok):
             assert sorted(read) == train_row
             killed_seen |= len(train_row) < p + j + 1
         assert res.evicted_pages > 0 and killed_seen
+
+
+def _streaming_live_response(j: int, prompt: int, page: int, budget: int, sinks: int = 4):
+    """Response tokens StreamingLLM lets the step that feeds token j read, worked out by
+    hand: all tokens while the request fits the budget; after that the 4 sink tokens (the
+    prompt's) and the newest (budget - 4) // page whole pages after the first."""
+    n = j + 1
+    if n <= budget:
+        return n - prompt
+    recent = (budget - sinks) // page
+    newest = j // page
+    kept = [t for q in range(max(1, newest - recent + 1), newest + 1)
+            for t in range(q * page, min((q + 1) * page, n))]
+    return sum(t >= prompt for t in kept)
+
+
+@pytest.mark.parametrize("policy,budget", [("dense", None), ("streamingllm", 12)])
+def test_live_response_kv_counts_the_response_tokens_read(tip_model, tip_tok, policy, budget):
+    """Issue 38: the response's live KV was the mean live tokens minus the prompt, which
+    reads 0 once a budget has evicted the prompt. Against the hand-worked reads: dense reads
+    the k response tokens fed so far at step k (mean (S + 1) / 2); StreamingLLM the newest
+    pages' response tokens."""
+    rt = TipRuntime(tip_model, tip_tok, num_pages=64, page_size=4, num_registers=REGISTERS)
+    prompt, response = list(range(5, 13)), list(range(20, 40))
+    res = next(iter(rt.run([TipRequest(0, prompt, forced=response)],
+                           TipDecodeConfig(policy=policy, budget=budget, record_reads=True))))
+    steps = len(res.reads)
+    assert steps >= len(response) - 1
+    if policy == "dense":
+        expected = [k for k in range(1, steps + 1)]
+    else:
+        expected = [_streaming_live_response(len(prompt) + s, len(prompt), 4, budget)
+                    for s in range(steps)]
+        assert max(expected) < len(response) and min(expected[-5:]) > 0
+    assert res.mean_live_response_tokens == pytest.approx(sum(expected) / steps)
+    if policy == "streamingllm":  # what the old figure said: nothing live
+        assert max(0.0, res.mean_live_tokens - len(prompt)) < res.mean_live_response_tokens

@@ -141,8 +141,7 @@ def run_point(runtime, point: Point, data: str, problems: list[dict], samples: i
                        "correct": is_correct(prediction, problem["gold"], problem["kind"]),
                        "generated": res.generated, "prompt_tokens": prompt_len,
                        "mean_live_tokens": round(res.mean_live_tokens, 2),
-                       "live_response_tokens": round(max(0.0, res.mean_live_tokens -
-                                                         prompt_len), 2),
+                       "live_response_tokens": round(res.mean_live_response_tokens, 2),
                        "peak_live_tokens": res.peak_live_tokens,
                        "decode_s": round(res.decode_s, 3), "prefill_s": round(res.prefill_s, 3),
                        "registers_opened": opened, "steps_killed": killed, "flags": res.flags,

@@ -14,6 +14,7 @@ row), `_decode_step` (one token for every row) and `_result` (finish a row).
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator
 
@@ -66,6 +67,8 @@ class TipResult:
     flags: list[str]
     generated: int
     mean_live_tokens: float  # tokens attention read per decode step, averaged
+    # of those, the response's own tokens (the prompt's excluded, whichever a policy kept)
+    mean_live_response_tokens: float
     peak_pages: int
     peak_live_tokens: int
     slots_allocated: int  # pages x page size, summed over allocations
@@ -95,6 +98,7 @@ class _Row:
     logprobs: list[float] = field(default_factory=list)
     evicted_pages: int = 0
     live_sum: int = 0
+    live_response_sum: int = 0
     peak_pages: int = 0
     peak_live: int = 0
     slots_allocated: int = 0
@@ -205,7 +209,13 @@ class TipRuntime:
                     p.score += float(total[start:start + n].sum())
                     start += n
         for r, x, v in zip(rows, read, vis):
-            r.live_sum += len(x) if not prefill_causal else 0
+            if not prefill_causal:
+                r.live_sum += len(x)
+                # token i of a request is its prompt's for i < len(prompt); a page holds
+                # its tokens in increasing order
+                first = len(r.req.prompt)
+                r.live_response_sum += sum(n - bisect_left(p.tokens, first, 0, n)
+                                           for p, n in v)
             r.peak_live = max(r.peak_live, len(x))
             if self._record_reads and not prefill_causal:
                 r.reads.append([t for p, n in v for t in p.tokens[:n]])
@@ -287,7 +297,9 @@ class TipRuntime:
         ids = row.ids + ([row.pending] if self._sampled_eos(row) else [])
         return TipResult(
             rid=row.req.rid, ids=ids, flags=flags, generated=len(ids),
-            mean_live_tokens=row.live_sum / max(1, steps), peak_pages=row.peak_pages,
+            mean_live_tokens=row.live_sum / max(1, steps),
+            mean_live_response_tokens=row.live_response_sum / max(1, steps),
+            peak_pages=row.peak_pages,
             peak_live_tokens=row.peak_live, slots_allocated=row.slots_allocated,
             prefill_s=row.prefill_s, decode_s=row.decode_s,
             logits=torch.stack(row.logits) if row.logits else None,
@@ -412,7 +424,7 @@ class TipSession:
         for req in [w for w in self.waiting if w.rid in self._cancel]:
             self.waiting.remove(req)
             self._cancel.discard(req.rid)
-            ended.append(TipResult(req.rid, [], [self.CANCELLED], 0, 0.0, 0, 0, 0, 0.0, 0.0))
+            ended.append(TipResult(req.rid, [], [self.CANCELLED], 0, 0.0, 0.0, 0, 0, 0, 0.0, 0.0))
         for row in [r for r in self.rows if r.req.rid in self._cancel]:
             self._cancel.discard(row.req.rid)
             ended.append(self._end(row, [self.CANCELLED]))
