@@ -81,9 +81,12 @@ def test_streaming_sends_the_answer(client):
 
 
 @pytest.mark.parametrize("field,value", [("mode", "parallel"), ("compare", True),
-                                         ("logprobs", 2), ("repetition_penalty", 1.3)])
+                                         ("logprobs", 2), ("repetition_penalty", 1.3),
+                                         ("no_repeat_ngram", 3)])
 def test_pasta_fields_are_400s(client, field, value):
     c, _ = client
     r = c.post("/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 2,
                                         field: value})
     assert r.status_code == 400, r.text
+    if field != "logprobs":  # the error names the field the request set (issue 38)
+        assert r.json()["error"]["param"] == field, r.text

@@ -92,7 +92,7 @@ def run(
     from solm.eval.tip_eval import data_file, eval_points, pending, run_tip_eval
 
     points = eval_points([p.strip() for p in policies.split(",") if p.strip()],
-                         _ints(budgets, "--budgets"))
+                         _ints(budgets, "--budgets"), page_size)
     files = [data_file(spec)[1] for spec in data]  # a missing set fails before any load
     check_run_inputs(out, files)
     part, device = sharded(shard, device)

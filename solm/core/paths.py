@@ -49,6 +49,21 @@ def refuse_overlap(inputs: Iterable[PathLike], outputs: Iterable[PathLike]) -> N
                                 f"choose another output path")
 
 
+def _cannot_write_in(folder: Path) -> str | None:
+    """Why a file cannot be created in `folder` (tried, then removed), or None. Permission
+    bits say nothing of /proc or a read-only mount, and root passes every access() test."""
+    import os
+    import tempfile
+
+    try:
+        fd, name = tempfile.mkstemp(prefix=".solm-probe-", dir=folder)
+    except OSError as e:
+        return e.strerror or type(e).__name__
+    os.close(fd)
+    os.unlink(name)
+    return None
+
+
 def refuse_unwritable(outputs: Iterable[PathLike]) -> None:
     """An output that is a folder, or whose folder is a file, is named before any work."""
     for out in outputs:
@@ -62,6 +77,10 @@ def refuse_unwritable(outputs: Iterable[PathLike]) -> None:
                 if not parent.is_dir():
                     raise SolmError(f"{path}: cannot be written, {parent} is a file, not a "
                                     f"folder")
+                reason = _cannot_write_in(parent)
+                if reason:
+                    raise SolmError(f"{path}: cannot be written, nothing can be created in "
+                                    f"{parent} ({reason}); choose another output")
                 break
 
 

@@ -43,18 +43,33 @@ class Point:
         return self.policy if self.budget is None else f"{self.policy}@{self.budget}"
 
 
-def eval_points(policies: Iterable[str], budgets: Iterable[int]) -> list[Point]:
-    """Every policy; the budgeted ones once per budget, the others (dense, tip) once."""
+def eval_points(policies: Iterable[str], budgets: Iterable[int],
+                page_size: int | None = None) -> list[Point]:
+    """Every policy; the budgeted ones once per budget, the others (dense, tip) once. Errors
+    name this command's options (--policies, --budgets, --page-size)."""
     from solm.decode.tip.policies import POLICIES
 
     out = []
     budgets = list(budgets)
+    repeated = sorted({b for b in budgets if budgets.count(b) > 1})
+    if repeated:
+        raise SolmError(f"--budgets lists {', '.join(map(str, repeated))} more than once")
+    policies = list(policies)
+    twice = sorted({p for p in policies if policies.count(p) > 1})
+    if twice:
+        raise SolmError(f"--policies lists {', '.join(twice)} more than once")
     for name in policies:
         if name not in POLICIES:
-            raise SolmError(f"unknown policy '{name}' (have {', '.join(POLICIES)})")
+            raise SolmError(f"--policies: unknown policy '{name}' (have "
+                            f"{', '.join(POLICIES)})")
         if POLICIES[name].needs_budget:
             if not budgets:
                 raise SolmError(f"--policies {name} needs --budgets")
+            small = [b for b in budgets if page_size is not None and b < 2 * page_size]
+            if small:
+                raise SolmError(f"--budgets {small[0]}: {name} needs a budget of at least two "
+                                f"pages (2 x --page-size {page_size} = {2 * page_size} "
+                                f"tokens)")
             out += [Point(name, b) for b in budgets]
         else:
             out.append(Point(name, None))

@@ -45,8 +45,10 @@ class TipServeEngine(BaseEngine):
                            param="compare")
         if req.top_k is not None:
             raise ApiError(400, "logprobs are not given by a TIP server", param="logprobs")
-        if sampling.repetition_penalty != 1.0 or sampling.no_repeat_ngram:
-            raise ApiError(400, "the TIP runtime applies no repetition penalty or n-gram ban",
+        if sampling.no_repeat_ngram:
+            raise ApiError(400, "the TIP runtime applies no n-gram ban", param="no_repeat_ngram")
+        if sampling.repetition_penalty != 1.0:
+            raise ApiError(400, "the TIP runtime applies no repetition penalty",
                            param="repetition_penalty")
         return replace(defaults, max_new_tokens=cap or defaults.max_new_tokens,
                        sampling=sampling)

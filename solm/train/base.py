@@ -189,6 +189,8 @@ class SolmTrainer:
                                 f"which training writes into; choose another --out")
         if out.exists() and not out.is_dir():
             raise SolmError(f"{cfg.out}: --out is a file; training writes a folder there")
+        from solm.core.paths import refuse_unwritable
+        refuse_unwritable([out / METADATA_FILE])
         if read_metadata(cfg.out) is not None and read_metadata(cfg.out).get("complete"):
             raise SolmError(f"{cfg.out} already holds a finished model ({METADATA_FILE}); "
                             f"choose another --out or delete it")

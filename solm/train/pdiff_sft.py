@@ -257,7 +257,17 @@ class PdiffSFTTrainer(SolmTrainer):
 
     def read_data(self) -> list[dict]:
         cfg = self.config
-        return load_sft_rows(cfg.data, limit=cfg.limit)
+        rows = load_sft_rows(cfg.data, limit=cfg.limit)
+        if not any(r["tagged"] for r in rows):
+            # without a promise there is no chunk, so no diffusion loss: the model would
+            # learn plain autoregression under another name
+            looks_tip = any("<reg_" in r["text"] for r in rows)
+            raise SolmError(f"{cfg.data}: no row holds a Pasta-Lang promise, so Planned "
+                            f"Diffusion has no chunk to learn"
+                            + (" (its rows carry TIP registers `<reg_i>`: this is a TIP "
+                               "traces file)" if looks_tip else "")
+                            + "; train on `pasta annotate` output")
+        return rows
 
     def data_collator(self, tokenizer, vocab) -> Callable:
         cfg = self.config
