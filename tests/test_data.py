@@ -88,6 +88,7 @@ def hub(tmp_path, monkeypatch):
         return str(path)
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    monkeypatch.setattr("solm.data.get.hub_unreachable", lambda: None)
     return calls
 
 
@@ -147,10 +148,45 @@ def test_offline_the_error_says_so_and_names_from(tmp_path, monkeypatch):
         raise OSError("We couldn't connect to 'https://huggingface.co'")
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+    monkeypatch.setattr("solm.data.get.hub_unreachable", lambda: None)
     with pytest.raises(SolmError, match="--from FILE") as e:
         get_set(SETS["math500"], tmp_path)
     assert "HuggingFaceH4/MATH-500" in str(e.value)
     assert not (tmp_path / "math500.jsonl").exists() and not (tmp_path / "SOURCE.json").exists()
+
+
+def test_an_unreachable_hub_is_said_at_once_without_the_clients_retries(tmp_path, monkeypatch):
+    """Issue 38: 23 s of retries, then a message cut mid-word. A host that does not resolve is
+    said before the hub client is called at all."""
+    import socket
+
+    import huggingface_hub
+
+    def no_dns(*args, **kwargs):
+        raise socket.gaierror(-2, "Name or service not known")
+
+    def never(*args, **kwargs):
+        raise AssertionError("the hub client was called")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(socket, "create_connection", no_dns)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", never)
+    with pytest.raises(SolmError) as e:
+        get_set(SETS["math500"], tmp_path)
+    assert "cannot be resolved here (Name or service not known)" in str(e.value)
+    assert str(e.value).endswith("solm data get math500 --from FILE")
+
+
+def test_library_messages_are_cut_at_a_sentence_or_a_word():
+    from solm.data.get import first_sentence
+
+    hub_text = ("An error happened while trying to locate the file on the Hub and we cannot "
+                "find the requested files in the local cache. Please check your connection "
+                "and try again or make sure your Internet connection is on.")
+    assert first_sentence(hub_text) == hub_text.split(". ")[0] + "."
+    long = "word " * 100
+    cut = first_sentence(long, limit=42)
+    assert cut.endswith(" ...") and all(w == "word" for w in cut[:-4].split())
 
 
 @pytest.mark.parametrize("fmt", ["hub file", "jsonl of hub rows with extra fields"])

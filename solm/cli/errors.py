@@ -14,9 +14,17 @@ from typer.exceptions import Abort
 import math
 
 try:  # typer >= 0.23 vendors click
+    from typer._click.core import ParameterSource
     from typer._click.exceptions import BadParameter, ClickException, NoArgsIsHelpError
 except ImportError:  # pragma: no cover
+    from click.core import ParameterSource
     from click.exceptions import BadParameter, ClickException, NoArgsIsHelpError
+
+
+def given_explicitly(ctx, name: str) -> bool:
+    """Whether option `name` came from the command line or a --config file (not a default)."""
+    return ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE,
+                                              ParameterSource.DEFAULT_MAP)
 
 
 def _is_float_option(param) -> bool:

@@ -45,8 +45,28 @@ Examples:
 """
 
 
+# options that only one --system reads: given for the other, they are refused, not ignored
+TIP_ONLY = ("policy", "budget", "registers", "page_size")
+PASTA_ONLY = ("mode", "penalize", "max_fork_tokens", "compile", "repetition_penalty",
+              "no_repeat_ngram")
+
+
+def _refuse_other_systems_options(ctx: typer.Context, system: str) -> None:
+    """One line naming the first option given (flag or --config) that `system` ignores."""
+    from solm.cli.errors import given_explicitly
+
+    others = PASTA_ONLY if system == "tip" else TIP_ONLY
+    for name in others:
+        if given_explicitly(ctx, name):
+            flag = "--" + name.replace("_", "-")
+            raise typer.BadParameter(f"{flag} applies to --system "
+                                     f"{'pasta' if system == 'tip' else 'tip'} only; this "
+                                     f"server is --system {system}", param_hint=flag)
+
+
 @handle_errors
 def serve(
+    ctx: typer.Context,
     model: str = ModelOption,
     system: str = typer.Option("pasta", callback=one_of("pasta", "tip"),
                                help="pasta: promised chunks decode as parallel threads; tip: "
@@ -110,6 +130,7 @@ def serve(
 
     from solm.core.generation import resolve_decode
 
+    _refuse_other_systems_options(ctx, system)
     key = api_key or os.environ.get(API_KEY_ENV) or None
     decoding = resolve_decode(model, decode_flags(temperature, top_p, repetition_penalty,
                                                   no_repeat_ngram))

@@ -51,8 +51,50 @@ def read_raw(path: Path) -> Iterator[tuple[str, Row]]:
         yield f"{path}:{line}", row
 
 
+def first_sentence(text: str, limit: int = 200) -> str:
+    """A library's message shortened to its first sentence, never cut inside a word."""
+    text = " ".join(text.split())
+    end = re.search(r"[.!?](\s|$)", text)
+    if end:
+        text = text[:end.start() + 1]
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0] + " ..."
+
+
+def hub_unreachable() -> str | None:
+    """Why the hub cannot be reached from here (offline mode, its host unknown or refusing),
+    found in well under a second; None when it may be reachable."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return "HF_HUB_OFFLINE is set"
+    try:
+        from huggingface_hub import constants
+        endpoint = constants.ENDPOINT
+    except Exception:  # pragma: no cover - the hub client is a dependency
+        endpoint = "https://huggingface.co"
+    url = urlparse(endpoint)
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https"
+                                                                 else 80)
+    try:
+        with socket.create_connection((host, port), timeout=3):
+            return None
+    except socket.gaierror as e:
+        return f"the hub's host {host} cannot be resolved here ({e.strerror or e})"
+    except OSError as e:
+        return f"the hub at {host}:{port} cannot be reached ({e.strerror or type(e).__name__})"
+
+
 def hub_files(ds: DataSet, revision: str) -> tuple[list[Path], str | None]:
     """Download the set's raw files; returns them and the commit they came from."""
+    fallback = f"on a machine without the hub, convert a local copy: solm data get {ds.name} " \
+               f"--from FILE"
+    unreachable = hub_unreachable()
+    if unreachable:  # at once, instead of the hub client's retries
+        raise SolmError(f"could not download {ds.name} ({ds.repo}): {unreachable}; {fallback}")
     try:
         from huggingface_hub import hf_hub_download
 
@@ -61,8 +103,7 @@ def hub_files(ds: DataSet, revision: str) -> tuple[list[Path], str | None]:
     except Exception as e:  # offline, no hub, a gated or moved repository
         raise SolmError(
             f"could not download {ds.name} ({ds.repo}, {', '.join(ds.files)}) from the Hugging "
-            f"Face hub ({type(e).__name__}: {str(e)[:160]}); on a machine without the hub, "
-            f"convert a local copy: solm data get {ds.name} --from FILE") from None
+            f"Face hub ({type(e).__name__}: {first_sentence(str(e))}); {fallback}") from None
     commit = re.search(r"snapshots/([0-9a-f]{40})/", paths[0].as_posix())
     return paths, commit.group(1) if commit else None
 
