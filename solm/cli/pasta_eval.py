@@ -104,7 +104,7 @@ def agreement(
                                              "$SOLM_CACHE/judge)."),
     restart: bool = typer.Option(False, "--restart", help="The judgments beside OUT were made "
                                  "by another judge or on another annotations file: move them "
-                                 "into OUT.previous-<time>/ and judge again (without it such a "
+                                 "into OUT.previous-TIME/ and judge again (without it such a "
                                  "rerun is refused)."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:

@@ -61,7 +61,7 @@ RESULT_FILES = ("baseline.jsonl", "samples.jsonl", "judgments.jsonl", "judgments
                 "scored.jsonl", "pairs.jsonl", "summary.json")
 RestartOption = typer.Option(False, "--restart", help="OUT holds results made with another "
                              "model, judge, prompts file or settings: move them into "
-                             "OUT/previous-<time>/ and start again (without it such a rerun "
+                             "OUT/previous-TIME/ and start again (without it such a rerun "
                              "is refused).")
 
 

@@ -116,7 +116,7 @@ def guard_folder(folder: str | os.PathLike, row_settings: dict[str, Any], restar
     """A resumable folder output reused by a rerun: its manifest's row settings (model,
     judge, data, settings) must be the rerun's, or the rerun would mix or relabel results.
     With `restart`, the folder's results and manifest are moved into
-    `folder/previous-<time>/` (nothing is deleted) and the run starts afresh; returns that
+    `folder/previous-TIME/` (nothing is deleted) and the run starts afresh; returns that
     folder. A folder without a manifest (or new) is taken as it is."""
     folder = Path(folder)
     path = folder / MANIFEST_NAME
@@ -139,7 +139,7 @@ def guard_folder(folder: str | os.PathLike, row_settings: dict[str, Any], restar
         what = ", ".join(f"{k}={old!r} (now {new!r})" for k, (old, new) in changed.items())
         raise SolmError(f"{folder} holds results made with {what}; rerun with the same "
                         f"settings, choose another output, or pass {option} to start again "
-                        f"(the old results are moved into {folder}/previous-<time>/)")
+                        f"(the old results are moved into {folder}/previous-TIME/)")
     return None
 
 
