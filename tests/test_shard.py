@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from solm.core.errors import SolmError
-from solm.core.shard import Shard, merge_file, merge_folder
+from solm.core.shard import Shard, mark_finished, mark_started, merge_file, merge_folder
 
 TIMING = {"wall_s", "prefill_s", "decode_s", "compile_s"}
 
@@ -31,7 +31,10 @@ def test_parse():
     assert Shard.parse("1/4") == Shard(1, 4)
     assert Shard.parse(None) is None
     assert Shard.parse("auto", {"WORLD_SIZE": "8", "RANK": "3", "LOCAL_RANK": "3"}) == Shard(3, 8, 3)
-    assert Shard.parse("auto", {}) is None  # not under a launcher: the whole input
+    with pytest.raises(SolmError, match="RANK and WORLD_SIZE not set"):
+        Shard.parse("auto", {})  # not under a launcher: refused, not the whole job silently
+    with pytest.raises(SolmError, match="RANK not set"):
+        Shard.parse("auto", {"WORLD_SIZE": "2"})
     assert Shard.parse("auto", {"WORLD_SIZE": "1", "RANK": "0"}) is None
     for bad in ("4/4", "1", "a/b", "-1/2", "0/0"):
         with pytest.raises(SolmError):
@@ -72,6 +75,11 @@ def test_merge_folder_joins_each_file(tmp_path):
     for k, machine in enumerate(("cuda:0", "cuda:1")):
         (run / f"shard-{k}-of-2" / "run.json").write_text('{"model": "m"}')
         (run / f"shard-{k}-of-2" / "machine.json").write_text(machine)
+    with pytest.raises(SolmError, match="no shard marker"):
+        merge_folder(run)
+    for k, ids in enumerate((["a"], ["b"])):
+        mark_started(Shard(k, 2), run / f"shard-{k}-of-2", True, ids)
+        mark_finished(Shard(k, 2), run / f"shard-{k}-of-2", True)
     result = merge_folder(run)
     assert result["files"] == {"outputs/m.jsonl": 2, "samples.jsonl": 3}
     assert result["copied"] == ["run.json"] and result["differing"] == ["machine.json"]
@@ -81,6 +89,86 @@ def test_merge_folder_joins_each_file(tmp_path):
     _write(run / "shard-1-of-2" / "samples.jsonl", [{"id": "a", "s": 2}])
     with pytest.raises(SolmError, match="shards must split the prompts"):
         merge_folder(run)
+
+
+def _finished_shards(folder: Path, shards: dict[int, list[dict]], n: int) -> None:
+    for k, rows in shards.items():
+        path = folder / f"out.shard-{k}-of-{n}.jsonl"
+        _write(path, rows)
+        mark_started(Shard(k, n), path, False, [r["id"] for r in rows])
+        mark_finished(Shard(k, n), path, False)
+
+
+def test_merge_keeps_the_rows_its_output_already_holds(tmp_path):
+    """Issue 38: an out.jsonl holding an earlier row lost it to `solm merge`."""
+    out = tmp_path / "out.jsonl"
+    _write(out, [{"id": "z", "v": 0}])
+    _finished_shards(tmp_path, {0: [{"id": "a", "v": 1}], 1: [{"id": "b", "v": 2}]}, 2)
+    result = merge_file(out)
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert rows == [{"id": "z", "v": 0}, {"id": "a", "v": 1}, {"id": "b", "v": 2}]
+    assert (result["kept"], result["added"]) == (1, 2)
+    merge_file(out)  # merged twice: the same rows, nothing doubled
+    assert [json.loads(x) for x in out.read_text().splitlines()] == rows
+    # with the prompts: their order, and the earlier row kept after them
+    merge_file(out, ["b", "a"])
+    assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == ["b", "a", "z"]
+    _write(out, [{"id": "a", "v": "other"}])
+    before = out.read_text()
+    with pytest.raises(SolmError, match="already holds rows for id 'a' that differ"):
+        merge_file(out)
+    assert out.read_text() == before  # refused: nothing written
+
+
+def test_merge_refuses_an_unfinished_shard(tmp_path):
+    out = tmp_path / "out.jsonl"
+    _finished_shards(tmp_path, {0: [{"id": "a"}], 1: [{"id": "b"}, {"id": "c"}]}, 2)
+    shard1 = tmp_path / "out.shard-1-of-2.jsonl"
+    _write(shard1, [{"id": "b"}])  # a shard file that lost a row (or was emptied)
+    with pytest.raises(SolmError, match="holds 1 of its 2 prompts \(first missing: 'c'\)"):
+        merge_file(out)
+    _write(shard1, [])
+    with pytest.raises(SolmError, match="holds 0 of its 2 prompts"):
+        merge_file(out)
+    mark_started(Shard(1, 2), shard1, False, ["b", "c"])  # started again, not finished
+    _write(shard1, [{"id": "b"}, {"id": "c"}])
+    with pytest.raises(SolmError, match="has not finished"):
+        merge_file(out)
+    assert not out.exists()
+    mark_finished(Shard(1, 2), shard1, False)
+    assert merge_file(out)["rows"] == 3
+
+
+def test_merge_folder_refuses_to_overwrite_different_rows_and_carries_the_settings(tmp_path):
+    """A copy of a finished prefs run plus two shard folders: samples.jsonl went from 6
+    rows to 2 without a word. Now the merge refuses and writes nothing; shards made alike
+    merge, and the merged folder's manifest keeps refusing other settings."""
+    from solm.core.provenance import guard_folder, write_manifest
+
+    run = tmp_path / "prefs"
+    earlier = [{"id": i, "sample": k, "t": 1.0} for i in "abc" for k in (0, 1)]
+    _write(run / "samples.jsonl", earlier)
+    for k, ids in enumerate((["a", "c"], ["b"])):
+        shard = run / f"shard-{k}-of-2"
+        _write(shard / "samples.jsonl", [{"id": i, "sample": 0, "t": 2.0} for i in ids])
+        write_manifest(shard, "pasta prefs", {}, row_settings={"model": "m", "seed": 0})
+        mark_started(Shard(k, 2), shard, True, ids)
+        mark_finished(Shard(k, 2), shard, True)
+    with pytest.raises(SolmError, match="already holds rows for id 'a'"):
+        merge_folder(run)
+    assert [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()] == earlier
+    (run / "samples.jsonl").unlink()
+    write_manifest(run / "shard-1-of-2", "pasta prefs", {},
+                   row_settings={"model": "m", "seed": 1})
+    with pytest.raises(SolmError, match="different settings \(seed differ"):
+        merge_folder(run)
+    write_manifest(run / "shard-1-of-2", "pasta prefs", {},
+                   row_settings={"model": "m", "seed": 0})
+    result = merge_folder(run)
+    assert result["files"] == {"samples.jsonl": 3}
+    assert "solm_manifest.json" not in result["differing"]
+    with pytest.raises(SolmError, match="model='m' \(now 'other'\)"):
+        guard_folder(run, {"model": "other", "seed": 0}, False, ["samples.jsonl"])
 
 
 def _cli(*args: str) -> list[str]:
