@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from fake_llm_server import FakeLLM
-from solm.prefs.score import (ALL_TOO_SHORT, NO_WELL_FORMED, ONE_DISTINCT, Scored, choose_pair,
-                              distinct, parse_quality_weight)
+from solm.prefs.score import (ALL_TOO_SHORT, NO_WELL_FORMED, ONE_DISTINCT, TIED, Scored,
+                              choose_pair, distinct, parse_quality_weight)
 
 
 def brute_force(samples, weight):
@@ -31,6 +31,8 @@ def brute_force(samples, weight):
     pool = bad if bad else good
     worst = min(value(s) for s in pool)
     rejected = max((s for s in pool if value(s) == worst), key=lambda s: s.sample)
+    if not bad and best == worst:
+        return None  # every eligible sample scores the same: a pair would prefer nothing
     return chosen.sample, rejected.sample
 
 
@@ -49,8 +51,12 @@ def test_the_pair_is_the_best_well_formed_against_the_worst(weight):
             assert choose_pair(samples, weight).skipped == ALL_TOO_SHORT
             continue
         choice = choose_pair(samples, weight)
+        expected = brute_force(samples, weight)
+        if expected is None:
+            assert choice.skipped == TIED and choice.chosen is None
+            continue
         assert choice.chosen.well_formed
-        assert (choice.chosen.sample, choice.rejected.sample) == brute_force(samples, weight)
+        assert (choice.chosen.sample, choice.rejected.sample) == expected
 
 
 def test_a_malformed_sample_is_never_chosen_however_good():
@@ -200,3 +206,57 @@ def test_own_speed_is_the_samples_text_over_its_critical_path():
     assert [x.speedup for x in own] == [3.0, 1.0]  # only the parallel one is faster
     assert choose_pair(own, 0.0).chosen.sample == 0
     assert choose_pair(by_baseline, 0.0).chosen.sample == 1
+
+
+def test_tied_samples_make_no_pair():
+    """Issue 38: chosen and rejected both scored 0.88 and BoNBoN trained on the pair."""
+    tied = [Scored(0, True, 0.88, None), Scored(1, True, 0.88, None)]
+    assert choose_pair(tied, 0.0).skipped == TIED
+    # the same score, but one is malformed: a real preference, kept
+    assert choose_pair([Scored(0, True, 0.88, None), Scored(1, False, 0.88, None)],
+                       0.0).rejected.sample == 1
+
+
+def test_prefs_reruns_keep_earlier_pairs_and_refuse_other_settings(tmp_path, tiny_folder):
+    """Issue 38: a smaller --limit rewrote pairs.jsonl smaller; another model's rerun reused
+    the samples and relabelled them; a changed λ was accepted silently. Also: a baseline
+    file of `id` + `response` rows (as --help says) is read, and the pairs name their
+    sampler (what `pasta bonbon` takes as its reference)."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": q}) + "\n" for i, q in
+                               enumerate(["Name three fruits.", "Boil an egg.", "Rain?"])))
+    base = tmp_path / "base.jsonl"
+    base.write_text("".join(json.dumps({"id": f"q{i}", "response": "A plain answer."}) + "\n"
+                            for i in range(3)))
+    out = tmp_path / "prefs"
+
+    def command(**changed):
+        options = {"--max-new-tokens": "8", "--quality-weight": "0", "--seed": "0",
+                   **{k.replace("_", "-"): v for k, v in changed.items()}}
+        return ["prefs", "-p", str(prompts), "-o", str(out), "-m", tiny_folder, "--baseline",
+                str(base), "-n", "3", "--temperature", "1.5", "--dtype", "fp32",
+                "--batch-size", "4", "-q", *[x for kv in options.items() for x in kv]]
+
+    args = command()
+    first = _pasta(*args, "--limit", "2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    manifest = json.loads((out / "solm_manifest.json").read_text())
+    assert manifest["row_settings"]["model"] == tiny_folder
+    pairs_before = (out / "pairs.jsonl").read_text()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["prompts"] == 2
+    assert all(p["model"] == tiny_folder for p in _rows(out / "pairs.jsonl"))
+    smaller = _pasta(*args, "--limit", "1")
+    assert smaller.returncode == 0, smaller.stderr[-3000:]
+    assert (out / "pairs.jsonl").read_text() == pairs_before
+    assert json.loads((out / "summary.json").read_text())["prompts"] == 2
+    for change in ({"--quality_weight": "1"}, {"--seed": "1"}, {"--max_new_tokens": "9"}):
+        refused = _pasta(*command(**change), "--limit", "2")
+        assert refused.returncode == 1 and "holds results made with" in refused.stderr
+        assert "--restart" in refused.stderr
+        assert (out / "pairs.jsonl").read_text() == pairs_before
+    again = _pasta(*command(**{"--seed": "1"}), "--limit", "1", "--restart")
+    assert again.returncode == 0, again.stderr[-3000:]
+    aside = [d for d in out.iterdir() if d.name.startswith("previous-")]
+    assert len(aside) == 1 and (aside[0] / "pairs.jsonl").read_text() == pairs_before
+    assert json.loads((out / "summary.json").read_text())["prompts"] == 1
