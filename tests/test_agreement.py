@@ -90,3 +90,45 @@ def test_agreement_end_to_end(tmp_path):
     assert report["position_bias"] == pytest.approx(0.1, abs=1e-3)
     assert report["interval"][0] > 0.5 and not report["chance_inside_interval"]
     assert "above chance" in report["reading"]
+
+
+def test_agreement_reruns_reuse_judgments_only_for_the_same_judge_and_pairs(tmp_path):
+    """Issue 38: judgments were reused by row position (ann-0, ...): another annotations file
+    written to the same -o reported old verdicts for new pairs, and a new --judge reused the
+    old judge's verdicts under its own name."""
+    def annotations(name, flip):
+        path = tmp_path / name
+        path.write_text(json.dumps([
+            {"instruction": f"Question {i}?", "output_1": "plain answer",
+             "output_2": f"GOOD answer {i}", "preference": 1 if flip else 2}
+            for i in range(4)]))
+        return path
+
+    first, second = annotations("a.json", False), annotations("b.json", True)
+    out = tmp_path / "agreement.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "SOLM_CACHE": str(tmp_path / "cache")}
+
+    def run(ann, judge, *extra):
+        return subprocess.run([sys.executable, "-m", "solm.cli.main", "pasta", "eval",
+                               "agreement", "-a", str(ann), "-o", str(out), "--judge", judge,
+                               "-q", *extra], capture_output=True, text=True, env=env,
+                              timeout=300)
+
+    with FakeLLM(None) as server:
+        judge = f"openai:judge@{server.url}"
+        assert run(first, judge).returncode == 0
+        assert json.loads(out.read_text())["agreement"] == 1.0
+        manifest = out.with_name("agreement.judgments.jsonl.manifest.json")
+        assert json.loads(manifest.read_text())["row_settings"]["judge"] == judge
+        before = out.read_text()
+        for ann, spec in ((second, judge), (first, f"openai:other@{server.url}")):
+            r = run(ann, spec)
+            assert r.returncode == 1 and "--restart" in r.stderr, r.stderr
+            assert out.read_text() == before
+        asked = server.judge_requests
+        r = run(second, judge, "--restart")
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert server.judge_requests == asked  # the verdict cache still answers by content
+    report = json.loads(out.read_text())
+    assert report["pairs_judged"] == 4 and report["agreement"] == 0.0  # the new file's truth
+    assert any(p.name.startswith("agreement.json.previous-") for p in tmp_path.iterdir())

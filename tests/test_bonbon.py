@@ -175,6 +175,8 @@ def test_training_moves_the_policy_and_not_the_reference(tmp_path, tiny_folder):
     ({"prompt": "x", "n": 1}, "n"),
     ({"prompt": "x", "n": 2, "chosen": {"ids": [], "ended": False}}, "chosen.ids"),
     ({"prompt": "x", "n": 2, "chosen": {"ids": ["a"]}}, "chosen.ids"),
+    ({"prompt": "x", "n": 2, "chosen": {"ids": [-5, 3]}}, "chosen.ids"),  # was blamed on forced
+    ({"prompt": "x", "n": 2, "chosen": {"ids": [1, True]}}, "chosen.ids"),
     ({"prompt": "x", "n": 2, "chosen": {"ids": [1, 2], "forced": [5]}}, "chosen.forced"),
     ({"prompt": "x", "n": 2, "chosen": {"ids": [1]}, "rejected": {"ids": [2], "ended": "y"}},
      "rejected.ended"),
@@ -186,3 +188,50 @@ def test_a_bad_pairs_row_is_named_by_line_and_field(tmp_path, row, field):
     with pytest.raises(DataError) as e:
         load_pairs(str(path))
     assert e.value.line == 2 and e.value.field == field
+
+
+def _pairs_file(path, model=None, offset=0):
+    row = {"prompt": "ok", "n": 2, "chosen": {"ids": [1 + offset, 2]},
+           "rejected": {"ids": [3], "ended": True}}
+    if model is not None:
+        row["model"] = model
+    path.write_text(json.dumps(row) + "\n" + json.dumps(row) + "\n")
+    return str(path)
+
+
+def test_the_reference_defaults_to_the_model_the_pairs_were_sampled_from(tmp_path):
+    """Issue 38: `pasta bonbon` defaulted --model to smollm2-135m whatever sampled the pairs."""
+    from solm.core.errors import SolmError
+
+    named = _pairs_file(tmp_path / "named.jsonl", model="runs/r1/pasta-sft")
+    trainer = BonbonTrainer(BonbonConfig(out=str(tmp_path / "o1"), data=named, quiet=True))
+    trainer.check()
+    assert trainer.config.model == "runs/r1/pasta-sft" and not trainer.notices
+    other = BonbonTrainer(BonbonConfig(out=str(tmp_path / "o2"), data=named,
+                                       model="smollm2-135m", quiet=True))
+    other.check()
+    assert "not the model the pairs were sampled from (runs/r1/pasta-sft)" in other.notices[0]
+    # an older pairs file: the prefs folder's manifest names the sampler
+    folder = tmp_path / "prefs"
+    folder.mkdir()
+    old = _pairs_file(folder / "pairs.jsonl")
+    (folder / "solm_manifest.json").write_text(json.dumps({"model": "pasta-sft-cpu"}))
+    t = BonbonTrainer(BonbonConfig(out=str(tmp_path / "o3"), data=old, quiet=True))
+    t.check()
+    assert t.config.model == "pasta-sft-cpu"
+    anonymous = _pairs_file(tmp_path / "anon.jsonl")
+    with pytest.raises(SolmError, match="do not name the model they were sampled from"):
+        BonbonTrainer(BonbonConfig(out=str(tmp_path / "o4"), data=anonymous,
+                                   quiet=True)).check()
+
+
+def test_token_ids_outside_the_tokenizer_are_named_not_an_index_error(tmp_path,
+                                                                      pasta_tokenizer, vocab):
+    """Issue 38: ids + 60000 ended in a 400-line traceback (`index out of range in self`)."""
+    path = _pairs_file(tmp_path / "far.jsonl", model="m", offset=len(pasta_tokenizer))
+    trainer = BonbonTrainer(BonbonConfig(out=str(tmp_path / "o"), data=path, model="m",
+                                         eval_rows=0, quiet=True))
+    with pytest.raises(DataError) as e:
+        trainer.prepare_data(load_pairs(path), pasta_tokenizer, vocab)
+    assert (e.value.line, e.value.field) == (1, "chosen.ids")
+    assert f"token id {1 + len(pasta_tokenizer)} is outside the tokenizer" in str(e.value)

@@ -278,7 +278,10 @@ def test_sharded_prefs_merge_into_the_unsharded_samples_and_pairs(tmp_path, tiny
     assert all(got[k]["ids"] == want[k]["ids"] for k in want)  # seeded per prompt and sample
     pairs = _key_rows(sharded / "pairs.jsonl", lambda r: r["id"])
     assert pairs == _key_rows(whole / "pairs.jsonl", lambda r: r["id"])
-    assert len(load_pairs(str(sharded / "pairs.jsonl"))) == len(pairs)
+    summaries = [json.loads((f / "summary.json").read_text()) for f in (sharded, whole)]
+    assert summaries[0]["skipped"] == summaries[1]["skipped"]
+    if pairs:  # a tiny model's samples often tie on speed (tied pairs are left out)
+        assert len(load_pairs(str(sharded / "pairs.jsonl"))) == len(pairs)
 
 
 def test_sharded_tip_eval_merges_and_reports(tmp_path, tiny_folder):

@@ -239,7 +239,8 @@ def take_shard(part, records: list, out: Path, folder: bool = False) -> list:
         return records
     mine = part.take(records)
     info(f"{part.tag}: {len(mine)} of {len(records)} prompts -> {out}")
-    mark_started(part, out, folder, [r.id for r in mine])
+    # records, or (index, record) pairs (AlpacaEval's)
+    mark_started(part, out, folder, [r.id if hasattr(r, "id") else r[1].id for r in mine])
     if not mine:
         if folder:
             Path(out).mkdir(parents=True, exist_ok=True)
