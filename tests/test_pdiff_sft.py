@@ -104,3 +104,28 @@ def test_pdiff_sft_trains_saves_and_decodes(tmp_path, tiny_folder):
     res = PdiffRuntime(model, tok, pool_size=256).generate(
         prompt_ids(tok, "Question 1?"), PdiffDecodeConfig(max_new_tokens=40))
     assert res.forward_passes > 0
+
+
+def test_pdiff_sft_refuses_rows_without_a_promise(tmp_path):
+    """Issue 38: a TIP register file trained with `tagged_train_rows: 0` and no warning."""
+    from solm.core.errors import SolmError
+
+    tip_rows = tmp_path / "tip.jsonl"
+    tip_rows.write_text("".join(json.dumps({"prompt": f"What is {i}+1?", "annotated":
+                                            f"<reg_0>Add one.<reg_1>So {i + 1}."}) + "\n"
+                                for i in range(4)))
+    cfg = PdiffSFTConfig(data=str(tip_rows), out=str(tmp_path / "pd"), quiet=True)
+    with pytest.raises(SolmError, match="no row holds a Pasta-Lang promise.*TIP traces file"):
+        PdiffSFTTrainer(cfg).read_data()
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(json.dumps({"prompt": "Hi", "response": "Hello."}) + "\n")
+    with pytest.raises(SolmError, match="no chunk to learn; train on `pasta annotate`"):
+        PdiffSFTTrainer(PdiffSFTConfig(data=str(plain), out=str(tmp_path / "pd"),
+                                       quiet=True)).read_data()
+    # one promise anywhere is enough: plain rows are still mixed in as they are today
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(plain.read_text() + json.dumps({
+        "prompt": "List two.", "annotated": '<promise topic="a" tokens="1"/><async>A.</async>'
+        '<sync/>'}) + "\n")
+    assert len(PdiffSFTTrainer(PdiffSFTConfig(data=str(mixed), out=str(tmp_path / "pd"),
+                                              quiet=True)).read_data()) == 2
