@@ -85,3 +85,22 @@ def test_pasta_eval_runs_pdiff_beside_the_baseline(tmp_path, tiny_folder):
     text = (tmp_path / "report" / "report.md").read_text()
     assert "| pd `steps_ratio=0.5` |" in text and "pad-only" in text
     assert (tmp_path / "report" / "winrate_vs_passes_per_token_reduction.png").exists()
+
+
+@pytest.mark.slow
+def test_a_first_pdiff_decode_shows_diffusion(tmp_path):
+    """Issue 38: the built-in prompts (and 2 of 2 AlpacaEval prompts tried) planned no chunk,
+    so a first `pdiff decode` never showed diffusion. With its defaults, the kept model plans
+    chunks on the built-in prompts and they are denoised."""
+    from typer.testing import CliRunner
+
+    from solm.cli import pdiff
+
+    out = tmp_path / "first.jsonl"
+    r = CliRunner().invoke(pdiff.app, ["decode", "-m", "pdiff-cpu", "-o", str(out), "-q"])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == 3
+    planned = [row for row in rows if row["chunks"]]
+    assert len(planned) >= 2, [row["response"][:60] for row in rows]
+    assert all(row["denoise_passes"] > 0 for row in planned)

@@ -94,7 +94,8 @@ def decode(
                                          "figures to standard error."),
     model: str = ModelOption,
     prompts: Optional[Path] = typer.Option(None, "--prompts", "-p", help="JSONL of prompts "
-                                           "(default: the two built-in demo prompts)."),
+                                           "(default: three built-in prompts on which the kept `pdiff-cpu` plans chunks, so a first "
+                                           "try shows diffusion)."),
     out: Path = typer.Option(Path("runs/pdiff_decode.jsonl"), "--out", "-o",
                              help="Rows are appended here; a rerun resumes."),
     max_new_tokens: int = typer.Option(512, min=1, max=MAX_NEW_TOKENS_CAP,
@@ -145,8 +146,7 @@ def decode(
     from solm.core.models import load_decoder
     from solm.core.provenance import check_rerun_settings, write_manifest
     from solm.core.records import Record, load_records
-    from solm.decode.pasta.decode_file import DEMO_PROMPTS
-    from solm.decode.pdiff.decode_file import decode_file, result_record
+    from solm.decode.pdiff.decode_file import DEMO_PROMPTS, decode_file, result_record
     from solm.decode.pdiff.runtime import PdiffRuntime
 
     if text is not None and prompts is not None:

@@ -19,6 +19,9 @@ from solm.decode.pdiff.runtime import (PdiffDecodeConfig, PdiffDecodeResult, Pdi
                                        PdiffRuntime)
 
 REPEAT_N = 3  # n of the repeated n-grams counted inside chunks
+# `pdiff decode` without --prompts: prompts the kept pdiff-cpu model answers with a plan of
+# chunks (greedy, bf16 on an AMD AVX-512 CPU), so a first try shows diffusion
+DEMO_PROMPTS = Path(__file__).with_name("demo_prompts.jsonl")
 
 
 def repeated_ngram_share(tokens: list[int], n: int = REPEAT_N) -> float:
