@@ -154,3 +154,14 @@ def test_tip_eval_budget_errors_name_its_own_options(tmp_path, budgets, says):
     r = runner.invoke(app, ["tip", "eval", "run", "-o", str(tmp_path / "run"),
                             "--budgets", budgets])
     assert r.exit_code == 1 and says in r.output and "--policy " not in r.output
+
+
+def test_pdiff_length_scale_is_bounded():
+    """Issue 38: `--length-scale 1e6` gave answers like "1." (no promise fits any answer)."""
+    for value in ("1e6", "0.01"):
+        r = runner.invoke(app, ["pdiff", "decode", "--length-scale", value, "x"])
+        assert r.exit_code == 2 and "'--length-scale'" in r.output
+    from solm.decode.pdiff.runtime import PdiffDecodeConfig
+
+    with pytest.raises(ValueError, match="length_scale must be in"):
+        PdiffDecodeConfig(length_scale=1e6).check()

@@ -157,3 +157,23 @@ def test_alpaca_eval_prompts_from_the_hub_file_and_local_files(tmp_path, monkeyp
     bad.write_text(json.dumps([{"instruction": "ok"}, {"nothing": 1}]))
     with pytest.raises(DataError, match="bad.json: item 1"):
         alpaca_eval_records(str(bad), None)
+
+
+def test_a_run_folder_refuses_another_judge_or_prompts_file(tmp_path):
+    """Issue 38: outputs are reused by prompt id and judgments by pair, so a rerun into the
+    same folder with another judge, reference or prompts file is refused; a decode-only
+    rerun (--no-judge) keeps the judge recorded."""
+    from solm.eval.methods import Method
+    from solm.eval.run import read_run_file, write_run_file
+
+    methods = [Method.parse("sequential=m")]
+    base = {"prompts": "a.jsonl", "judge": "hf:one", "reference": None, "decode": {"x": 1}}
+    write_run_file(tmp_path, methods, "sequential", base)
+    write_run_file(tmp_path, methods, "sequential", {**base, "judge": None})
+    assert read_run_file(tmp_path)["judge"] == "hf:one"
+    for change in ({"judge": "hf:two"}, {"prompts": "b.jsonl"}, {"decode": {"x": 2}}):
+        with pytest.raises(SolmError, match="use another run folder"):
+            write_run_file(tmp_path, methods, "sequential", {**base, **change})
+    write_run_file(tmp_path, methods, "sequential", {**base, "reference": "gpt4.json"})
+    with pytest.raises(SolmError, match="its reference settings were gpt4.json"):
+        write_run_file(tmp_path, methods, "sequential", {**base, "reference": "other.json"})

@@ -48,12 +48,19 @@ def write_run_file(run_dir: Path, methods: list[Method], baseline: str, settings
             if m.label in old_methods and old_methods[m.label] != asdict(m):
                 raise SolmError(f"{run_dir}: method '{m.label}' was {old_methods[m.label]} in "
                                 f"this run; use another label or another run folder")
-        for name in ("decode", "baseline"):
-            if old.get(name) is not None and old.get(name) != record.get(name):
+        # outputs are reused by prompt id and judgments by pair: the prompts file, the
+        # judge and the reference must be the run's own (a run decoded with --no-judge
+        # records none, and takes the first judge it is given)
+        for name in ("decode", "baseline", "prompts", "judge", "reference"):
+            if old.get(name) is not None and record.get(name) is not None \
+                    and old.get(name) != record.get(name):
                 raise SolmError(f"{run_dir}: its {name} settings were {old.get(name)}; now "
                                 f"{record.get(name)}: use another run folder")
         merged = {**old_methods, **{m.label: asdict(m) for m in methods}}
         record["methods"] = list(merged.values())
+        for name in ("judge", "reference"):  # a --no-judge rerun keeps what is recorded
+            if record.get(name) is None and old.get(name) is not None:
+                record[name] = old[name]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1))
 
