@@ -245,6 +245,7 @@ class BonbonTrainer(SolmTrainer):
         return "pasta"
 
     def check(self) -> None:
+        super().check()  # paths first: an output that is an input is the first thing said
         cfg = self.config
         sampler = pairs_sampler(cfg.data)
         if cfg.model is None:
@@ -257,7 +258,6 @@ class BonbonTrainer(SolmTrainer):
             self.notices.append(f"--model {cfg.model} is not the model the pairs were sampled "
                                 f"from ({sampler}): the reference is then not the sampler, "
                                 f"which BoNBoN's objective assumes")
-        super().check()
 
     def read_data(self) -> list[dict]:
         return load_pairs(self.config.data, limit=self.config.limit)
