@@ -38,7 +38,7 @@ def test_the_walk_finds_the_float_options_people_set():
     assert len(found) > 40
 
 
-@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN", "Infinity"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_every_float_option_refuses_non_finite_values(value):
     """Each float option of each command, alone on the command line: exit 2 and one line
     naming the option (a NaN was reported as a range error; inf was accepted where no bound
@@ -50,6 +50,12 @@ def test_every_float_option_refuses_non_finite_values(value):
         if r.exit_code != 2 or "must be a finite number" not in line or flag not in line:
             failures.append((" ".join(path), flag, r.exit_code, line[:120]))
     assert not failures, failures
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "+inf", " nan"])
+def test_other_spellings_are_refused_too(value):
+    r = runner.invoke(app, ["pasta", "prefs", f"--min-length-ratio={value}"])
+    assert r.exit_code == 2 and "must be a finite number" in r.output
 
 
 def test_a_config_file_value_is_checked_the_same_way(tmp_path):

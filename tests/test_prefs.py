@@ -237,6 +237,17 @@ def test_prefs_reruns_keep_earlier_pairs_and_refuse_other_settings(tmp_path, tin
                 str(base), "-n", "3", "--temperature", "1.5", "--dtype", "fp32",
                 "--batch-size", "4", "-q", *[x for kv in options.items() for x in kv]]
 
+    from typer.testing import CliRunner
+
+    from solm.cli import pasta as pasta_app
+
+    class Ran:
+        def __init__(self, result):
+            self.returncode, self.stderr = result.exit_code, result.output
+
+    def _pasta(*argv):  # in-process: the refused reruns never load a model
+        return Ran(CliRunner().invoke(pasta_app.app, list(argv)))
+
     args = command()
     first = _pasta(*args, "--limit", "2")
     assert first.returncode == 0, first.stderr[-3000:]
