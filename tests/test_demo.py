@@ -4,10 +4,13 @@ threads on the demo prompt."""
 
 import json
 
+import pytest
+
 from typer.testing import CliRunner
 
 from solm.core.sampling import SamplingConfig
 from solm.decode.pasta.demo import Timeline, run_demo, timeline_rows
+from solm.core.systems.pasta_schedule import schedule_steps
 from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
 
 
@@ -25,8 +28,11 @@ def test_demo_timeline_counts_every_token_fed_and_sequential_is_the_same_text(ti
     cfg = PastaDecodeConfig(max_new_tokens=24, sampling=SamplingConfig(temperature=0.0))
     seen = []
     res = run_demo(rt, "List three colours.", cfg, on_views=seen.append, refresh_s=0.0)
-    assert len(res.timeline.steps) == res.parallel.forward_passes
-    assert sum(len(s) for s in res.timeline.steps) == res.parallel.tokens_fed
+    assert len(res.timeline.steps) == res.decoded.forward_passes
+    assert sum(len(s) for s in res.timeline.steps) == res.decoded.tokens_fed
+    # the timed parallel side replays the same answer: the same tokens, every one fed
+    assert res.parallel.ids == res.decoded.ids
+    assert res.parallel.tokens_fed == len(res.decoded.ids)
     assert res.sequential.ids == res.content_ids  # the same answer, tags removed
     assert res.sequential.forward_passes == len(res.content_ids)
     assert res.realized_speedup == res.sequential.decode_s / res.parallel.decode_s
@@ -45,6 +51,8 @@ def test_at_equal_pass_costs_the_realized_speedup_is_the_theoretical_one(tiny,
     for cap in (6, 30):
         cfg = PastaDecodeConfig(max_new_tokens=cap, sampling=SamplingConfig(temperature=0.0))
         res = run_demo(rt, "List three colours.", cfg)
+        # the timed parallel side takes the schedule's critical path (the thesis' count)
+        assert res.parallel.forward_passes == schedule_steps(res.decoded.ids, rt.vocab)
         assert res.theoretical_speedup == (res.sequential.forward_passes
                                            / res.parallel.forward_passes)
         same_cost = DemoResult(
@@ -77,7 +85,34 @@ def test_make_demo_command_forks_threads_with_the_kept_model(tmp_path):
     assert got["threads"] >= 2  # the model wrote its own promises and they ran as threads
     assert got["sequential_forward_passes"] == got["answer_tokens"]
     assert got["parallel_forward_passes"] < got["sequential_forward_passes"]
+    assert got["theoretical_speedup"] == pytest.approx(
+        got["answer_tokens"] / got["parallel_forward_passes"])
     marks = sum(bar.count("█") for _, bar in got["timeline"])  # one column per step here
-    assert marks == got["parallel_tokens_fed"]
+    assert marks == got["decode_tokens_fed"]
+    # both sides timed 3 times (after a warm-up), the medians compared
+    assert [len(got["times_s"][k]) for k in ("parallel", "sequential")] == [3, 3]
+    assert got["realized_speedup"] == pytest.approx(
+        sorted(got["times_s"]["sequential"])[1] / sorted(got["times_s"]["parallel"])[1])
     assert len(got["timeline"]) == got["threads"] + 1
     assert "realized speedup" in r.output
+
+
+def test_both_sides_are_warmed_then_timed_in_alternating_order(tiny, pasta_tokenizer):
+    """Issue 33: the first `make demo` timed the sequential side cold (realized 4.41x against
+    a theoretical 1.71x). Each side is now warmed once, then timed `repeats` times with the
+    order alternating, and the medians compared."""
+    rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=512)
+    calls, replay = [], rt.replay
+
+    def spy(prompt, response, mode="parallel", **kw):
+        calls.append(mode)
+        return replay(prompt, response, mode=mode, **kw)
+
+    rt.replay = spy
+    cfg = PastaDecodeConfig(max_new_tokens=12, sampling=SamplingConfig(temperature=0.0))
+    res = run_demo(rt, "List three colours.", cfg, repeats=3)
+    assert calls == ["parallel", "sequential",  # the warm-up, not timed
+                     "parallel", "sequential", "sequential", "parallel", "parallel",
+                     "sequential"]
+    assert res.parallel.decode_s == sorted(res.times["parallel"])[1]
+    assert res.sequential.decode_s == sorted(res.times["sequential"])[1]

@@ -506,6 +506,9 @@ def demo(
     max_new_tokens: int = typer.Option(96, min=8, max=MAX_NEW_TOKENS_CAP,
                                        help="Cap on the answer's tokens (all threads)."),
     width: int = typer.Option(60, min=10, max=400, help="Columns of the thread timeline."),
+    repeats: int = typer.Option(3, min=1, max=50, help="Timed decodes of each side (after a "
+                                "warm-up of both), in alternating order; the medians are "
+                                "compared."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write the figures "
                                        "and the answer as JSON here."),
     dtype: str = DtypeOption,
@@ -542,7 +545,8 @@ def demo(
     cfg = PastaDecodeConfig(max_new_tokens=max_new_tokens,
                             sampling=SamplingConfig(**decoding.values))
     with Live(console=console, transient=True, refresh_per_second=10) as live:
-        res = run_demo(rt, prompt, cfg, on_views=lambda v: live.update(render_threads(v)))
+        res = run_demo(rt, prompt, cfg, on_views=lambda v: live.update(render_threads(v)),
+                       repeats=repeats)
     console.print(render_threads(res.views), soft_wrap=False)
     out_console.print(f"[bold green]model>[/] {res.response}", highlight=False)
     steps = len(res.timeline.steps)
@@ -553,13 +557,14 @@ def demo(
     for name, bar in rows:
         console.print(Text(name.ljust(pad)) + Text(bar, style="green" if name != "main"
                                                    else "cyan"))
-    par, seq = res.parallel, res.sequential
+    par, seq, live_run = res.parallel, res.sequential, res.decoded
     n = len(res.content_ids)
     lines = [
-        f"parallel: {n} answer tokens in {par.forward_passes} forward passes, "
-        f"{res.parallel.threads} threads forked, {par.decode_s:.2f} s",
-        f"sequential (the same answer, same model, one token per pass): "
-        f"{seq.forward_passes} forward passes, {seq.decode_s:.2f} s",
+        f"parallel: {n} answer tokens in {live_run.forward_passes} forward passes, "
+        f"{live_run.threads} threads forked",
+        f"timed (both warmed, {repeats} runs each in alternating order, medians): parallel "
+        f"{par.forward_passes} passes {par.decode_s:.2f} s; sequential (the same answer, same "
+        f"model, one token per pass) {seq.forward_passes} passes {seq.decode_s:.2f} s",
         f"realized speedup: {res.realized_speedup:.2f}x (sequential / parallel decode time, "
         f"measured now); theoretical {res.theoretical_speedup:.2f}x (tokens / parallel forward "
         f"passes: the realized speedup if every pass cost the same)",
@@ -567,10 +572,10 @@ def demo(
         f"({par.tokens_fed / max(par.forward_passes, 1):.2f} tokens a pass), sequential "
         f"{1000 * seq.decode_s / max(seq.forward_passes, 1):.0f} ms (1 token a pass)",
     ]
-    if par.flags:
-        lines.append(f"flags: {', '.join(par.flags)} (the cap of {max_new_tokens} tokens "
-                     "cut the answer)" if "max_new_tokens" in par.flags else
-                     f"flags: {', '.join(par.flags)}")
+    if live_run.flags:
+        lines.append(f"flags: {', '.join(live_run.flags)} (the cap of {max_new_tokens} tokens "
+                     "cut the answer)" if "max_new_tokens" in live_run.flags else
+                     f"flags: {', '.join(live_run.flags)}")
     for line in lines:
         console.print(line, highlight=False)
     if res.distrusted:
@@ -582,13 +587,15 @@ def demo(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(_json.dumps({
             "model": model, "prompt": prompt, "response": res.response, "machine": where,
-            "dtype": str(m.dtype), "answer_tokens": n, "threads": par.threads,
+            "dtype": str(m.dtype), "answer_tokens": n, "threads": live_run.threads,
+            "decode_forward_passes": live_run.forward_passes,
+            "decode_tokens_fed": live_run.tokens_fed,
             "parallel_forward_passes": par.forward_passes, "parallel_decode_s": par.decode_s,
-            "parallel_tokens_fed": par.tokens_fed,
+            "parallel_tokens_fed": par.tokens_fed, "repeats": repeats, "times_s": res.times,
             "sequential_forward_passes": seq.forward_passes,
             "sequential_decode_s": seq.decode_s, "realized_speedup": res.realized_speedup,
             "theoretical_speedup": res.theoretical_speedup, "distrusted": res.distrusted,
-            "flags": par.flags,
+            "flags": live_run.flags,
             "timeline": rows}, indent=1) + "\n")
 
 
