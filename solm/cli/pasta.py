@@ -754,6 +754,10 @@ def bench(
         write_manifest(out, "pasta bench", settings_from(locals()), inputs=[annotated],
                        model=model, extra={"summary": summary})
         info(f"per-row results: {out}; plot: {out}.png")
+    if summary["distrusted_rows"]:
+        console.print(f"[yellow]warning:[/] {summary['distrusted_rows']} row(s) measured a "
+                      f"realized speedup more than 10% above the theoretical one: "
+                      f"measurements to distrust (a busy machine or a cold path), not results")
     out_console.print_json(json.dumps(summary))
 
 

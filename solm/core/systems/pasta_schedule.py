@@ -8,6 +8,10 @@ from typing import Sequence
 
 from solm.core.systems.pasta import MAIN, PastaVocab, TokenAttrs, walk_training_order
 
+# a realized speedup above the theoretical one by more than this factor is a measurement
+# artefact (a cold path, a busy machine), to be flagged, never reported as a result
+DISTRUST = 1.10
+
 
 @dataclass
 class PastaMetrics:

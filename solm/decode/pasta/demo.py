@@ -28,10 +28,10 @@ from typing import Callable
 
 from solm.core.chat import prompt_ids
 from solm.core.systems.pasta import MAIN, walk_training_order
+from solm.core.systems.pasta_schedule import DISTRUST
 from solm.decode.pasta.live import ThreadView, thread_views
 from solm.decode.pasta.runtime import PastaDecodeConfig, PastaDecodeResult, PastaRuntime
 
-DISTRUST = 1.10  # realized above theoretical by more than this factor: a measurement artefact
 # a prompt the kept pasta-sft-cpu model answers with a list it forks into four threads
 DEMO_PROMPT = "What are the pros and cons of working from home?"
 
