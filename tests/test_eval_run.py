@@ -36,6 +36,11 @@ def test_speed_aggregates_per_prompt_ratios():
     assert s["theoretical_speedup"]["geomean"] == pytest.approx(math.sqrt(4 * 1))
     assert s["parallelism"]["mean"] == pytest.approx((4 + 1) / 2)
     assert s["tokens_per_s"] == pytest.approx(110 / 5)
+    assert s["distrusted_prompts"] == 0  # 4x realized on 4x theoretical, 1/4x on 1x
+    method["a"]["wall_s"] = 0.5  # 8x realized where the passes allow 4x: flagged
+    assert speed(method, base)["distrusted_prompts"] == 1
+    method["a"]["wall_s"] = 4.0 / 4.3  # 4.3x on 4x: within 10%, noise
+    assert speed(method, base)["distrusted_prompts"] == 0
 
 
 def test_pareto_front():
@@ -177,3 +182,30 @@ def test_a_run_folder_refuses_another_judge_or_prompts_file(tmp_path):
     write_run_file(tmp_path, methods, "sequential", {**base, "reference": "gpt4.json"})
     with pytest.raises(SolmError, match="its reference settings were gpt4.json"):
         write_run_file(tmp_path, methods, "sequential", {**base, "reference": "other.json"})
+
+
+def test_timed_methods_are_warmed_first_and_alternate_their_order(tmp_path):
+    """Issue 33: every realized-speedup figure warms both paths before timing and alternates
+    their order, so neither always runs first."""
+    from solm.core.records import Record
+    from solm.eval.run import decode_outputs
+
+    calls = []
+
+    class Runner:
+        def __init__(self, label):
+            self.label = label
+
+        def warm_up(self):
+            calls.append(("warm", self.label))
+
+        def decode(self, rec, index, repeats):
+            calls.append((rec.id, self.label))
+            return {"id": rec.id, "index": index}
+
+    records = [(i, Record(f"p{i}", f"Prompt {i}?")) for i in range(4)]
+    runners = {"base": Runner("base"), "pasta": Runner("pasta")}
+    decode_outputs(runners, records, tmp_path, repeats=1)
+    assert calls == [("warm", "base"), ("warm", "pasta"),
+                     ("p0", "base"), ("p0", "pasta"), ("p1", "pasta"), ("p1", "base"),
+                     ("p2", "base"), ("p2", "pasta"), ("p3", "pasta"), ("p3", "base")]

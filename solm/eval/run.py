@@ -78,25 +78,29 @@ def decode_outputs(runners: dict[str, MethodRunner], records: list[tuple[int, Re
                    on_row: Callable[[str, dict | None], None] | None = None,
                    batch_size: int = 1) -> dict[str, int]:
     """Decode every (prompt, method) not yet in the outputs files, prompt by prompt with the
-    methods side by side (so a slow spell of the machine hits every method alike); with
-    `batch_size` > 1, method by method in batches (untimed rows: a quality run)."""
+    methods side by side (so a slow spell of the machine hits every method alike), every
+    method warmed before the first timed decode and their order reversed on every other
+    prompt (neither always runs first, on a cache the other warmed); with `batch_size` > 1,
+    method by method in batches (untimed rows: a quality run)."""
     if batch_size > 1:
         return _decode_outputs_batched(runners, records, run_dir, on_row, batch_size)
     done = {label: done_ids(outputs_path(run_dir, label)) for label in runners}
     writers = {label: JsonlWriter(outputs_path(run_dir, label), fsync=False)
                for label in runners}
     counts = {label: 0 for label in runners}
-    warmed: set[str] = set()
+    for label, runner in runners.items():
+        if any(rec.id not in done[label] for _, rec in records):
+            runner.warm_up()
     try:
-        for index, rec in records:
-            for label, runner in runners.items():
+        for position, (index, rec) in enumerate(records):
+            order = list(runners.items())
+            if position % 2:
+                order.reverse()
+            for label, runner in order:
                 if rec.id in done[label]:
                     if on_row:
                         on_row(label, None)
                     continue
-                if label not in warmed:
-                    runner.warm_up()
-                    warmed.add(label)
                 row = runner.decode(rec, index, repeats)
                 writers[label].write(row)
                 counts[label] += 1
