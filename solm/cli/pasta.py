@@ -403,6 +403,9 @@ def answer_one(rt, text: str, cfg, compare: bool) -> None:
     from solm.eval.compare import compare_lines
 
     ids = prompt_ids(rt.tokenizer, text)
+    if compare:  # both paths warmed before either is timed (first-call costs)
+        rt.generate(ids, replace(cfg, max_new_tokens=4))
+        rt.generate(ids, replace(cfg, mode="sequential", max_new_tokens=4))
     res = rt.generate(ids, cfg)
     row = result_record(rt, Record("cli", text), res, cfg.mode)
     out_console.print(row["response"], markup=False, highlight=False, soft_wrap=True)
