@@ -29,6 +29,12 @@ POLICY_TESTS = ["tests/test_policy_oracles.py", "tests/test_policies.py"]
 SOT_TESTS = ["tests/test_sot.py", "tests/test_sot_accounting.py"]
 PDIFF_TESTS = ["tests/test_pdiff_structure.py", "tests/test_pdiff_runtime.py",
                "tests/test_pdiff_sft.py", "tests/test_pdiff_eval.py"]
+MERGE_TESTS = ["tests/test_shard.py::test_merge_keeps_the_rows_its_output_already_holds",
+               "tests/test_shard.py::test_merge_refuses_an_unfinished_shard",
+               "tests/test_shard.py::test_merge_folder_refuses_to_overwrite_different_rows_and_"
+               "carries_the_settings"]
+PREFS_RERUN = ["tests/test_prefs.py::test_prefs_reruns_keep_earlier_pairs_and_refuse_other_"
+               "settings"]
 TESTS = ["tests/test_structure.py", "tests/test_oracles.py", "tests/test_runtime.py",
          "tests/test_collator.py", "tests/test_tip_structure.py", "tests/test_tip_runtime.py",
          "tests/test_policies.py", "tests/test_toy_policy.py", "tests/test_pasta_format.py"]
@@ -203,6 +209,80 @@ MUTATIONS: dict[str, tuple] = {
         "solm/core/systems/pdiff.py",
         "        return [t for t in (*self.control_ids, *self.eos) if t != self.pad]",
         "        return [t for t in self.control_ids if t != self.pad]", PDIFF_TESTS),
+    # issue 38: what a new user tripped on (each pinned by a test written a second way)
+    "merge_overwrites_the_output": (
+        "solm/core/shard.py",
+        "    if not out.exists():\n        return [], shard_rows, 0",
+        "    if True:\n        return [], shard_rows, 0", MERGE_TESTS),
+    "merge_takes_an_unfinished_shard": (
+        "solm/core/shard.py",
+        "    if not marker.get(\"complete\"):",
+        "    if False:", MERGE_TESTS),
+    "merge_ignores_missing_prompts_of_a_shard": (
+        "solm/core/shard.py",
+        "        if lacking:",
+        "        if False:", MERGE_TESTS),
+    "tied_pairs_written": (
+        "solm/prefs/score.py",
+        "        return Choice(None, None, n, TIED)",
+        "        pass", ["tests/test_prefs.py::test_tied_samples_make_no_pair"]),
+    "prefs_smaller_limit_drops_pairs": (
+        "solm/cli/pasta_prefs.py",
+        "    records = _with_earlier(records, all_records, out)",
+        "    pass", PREFS_RERUN),
+    "prefs_rerun_settings_unchecked": (
+        "solm/cli/pasta_prefs.py",
+        "    aside = guard_folder(out, row_settings, restart, RESULT_FILES)",
+        "    aside = guard_folder(out, {}, restart, RESULT_FILES)", PREFS_RERUN),
+    "agreement_ids_by_position": (
+        "solm/cli/pasta_eval.py",
+        "        pid = f\"ann-{i}-{_pair_digest(row)}\"",
+        "        pid = f\"ann-{i}\"",
+        ["tests/test_agreement.py::test_agreement_reruns_reuse_judgments_only_for_the_same_"
+         "judge_and_pairs"]),
+    "live_response_kv_counts_the_prompt": (
+        "solm/decode/tip/runtime.py",
+        "                first = len(r.req.prompt)",
+        "                first = 0",
+        ["tests/test_tip_runtime.py::test_live_response_kv_counts_the_response_tokens_read"]),
+    "bonbon_reference_not_the_sampler": (
+        "solm/train/bonbon.py",
+        "            cfg.model = sampler",
+        "            cfg.model = \"smollm2-135m\"",
+        ["tests/test_bonbon.py::test_the_reference_defaults_to_the_model_the_pairs_were_"
+         "sampled_from"]),
+    "bonbon_ids_unchecked_against_the_tokenizer": (
+        "solm/train/bonbon.py",
+        "        check_pair_ids(rows, len(tokenizer), cfg.data)\n",
+        "",
+        ["tests/test_bonbon.py::test_token_ids_outside_the_tokenizer_are_named_not_an_index_"
+         "error"]),
+    "pdiff_method_options_unchecked": (
+        "solm/eval/methods.py",
+        "    _check_pdiff_values(spec, values)\n",
+        "",
+        ["tests/test_cli_input_checks.py::test_eval_run_checks_pdiff_method_options_before_"
+         "loading"]),
+    "float_options_take_nan": (
+        "solm/cli/errors.py",
+        "        if isinstance(number, float) and not math.isfinite(number):",
+        "        if False:",
+        ["tests/test_cli_input_checks.py::test_other_spellings_are_refused_too"]),
+    "shard_auto_unchecked_env": (
+        "solm/core/shard.py",
+        "        if \"WORLD_SIZE\" not in env or \"RANK\" not in env:",
+        "        if not env:\n            return None\n        if \"WORLD_SIZE\" not in env or \"RANK\" not in env:",
+        ["tests/test_shard.py::test_parse"]),
+    "demo_sequential_timed_cold": (
+        "solm/decode/pasta/demo.py",
+        "    parallel_run(), sequential_run()  # warm both paths",
+        "    parallel_run()  # warm both paths",
+        ["tests/test_demo.py::test_both_sides_are_warmed_then_timed_in_alternating_order"]),
+    "bench_replays_never_alternate": (
+        "solm/eval/pasta_bench.py",
+        "        if k % 2 == 0:",
+        "        if True:",
+        ["tests/test_pasta_bench.py"]),
 }
 
 
