@@ -278,6 +278,11 @@ MUTATIONS: dict[str, tuple] = {
         "    parallel_run(), sequential_run()  # warm both paths",
         "    parallel_run()  # warm both paths",
         ["tests/test_demo.py::test_both_sides_are_warmed_then_timed_in_alternating_order"]),
+    "batched_admits_past_max_batch": (
+        "solm/decode/pasta/batched.py",
+        "        while waiting and len(running) < self.max_batch:",
+        "        while waiting and len(running) <= self.max_batch:",
+        ["tests/test_batched.py::test_never_more_requests_in_flight_than_max_batch"]),
     "bench_replays_never_alternate": (
         "solm/eval/pasta_bench.py",
         "        if k % 2 == 0:",

@@ -265,3 +265,20 @@ def test_eval_run_batch_size_gives_the_outputs_of_one_at_a_time(tmp_path, tiny_f
             batched = outs[3][label][rid]
             assert batched["output"] == row["output"] and batched["wall_s"] is None
             assert batched["batched"] == 3 and row["wall_s"] > 0
+
+
+def test_never_more_requests_in_flight_than_max_batch(tiny, pasta_tokenizer, vocab):
+    """Issue 33's planted bug (`<` read as `<=` at admission) passed every test: five
+    requests, at most two in flight at any step, and two whenever two are waiting."""
+    batched = BatchedPastaRuntime(tiny, pasta_tokenizer, pool_size=1024, max_batch=2)
+    for i, (p, a) in enumerate(zip(PROMPTS + PROMPTS[:1], ANSWERS + ANSWERS[:1])):
+        batched.add(replay_request(vocab, pasta_tokenizer, i, p, a, "parallel"))
+    ended, widest = [], 0
+    while batched.busy:
+        now = batched.step()
+        # in flight during this step: those still running plus those that just ended
+        widest = max(widest, len(batched.running) + len(now))
+        assert len(batched.running) + len(now) <= 2
+        ended += now
+    assert widest == 2
+    assert sorted(r.rid for r in ended) == [0, 1, 2, 3, 4]
