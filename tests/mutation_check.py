@@ -283,6 +283,32 @@ MUTATIONS: dict[str, tuple] = {
         "        while waiting and len(running) < self.max_batch:",
         "        while waiting and len(running) <= self.max_batch:",
         ["tests/test_batched.py::test_never_more_requests_in_flight_than_max_batch"]),
+    # issue 33's planted bugs that passed the tests then
+    "prefs_unjudged_quality_zero": (
+        "solm/prefs/job.py",
+        "quality, unjudged = (sum(wins) / len(wins), False) if wins else (0.5, True)",
+        "quality, unjudged = (sum(wins) / len(wins), False) if wins else (0.0, True)",
+        ["tests/test_prefs.py::test_a_sample_every_judgment_of_which_was_rejected_is_a_tie"]),
+    "prefs_samples_share_a_seed": (
+        "solm/prefs/job.py",
+        "config = replace(base, sampling=replace(cfg.sampling, seed=seed + k))",
+        "config = replace(base, sampling=replace(cfg.sampling, seed=seed))",
+        PREFS_RERUN),
+    "agreement_interval_over_every_row": (
+        "solm/eval/agreement.py",
+        "    lo, hi = wilson_interval(agree, decided)",
+        "    lo, hi = wilson_interval(agree, len(judgments))",
+        ["tests/test_agreement.py::test_the_report_counts"]),
+    "shard_auto_reads_local_rank": (
+        "solm/core/shard.py",
+        "world, rank = int(env[\"WORLD_SIZE\"]), int(env[\"RANK\"])",
+        "world, rank = int(env[\"WORLD_SIZE\"]), int(env.get(\"LOCAL_RANK\", 0))",
+        ["tests/test_shard.py::test_parse"]),
+    "integer_answers_truncated": (
+        "solm/core/math_task.py",
+        "    m = re.fullmatch(r\"(-?\\d+)\\.0+\", s)",
+        "    m = re.fullmatch(r\"(-?\\d+)\\.\\d+\", s)",
+        ["tests/test_math_task.py"]),
     "bench_replays_never_alternate": (
         "solm/eval/pasta_bench.py",
         "        if k % 2 == 0:",

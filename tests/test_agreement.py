@@ -62,6 +62,12 @@ def test_the_report_counts():
     assert r["position_bias"] == pytest.approx(0.1)
     assert r["undecided_share"] == pytest.approx(2 / 5)  # 0.52 and 0.5
     assert r["chance_inside_interval"]
+    # Wilson's 95% interval over the 4 pairs with a published winner (not all 5 rows),
+    # written out: (p + z²/2n ± z sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n)
+    z, n, p = 1.959964, 4, 2.5 / 4
+    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    expected = [(centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)]
+    assert r["interval"] == pytest.approx(expected, abs=1e-3)
 
 
 def test_agreement_end_to_end(tmp_path):

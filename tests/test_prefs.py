@@ -257,6 +257,10 @@ def test_prefs_reruns_keep_earlier_pairs_and_refuse_other_settings(tmp_path, tin
     summary = json.loads((out / "summary.json").read_text())
     assert summary["prompts"] == 2
     assert all(p["model"] == tiny_folder for p in _rows(out / "pairs.jsonl"))
+    # sample k of a prompt is seeded seed + k: at temperature 1.5 the three differ
+    drawn = _rows(out / "samples.jsonl")
+    for q in ("q0", "q1"):
+        assert len({tuple(s["ids"]) for s in drawn if s["id"] == q}) > 1
     smaller = _pasta(*args, "--limit", "1")
     assert smaller.returncode == 0, smaller.stderr[-3000:]
     assert (out / "pairs.jsonl").read_text() == pairs_before
@@ -271,3 +275,26 @@ def test_prefs_reruns_keep_earlier_pairs_and_refuse_other_settings(tmp_path, tin
     aside = [d for d in out.iterdir() if d.name.startswith("previous-")]
     assert len(aside) == 1 and (aside[0] / "pairs.jsonl").read_text() == pairs_before
     assert json.loads((out / "summary.json").read_text())["prompts"] == 1
+
+
+def test_a_sample_every_judgment_of_which_was_rejected_is_a_tie():
+    """Issue 33's planted bug (an unjudged sample's quality read as 0) passed the tests: a
+    sample with no surviving judgment carries no information, so it scores as a tie (0.5),
+    while a judged one scores its mean win rate."""
+    from solm.core.records import Record
+    from solm.prefs.job import comparison_id, score_prompt
+
+    def sample(ids):
+        return {"ids": ids, "content_tokens": len(ids), "critical_path": len(ids),
+                "forward_passes": len(ids), "total_tokens": len(ids), "flags": []}
+
+    rec = Record("q", "Prompt?")
+    samples = [sample([1, 2, 3]), sample([4, 5])]
+    judged = {comparison_id("q", 0, "baseline"): {"p_2": 0.9},
+              comparison_id("q", 0, "dataset"): {"p_2": 0.7}}  # sample 1: none survived
+    scored, rows = score_prompt(rec, samples, 3, judged, ["baseline", "dataset"], 1.0,
+                                lambda s: True)
+    by_sample = {x.sample: x for x in scored}
+    assert by_sample[0].quality == pytest.approx(0.8)
+    assert by_sample[1].quality == 0.5 and by_sample[1].extra["unjudged"]
+    assert rows[1]["score"] == pytest.approx(3 / 2 + 0.5)

@@ -31,6 +31,8 @@ def test_parse():
     assert Shard.parse("1/4") == Shard(1, 4)
     assert Shard.parse(None) is None
     assert Shard.parse("auto", {"WORLD_SIZE": "8", "RANK": "3", "LOCAL_RANK": "3"}) == Shard(3, 8, 3)
+    # two machines of 4 GPUs: the shard is the global RANK, the device the LOCAL_RANK
+    assert Shard.parse("auto", {"WORLD_SIZE": "8", "RANK": "6", "LOCAL_RANK": "2"}) == Shard(6, 8, 2)
     with pytest.raises(SolmError, match="RANK and WORLD_SIZE not set"):
         Shard.parse("auto", {})  # not under a launcher: refused, not the whole job silently
     with pytest.raises(SolmError, match="RANK not set"):
