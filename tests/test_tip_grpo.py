@@ -55,6 +55,12 @@ def test_recomputed_logprobs_equal_the_runtimes_sampling_logprobs(tip_tok, regis
     prompts = ["What is 2 + 3?", "Name a prime.", "Hi", "Count to five, please, slowly."] * 2
     out = rollouts(prompts, trainer)
     assert len(out["completion_ids"]) == len(prompts)
+    # the KV term reads the response's own live tokens: at step k at most the k response
+    # tokens fed so far (mean over S steps at most (S + 1) / 2, the dense figure), never the
+    # prompt's (each prompt here is longer than any such mean)
+    for kv, completion, p in zip(out["live_response_kv"], out["completion_ids"],
+                                 out["prompt_ids"]):
+        assert 0 <= kv <= (len(completion) + 1) / 2 < len(p)
     assert sum(out["evicted_pages"]) > 0  # steps were killed while sampling
     assert any(len([t for t in c if t in vocab.registers]) >
                len({t for t in c if t in vocab.registers}) for c in out["completion_ids"])

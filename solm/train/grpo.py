@@ -212,8 +212,9 @@ class TipRollouts:
             "prompt_ids": ids,
             "completion_ids": [r.ids for r in out],
             "logprobs": [r.logprobs for r in out],
-            "live_response_kv": [max(0.0, r.mean_live_tokens - len(p))
-                                 for r, p in zip(out, ids)],
+            # the response's own tokens attention read (the runtime counts them: a policy
+            # that evicts the prompt would make "live minus prompt" meaningless)
+            "live_response_kv": [r.mean_live_response_tokens for r in out],
             "evicted_pages": [r.evicted_pages for r in out],
         }
 
