@@ -103,10 +103,14 @@ def test_agreement_reruns_reuse_judgments_only_for_the_same_judge_and_pairs(tmp_
     written to the same -o reported old verdicts for new pairs, and a new --judge reused the
     old judge's verdicts under its own name."""
     def annotations(name, flip):
+        """The fake judge prefers the GOOD answer, and so does the published annotator: B
+        holds A's pairs with the outputs swapped."""
+        good, plain = (f"GOOD answer {{}}", "plain answer")
         path = tmp_path / name
         path.write_text(json.dumps([
-            {"instruction": f"Question {i}?", "output_1": "plain answer",
-             "output_2": f"GOOD answer {i}", "preference": 1 if flip else 2}
+            {"instruction": f"Question {i}?",
+             "output_1": good.format(i) if flip else plain,
+             "output_2": plain if flip else good.format(i), "preference": 1 if flip else 2}
             for i in range(4)]))
         return path
 
@@ -131,10 +135,17 @@ def test_agreement_reruns_reuse_judgments_only_for_the_same_judge_and_pairs(tmp_
             r = run(ann, spec)
             assert r.returncode == 1 and "--restart" in r.stderr, r.stderr
             assert out.read_text() == before
+        # judgments written before manifests existed: nothing records the file they were
+        # made on, so only the pairs' ids keep file A's verdicts from file B's pairs
+        manifest.unlink()
+        r = run(second, judge)
+        assert r.returncode == 0, r.stderr[-2000:]
+        # B's own verdicts (A's, reused by position, would read 0.0 against B's winners)
+        assert json.loads(out.read_text())["agreement"] == 1.0
         asked = server.judge_requests
         r = run(second, judge, "--restart")
         assert r.returncode == 0, r.stderr[-2000:]
         assert server.judge_requests == asked  # the verdict cache still answers by content
     report = json.loads(out.read_text())
-    assert report["pairs_judged"] == 4 and report["agreement"] == 0.0  # the new file's truth
+    assert report["pairs_judged"] == 4 and report["agreement"] == 1.0
     assert any(p.name.startswith("agreement.json.previous-") for p in tmp_path.iterdir())
