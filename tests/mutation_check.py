@@ -315,6 +315,16 @@ MUTATIONS: dict[str, tuple] = {
         "            \"live_response_kv\": [r.mean_live_tokens for r in out],",
         ["tests/test_tip_grpo.py::test_recomputed_logprobs_equal_the_runtimes_sampling_"
          "logprobs"]),
+    "serve_request_temperature_zero_ignored": (
+        "solm/serve/app.py",
+        "        temperature=s.temperature if req.temperature is None else req.temperature,",
+        "        temperature=req.temperature or s.temperature,",
+        ["tests/test_serve_settings.py"]),
+    "serve_request_mode_ignored": (
+        "solm/serve/engine.py",
+        "        config = replace(defaults, mode=req.mode or defaults.mode,",
+        "        config = replace(defaults, mode=defaults.mode,",
+        ["tests/test_serve_settings.py"]),
     "bench_replays_never_alternate": (
         "solm/eval/pasta_bench.py",
         "        if k % 2 == 0:",
