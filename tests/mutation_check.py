@@ -325,6 +325,18 @@ MUTATIONS: dict[str, tuple] = {
         "        config = replace(defaults, mode=req.mode or defaults.mode,",
         "        config = replace(defaults, mode=defaults.mode,",
         ["tests/test_serve_settings.py"]),
+    "pdiff_sft_first_response_label_dropped": (
+        "solm/train/pdiff_sft.py",
+        "            if i >= prompt_len - 1 and target != IGNORE and i + 1 < n:",
+        "            if i >= prompt_len and target != IGNORE and i + 1 < n:",
+        ["tests/test_pdiff_sft.py::test_collator_masks_only_chunk_content_and_labels_what_it_"
+         "masked"]),
+    "pdiff_sft_prompt_token_labelled": (
+        "solm/train/pdiff_sft.py",
+        "            if i >= prompt_len - 1 and target != IGNORE and i + 1 < n:",
+        "            if i >= prompt_len - 2 and target != IGNORE and i + 1 < n:",
+        ["tests/test_pdiff_sft.py::test_collator_masks_only_chunk_content_and_labels_what_it_"
+         "masked"]),
     "bench_replays_never_alternate": (
         "solm/eval/pasta_bench.py",
         "        if k % 2 == 0:",

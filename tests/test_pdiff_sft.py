@@ -67,6 +67,10 @@ def test_collator_masks_only_chunk_content_and_labels_what_it_masked(pdiff_tok, 
     assert pdiff_vocab.async_open in ex.input_ids and pdiff_vocab.async_close in ex.input_ids
     assert ex.norm == sum(k == AR for k in ex.kinds) + len(diffusable)
     assert all(k == 0 for k in ex.kinds[:prompt_len])  # no loss on the prompt
+    # the first response token is trained, scored from the prompt's last position (ROW's
+    # answer opens with plain text, not a chunk)
+    assert ex.labels[prompt_len] == full[prompt_len] and ex.kinds[prompt_len] == AR
+    assert all(lab == IGNORE for lab in ex.labels[:prompt_len])
     assert sum(k == DIFFUSION for k in ex.kinds) == len(masked)
     # the AR labels are the main thread's next tokens, EOS last
     assert ex.labels[-1] == pdiff_tok.eos_token_id and ex.kinds[-1] == AR
