@@ -176,17 +176,13 @@ def _pair_digest(row: dict) -> str:
 
 
 def _move_aside(out: Path, files: list[Path]) -> None:
-    import os
     import time
 
-    present = [f for f in files if f.exists()]
-    if not present:
-        return
-    aside = out.with_name(out.name + time.strftime(".previous-%Y%m%d-%H%M%S"))
-    aside.mkdir(parents=True)
-    for f in present:
-        os.replace(f, aside / f.name)
-    info(f"--restart: the earlier files were moved into {aside}")
+    from solm.core.provenance import move_aside
+
+    aside = move_aside(files, out.with_name(out.name + time.strftime(".previous-%Y%m%d-%H%M%S")))
+    if aside is not None:
+        info(f"--restart: the earlier files were moved into {aside}")
 
 
 def _pct(value: float | None) -> float | None:

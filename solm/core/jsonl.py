@@ -157,6 +157,15 @@ def read_rows_located(path: str | os.PathLike) -> list[tuple[str, Any]]:
     return [(f"{path}:{i}", row) for i, row in enumerate(read_jsonl(path), start=1)]
 
 
+def write_json_file(path: str | os.PathLike, data: Any, indent: int | None = None) -> None:
+    """A whole JSON file, written atomically (a reader never sees half of it)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=indent, default=str) + "\n")
+    os.replace(tmp, path)
+
+
 def read_json_file(path: str | os.PathLike, what: str = "JSON file") -> Any:
     """A whole JSON file; unreadable or corrupt ones raise a DataError naming the path."""
     path = Path(path)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 import sys
@@ -111,6 +110,23 @@ def _changed(recorded: dict[str, Any], row_settings: dict[str, Any]) -> dict[str
             if recorded.get(k) != v}
 
 
+def move_aside(files: Iterable[Path], into: Path) -> Path | None:
+    """Move the files that exist into the new folder `into` (a restart deletes nothing);
+    returns it, or None when there was nothing to move."""
+    present = [Path(f) for f in files if Path(f).exists()]
+    if not present:
+        return None
+    into.mkdir(parents=True, exist_ok=False)
+    for f in present:
+        os.replace(f, into / f.name)
+    return into
+
+
+def differing_keys(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """The keys whose values differ between two settings records (missing counts)."""
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
 def guard_folder(folder: str | os.PathLike, row_settings: dict[str, Any], restart: bool,
                  results: Iterable[str], option: str = "--restart") -> Path | None:
     """A resumable folder output reused by a rerun: its manifest's row settings (model,
@@ -122,13 +138,8 @@ def guard_folder(folder: str | os.PathLike, row_settings: dict[str, Any], restar
     path = folder / MANIFEST_NAME
     present = [n for n in results if (folder / n).exists()]
     if restart:
-        if not present and not path.exists():
-            return None
-        aside = folder / time.strftime("previous-%Y%m%d-%H%M%S")
-        aside.mkdir(parents=True, exist_ok=False)
-        for name in present + ([MANIFEST_NAME] if path.exists() else []):
-            os.replace(folder / name, aside / name)
-        return aside
+        return move_aside([folder / n for n in present + [MANIFEST_NAME]],
+                          folder / time.strftime("previous-%Y%m%d-%H%M%S"))
     if not path.exists() or not present:
         return None
     recorded = read_manifest(path).get("row_settings")
@@ -170,9 +181,8 @@ def write_manifest(output: str | os.PathLike, command: str, settings: dict[str, 
         previous = manifest_path(output)
         was_mixed = previous.exists() and read_manifest(previous).get("mixed_settings")
         record["mixed_settings"] = bool(mixed or was_mixed)
+    from solm.core.jsonl import write_json_file
+
     path = manifest_path(output)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2, default=str))
-    os.replace(tmp, path)
+    write_json_file(path, record, indent=2)
     return path

@@ -184,12 +184,9 @@ def mark_finished(shard: "Shard | None", shard_out: str | os.PathLike, folder: b
 
 
 def _write_marker(path: Path, record: dict) -> None:
-    import json
+    from solm.core.jsonl import write_json_file
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record) + "\n")
-    os.replace(tmp, path)
+    write_json_file(path, record)
 
 
 def _read_marker(path: Path) -> dict | None:
@@ -286,7 +283,7 @@ def _with_existing(out: Path, shard_rows: list[dict]) -> tuple[list[dict], list[
 def _agreed_row_settings(outputs: list[Path], where: Path) -> dict | None:
     """The row settings every shard's manifest records (None when none records any);
     shards made with different settings are refused."""
-    from solm.core.provenance import manifest_path, read_manifest
+    from solm.core.provenance import differing_keys, manifest_path, read_manifest
 
     found = {}
     for o in outputs:
@@ -298,8 +295,7 @@ def _agreed_row_settings(outputs: list[Path], where: Path) -> dict | None:
         return None
     if any(v != values[0] for v in values[1:]):
         a, b = [o for o, v in found.items() if v is not None][:2]
-        diff = sorted(k for k in set(found[a]) | set(found[b])
-                      if found[a].get(k) != found[b].get(k))
+        diff = differing_keys(found[a], found[b])
         raise SolmError(f"{where}: the shards were made with different settings "
                         f"({', '.join(diff) or 'see their manifests'} differ between {a} and "
                         f"{b}); rerun them alike")
@@ -309,8 +305,8 @@ def _agreed_row_settings(outputs: list[Path], where: Path) -> dict | None:
 def _merge_manifest(out: Path, shards: list[Path], row_settings: dict | None,
                     result: dict) -> None:
     """The merged output's manifest carries the shards' row settings, so the command's
-    rerun on it keeps refusing other settings; an output's own manifest is kept (its row
-    settings must agree)."""
+    rerun on it keeps refusing other settings; an output's own manifest (checked to agree
+    by `_merge_manifest_check`) is kept."""
     from solm.core.provenance import manifest_path, read_manifest, write_manifest
 
     own = manifest_path(out)
@@ -330,8 +326,7 @@ def merge_file(out: Path, prompt_ids: Sequence[str] | None = None) -> dict:
     for f in files:
         _check_finished(f, False, per_file[f], checked_by_prompts=prompt_ids is not None)
     row_settings = _agreed_row_settings(files, out)
-    if out.exists():
-        _merge_manifest_check(out, row_settings)
+    _merge_manifest_check(out, row_settings)
     existing, add, repeated = _with_existing(out, rows)
     rows = existing + add
     if prompt_ids is not None:
@@ -360,15 +355,14 @@ def merge_file(out: Path, prompt_ids: Sequence[str] | None = None) -> dict:
 
 def _merge_manifest_check(out: Path, row_settings: dict | None) -> None:
     """Before writing: an output whose manifest records other settings is refused."""
-    from solm.core.provenance import manifest_path, read_manifest
+    from solm.core.provenance import differing_keys, manifest_path, read_manifest
 
     own = manifest_path(out)
     if row_settings is None or not own.exists():
         return
     recorded = read_manifest(own).get("row_settings")
     if recorded is not None and recorded != row_settings:
-        diff = sorted(k for k in set(recorded) | set(row_settings)
-                      if recorded.get(k) != row_settings.get(k))
+        diff = differing_keys(recorded, row_settings)
         raise SolmError(f"{out}: holds rows made with other settings than its shards' "
                         f"({', '.join(diff)} differ); nothing was written")
 
