@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 # the kept Pasta-SFT model writes its own promises and decodes them as parallel threads
 # (drawn as they fork and join); the same answer is then decoded one token per step, and the
-# realized speedup measured in this run is printed (~30 s on a 2-core CPU after set-up)
+# realized speedup measured in this run is printed (~1 min on a 2-core CPU after set-up)
 demo: setup
 	$(BIN)/pasta demo -o runs/demo/demo.json
 
