@@ -523,7 +523,8 @@ def demo(
     timeline, one column per decode step), and the same answer is then decoded one token per
     step by the same model, so the realized speedup printed is measured in this run, on the
     same text (prefill excluded from both). `make demo` runs this on the embedded model's
-    kept Pasta-SFT adapter (about 20 s on a 2-core CPU)."""
+    kept Pasta-SFT adapter (about a minute on a 2-core CPU: the timing replays each side four
+    times)."""
     import json as _json
 
     from rich.live import Live
