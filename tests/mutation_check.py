@@ -113,8 +113,9 @@ MUTATIONS: dict[str, tuple] = {
         "cap = min(config.max_skeleton_tokens, config.max_new_tokens or config.max_skeleton_tokens)",
         "cap = config.max_skeleton_tokens", SOT_TESTS),
     "sot_counts_generated_tokens_as_the_answer": (
-        "solm/eval/methods.py", '"content_tokens": answer_tokens(self.tokenizer, res.text),',
-        '"content_tokens": res.generated_tokens,', SOT_TESTS),
+        "solm/eval/methods.py",
+        '"output": res.text, "content_tokens": answer_tokens(self.tokenizer, res.text),',
+        '"output": res.text, "content_tokens": res.generated_tokens,', SOT_TESTS),
     # the compiled step's padding
     "padded_rows_see_no_key": (
         "solm/decode/compiled.py", "    mask[n:, 0] = True\n    pad = b - n",
@@ -342,6 +343,153 @@ MUTATIONS: dict[str, tuple] = {
         "        if k % 2 == 0:",
         "        if True:",
         ["tests/test_pasta_bench.py"]),
+    "tip_rules_zero_and_one_are_keys": (
+        "solm/annotate/tip_rules.py",
+        "_TRIVIAL_NUMBERS = {\"0\", \"1\"}",
+        "_TRIVIAL_NUMBERS: set[str] = set()",
+        ["tests/test_tip_annotate.py"]),
+    "tip_register_use_ignores_the_holder": (
+        "solm/annotate/tip_rules.py",
+        "            if holder.get(reg) == i:\n",
+        "            if reg in holder:\n",
+        ["tests/test_tip_annotate.py"]),
+    "tip_register_choice_ignores_last_use": (
+        "solm/annotate/tip_rules.py",
+        "            reg = min(pool, key=lambda r: (last_use[r], r))",
+        "            reg = min(pool)",
+        ["tests/test_tip_annotate.py"]),
+    "tip_sft_length_filter_reads_the_stripped_text": (
+        "solm/train/tip_sft.py",
+        "                     \"longest_text\": annotated})",
+        "                     \"longest_text\": text})",
+        ["tests/test_tip_sft.py"]),
+    "pdiff_threshold_takes_deferred_pads": (
+        "solm/decode/pdiff/runtime.py",
+        "                     if float(confidence[i]) >= cfg.confidence_threshold\n"
+        "                     and not (cfg.defer_pads and bool(is_pad[i]))}",
+        "                     if float(confidence[i]) >= cfg.confidence_threshold}",
+        ["tests/test_pdiff_runtime.py"]),
+    "pdiff_confidence_order_reversed": (
+        "solm/decode/pdiff/runtime.py",
+        "score = entropy if cfg.order == \"entropy\" else -confidence",
+        "score = entropy if cfg.order == \"entropy\" else confidence",
+        ["tests/test_pdiff_runtime.py"]),
+    "pdiff_steps_ratio_rounds_down": (
+        "solm/decode/pdiff/runtime.py",
+        "chunk.budget = max(1, math.ceil(len(chunk.masked) * cfg.steps_ratio))",
+        "chunk.budget = max(1, int(len(chunk.masked) * cfg.steps_ratio))",
+        ["tests/test_pdiff_runtime.py"]),
+    "pdiff_schedule_rounds_down": (
+        "solm/decode/pdiff/runtime.py",
+        "k = len(masked) if left <= 1 else math.ceil(len(masked) / left)",
+        "k = len(masked) if left <= 1 else max(1, len(masked) // left)",
+        ["tests/test_pdiff_runtime.py"]),
+    "pdiff_runtime_ignores_the_length_scale": (
+        "solm/decode/pdiff/runtime.py",
+        "        sizes = [chunk_slots(c.tens, cfg.length_scale) for c in run.planned]",
+        "        sizes = [chunk_slots(c.tens) for c in run.planned]",
+        ["tests/test_pdiff_runtime.py"]),
+    "pdiff_chunk_temperature_multiplies": (
+        "solm/decode/pdiff/runtime.py",
+        "sample_p = torch.softmax(logits / cfg.chunk_temperature, dim=-1)",
+        "sample_p = torch.softmax(logits * cfg.chunk_temperature, dim=-1)",
+        ["tests/test_pdiff_runtime.py"]),
+    "pdiff_deferred_pads_lose_their_order": (
+        "solm/decode/pdiff/runtime.py",
+        "            order = order[torch.argsort(is_pad[order].to(torch.uint8), stable=True)]",
+        "            order = torch.argsort(is_pad.to(torch.uint8), stable=True)",
+        ["tests/test_pdiff_runtime.py"]),
+}
+
+
+# Issue 33's re-audit: new one-line bugs in the areas the audit named, planted before looking
+# at which tests cover them; `--audit` runs them against each area's whole test files and
+# reports the share caught (it does not fail on an uncaught one: that is the measurement).
+AUDIT: dict[str, tuple] = {
+    "batched_exact_fit_refused": (
+        "solm/decode/pasta/batched.py", "        if need > self.pool_size:",
+        "        if need >= self.pool_size:", ["tests/test_batched.py"]),
+    "batched_shared_prompt_not_read": (
+        "solm/decode/pasta/batched.py",
+        "        return own if run.prefix is None else [(run.prefix.start, run.prefix.end), *own]",
+        "        return own", ["tests/test_batched.py"]),
+    "serve_top_p_ignored": (
+        "solm/serve/app.py", "        top_p=s.top_p if req.top_p is None else req.top_p,",
+        "        top_p=s.top_p,", ["tests/test_serve_settings.py", "tests/test_serve.py"]),
+    "serve_max_tokens_cap_inclusive": (
+        "solm/serve/app.py", "    if cap is not None and cap > d.max_new_tokens:",
+        "    if cap is not None and cap >= d.max_new_tokens:",
+        ["tests/test_serve_settings.py", "tests/test_serve.py"]),
+    "prefs_own_speed_swapped": (
+        "solm/prefs/job.py",
+        "numerator = s[\"content_tokens\"] if speed == \"own\" else baseline_tokens",
+        "numerator = s[\"content_tokens\"] if speed != \"own\" else baseline_tokens",
+        ["tests/test_prefs.py"]),
+    "prefs_worst_is_the_runner_up": (
+        "solm/prefs/score.py", "    best, worst = order[0], order[-1]",
+        "    best, worst = order[0], order[1]", ["tests/test_prefs.py"]),
+    "prefs_quality_added_unweighted": (
+        "solm/prefs/score.py",
+        "    return s.speedup + (quality_weight * (s.quality or 0.0) if quality_weight else 0.0)",
+        "    return s.speedup + ((s.quality or 0.0) if quality_weight else 0.0)",
+        ["tests/test_prefs.py"]),
+    "bonbon_ipo_target_one_term_too_many": (
+        "solm/train/bonbon.py", "    return (n - 1) * sum(1.0 / k for k in range(1, n))",
+        "    return (n - 1) * sum(1.0 / k for k in range(1, n + 1))", ["tests/test_bonbon.py"]),
+    "bonbon_alpha_weights_swapped": (
+        "solm/train/bonbon.py", "    loss = alpha * sft + (1 - alpha) * ipo",
+        "    loss = (1 - alpha) * sft + alpha * ipo", ["tests/test_bonbon.py"]),
+    "agreement_tie_counts_as_agreeing": (
+        "solm/eval/agreement.py", "            agree += 0.5", "            agree += 1",
+        ["tests/test_agreement.py"]),
+    "agreement_soft_ignores_the_truth": (
+        "solm/eval/agreement.py", "        soft += p2 if truth == 2 else 1 - p2",
+        "        soft += p2", ["tests/test_agreement.py"]),
+    "tip_rules_three_letter_names": (
+        "solm/annotate/tip_rules.py", "_NAMED = re.compile(r\"\\b([A-Za-z]{4,})",
+        "_NAMED = re.compile(r\"\\b([A-Za-z]{3,})", ["tests/test_tip_annotate.py"]),
+    "tip_rules_split_after_abbreviations": (
+        "solm/annotate/tip_rules.py",
+        "            and not _ABBREVIATION.search(text[max(0, m.start() - 12):m.start()])]",
+        "            ]", ["tests/test_tip_annotate.py"]),
+    "math_two_unreadable_integers_agree": (
+        "solm/core/math_task.py",
+        "        return value is not None and value == integer_of(gold)",
+        "        return value == integer_of(gold)", ["tests/test_math_task.py"]),
+    "grpo_kv_term_unclamped": (
+        "solm/train/grpo.py",
+        "    return min(1.0, max(0.0, live_response_tokens / max_completion_length))",
+        "    return max(0.0, live_response_tokens / max_completion_length)",
+        ["tests/test_tip_grpo.py"]),
+    "tip_eval_decode_time_per_problem": (
+        "solm/eval/tip_eval.py",
+        "            \"decode_s\": round(sum(r[\"decode_s\"] for r in rs) / n, 2),",
+        "            \"decode_s\": round(sum(r[\"decode_s\"] for r in rs) / len(by_problem), 2),",
+        ["tests/test_tip_eval.py"]),
+    "tip_eval_every_token_opens_a_step": (
+        "solm/eval/tip_eval.py", "        opened += int(t) in vocab.registers",
+        "        opened += 1", ["tests/test_tip_eval.py"]),
+    "tip_sft_no_math_instruction": (
+        "solm/train/tip_sft.py",
+        "                     \"prompt\": with_instruction(prompt) if math_prompt else prompt,",
+        "                     \"prompt\": prompt,", ["tests/test_tip_sft.py"]),
+    "pdiff_layout_without_a_guaranteed_pad": (
+        "solm/core/systems/pdiff.py", "        need = len(content) + 2 + 1 + extra",
+        "        need = len(content) + 2 + extra",
+        ["tests/test_pdiff_structure.py", "tests/test_pdiff_sft.py"]),
+    "pdiff_chunks_see_each_other": (
+        "solm/core/systems/pdiff.py",
+        "    return (k[\"thread\"] > MAIN) & (k[\"thread\"] == q[\"thread\"])",
+        "    return (k[\"thread\"] > MAIN) & (q[\"thread\"] > MAIN)", PDIFF_TESTS),
+    "pdiff_continuation_cap_one_late": (
+        "solm/decode/pdiff/runtime.py",
+        "run.after_sync is not None and run.after_sync >= cfg.max_continuation",
+        "run.after_sync is not None and run.after_sync > cfg.max_continuation",
+        ["tests/test_pdiff_runtime.py"]),
+    "shard_rows_overlap": (
+        "solm/core/shard.py", "        return [x for i, x in enumerate(items) if i % self.count == self.index]",
+        "        return [x for i, x in enumerate(items) if i % self.count <= self.index]",
+        ["tests/test_shard.py"]),
 }
 
 
@@ -369,7 +517,7 @@ def run_tests(root: Path, tests: list[str]) -> tuple[int, list[str], str]:
 
 def mutated_copy(name: str, workdir: Path) -> Path:
     dest = copy_tree(workdir / name)
-    path, old, new = MUTATIONS[name][:3]
+    path, old, new = {**MUTATIONS, **AUDIT}[name][:3]
     target = dest / path
     text = target.read_text()
     if text.count(old) != 1:
@@ -390,15 +538,21 @@ def main() -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "mutations.json")
     p.add_argument("--only", nargs="*", default=None)
+    p.add_argument("--audit", action="store_true",
+                   help="run the re-audit's bugs instead and report the share caught")
     args = p.parse_args()
-    names = args.only or list(MUTATIONS)
+    table = AUDIT if args.audit else MUTATIONS
+    names = args.only or list(table)
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        raise SystemExit(f"unknown mutations: {', '.join(unknown)}")
     report: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         clean = copy_tree(work / "clean")
         if not imported_from(clean).startswith(str(clean)):
             raise SystemExit(f"the copy is not what imports as solm ({imported_from(clean)})")
-        every_test = sorted({t for m in MUTATIONS.values() for t in tests_of(m)})
+        every_test = sorted({t for n in names for t in tests_of(table[n])})
         code, failed, summary = run_tests(clean, every_test)
         report["(no mutation)"] = {"failed": failed, "summary": summary}
         print(f"(no mutation): {summary}", flush=True)
@@ -408,17 +562,23 @@ def main() -> int:
             print("the unmutated tests fail; fix them first")
             return 2
         for name in names:
-            code, failed, summary = run_tests(mutated_copy(name, work),
-                                              tests_of(MUTATIONS[name]))
+            code, failed, summary = run_tests(mutated_copy(name, work), tests_of(table[name]))
             report[name] = {"failed": failed, "summary": summary}
             print(f"{name}: {len(failed)} failing tests ({summary})", flush=True)
             for f in failed:
                 print(f"    {f}", flush=True)
+    uncaught = [n for n in names if not report[n]["failed"]]
+    if args.audit:
+        report["(caught)"] = {"caught": len(names) - len(uncaught), "planted": len(names),
+                              "share": round((len(names) - len(uncaught)) / len(names), 3),
+                              "uncaught": uncaught}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
-    uncaught = [n for n in names if not report[n]["failed"]]
     if uncaught:
         print(f"NOT CAUGHT: {', '.join(uncaught)}")
+    if args.audit:
+        print(f"caught {len(names) - len(uncaught)} of {len(names)}")
+        return 0
     return 1 if uncaught else 0
 
 

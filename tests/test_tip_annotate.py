@@ -30,7 +30,8 @@ SENTENCES = ["Let $x$ be the width.", "The length is 12.", "So the area is $12x$
              "We know $x + 3 = 7$, so $x = 4$.", "The perimeter is 2(12 + 4) = 32.",
              "Check: 32 is even.", "Mr. Smith agrees.", "Hence the answer is $\\boxed{48}$.",
              "A short one.", "Note that $\\frac{1}{2}$ of 10 is 5.\n",
-             "\\begin{align*}\na &= 2. \\\\\nb &= 3.\n\\end{align*}"]
+             "\\begin{align*}\na &= 2. \\\\\nb &= 3.\n\\end{align*}",
+             "Add 1 to each side.", "Start again from 0 and add 1."]
 
 
 def names_oracle(text: str) -> set[str]:
@@ -110,6 +111,43 @@ def test_annotation_is_faithful_and_kills_only_what_no_later_step_needs(sentence
     assert (killed, forced) == (a.killed, a.forced)
     if registers >= len(steps):
         assert killed == 0
+    assert regs == registers_oracle(needs, len(steps), registers)
+
+
+def registers_oracle(needs: dict[int, set[int]], n: int, registers: int) -> list[int]:
+    """The register choice written per step: an unused register first (lowest number); else
+    among registers whose step no later step needs (all of them if none), the one whose step
+    was opened or last referred back to longest ago (lowest number on a tie)."""
+    def needed_after(i: int, j: int) -> bool:
+        return any(i in needs[k] for k in range(j, n))
+
+    def last_use(i: int, j: int) -> int:
+        return max([i] + [k for k in range(i + 1, j + 1) if i in needs[k]])
+
+    holder: dict[int, int] = {}
+    out = []
+    for j in range(n):
+        unused = sorted(set(range(registers)) - set(holder))
+        if unused:
+            reg = unused[0]
+        else:
+            free = [r for r, i in holder.items() if not needed_after(i, j)]
+            reg = min(free or holder, key=lambda r: (last_use(holder[r], j), r))
+        holder[reg] = j
+        out.append(reg)
+    return out
+
+
+def test_zero_and_one_tie_no_steps_together():
+    # s0 holds 12 (read again by s3); s1 and s2 share only 1 and 0, so s2 needs nothing:
+    # s1's register is free at s2 (and s2's at s3), s0's never is -> [0, 1, 1, 1], no forced
+    # kill. Were 0/1 keys, s2 would need s1, both registers would hold needed steps at s2,
+    # and s2 would kill s0 (forced).
+    text = "Take 12 apples. Add 1 and 0 now. Again add 1 and 0. Eat 12 here."
+    a = annotate_tip_rules(text, words, registers=2, min_step_tokens=3)
+    regs, parts = parse(a.annotated)
+    assert len(parts) == 4
+    assert regs == [0, 1, 1, 1] and a.forced == 0
 
 
 def test_enough_free_registers_go_least_recently_used_first():

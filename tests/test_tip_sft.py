@@ -87,3 +87,38 @@ def test_registers_reach_the_tokenizer_and_solm_json(tmp_path, tiny_folder, stri
     assert all(f"<reg_{i}>" in vocab for i in range(3)) and "<reg_3>" not in vocab
     assert TipVocab.from_tokenizer(tok, 3).num_registers == 3
     assert model.get_input_embeddings().weight.shape[0] == len(tok)
+
+
+def test_tip_and_dense_keep_the_same_rows_by_the_annotated_length(tmp_path, tip_tok):
+    """The length filter reads the register-annotated trace for both TIP and its Dense
+    baseline, so a row that fits only without its registers is skipped by both."""
+    from solm.core.chat import prompt_ids, text_ids
+    from solm.core.systems.tip import TipVocab
+
+    from conftest import TIP_REGISTERS
+    short = "<reg_0>Take 12. <reg_1>Eat 12."
+    long = "".join(f"<reg_{i % 2}>x{i}." for i in range(12))
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"id": f"r{i}", "prompt": "P", "annotated": t}) + "\n"
+                            for i, t in enumerate([short, long, short, long])))
+    vocab = TipVocab.from_tokenizer(tip_tok, TIP_REGISTERS)
+
+    plain_long = long
+    for i in range(TIP_REGISTERS):
+        plain_long = plain_long.replace(f"<reg_{i}>", "")
+    # a cap at the long row's length without registers (prompt + trace + EOS)
+    rows = load_tip_rows(str(path), TIP_REGISTERS, strip=False, math_prompt=False)
+    prompt_len = len(prompt_ids(tip_tok, rows[0]["prompt"]))
+    annotated_len = prompt_len + len(text_ids(tip_tok, long)) + 1
+    plain_len = prompt_len + len(text_ids(tip_tok, plain_long)) + 1
+    assert plain_len < annotated_len
+    kept = {}
+    for strip in (False, True):
+        cfg = TipSFTConfig(data=str(path), model="unused", out=str(tmp_path / "o"),
+                           registers=TIP_REGISTERS, strip_registers=strip, max_len=plain_len,
+                           eval_rows=0, math_prompt=False)
+        trainer = TipSFTTrainer(cfg)
+        data = trainer.prepare_data(trainer.read_data(), tip_tok, vocab)
+        kept[strip] = sorted(r["id"] for r in data.train + data.eval)
+        assert data.meta["skipped_too_long"] == 2
+    assert kept[False] == kept[True] == ["r0", "r2"]

@@ -501,9 +501,10 @@ class PdiffRuntime:
         entropy = -(probs * logp).sum(-1)
         score = entropy if cfg.order == "entropy" else -confidence
         is_pad = chosen == self.vocab.pad
-        if cfg.defer_pads:
-            score = score + is_pad.float() * 1e6  # every non-pad slot ranks first
-        order = torch.argsort(score, stable=True).tolist()
+        order = torch.argsort(score, stable=True)
+        if cfg.defer_pads:  # every non-pad slot ranks first, each group still by its score
+            order = order[torch.argsort(is_pad[order].to(torch.uint8), stable=True)]
+        order = order.tolist()
         left = c.budget - c.steps
         k = len(masked) if left <= 1 else math.ceil(len(masked) / left)
         keep = set(order[:k])
