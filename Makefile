@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 DATA ?= $(or $(SOLM_DATA),$(HOME)/.cache/solm/data)
 export SOLM_DATA := $(DATA)
 
-.PHONY: setup demo test test-fast data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu tip-grpo-cpu tip-eval-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
+.PHONY: setup demo test test-slow test-all data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu tip-grpo-cpu tip-eval-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
 
 setup: $(STAMP)
 
@@ -39,11 +39,16 @@ data: $(DATA)/alpaca_eval.jsonl $(DATA)/alpaca_eval_gpt4.jsonl $(DATA)/dolly.jso
 	$(DATA)/math500.jsonl $(DATA)/gsm8k_train.jsonl $(DATA)/gsm8k_test.jsonl \
 	$(DATA)/aime2024.jsonl $(DATA)/aime2025.jsonl
 
+# the default run leaves out the tests marked slow (the embedded model end to end, many
+# processes, thousand-request soaks); `make test-slow` runs those, `make test-all` both
 test: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
-
-test-fast: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-slow: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
+
+test-all: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # The issue-3 acceptance benchmark (long on a 2-core CPU): see README "PASTA runtime figures".
 bench-pasta: setup $(DATA)/alpaca_eval_gpt4.jsonl

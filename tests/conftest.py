@@ -2,8 +2,18 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# one intra-op thread (inherited by the CLI processes tests start): the tiny models gain
+# little from a second one, and on a busy 2-core machine a second OpenMP thread per process
+# oversubscribes the cores (measured, AMD EPYC 2 cores, pdiff runtime + oracles + compiled
+# step tests: 99 s quiet / 265 s beside a 2-thread torch process with 2 threads; 126 s /
+# 131 s with 1). SOLM_TEST_THREADS (or an OMP_NUM_THREADS already set) overrides it.
+os.environ["OMP_NUM_THREADS"] = (os.environ.get("SOLM_TEST_THREADS")
+                                 or os.environ.get("OMP_NUM_THREADS") or "1")
 
 import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 from hypothesis import settings as _hypothesis_settings  # noqa: E402
 

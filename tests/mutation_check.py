@@ -506,13 +506,23 @@ def copy_tree(dest: Path) -> Path:
 
 
 def run_tests(root: Path, tests: list[str]) -> tuple[int, list[str], str]:
+    """Whole test files run without their slow tests; a test named by its node id runs even
+    when it is marked slow (it was named because it catches something)."""
     env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider",
-           "-rf", *tests]
-    r = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
-    failed = sorted(set(re.findall(r"^FAILED (\S+)", r.stdout, re.M)))
-    summary = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else r.stderr[-300:]
-    return r.returncode, failed, summary
+    files = [t for t in tests if "::" not in t]
+    named = [t for t in tests if "::" in t]
+    code, failed, summaries = 0, set(), []
+    for group, marker in ((files, ["-m", "not slow"]), (named, [])):
+        if not group:
+            continue
+        cmd = [sys.executable, "-m", "pytest", "-q", *marker, "-p", "no:cacheprovider",
+               "-rf", *group]
+        r = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+        failed |= set(re.findall(r"^FAILED (\S+)", r.stdout, re.M))
+        summaries.append(r.stdout.strip().splitlines()[-1] if r.stdout.strip()
+                         else r.stderr[-300:])
+        code = code or r.returncode
+    return code, sorted(failed), "; ".join(summaries)
 
 
 def mutated_copy(name: str, workdir: Path) -> Path:

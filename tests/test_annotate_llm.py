@@ -132,6 +132,7 @@ def test_redaction():
     assert "abc" not in redact("GET /v1/x?key=abc")
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_with_every_id_exactly_once(tmp_path, count):
     data = tmp_path / "in.jsonl"
     data.write_text("".join(json.dumps({"id": r.id, "prompt": r.prompt, "response": r.response})

@@ -143,6 +143,7 @@ def test_a_cancelled_request_frees_its_slots(tiny, pasta_tokenizer):
     assert batched.free_slots == 512
 
 
+@pytest.mark.slow
 def test_a_thousand_requests_through_a_small_pool_leave_it_empty(tiny, pasta_tokenizer):
     rng = random.Random(0)
     batched = BatchedPastaRuntime(tiny, pasta_tokenizer, pool_size=160, max_batch=6)

@@ -118,6 +118,7 @@ def test_decode_uses_the_models_defaults_and_says_so(tiny_folder, tmp_path):
     assert "repetition_penalty 1 (flag)" in r.output
 
 
+@pytest.mark.slow
 def test_quiet_hides_the_libraries_deprecation_warnings():
     """Loading a kept LoRA model makes transformers warn (FutureWarning) about an API it
     deprecated: noise for a user, hidden under --quiet."""

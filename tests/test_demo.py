@@ -75,6 +75,7 @@ def _timed(result, seconds: float):
     return replace(result, decode_s=seconds)
 
 
+@pytest.mark.slow
 def test_make_demo_command_forks_threads_with_the_kept_model(tmp_path):
     from solm.cli import pasta
 

@@ -55,6 +55,7 @@ def _cli(*args, env_extra=None):
                           capture_output=True, text=True, env=env, timeout=600)
 
 
+@pytest.mark.slow
 def test_eval_run_and_report_end_to_end(tmp_path, tiny_folder):
     prompts = tmp_path / "alpaca.jsonl"
     prompts.write_text("\n".join(json.dumps({"instruction": q}) for q in (

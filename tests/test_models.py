@@ -53,6 +53,7 @@ def test_interrupted_conversion_leaves_no_loadable_folder(tmp_path, monkeypatch)
     assert models.is_complete_folder(target)
 
 
+@pytest.mark.slow
 def test_killed_conversion_process_is_redone(tmp_path):
     """A conversion process killed mid-write; the folder is not complete, and a rerun fixes it."""
     target = tmp_path / "cache" / "m"

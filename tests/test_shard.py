@@ -177,6 +177,7 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "solm.cli.main", *args]
 
 
+@pytest.mark.slow
 def test_sharded_decode_in_two_processes_equals_unsharded(tmp_path, tiny_folder):
     prompts = tmp_path / "prompts.jsonl"
     _write(prompts, [{"id": f"p{i}", "prompt": f"Name {i + 2} colours and say why."}
@@ -248,6 +249,7 @@ def _key_rows(path: Path, key) -> dict:
     return {key(r): r for r in map(json.loads, path.read_text().splitlines()) if r}
 
 
+@pytest.mark.slow
 def test_sharded_prefs_merge_into_the_unsharded_samples_and_pairs(tmp_path, tiny_folder):
     """Preference sampling split over two shards (λ = 0: no judge), merged, then finished by
     the unsharded command: the same samples and pairs as one unsharded run, nothing sampled

@@ -78,6 +78,7 @@ def test_the_read_check_catches_a_read_of_a_freed_page():
         st.assert_reads_owned()
 
 
+@pytest.mark.slow
 def test_pages_are_reused_and_nothing_leaks_over_1000_requests(tip_model, tip_tok):
     rt = TipRuntime(tip_model, tip_tok, num_pages=96, page_size=4, num_registers=REGISTERS)
     reqs = register_traces(tip_tok, 1000, 9, seed=5, prompt_len=3)
