@@ -40,9 +40,12 @@ data: $(DATA)/alpaca_eval.jsonl $(DATA)/alpaca_eval_gpt4.jsonl $(DATA)/dolly.jso
 	$(DATA)/aime2024.jsonl $(DATA)/aime2025.jsonl
 
 # the default run leaves out the tests marked slow (the embedded model end to end, many
-# processes, thousand-request soaks); `make test-slow` runs those, `make test-all` both
+# processes, thousand-request soaks) and spreads the rest over one worker per core (each
+# test process uses one torch thread: tests/conftest.py); `make test-slow` runs the slow
+# ones one at a time, `make test-all` everything
+TEST_WORKERS ?= auto
 test: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --maxprocesses 8 $(PYTEST_ARGS)
 
 test-slow: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
