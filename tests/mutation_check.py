@@ -340,8 +340,8 @@ MUTATIONS: dict[str, tuple] = {
          "masked"]),
     "bench_replays_never_alternate": (
         "solm/eval/pasta_bench.py",
-        "        if k % 2 == 0:",
-        "        if True:",
+        "        for name in (order if k % 2 == 0 else order[::-1]):",
+        "        for name in order:",
         ["tests/test_pasta_bench.py"]),
     "tip_rules_zero_and_one_are_keys": (
         "solm/annotate/tip_rules.py",
