@@ -92,8 +92,8 @@ sft-pasta-cpu: setup $(SFT_DIR)/sft_rows.jsonl $(ALPACA)
 LORA_ARGS ?= --lora-r 8 --lr 1e-3 --batch-size 4 --epochs 1 --max-len 384 --eval-rows 16 --save-every 40 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
 ARTIFACTS := solm/artifacts
 # kept models are stored packed (int8 LoRA factors, under 5 MB a file); the first use writes
-# the full adapter into the cache (solm.core.adapters.pack / unpack)
-PACK = $(BIN)/python -c "from solm.core.adapters import pack; pack(
+# the full adapter into the cache (solm.core.adapter_packing.pack / unpack)
+PACK = $(BIN)/python -c "from solm.core.adapter_packing import pack; pack(
 sft-lora-cpu: setup $(SFT_DIR)/sft_rows.jsonl
 	$(BIN)/pasta sft --data $(SFT_DIR)/sft_rows.jsonl --out $(SFT_DIR)/pasta-sft-lora $(LORA_ARGS)
 	$(BIN)/pasta sft --data $(SFT_DIR)/sft_rows.jsonl --out $(SFT_DIR)/baseline-sft-lora --strip-annotations $(LORA_ARGS)

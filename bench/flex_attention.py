@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import flex_attention
 
-from solm.core.control_tokens import add_control_tokens
+from solm.core.vocabulary import add_control_tokens
 from solm.core.jsonl import read_jsonl
 from solm.core.models import load_tokenizer
 from solm.core.systems.pasta import PastaVocab

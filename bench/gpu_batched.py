@@ -63,7 +63,7 @@ def main() -> None:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from solm.core.control_tokens import add_control_tokens
+    from solm.core.vocabulary import add_control_tokens
     from solm.decode.pasta.batched import BatchedPastaRuntime, BatchRequest
     from solm.decode.pasta.runtime import PastaDecodeConfig
 

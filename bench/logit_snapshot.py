@@ -49,7 +49,7 @@ def pasta_rows(bench_rows: Path | None, n: int, tok) -> list[dict]:
 def record(args) -> None:
     torch.set_num_threads(2)
     from solm.core.chat import prompt_ids, text_ids
-    from solm.core.control_tokens import add_control_tokens
+    from solm.core.vocabulary import add_control_tokens
     from solm.core.models import load_model
     from solm.core.pasta_lang import strip
 

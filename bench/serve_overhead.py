@@ -36,7 +36,7 @@ def main() -> None:
     from openai import OpenAI
 
     from solm.core.chat import prompt_ids
-    from solm.core.control_tokens import add_control_tokens
+    from solm.core.vocabulary import add_control_tokens
     from solm.core.models import load_model
     from solm.core.sampling import SamplingConfig
     from solm.core.records import Record

@@ -28,7 +28,7 @@ SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 
 @pytest.fixture(scope="session")
 def pasta_tokenizer():
-    from solm.core.control_tokens import add_control_tokens
+    from solm.core.vocabulary import add_control_tokens
     from solm.core.models import load_tokenizer
 
     tok = load_tokenizer("smollm2-135m")
@@ -67,7 +67,7 @@ def tiny_folder(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tip_tok():
     """The embedded tokenizer with TIP_REGISTERS register tokens."""
-    from solm.core.control_tokens import add_control_tokens
+    from solm.core.vocabulary import add_control_tokens
     from solm.core.models import load_tokenizer
 
     tok = load_tokenizer("smollm2-135m")
@@ -106,7 +106,7 @@ def sample_records(n: int):
 @pytest.fixture(scope="session")
 def pdiff_tok():
     """The embedded tokenizer with Planned Diffusion's tokens (Pasta-Lang + mask + pad)."""
-    from solm.core.control_tokens import add_control_tokens
+    from solm.core.vocabulary import add_control_tokens
     from solm.core.models import load_tokenizer
 
     tok = load_tokenizer("smollm2-135m")

@@ -467,7 +467,7 @@ AUDIT: dict[str, tuple] = {
         "            \"decode_s\": round(sum(r[\"decode_s\"] for r in rs) / len(by_problem), 2),",
         ["tests/test_tip_eval.py"]),
     "tip_eval_every_token_opens_a_step": (
-        "solm/eval/tip_eval.py", "        opened += int(t) in vocab.registers",
+        "solm/core/systems/tip.py", "        opened += int(t) in vocab.registers",
         "        opened += 1", ["tests/test_tip_eval.py"]),
     "tip_sft_no_math_instruction": (
         "solm/train/tip_sft.py",

@@ -13,7 +13,7 @@ from solm.core.errors import SolmError
 def make_adapter(parent: str, out, seed: int, rank: int):
     from peft import LoraConfig, get_peft_model
 
-    from solm.core.control_tokens import add_control_tokens
+    from solm.core.vocabulary import add_control_tokens
     from solm.core.models import load_model
     from solm.core.systems.pasta import PastaVocab
 
@@ -109,7 +109,7 @@ def test_pack_unpack_keeps_every_delta_within_the_int8_step(tmp_path):
     """The compact form stores the factors as int8 (a quarter of fp32's bytes); unpacked,
     each module's delta B A
     differs from the original by no more than int8 rounding allows per rank direction."""
-    from solm.core.adapters import PACKED, pack, unpack
+    from solm.core.adapter_packing import PACKED, pack, unpack
 
     torch.manual_seed(0)
     src = tmp_path / "src"
@@ -139,7 +139,7 @@ def test_pack_unpack_keeps_every_delta_within_the_int8_step(tmp_path):
 def test_pack_cuts_rank_by_svd_exactly_when_the_delta_has_that_rank(tmp_path):
     """A rank-8 adapter whose deltas have rank 3 packs at max_rank 3 with the same deltas
     (up to int8 rounding); the config says rank 3 with its scale folded in."""
-    from solm.core.adapters import pack, unpack
+    from solm.core.adapter_packing import pack, unpack
 
     torch.manual_seed(1)
     src = tmp_path / "src"

@@ -115,7 +115,7 @@ def test_training_moves_the_policy_and_not_the_reference(tmp_path, tiny_folder):
     the held-out margin (policy minus reference) starts at 0 and moves."""
     from solm.core.models import load_model
     from solm.core.systems.pasta import PastaVocab
-    from solm.core.control_tokens import add_control_tokens
+    from solm.core.vocabulary import add_control_tokens
     from solm.train.sequence_logprobs import sequence_logprobs
 
     import shutil

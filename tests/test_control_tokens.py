@@ -1,8 +1,9 @@
 import torch
 
-from solm.core.control_tokens import (ASYNC_CLOSE, ASYNC_OPEN, PROMISE_OPEN, SYNC,
-                                      add_control_tokens, pasta_tokens, promise_close)
+from solm.core.control_tokens import (ASYNC_CLOSE, ASYNC_OPEN, PROMISE_OPEN, SYNC, pasta_tokens,
+                                      promise_close)
 from solm.core.models import load_tokenizer, tiny_model
+from solm.core.vocabulary import add_control_tokens
 
 
 def test_add_is_idempotent_and_grows_embeddings(tmp_path):

@@ -8,9 +8,10 @@ from hypothesis import strategies as st
 from oracles import PLAIN, pasta_oracle, tip_oracle, wellformed_pasta
 
 from solm.core.chat import text_ids
-from solm.core.control_tokens import (ASYNC_CLOSE, ASYNC_OPEN, PROMISE_OPEN, SYNC,
-                                      add_control_tokens, promise_close, register_token)
+from solm.core.control_tokens import (ASYNC_CLOSE, ASYNC_OPEN, PROMISE_OPEN, SYNC, promise_close,
+                                      register_token)
 from solm.core.systems import pasta, tip
+from solm.core.vocabulary import add_control_tokens
 
 def pasta_alphabet(tok) -> list[int]:
     names = [PROMISE_OPEN, ASYNC_OPEN, ASYNC_CLOSE, SYNC] + [promise_close(n)

@@ -6,7 +6,8 @@ import json
 
 from typer.testing import CliRunner
 
-from solm.eval.tip_eval import Point, eval_points, steps_and_kills, summarise
+from solm.core.systems.tip import steps_and_kills
+from solm.eval.tip_eval import Point, eval_points, summarise
 
 
 def test_points_expand_budgets_for_budgeted_policies_only():

@@ -38,7 +38,7 @@ def test_from_tokenizer_needs_the_register_tokens(pasta_tokenizer):
 def test_tokenizer_registers(pasta_tokenizer):
     from copy import deepcopy
 
-    from solm.core.control_tokens import add_control_tokens
+    from solm.core.vocabulary import add_control_tokens
     tok = deepcopy(pasta_tokenizer)
     add_control_tokens(None, tok, "tip", num_registers=4)
     v = TipVocab.from_tokenizer(tok, num_registers=4)

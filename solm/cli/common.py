@@ -462,7 +462,7 @@ def settings_from(local_vars: dict[str, Any]) -> dict[str, Any]:
 def show_control_tokens(model: str, system: str, shown: list[str], num_registers: int = 16):
     """Add `system`'s control tokens to `model`'s tokenizer, print the `shown` ones with their
     ids, and return the tokenizer (the `tokens` command of every system app)."""
-    from solm.core.control_tokens import add_control_tokens
+    from solm.core.vocabulary import add_control_tokens
     from solm.core.models import load_tokenizer
 
     tok = load_tokenizer(model)

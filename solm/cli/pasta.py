@@ -296,6 +296,8 @@ def decode(
             return
     info(f"decoding with {decoding.describe()}")
     info(f"loading {model} ...")
+    from solm.decode.pasta.batched import default_batch_size
+
     m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)
     # a prompt's answer can never outgrow the pool: a huge --max-new-tokens is not more work
     batch = 1 if text is not None else (batch_size or default_batch_size(m.device))
@@ -351,14 +353,6 @@ def decode(
     scope = "format (this run)" if to_stdout else "format (whole file)"
     (console if to_stdout else out_console).print_json(
         json.dumps({**summary.to_dict(), "speed": speed, scope: stats}))
-
-
-def default_batch_size(device) -> int:
-    """Prompts a file decode batches by default: 16 on a CPU (a 16-token step costs 1.3-2x a
-    one-token step there), 32 on CUDA."""
-    import torch
-
-    return 32 if torch.device(device).type == "cuda" else 16
 
 
 def decode_bandwidth(model, steps: int, kv_read: int, seconds: float) -> dict:

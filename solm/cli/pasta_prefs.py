@@ -124,7 +124,7 @@ def prefs(
     from solm.core.records import load_records
     from solm.core.sampling import SamplingConfig
     from solm.decode.pasta.batched import BatchedPastaRuntime
-    from solm.cli.pasta import default_batch_size
+    from solm.decode.pasta.batched import default_batch_size
     from solm.eval.pasta_format import is_well_formed
     from solm.prefs import job
 

@@ -308,7 +308,7 @@ def traces(
     Input: JSONL with a question and a worked `solution` (or `answer`) per line, e.g. the
     rows of DeepMath-103K (`solm data get deepmath`). Example: `tip traces --source ~/.cache/solm/data/deepmath.jsonl -o runs/tip/traces.jsonl --n 16 --min-tokens 4000`
     """
-    from solm.core.control_tokens import add_control_tokens
+    from solm.core.vocabulary import add_control_tokens
     from solm.core.jsonl import write_jsonl
     from solm.core.models import load_tokenizer
     from solm.core.records import load_records

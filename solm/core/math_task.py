@@ -134,3 +134,33 @@ def score_solution(text: str, row: dict) -> dict:
     prediction = predicted_answer(text)
     return {"prediction": prediction, "gold": gold, "kind": kind,
             "correct": is_correct(prediction, gold, kind)}
+
+
+_instructed = math_prompt  # load_problems' `math_prompt` flag shadows the function
+
+
+def load_problems(path: str, math_prompt: bool, limit: int | None = None) -> list[dict]:
+    """Rows {id, prompt, gold, kind}."""
+    from solm.core.errors import DataError
+    from solm.core.jsonl import read_jsonl_numbered
+
+    rows = []
+    for line, raw in read_jsonl_numbered(path):
+        field = next((f for f in ("question", "problem", "prompt") if f in raw), None)
+        text = raw.get(field) if field else None
+        if not isinstance(text, str) or not text.strip():
+            raise DataError("expected the problem text", path=path, line=line,
+                            field=field or "question")
+        try:
+            gold, kind = gold_answer(raw)
+        except KeyError:
+            raise DataError("expected the gold answer", path=path, line=line,
+                            field="final_answer") from None
+        rows.append({"id": str(raw.get("id", raw.get("unique_id", f"row-{line}"))),
+                     "prompt": _instructed(text) if math_prompt else text,
+                     "gold": gold, "kind": kind})
+        if limit is not None and len(rows) >= limit:
+            break
+    if not rows:
+        raise DataError("no problems", path=path)
+    return rows

@@ -59,10 +59,10 @@ ARTIFACT_TARGETS = {"pasta-sft-cpu": "sft-lora-cpu", "baseline-sft-cpu": "sft-lo
 
 def artifact_folder(name: str) -> str | None:
     """The loadable folder of a kept model (`pasta-sft-cpu`, ...), None for other names: the
-    package keeps it compact (`solm.core.adapters.pack`); the first use writes the full
+    package keeps it compact (`solm.core.adapter_packing.pack`); the first use writes the full
     adapter into the cache, keyed by the packed file's hash (a rebuilt model gets a fresh
     copy)."""
-    from solm.core.adapters import PACKED, unpack
+    from solm.core.adapter_packing import PACKED, unpack
 
     if name not in ARTIFACTS:
         return None
@@ -252,7 +252,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "au
         model, tokenizer = _load_adapter(Path(name_or_path), torch_dtype, attn_implementation)
         model.to(device).eval()
         if system is not None:
-            from solm.core.control_tokens import add_control_tokens
+            from solm.core.vocabulary import add_control_tokens
             add_control_tokens(model, tokenizer, system, num_registers=num_registers)
         return model, tokenizer
     path = resolve_model_path(name_or_path)
@@ -267,7 +267,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "au
         raise _weights_error(path, e) from None
     model.to(device).eval()
     if system is not None:
-        from solm.core.control_tokens import add_control_tokens
+        from solm.core.vocabulary import add_control_tokens
         add_control_tokens(model, tokenizer, system, num_registers=num_registers)
     return model, tokenizer
 
@@ -333,7 +333,7 @@ def _load_adapter(folder: Path, torch_dtype: torch.dtype, attn_implementation: s
             base_tok = AutoTokenizer.from_pretrained(parent_path)
         except OSError as e:
             raise _load_error(parent, e) from None
-    from solm.core.control_tokens import add_control_tokens
+    from solm.core.vocabulary import add_control_tokens
     # the same mean-initialised rows the adapter was trained from
     add_control_tokens(base, base_tok, meta.get("control_tokens", "pasta"),
                        num_registers=meta.get("num_registers", 16))
@@ -392,7 +392,7 @@ def load_decoder(name_or_path: str, dtype: str = "auto", device: str | None = No
                  system: str = "pasta", quantize: str | None = None, num_registers: int = 16):
     """A model ready for a runtime: loaded, with `system`'s control tokens, weights
     quantized for decoding when asked (`solm.core.quantize`)."""
-    from solm.core.control_tokens import add_control_tokens
+    from solm.core.vocabulary import add_control_tokens
 
     model, tokenizer = load_model(name_or_path, dtype=dtype, device=device)
     add_control_tokens(model, tokenizer, system, num_registers=num_registers)

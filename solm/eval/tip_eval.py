@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from solm.core.errors import SolmError
+from solm.core.systems.tip import steps_and_kills
 
 BUDGETED = ("streamingllm", "h2o")
 DATA_SETS = ("aime2024", "aime2025", "math500", "gsm8k_test")
@@ -90,21 +91,6 @@ def data_file(name_or_path: str) -> tuple[str, Path]:
         raise SolmError(f"data set '{name_or_path}' is not in {data_root()}: run `solm data get "
                         f"{name_or_path}` (or pass a JSONL path)")
     return name_or_path, cached
-
-
-def steps_and_kills(ids: list[int], vocab) -> tuple[int, int]:
-    """Registers opened and steps killed by a reuse, in a generated sequence."""
-    from solm.core.systems.tip import TipTracker
-
-    if vocab is None:
-        return 0, 0
-    tracker = TipTracker(vocab)
-    opened = killed = 0
-    for t in ids:
-        _, dead = tracker.feed(t)
-        opened += int(t) in vocab.registers
-        killed += dead is not None
-    return opened, killed
 
 
 def row_key(row: dict) -> tuple:
@@ -232,7 +218,7 @@ def run_tip_eval(run_dir: Path, data_specs: list[str], points: list[Point], mode
     from solm.core.chat import prompt_ids
     from solm.core.models import load_decoder
     from solm.decode.tip.runtime import TipRuntime
-    from solm.train.grpo import load_problems
+    from solm.core.math_task import load_problems
 
     run_dir.mkdir(parents=True, exist_ok=True)
     sets = [data_file(spec) for spec in data_specs]
@@ -268,7 +254,7 @@ def pending(run_dir: Path, data_specs: list[str], points: list[Point], samples: 
             limit: int | None, shard=None) -> int:
     """Samples a run still has to decode (for the progress bar)."""
     from solm.core.shard import take
-    from solm.train.grpo import load_problems
+    from solm.core.math_task import load_problems
 
     done = {row_key(r) for r in read_rows(run_dir / "samples.jsonl")}
     total = 0

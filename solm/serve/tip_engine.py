@@ -90,7 +90,7 @@ class TipServeEngine(BaseEngine):
                 live.job.emit("done", self._outcome(live, res))
 
     def _outcome(self, live: _Live, res: TipResult) -> Outcome:
-        from solm.eval.tip_eval import steps_and_kills
+        from solm.core.systems.tip import steps_and_kills
 
         tok = self.runtime.tokenizer
         job = live.job

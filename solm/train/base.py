@@ -202,7 +202,7 @@ class SolmTrainer:
     def load_model(self):
         """(model, tokenizer, vocab): the parent with the control tokens, LoRA-wrapped if
         asked; fp32 weights on the CPU (the Trainer moves them)."""
-        from solm.core.control_tokens import add_control_tokens
+        from solm.core.vocabulary import add_control_tokens
         from solm.core.models import load_model
         from solm.core.systems import get_system
 

@@ -34,7 +34,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from solm.core.errors import DataError, SolmError
+from solm.core.errors import SolmError
 from solm.core.settings import setting
 from solm.train.base import PreparedData, SolmTrainer, TrainConfig
 
@@ -79,34 +79,6 @@ class TipGRPOConfig(TrainConfig):
                                       "sft / tip eval do.")
     eval_rows: int = setting(0, "Held-out problems (GRPO logs no eval loss; kept at 0).",
                              min=0, max=0)
-
-
-def load_problems(path: str, math_prompt: bool, limit: int | None = None) -> list[dict]:
-    """Rows {id, prompt, gold, kind}."""
-    from solm.core.jsonl import read_jsonl_numbered
-    from solm.core.math_task import gold_answer
-    from solm.core.math_task import math_prompt as with_instruction
-
-    rows = []
-    for line, raw in read_jsonl_numbered(path):
-        field = next((f for f in ("question", "problem", "prompt") if f in raw), None)
-        text = raw.get(field) if field else None
-        if not isinstance(text, str) or not text.strip():
-            raise DataError("expected the problem text", path=path, line=line,
-                            field=field or "question")
-        try:
-            gold, kind = gold_answer(raw)
-        except KeyError:
-            raise DataError("expected the gold answer", path=path, line=line,
-                            field="final_answer") from None
-        rows.append({"id": str(raw.get("id", raw.get("unique_id", f"row-{line}"))),
-                     "prompt": with_instruction(text) if math_prompt else text,
-                     "gold": gold, "kind": kind})
-        if limit is not None and len(rows) >= limit:
-            break
-    if not rows:
-        raise DataError("no problems", path=path)
-    return rows
 
 
 # ---- rewards --------------------------------------------------------------------------
@@ -318,6 +290,8 @@ class TipGRPOTrainer(SolmTrainer):
                             f"{own}")
 
     def read_data(self) -> list[dict]:
+        from solm.core.math_task import load_problems
+
         return load_problems(self.config.data, self.config.math_prompt, self.config.limit)
 
     def data_collator(self, tokenizer, vocab) -> Callable:

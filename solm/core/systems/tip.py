@@ -131,3 +131,16 @@ def structure(token_ids: Sequence[int] | torch.Tensor, vocab: TipVocab,
         targets[:-1] = torch.tensor(token_ids[1:], dtype=torch.long)
     return Structure(visible=pairwise(tip_visible, attrs, attrs), position_ids=idx.clone(),
                      targets=targets, attrs=attrs)
+
+
+def steps_and_kills(ids: list[int], vocab) -> tuple[int, int]:
+    """Registers opened and steps killed by a reuse, in a generated sequence."""
+    if vocab is None:
+        return 0, 0
+    tracker = TipTracker(vocab)
+    opened = killed = 0
+    for t in ids:
+        _, dead = tracker.feed(t)
+        opened += int(t) in vocab.registers
+        killed += dead is not None
+    return opened, killed

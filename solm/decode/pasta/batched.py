@@ -47,6 +47,12 @@ CANCELLED = "cancelled"
 NO_GROUP = -1
 
 
+
+def default_batch_size(device) -> int:
+    """Prompts a file decode batches by default: 16 on a CPU (a 16-token step costs 1.3-2x a
+    one-token step there), 32 on CUDA."""
+    return 32 if torch.device(device).type == "cuda" else 16
+
 @dataclass
 class BatchRequest:
     rid: Hashable

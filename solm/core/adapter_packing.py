@@ -1,0 +1,104 @@
+"""The compact form a kept model's LoRA adapter is stored in inside the package, and the
+adapter files' names.
+
+A kept model's LoRA factors are stored as int8 with one scale per rank direction (a row of
+A, a column of B: B A sums over the rank, so each direction's error stays its own), its
+trainable token rows in bf16: a quarter of the fp32 bytes. On first use the adapter is
+written out in full (bf16) into the cache, where peft loads it like any adapter.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import torch
+
+WEIGHTS = "adapter_model.safetensors"
+CONFIG = "adapter_config.json"
+META = "solm.json"
+LORA_KEY = re.compile(r"^(?P<module>.+)\.lora_(?P<which>[AB])\.weight$")
+TOKENS_SUFFIX = "token_adapter.trainable_tokens_delta"
+
+PACKED = "adapter_model.int8.safetensors"
+_SCALE = ".int8_scale"
+SIDE_FILES = (CONFIG, META, "generation_config.json")
+
+
+def _truncate(weights: dict[str, torch.Tensor], scale: float, rank: int
+              ) -> dict[str, torch.Tensor]:
+    """Each module's delta s B A, cut to its best rank-`rank` approximation (SVD), returned
+    as factors whose product is the delta itself (scale folded into B)."""
+    out = dict(weights)
+    for key in [k for k in weights if LORA_KEY.match(k) and LORA_KEY.match(k)["which"] == "A"]:
+        b_key = key.replace(".lora_A.", ".lora_B.")
+        delta = scale * weights[b_key].float() @ weights[key].float()
+        u, sv, vh = torch.linalg.svd(delta, full_matrices=False)
+        out[b_key] = (u[:, :rank] * sv[:rank]).contiguous()
+        out[key] = vh[:rank].contiguous()
+    return out
+
+
+def pack(folder: str | Path, out: str | Path, max_rank: int | None = None) -> Path:
+    """Write `folder`'s adapter in the compact form (PACKED + its side files) into `out`;
+    `max_rank` also cuts a higher-rank adapter (a flattened chain) to that rank by SVD."""
+    from safetensors.torch import load_file, save_file
+
+    folder, out = Path(folder), Path(out)
+    weights = load_file(str(folder / WEIGHTS))
+    config = json.loads((folder / CONFIG).read_text())
+    if max_rank is not None and int(config["r"]) > max_rank:
+        weights = _truncate(weights, float(config["lora_alpha"]) / float(config["r"]), max_rank)
+        config = dict(config, r=max_rank, lora_alpha=max_rank)  # scale 1: folded into B
+    packed: dict[str, torch.Tensor] = {}
+    for key, value in weights.items():
+        m = LORA_KEY.match(key)
+        if not m:
+            packed[key] = value.to(torch.bfloat16).contiguous()
+            continue
+        w = value.float()
+        dim = 1 if m["which"] == "A" else 0  # reduce over all but the rank direction
+        scale = (w.abs().amax(dim=dim, keepdim=True) / 127.0).clamp_min(1e-12)
+        packed[key] = torch.round(w / scale).to(torch.int8).contiguous()
+        packed[key + _SCALE] = scale.squeeze(dim).to(torch.float32).contiguous()
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(packed, str(out / PACKED))
+    for name in SIDE_FILES:
+        if (folder / name).exists() and (folder / name).resolve() != (out / name).resolve():
+            shutil.copyfile(folder / name, out / name)
+    (out / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+    return out
+
+
+def unpack(folder: str | Path, out: str | Path) -> Path:
+    """Write the full adapter (bf16) of a packed `folder` into `out`, atomically."""
+    import os
+    import tempfile
+
+    from safetensors.torch import load_file, save_file
+
+    folder, out = Path(folder), Path(out)
+    packed = load_file(str(folder / PACKED))
+    full: dict[str, torch.Tensor] = {}
+    for key, value in packed.items():
+        if key.endswith(_SCALE):
+            continue
+        m = LORA_KEY.match(key)
+        if m:
+            scale = packed[key + _SCALE]
+            scale = scale.unsqueeze(1) if m["which"] == "A" else scale.unsqueeze(0)
+            value = value.float() * scale
+        full[key] = value.to(torch.bfloat16).contiguous()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=out.name + ".tmp"))
+    save_file(full, str(tmp / WEIGHTS))
+    for name in SIDE_FILES:
+        if (folder / name).exists():
+            shutil.copyfile(folder / name, tmp / name)
+    try:
+        os.replace(tmp, out)
+    except OSError:  # another process unpacked it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

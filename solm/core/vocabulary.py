@@ -1,0 +1,47 @@
+"""Growing a tokenizer and a model by a registered system's control tokens: the tokens come
+from the system registry (`solm.core.systems`), their strings from `control_tokens`."""
+
+from __future__ import annotations
+
+import torch
+
+from solm.core.systems import get_system
+
+
+def system_tokens(system: str, num_registers: int = 16) -> list[str]:
+    """The control tokens of a registered system (`solm.core.systems`)."""
+    return get_system(system).control_tokens(num_registers)
+
+
+def add_tokens_to_tokenizer(tokenizer, tokens: list[str]) -> int:
+    """Add whole, non-normalized tokens; returns how many were new."""
+    from tokenizers import AddedToken
+
+    vocab = tokenizer.get_vocab()
+    new = [AddedToken(t, special=False, normalized=False, lstrip=False, rstrip=False,
+                      single_word=False) for t in tokens if t not in vocab]
+    if new:
+        tokenizer.add_tokens(new)
+    return len(new)
+
+
+def add_control_tokens(model, tokenizer, system: str, num_registers: int = 16) -> int:
+    """Add `system`'s control tokens and grow the embeddings; idempotent.
+
+    New input (and untied output) rows start at the mean of the existing rows, so the new
+    tokens begin as an "average" token rather than random noise. Returns how many were added.
+    """
+    added = add_tokens_to_tokenizer(tokenizer, system_tokens(system, num_registers))
+    if model is None:
+        return added
+    old = model.get_input_embeddings().weight.shape[0]
+    needed = len(tokenizer)
+    if needed > old:
+        model.resize_token_embeddings(needed, mean_resizing=False)
+        with torch.no_grad():
+            emb = model.get_input_embeddings().weight
+            emb[old:] = emb[:old].mean(dim=0, keepdim=True)
+            out = model.get_output_embeddings()
+            if out is not None and out.weight.data_ptr() != emb.data_ptr():
+                out.weight[old:] = out.weight[:old].mean(dim=0, keepdim=True)
+    return added
