@@ -168,6 +168,9 @@ def test_a_request_larger_than_the_pool_is_refused_and_the_others_finish(tiny,
     assert out[1].result.flags == [REFUSED] and "does not fit a pool of 64" in out[1].error
     assert len(out[0].result.ids) == 8 and len(out[2].result.ids) == 8
     assert out[0].error is None and batched.free_slots == 64
+    # a request that needs exactly the pool (prompt + max_new_tokens = 64 slots) fits
+    exact = next(iter(batched.run([BatchRequest(3, [5] * 56, cfg)])))
+    assert exact.error is None and len(exact.result.ids) == 8
 
 
 def test_the_slot_allocator_against_a_set_of_free_slots():

@@ -59,6 +59,7 @@ def test_a_request_over_the_servers_token_cap_is_refused():
     with pytest.raises(ApiError) as e:
         _config(ServeEngine, PASTA, max_tokens=65)
     assert e.value.param == "max_tokens"
+    assert _config(ServeEngine, PASTA, max_tokens=64).max_new_tokens == 64  # the cap itself
 
 
 TIP = TipDecodeConfig(policy="tip", max_new_tokens=24,

@@ -31,7 +31,8 @@ SENTENCES = ["Let $x$ be the width.", "The length is 12.", "So the area is $12x$
              "Check: 32 is even.", "Mr. Smith agrees.", "Hence the answer is $\\boxed{48}$.",
              "A short one.", "Note that $\\frac{1}{2}$ of 10 is 5.\n",
              "\\begin{align*}\na &= 2. \\\\\nb &= 3.\n\\end{align*}",
-             "Add 1 to each side.", "Start again from 0 and add 1."]
+             "Add 1 to each side.", "Start again from 0 and add 1.", "The sum is 9.",
+             "Keep the sum in mind."]
 
 
 def names_oracle(text: str) -> set[str]:
@@ -261,3 +262,23 @@ def test_bench_traces_are_rules_annotations_of_concatenated_solutions():
         assert words(text) >= 40 and text.count(sol) == len(text.split("\n\n")) - 1
         regs, _ = parse(r["response"])
         assert max(regs) < 3 and r["killed"] > 0
+
+
+def test_a_refer_back_to_a_dead_step_does_not_refresh_its_registers_new_holder():
+    # two registers: s2 must kill a needed step (forced) and takes s0's register; s3 takes
+    # the same register again (s2 is no longer needed). s4 reads 12 from s0, which is dead:
+    # that read must not count as a use of register 0 (held by s3). Both registers then hold
+    # steps last used at 3, and the lower number goes first -> register 0. Counting the read
+    # against register 0 would send s4 to register 1.
+    text = "Take 12 apples. Take 7 pears. Eat 5 figs. Sell 7 now. Eat 12 here."
+    a = annotate_tip_rules(text, words, registers=2, min_step_tokens=3)
+    regs, parts = parse(a.annotated)
+    assert len(parts) == 5
+    assert regs == [0, 1, 0, 0, 0] and (a.killed, a.forced) == (3, 1)
+
+
+def test_a_name_has_four_letters_or_more():
+    # `sum is 9` names nothing (three letters: too common to tie steps together)
+    assert names_oracle("The sum is 9 and the total is 4 and rate = 2.") == {"total", "rate"}
+    from solm.annotate.tip_rules import named_quantities
+    assert named_quantities("The sum is 9 and the total is 4 and rate = 2.") == {"total", "rate"}

@@ -43,6 +43,23 @@ def test_accuracy_is_the_mean_of_per_problem_fractions():
     assert s["throughput_tok_s"] == 500.0 and s["share_steps_killed"] == 0.25
 
 
+def test_per_sample_figures_are_means_over_samples():
+    """5 samples of 2 problems: decode time, live KV and length are means over the samples
+    (written out by hand), not sums over problems."""
+    times, lives, gens = [1.0, 2.0, 3.0, 6.0, 8.0], [10.0, 20.0, 30.0, 40.0, 50.0], \
+        [100, 200, 300, 400, 500]
+    rows = []
+    for i, (t, live, g) in enumerate(zip(times, lives, gens)):
+        r = row("a" if i < 4 else "b", i, True, live=live, generated=g)
+        r["decode_s"] = t
+        rows.append(r)
+    (s,) = summarise(rows, [])
+    assert s["decode_s"] == 4.0  # (1 + 2 + 3 + 6 + 8) / 5; over the 2 problems: 10
+    assert s["live_response_tokens"] == 30.0 and s["mean_live_tokens"] == 50.0
+    assert s["generated_tokens"] == 300.0 and s["samples"] == 5 and s["problems"] == 2
+    assert s["throughput_tok_s"] is None  # no timing segments
+
+
 def test_run_resume_and_report(tmp_path, tiny_folder):
     from solm.cli import tip
 
