@@ -492,6 +492,58 @@ AUDIT: dict[str, tuple] = {
         ["tests/test_shard.py"]),
 }
 
+
+# The re-audit's second round: new one-line bugs in the same areas, planted after the first
+# round's tests were added (`--audit2`); not in the plain run's list until measured.
+AUDIT2: dict[str, tuple] = {
+    "batched_shared_prompt_takes_its_own_slots_too": (
+        "solm/decode/pasta/batched.py",
+        "        own = self._budget(req) if prefix is not None else len(prompt) + self._budget(req)",
+        "        own = len(prompt) + self._budget(req)", ["tests/test_batched.py"]),
+    "serve_request_seed_ignored": (
+        "solm/serve/app.py", "        seed=s.seed if req.seed is None else req.seed,",
+        "        seed=s.seed,", ["tests/test_serve_settings.py", "tests/test_serve.py"]),
+    "prefs_length_ratio_reads_the_critical_path": (
+        "solm/prefs/job.py",
+        "too_short=s[\"content_tokens\"] < min_length_ratio * baseline_tokens))",
+        "too_short=s[\"critical_path\"] < min_length_ratio * baseline_tokens))",
+        ["tests/test_prefs.py"]),
+    "prefs_one_malformed_sample_skips_the_prompt": (
+        "solm/prefs/score.py", "    if not any(s.well_formed for s in samples):",
+        "    if not all(s.well_formed for s in samples):", ["tests/test_prefs.py"]),
+    "bonbon_margin_crosses_the_references": (
+        "solm/train/bonbon.py",
+        "    margin = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)",
+        "    margin = (policy_chosen - ref_rejected) - (policy_rejected - ref_chosen)",
+        ["tests/test_bonbon.py"]),
+    "agreement_undecided_band_too_wide": (
+        "solm/eval/agreement.py", "        if abs(p2 - 0.5) < 0.05:",
+        "        if abs(p2 - 0.5) < 0.5:", ["tests/test_agreement.py"]),
+    "math_trailing_period_kept": (
+        "solm/core/math_task.py", "    s = s.rstrip(\".\").strip()", "    s = s.strip()",
+        ["tests/test_math_task.py"]),
+    "grpo_groups_of_one": (
+        "solm/train/grpo.py",
+        "    return [len(set(correct[i:i + group])) > 1 for i in range(0, len(correct), group)]",
+        "    return [len(set(correct[i:i + group])) > 1 for i in range(0, len(correct), 1)]",
+        ["tests/test_tip_grpo.py"]),
+    "tip_eval_any_flag_counts_as_capped": (
+        "solm/eval/tip_eval.py",
+        "            \"capped\": sum(\"max_new_tokens\" in r[\"flags\"] for r in rs),",
+        "            \"capped\": sum(bool(r[\"flags\"]) for r in rs),", ["tests/test_tip_eval.py"]),
+    "pdiff_continuation_counts_the_sync": (
+        "solm/decode/pdiff/runtime.py",
+        "        if tok == v.sync and run.after_sync is None:\n            run.after_sync = 0",
+        "        if tok == v.sync and run.after_sync is None:\n            run.after_sync = 1",
+        ["tests/test_pdiff_runtime.py"]),
+    "shard_index_bound_inclusive": (
+        "solm/core/shard.py", "        if self.count < 1 or not 0 <= self.index < self.count:",
+        "        if self.count < 1 or not 0 <= self.index <= self.count:", ["tests/test_shard.py"]),
+    "tip_sft_dense_rows_keep_registers": (
+        "solm/train/tip_sft.py", "            text, tagged = strip_registers(text), False",
+        "            tagged = False", ["tests/test_tip_sft.py"]),
+}
+
 # once caught (tests were added for the five the first pass missed), they join the list the
 # plain run must catch
 MUTATIONS.update(AUDIT)
@@ -531,7 +583,7 @@ def run_tests(root: Path, tests: list[str]) -> tuple[int, list[str], str]:
 
 def mutated_copy(name: str, workdir: Path) -> Path:
     dest = copy_tree(workdir / name)
-    path, old, new = {**MUTATIONS, **AUDIT}[name][:3]
+    path, old, new = {**MUTATIONS, **AUDIT, **AUDIT2}[name][:3]
     target = dest / path
     text = target.read_text()
     if text.count(old) != 1:
@@ -554,8 +606,10 @@ def main() -> int:
     p.add_argument("--only", nargs="*", default=None)
     p.add_argument("--audit", action="store_true",
                    help="run the re-audit's bugs instead and report the share caught")
+    p.add_argument("--audit2", action="store_true", help="the re-audit's second round")
     args = p.parse_args()
-    table = AUDIT if args.audit else MUTATIONS
+    table = AUDIT2 if args.audit2 else AUDIT if args.audit else MUTATIONS
+    args.audit = args.audit or args.audit2
     names = args.only or list(table)
     unknown = [n for n in names if n not in table]
     if unknown:

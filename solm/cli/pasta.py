@@ -504,8 +504,8 @@ def demo(
                                        help="Cap on the answer's tokens (all threads)."),
     width: int = typer.Option(60, min=10, max=400, help="Columns of the thread timeline."),
     repeats: int = typer.Option(3, min=1, max=50, help="Timed decodes of each side (after a "
-                                "warm-up of both), in alternating order; the medians are "
-                                "compared."),
+                                "warm-up of both), in alternating order; the fastest of "
+                                "each side are compared."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write the figures "
                                        "and the answer as JSON here."),
     dtype: str = DtypeOption,
@@ -560,7 +560,7 @@ def demo(
     lines = [
         f"parallel: {n} answer tokens in {live_run.forward_passes} forward passes, "
         f"{live_run.threads} threads forked",
-        f"timed (both warmed, {repeats} runs each in alternating order, medians): parallel "
+        f"timed (both warmed, {repeats} runs each in alternating order, fastest): parallel "
         f"{par.forward_passes} passes {par.decode_s:.2f} s; sequential (the same answer, same "
         f"model, one token per pass) {seq.forward_passes} passes {seq.decode_s:.2f} s",
         f"realized speedup: {res.realized_speedup:.2f}x (sequential / parallel decode time, "
