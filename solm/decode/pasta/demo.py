@@ -15,7 +15,7 @@ so the realized speedup printed is measured in this run, on the same text.
   fastest kept: on a shared machine interference only ever adds time, so the fastest run is
   the one closest to the decode's own cost (medians of three still differed by 15% between
   runs on a 2-core VM: a fresh clone's first demo read 1.38x against 1.19x; the fastest
-  runs of that same demo read 1.25x).
+  runs of that same demo read 1.26x).
 - Realized speedup = sequential decode time / parallel decode time (prefill excluded from
   both: it is the same prompt); theoretical = the answer's tokens / the forward passes the
   timed parallel replay takes, i.e. the sequential passes over the parallel ones: what the
