@@ -286,3 +286,14 @@ def test_never_more_requests_in_flight_than_max_batch(tiny, pasta_tokenizer, voc
         ended += now
     assert widest == 2
     assert sorted(r.rid for r in ended) == [0, 1, 2, 3, 4]
+
+
+def test_requests_sharing_a_prompt_reserve_it_once(tiny, pasta_tokenizer):
+    """Three samples of one 20-token prompt with 8 new tokens each: the prompt's slots once,
+    then 8 per request (20 + 3 x 8 = 44 of 64), all three admitted at the first step."""
+    batched = BatchedPastaRuntime(tiny, pasta_tokenizer, pool_size=64, max_batch=4)
+    cfg = PastaDecodeConfig(mode="sequential", max_new_tokens=8)
+    for i in range(3):
+        batched.add(BatchRequest(i, [5] * 20, cfg, group="g"))
+    batched.step()
+    assert len(batched.running) == 3 and batched.free_slots == 64 - 20 - 3 * 8

@@ -44,6 +44,7 @@ def test_gsm8k_style_answers_when_there_is_no_box():
     (None, "72", "integer", False),
     ("x", "72", "integer", False),
     ("many", "none", "integer", False),  # two answers that are not integers do not agree
+    ("72.", "72", "integer", True),  # a sentence's full stop after the answer
 ])
 def test_is_correct(pred, gold, kind, ok):
     assert is_correct(pred, gold, kind) is ok

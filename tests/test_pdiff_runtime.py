@@ -265,6 +265,11 @@ def test_a_runaway_continuation_stops_at_its_cap(rt, pdiff_tok):
     assert CONTINUATION_CAP in res.flags
     sync = res.ids.index(rt.vocab.sync)
     assert len(res.ids) - sync - 1 == 3
+    # a <sync/> with nothing promised starts the count too
+    _, res = _decode(rt, pdiff_tok, "Intro<sync/> and on and on and on and on",
+                     max_continuation=3)
+    assert CONTINUATION_CAP in res.flags
+    assert len(res.ids) - res.ids.index(rt.vocab.sync) - 1 == 3
 
 
 def test_a_batch_reads_for_each_prompt_the_logits_it_gets_alone(rt, pdiff_tok):

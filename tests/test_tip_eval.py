@@ -52,8 +52,11 @@ def test_per_sample_figures_are_means_over_samples():
     for i, (t, live, g) in enumerate(zip(times, lives, gens)):
         r = row("a" if i < 4 else "b", i, True, live=live, generated=g)
         r["decode_s"] = t
+        r["flags"] = [["max_new_tokens"], ["pool_full"], ["pool_full", "max_new_tokens"], [],
+                      []][i]
         rows.append(r)
     (s,) = summarise(rows, [])
+    assert s["capped"] == 2  # the samples the token cap cut, not every flagged one
     assert s["decode_s"] == 4.0  # (1 + 2 + 3 + 6 + 8) / 5; over the 2 problems: 10
     assert s["live_response_tokens"] == 30.0 and s["mean_live_tokens"] == 50.0
     assert s["generated_tokens"] == 300.0 and s["samples"] == 5 and s["problems"] == 2
