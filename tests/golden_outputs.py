@@ -21,7 +21,7 @@ import json
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -46,7 +46,6 @@ class Case:
     args: Callable[[Path, str], list[str]]  # (workdir, model) -> argv
     outputs: Callable[[Path], list[Path]]  # workdir -> the JSONL files it wrote
     model: str = "tiny"  # or a kept model's name
-    notes: dict = field(default_factory=dict)
 
 
 def _common(extra: list[str]) -> list[str]:
@@ -208,9 +207,6 @@ def run_case(case: Case, work: Path, tiny: str | None = None) -> list[dict]:
 
 
 def record(kept: bool, work: Path) -> None:
-    import torch
-
-    torch.manual_seed(0)
     tiny = tiny_model_folder(work)
     out = {"machine": _machine(), "cases": {}}
     for case in CASES:
