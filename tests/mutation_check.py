@@ -544,6 +544,156 @@ AUDIT2: dict[str, tuple] = {
         "            tagged = False", ["tests/test_tip_sft.py"]),
 }
 
+# The re-audit's third round: new one-line bugs in the same areas, planted from reading the
+# code only (`--audit3`).
+AUDIT3: dict[str, tuple] = {
+    'batched_kv_read_leaves_out_the_shared_prompt': (
+        'solm/decode/pasta/batched.py',
+        '            state.kv_read += run.next_slot - run.start + (\n                run.prefix.end - run.prefix.start if run.prefix else 0)',
+        '            state.kv_read += run.next_slot - run.start',
+        ['tests/test_batched.py']),
+    'batched_pool_exactly_full_refused': (
+        'solm/decode/pasta/batched.py',
+        '        if need > self.pool_size:',
+        '        if need >= self.pool_size:',
+        ['tests/test_batched.py']),
+    'serve_request_penalize_ignored': (
+        'solm/serve/engine.py',
+        'penalize=req.penalize or defaults.penalize, record_logits=False)',
+        'penalize=defaults.penalize, record_logits=False)',
+        ['tests/test_serve_settings.py', 'tests/test_serve.py', 'tests/test_serve_app.py', 'tests/test_serve_engine.py']),
+    'serve_chat_cap_prefers_max_tokens': (
+        'solm/serve/protocol.py',
+        '        return self.max_completion_tokens or self.max_tokens',
+        '        return self.max_tokens or self.max_completion_tokens',
+        ['tests/test_serve_settings.py', 'tests/test_serve.py', 'tests/test_serve_app.py', 'tests/test_serve_engine.py']),
+    'prefs_ties_go_to_the_later_sample': (
+        'solm/prefs/score.py',
+        '    order = sorted(samples, key=lambda s: (sort_key(s, quality_weight), -s.sample),',
+        '    order = sorted(samples, key=lambda s: (sort_key(s, quality_weight), s.sample),',
+        ['tests/test_prefs.py']),
+    'prefs_well_formed_rate_over_distinct': (
+        'solm/prefs/job.py',
+        '            wf += [row["well_formed"] for row in rows]',
+        '            wf += [x.well_formed for x in scored]',
+        ['tests/test_prefs.py']),
+    'bonbon_length_filter_reads_the_shorter_answer': (
+        'solm/train/bonbon.py',
+        '            return len(c.prompt_ids) + max(len(c.response_ids), len(r.response_ids)) + 1',
+        '            return len(c.prompt_ids) + min(len(c.response_ids), len(r.response_ids)) + 1',
+        ['tests/test_bonbon.py', 'tests/test_sequence_logprobs.py']),
+    'bonbon_first_answer_token_not_scored': (
+        'solm/train/sequence_logprobs.py',
+        '    for i in range(p - 1):\n        targets[i] = IGNORE',
+        '    for i in range(p):\n        targets[i] = IGNORE',
+        ['tests/test_bonbon.py', 'tests/test_sequence_logprobs.py']),
+    'agreement_preference_one_names_no_winner': (
+        'solm/eval/agreement.py',
+        '    if not 1.0 <= p <= 2.0 or p == 1.5:',
+        '    if not 1.0 < p <= 2.0 or p == 1.5:',
+        ['tests/test_agreement.py']),
+    'agreement_exact_tie_counts_nothing': (
+        'solm/eval/agreement.py',
+        '        if p2 == 0.5:\n            agree += 0.5',
+        '        if p2 == 0.5:\n            agree += 0',
+        ['tests/test_agreement.py']),
+    'tip_rules_step_needed_now_counts_free': (
+        'solm/annotate/tip_rules.py',
+        '            free = [r for r in holder if needed[holder[r]] < j]',
+        '            free = [r for r in holder if needed[holder[r]] <= j]',
+        ['tests/test_tip_annotate.py']),
+    'tip_rules_step_needs_more_than_the_minimum': (
+        'solm/annotate/tip_rules.py',
+        '        if count(current) >= min_step_tokens:\n            steps.append(current)',
+        '        if count(current) > min_step_tokens:\n            steps.append(current)',
+        ['tests/test_tip_annotate.py']),
+    'math_first_box_taken': (
+        'solm/core/math_task.py',
+        '    start = starts[-1]',
+        '    start = starts[0]',
+        ['tests/test_math_task.py']),
+    'math_negative_decimal_integer_lost': (
+        'solm/core/math_task.py',
+        '    m = re.fullmatch(r"(-?\\d+)\\.0+", s)',
+        '    m = re.fullmatch(r"(\\d+)\\.0+", s)',
+        ['tests/test_math_task.py']),
+    'grpo_rollouts_share_one_seed': (
+        'solm/train/grpo.py',
+        '        reqs = [TipRequest(i, p, seed=i) for i, p in enumerate(ids)]',
+        '        reqs = [TipRequest(i, p, seed=0) for i, p in enumerate(ids)]',
+        ['tests/test_tip_grpo.py']),
+    'grpo_logprobs_ignore_temperature': (
+        'solm/train/grpo.py',
+        '    logits = logits[:, prompt_cols - 1:-1].float() / temperature',
+        '    logits = logits[:, prompt_cols - 1:-1].float()',
+        ['tests/test_tip_grpo.py']),
+    'tip_eval_accuracy_divided_by_samples': (
+        'solm/eval/tip_eval.py',
+        '        accuracy = sum(sum(v) / len(v) for v in by_problem.values()) / len(by_problem)',
+        '        accuracy = sum(sum(v) / len(v) for v in by_problem.values()) / len(rs)',
+        ['tests/test_tip_eval.py']),
+    'tip_eval_256_is_not_long': (
+        'solm/eval/tip_eval.py',
+        '        long_rows = [r for r in rs if r["generated"] >= 256]',
+        '        long_rows = [r for r in rs if r["generated"] > 256]',
+        ['tests/test_tip_eval.py']),
+    'tip_eval_seed_by_job_order': (
+        'solm/eval/tip_eval.py',
+        '    reqs = (TipRequest(i, prompts[p["id"]], seed=k) for i, (p, k) in enumerate(jobs))',
+        '    reqs = (TipRequest(i, prompts[p["id"]], seed=i) for i, (p, k) in enumerate(jobs))',
+        ['tests/test_tip_eval.py']),
+    'tip_sft_first_trace_token_untrained': (
+        'solm/train/tip_sft.py',
+        '        for i in range(min(len(prompt) - 1, len(targets))):',
+        '        for i in range(min(len(prompt), len(targets))):',
+        ['tests/test_tip_sft.py']),
+    'tip_sft_register_n_accepted': (
+        'solm/train/tip_sft.py',
+        '        beyond = [int(i) for i in _REGISTER.findall(text) if int(i) >= registers]',
+        '        beyond = [int(i) for i in _REGISTER.findall(text) if int(i) > registers]',
+        ['tests/test_tip_sft.py']),
+    'pdiff_chunk_may_have_no_pad': (
+        'solm/core/systems/pdiff.py',
+        '        need = len(content) + 2 + 1 + extra',
+        '        need = len(content) + 2 + extra',
+        PDIFF_TESTS),
+    'pdiff_chunk_slots_without_minimum': (
+        'solm/core/systems/pdiff.py',
+        '    return max(MIN_SLOTS, int(round(10 * tens * length_scale)))',
+        '    return int(round(10 * tens * length_scale))',
+        PDIFF_TESTS),
+    'pdiff_sft_norm_counts_masked_only': (
+        'solm/train/pdiff_sft.py',
+        '        norm = sum(k == AR for k in kinds) + len(diffusable)',
+        '        norm = sum(k == AR for k in kinds) + len(masked)',
+        PDIFF_TESTS),
+    'pdiff_sft_length_filter_fewest_pads': (
+        'solm/train/pdiff_sft.py',
+        '        extra = (lambda: self.extra_pads) if most else (lambda: rng.randint(0, self.extra_pads))',
+        '        extra = (lambda: 0) if most else (lambda: rng.randint(0, self.extra_pads))',
+        PDIFF_TESTS),
+    'pdiff_continuation_cap_one_late': (
+        'solm/decode/pdiff/runtime.py',
+        '        if run.after_sync is not None and run.after_sync >= cfg.max_continuation:',
+        '        if run.after_sync is not None and run.after_sync > cfg.max_continuation:',
+        PDIFF_TESTS),
+    'pdiff_chunk_sampling_ignores_the_seed': (
+        'solm/decode/pdiff/runtime.py',
+        '        gen = torch.Generator().manual_seed(cfg.sampling.seed + 1)',
+        '        gen = torch.Generator().manual_seed(1)',
+        PDIFF_TESTS),
+    'shard_merge_keeps_shard_order': (
+        'solm/core/shard.py',
+        '        rows = [by_id[i] for i in expected] + [r for r in existing',
+        '        rows = list(by_id.values()) + [r for r in existing',
+        ['tests/test_shard.py']),
+    'shard_copies_a_file_only_some_shards_have': (
+        'solm/core/shard.py',
+        '        if not all(f.exists() for f in files) or len({f.read_bytes() for f in files}) > 1:',
+        '        if not any(f.exists() for f in files) or len({f.read_bytes() for f in files if f.exists()}) > 1:',
+        ['tests/test_shard.py']),
+}
+
 # once caught (tests were added for the ones each round missed: 5 of 22 in round 1, 4 of 12
 # in round 2), they join the list the plain run must catch
 MUTATIONS.update(AUDIT)
@@ -584,7 +734,7 @@ def run_tests(root: Path, tests: list[str]) -> tuple[int, list[str], str]:
 
 def mutated_copy(name: str, workdir: Path) -> Path:
     dest = copy_tree(workdir / name)
-    path, old, new = {**MUTATIONS, **AUDIT, **AUDIT2}[name][:3]
+    path, old, new = {**MUTATIONS, **AUDIT, **AUDIT2, **AUDIT3}[name][:3]
     target = dest / path
     text = target.read_text()
     if text.count(old) != 1:
@@ -608,9 +758,11 @@ def main() -> int:
     p.add_argument("--audit", action="store_true",
                    help="run the re-audit's bugs instead and report the share caught")
     p.add_argument("--audit2", action="store_true", help="the re-audit's second round")
+    p.add_argument("--audit3", action="store_true", help="the re-audit's third round")
     args = p.parse_args()
-    table = AUDIT2 if args.audit2 else AUDIT if args.audit else MUTATIONS
-    args.audit = args.audit or args.audit2
+    table = (AUDIT3 if args.audit3 else AUDIT2 if args.audit2 else AUDIT if args.audit
+             else MUTATIONS)
+    args.audit = args.audit or args.audit2 or args.audit3
     names = args.only or list(table)
     unknown = [n for n in names if n not in table]
     if unknown:
