@@ -26,23 +26,37 @@ def _plain(annotation: Any) -> Any:
     return annotation
 
 
-def config_parameters(cls: type) -> list[inspect.Parameter]:
-    """One keyword parameter (a typer Option) per setting of the dataclass `cls`."""
+def config_parameters(cls: type, defaults: dict[str, Any] | None = None,
+                      only: typing.Iterable[str] | None = None,
+                      from_model: typing.Iterable[str] = ()) -> list[inspect.Parameter]:
+    """One keyword parameter (a typer Option) per setting of the dataclass `cls`.
+
+    `defaults`: a command's own defaults over the fields' (by field name); `only`: these
+    fields alone; `from_model`: fields whose option defaults to None (not given), because a
+    model's generation_config.json may set them (`solm.core.generation`)."""
     hints = typing.get_type_hints(cls)
+    defaults = defaults or {}
+    from_model = set(from_model)
     params = []
     for f in dataclasses.fields(cls):
-        if not is_setting(f):
+        if not is_setting(f) or (only is not None and f.name not in only):
             continue
-        default = ... if f.default is dataclasses.MISSING else f.default
+        default = defaults.get(f.name, ... if f.default is dataclasses.MISSING else f.default)
         meta = f.metadata
+        help_text = meta["help"]
+        annotation = _plain(hints[f.name])
+        if f.name in from_model:
+            shown = default if isinstance(default, str) else f"{default:g}"
+            help_text += f" Default: the model's generation_config.json, else {shown}."
+            default, annotation = None, Optional[annotation]
         checks = {k: meta[k] for k in ("min", "max") if meta.get(k) is not None}
         if meta.get("above") is not None:
             checks["callback"] = greater_than(meta["above"])
         elif meta.get("choices"):
             checks["callback"] = one_of(*meta["choices"])
-        option = typer.Option(default, *meta["flags"], help=meta["help"], **checks)
+        option = typer.Option(default, *meta["flags"], help=help_text, **checks)
         params.append(inspect.Parameter(cli_name(f), inspect.Parameter.KEYWORD_ONLY,
-                                        default=option, annotation=_plain(hints[f.name])))
+                                        default=option, annotation=annotation))
     required_first = sorted(params, key=lambda p: p.default.default is not ...)
     return required_first
 

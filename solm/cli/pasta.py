@@ -13,14 +13,13 @@ from solm.cli.common import (BaseUrlOption, ConcurrencyOption, LlmTemperatureOpt
                              CompileOption, ConfigOption, DEFAULT_MODEL, DebugOption, DedupeOption,
                              DeviceOption, DtypeOption, ForceOption, MAX_NEW_TOKENS_CAP,
                              ModelOption, NoRepeatNgramOption, QuantizeOption, QuietOption,
-                             RepetitionPenaltyOption, SeedOption, ShardOption, TemperatureOption,
-                             TopPOption, finish_shard, sharded, take_shard,
-                             VersionOption, annotation_records, check_paths, console, decode_flags,
-                             dedupe_list, llm_annotation, report_duplicates,
-                             handle_errors, info, is_quiet, one_of, out_console,
+                             RepetitionPenaltyOption, SeedOption, TemperatureOption,
+                             TopPOption, VersionOption, annotation_records, check_paths, console, decode_flags,
+                             llm_annotation, handle_errors, info, is_quiet, out_console,
                              progress, settings_from,
                              show_control_tokens)
 from solm.cli.errors import SolmGroup
+from solm.cli.decode_command import decode_command
 from solm.cli.options import train_command
 from solm.cli.judge import JUDGE_HELP, judge
 from solm.core.generation import resolve_decode
@@ -192,226 +191,21 @@ train_command(app, "bonbon", BONBON_HELP, BonbonConfig, "solm.train.bonbon:Bonbo
 app.command(name="prefs", help=PREFS_HELP)(prefs)
 
 
-@app.command()
-@handle_errors
-def decode(
-    text: Optional[str] = typer.Argument(None, help="One prompt to answer instead of --prompts: "
-                                         "the answer goes to standard output, its figures "
-                                         "to standard error; nothing is written to files."),
-    model: str = ModelOption,
-    prompts: Optional[Path] = typer.Option(None, "--prompts", "-p", help="JSONL of prompts, "
-                                           "`-` for standard input (default: two built-in "
-                                           "demo prompts)."),
-    out: Path = typer.Option(Path("runs/decode.jsonl"), "--out", "-o",
-                             help="Results are appended here; rerun resumes. `-`: records "
-                                  "to standard output, everything else to standard error."),
-    mode: str = typer.Option("parallel", callback=one_of("parallel", "sequential"), help="`parallel` acts on the tags; `sequential` "
-                             "decodes one token at a time with the same runtime (baseline)."),
-    max_new_tokens: int = typer.Option(512, min=1, max=MAX_NEW_TOKENS_CAP,
-                                       help="Cap on generated tokens (all threads)."),
-    temperature: Optional[float] = TemperatureOption,
-    top_p: Optional[float] = TopPOption,
-    repetition_penalty: Optional[float] = RepetitionPenaltyOption,
-    no_repeat_ngram: Optional[int] = NoRepeatNgramOption,
-    penalize: str = typer.Option("all", callback=one_of("all", "blocks"), help="Threads the repetition penalty and n-gram ban "
-                                 "apply to: `all`, or `blocks` (async blocks only; the main "
-                                 "thread's list markers repeat by design). Sequential mode: all."),
-    seed: int = SeedOption,
-    pool_size: int = typer.Option(2048, min=2, help="KV pool slots shared by all threads."),
-    max_fork_tokens: int = typer.Option(512, min=1, help="A block longer than this is closed (flagged)."),
-    dtype: str = DtypeOption,
-    device: Optional[str] = DeviceOption,
-    limit: Optional[int] = typer.Option(None, min=1, help="Only the first N prompts."),
-    shard: Optional[str] = ShardOption,
-    dedupe: bool = DedupeOption,
-    force: bool = ForceOption,
-    compare: bool = typer.Option(False, help="With a single prompt: also decode it "
-                                 "sequentially and print the realized speedup."),
-    batch_size: Optional[int] = typer.Option(None, min=1, help="Prompts decoded together "
-                                             "(continuous batching over one KV pool of "
-                                             "batch-size x --pool-size slots; rows are "
-                                             "written as they finish). Default: 16 on "
-                                             "a CPU, 32 on CUDA; 1 decodes one prompt at "
-                                             "a time. --compile auto compiles only "
-                                             "batch-size 1 steps."),
-    compile: Optional[bool] = CompileOption,
-    quantize: Optional[str] = QuantizeOption,
-    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
-) -> None:
-    """Decode prompts; promised chunks run as parallel threads in one shared KV pool.
+PASTA_DECODE_HELP = """Decode prompts; promised chunks run as parallel threads in one shared KV pool.
 
-    Input: JSONL, one prompt per line, as `{"id": "q1", "prompt": "..."}` or Alpaca
-    (`instruction`/`input`), ShareGPT (`conversations`) or OpenAI `messages` rows; `-` reads
-    standard input. Output: one JSON row per prompt (response, annotated text, promises,
-    critical path, parallelism, timings, flags), appended; a rerun resumes.
+Input: JSONL, one prompt per line, as `{"id": "q1", "prompt": "..."}` or Alpaca
+(`instruction`/`input`), ShareGPT (`conversations`) or OpenAI `messages` rows; `-` reads
+standard input. Output: one JSON row per prompt (response, annotated text, promises,
+critical path, parallelism, timings, flags), appended; a rerun resumes.
 
-    Examples:
+Examples:
 
-    - `solm data get alpaca_eval && pasta decode -m pasta-sft-cpu -p ~/.cache/solm/data/alpaca_eval.jsonl --limit 50 -o out.jsonl`
-    - `cat prompts.jsonl | pasta decode -p - -o - | pasta stats -`
-    """
-    from solm.core.errors import SolmError
-    from solm.core.jsonl import is_stdio, read_jsonl
-    from solm.core.models import load_decoder
-    from solm.core.provenance import check_rerun_settings, write_manifest
-    from solm.core.records import load_records
-    from solm.core.sampling import SamplingConfig
-    from solm.decode.compiled import should_compile
-    from solm.decode.pasta.decode_file import DEMO_PROMPTS, decode_file
-    from solm.decode.pasta.runtime import MODES, PastaDecodeConfig, PastaRuntime
+- `pasta decode -m pasta-sft-cpu "Give three tips for staying healthy." --compare`
+- `solm data get alpaca_eval && pasta decode -m pasta-sft-cpu -p ~/.cache/solm/data/alpaca_eval.jsonl --limit 50 -o out.jsonl`
+- `cat prompts.jsonl | pasta decode -p - -o - | pasta stats -`
+"""
 
-    if mode not in MODES:
-        raise ValueError(f"--mode must be one of {', '.join(MODES)}")
-    if text is not None and prompts is not None:
-        raise SolmError("give one prompt as an argument or --prompts FILE, not both")
-    source = prompts or DEMO_PROMPTS
-    part, device = sharded(shard, device, text_mode=text is not None)
-    if part is not None:
-        if is_stdio(out):
-            raise SolmError("--shard writes a shard file beside --out: give a file, not -")
-        out = part.file(out)
-    decoding = resolve_decode(model, decode_flags(temperature, top_p, repetition_penalty,
-                                                  no_repeat_ngram))
-    temperature, top_p = decoding.values["temperature"], decoding.values["top_p"]
-    repetition_penalty = decoding.values["repetition_penalty"]
-    no_repeat_ngram = decoding.values["no_repeat_ngram"]
-    row_settings = {"model": model, "mode": mode, "max_new_tokens": max_new_tokens,
-                    "temperature": temperature, "top_p": top_p, "seed": seed,
-                    "repetition_penalty": repetition_penalty, "no_repeat_ngram": no_repeat_ngram,
-                    "penalize": penalize, "max_fork_tokens": max_fork_tokens, "dtype": dtype,
-                    "quantize": quantize}
-    records = []
-    if text is None:
-        from solm.core.paths import outputs_beside
-
-        check_paths([source], outputs_beside(out))
-        mixed = check_rerun_settings(out, row_settings, force)
-        duplicates = dedupe_list(dedupe)
-        records = list(load_records(str(source), limit=limit, duplicates=duplicates))
-        report_duplicates(duplicates, source)
-        if not records:
-            raise SolmError(f"{source}: no prompts; nothing was decoded")
-        records = take_shard(part, records, out)
-        if not records:
-            return
-    info(f"decoding with {decoding.describe()}")
-    info(f"loading {model} ...")
-    from solm.decode.pasta.batched import default_batch_size
-
-    m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)
-    # a prompt's answer can never outgrow the pool: a huge --max-new-tokens is not more work
-    batch = 1 if text is not None else (batch_size or default_batch_size(m.device))
-    batch = min(batch, max(1, len(records)))
-    # batched steps compile only when asked: their time goes to GEMMs and per-request
-    # attention, and a compiled step measured no faster on the CPUs here (README)
-    compiled = should_compile(compile, max(1, len(records)) * min(max_new_tokens, pool_size),
-                              m.device) if batch == 1 else bool(compile)
-    rt = PastaRuntime(m, tok, pool_size=pool_size, compile=compiled) if batch == 1 else None
-    cfg = PastaDecodeConfig(mode=mode, max_new_tokens=max_new_tokens,
-                            max_fork_tokens=max_fork_tokens,
-                            sampling=SamplingConfig(temperature=temperature, top_p=top_p,
-                                                    seed=seed,
-                                                    repetition_penalty=repetition_penalty,
-                                                    no_repeat_ngram=no_repeat_ngram),
-                            penalize=penalize)
-    if text is not None:
-        answer_one(rt, text, cfg, compare)
-        return
-    to_stdout = is_stdio(out)  # records on stdout; texts, progress and the summary on stderr
-    written: list[dict] = []
-
-    def on_row(s, row: dict) -> None:
-        written.append(row)
-        advance(status=f"{s.content_tokens / max(s.decode_s, 1e-9):.1f} tok/s")
-
-    with progress(f"decoding ({mode}{f', batches of {batch}' if batch > 1 else ''})",
-                  len(records)) as advance:
-        if batch > 1:
-            from solm.decode.pasta.batched import BatchedPastaRuntime
-            from solm.decode.pasta.decode_file import decode_file_batched
-
-            batched = BatchedPastaRuntime(m, tok, pool_size=pool_size * batch, max_batch=batch,
-                                          compile=compiled)
-            summary = decode_file_batched(batched, records, out, cfg, on_row=on_row)
-        else:
-            summary = decode_file(rt, records, out, cfg, on_row=on_row)
-    from solm.eval.pasta_format import format_stats
-
-    rows = written if to_stdout else list(read_jsonl(out))
-    stats = format_stats(rows).to_dict() if rows else {}
-    speed = {"compiled": compiled, "quantize": quantize, "batch_size": batch,
-             **decode_bandwidth(m, summary.forward_passes, summary.kv_read, summary.decode_s)}
-    write_manifest(out, "pasta decode", settings_from(locals()), inputs=[source], model=model,
-                   extra={"summary": summary.to_dict(), "format": stats, "speed": speed},
-                   row_settings=row_settings, mixed=mixed)
-    finish_shard(part, out)
-    if not quiet:
-        for row in rows[-min(len(records), 3):]:
-            info(f"[bold cyan]{row['id']}[/] [dim]({row['content_tokens']} tokens, "
-                 f"{row['forward_passes']} passes, {row['threads']} threads"
-                 f"{', ' + ','.join(row['flags']) if row['flags'] else ''})[/]\n{row['response']}")
-    scope = "format (this run)" if to_stdout else "format (whole file)"
-    (console if to_stdout else out_console).print_json(
-        json.dumps({**summary.to_dict(), "speed": speed, scope: stats}))
-
-
-def decode_bandwidth(model, steps: int, kv_read: int, seconds: float) -> dict:
-    """Bandwidth a decode achieved and its share of the machine's (probed once, cached)."""
-    from solm.core.quantize import weight_bytes
-    from solm.decode.bandwidth import achieved, kv_bytes_per_token, machine_bandwidth
-
-    if not steps or seconds <= 0:
-        return {}
-    device = next(model.parameters()).device
-    return achieved(weight_bytes(model), steps, kv_read, kv_bytes_per_token(model), seconds,
-                    machine_bandwidth(device))
-
-
-def figures_line(row: dict, res, model=None) -> str:
-    """How a decode went, in one line: tokens, threads, steps against one token per step,
-    content tokens/s, and (given the model) the memory bandwidth the steps achieved."""
-    from solm.eval.compare import steps_phrase
-
-    line = (f"{row['content_tokens']} content tokens, {row['threads']} threads, "
-            f"{row['forward_passes']} forward passes (critical path {row['critical_path']}): "
-            f"{steps_phrase(row['content_tokens'], row['forward_passes'], row['promises'] > 0)}; "
-            f"{row['content_tokens'] / max(row['wall_s'], 1e-9):.1f} content tokens/s")
-    if model is not None:
-        bw = decode_bandwidth(model, res.forward_passes, res.kv_read, res.decode_s)
-        if bw:
-            line += (f"; {bw['bandwidth_gbs']:.1f} GB/s = {bw['bandwidth_fraction']:.0%} of "
-                     f"this machine's {bw['machine_gbs']:.1f} GB/s")
-    if res.compile_s:
-        line += f"; {res.compile_s:.1f} s building compiled graphs, not counted"
-    return line + (f"; flags: {', '.join(res.flags)}" if res.flags else "")
-
-
-def answer_one(rt, text: str, cfg, compare: bool) -> None:
-    """`pasta decode "a prompt"`: the answer on stdout, threads and figures on stderr; with
-    --compare, the sequential decode's figures beside them (`solm.eval.compare`)."""
-    from dataclasses import replace
-
-    from solm.core.chat import prompt_ids
-    from solm.core.records import Record
-    from solm.decode.pasta.decode_file import result_record
-    from solm.eval.compare import compare_lines
-
-    ids = prompt_ids(rt.tokenizer, text)
-    if compare:  # both paths warmed before either is timed (first-call costs)
-        rt.generate(ids, replace(cfg, max_new_tokens=4))
-        rt.generate(ids, replace(cfg, mode="sequential", max_new_tokens=4))
-    res = rt.generate(ids, cfg)
-    row = result_record(rt, Record("cli", text), res, cfg.mode)
-    out_console.print(row["response"], markup=False, highlight=False, soft_wrap=True)
-    console.print(figures_line(row, res, rt.model), markup=False, highlight=False)
-    if compare and cfg.mode == "parallel":
-        seq_res = rt.generate(ids, replace(cfg, mode="sequential"))
-        seq = result_record(rt, Record("cli", text), seq_res, "sequential")
-        for line in compare_lines(row, seq):
-            console.print(line, markup=False, highlight=False)
-    elif compare:
-        console.print("--compare compares with --mode parallel; this decode was sequential",
-                      markup=False, highlight=False)
+decode_command(app, "pasta", PASTA_DECODE_HELP, defaults={"max_new_tokens": 512})
 
 
 def render_threads(views) -> Group:
@@ -489,6 +283,8 @@ def chat(
         res = rt.finish(state)
         row = result_record(rt, Record("chat", text), res, cfg.mode)
         out_console.print(f"[bold green]model>[/] {row['response']}", highlight=False)
+        from solm.decode.pasta.system import figures_line
+
         console.print(f"[dim]{figures_line(row, res, m)}[/]", highlight=False)
         messages.append({"role": "assistant", "content": row["response"]})
 

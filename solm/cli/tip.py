@@ -11,12 +11,11 @@ import typer
 from solm.cli.common import (BaseUrlOption, ConcurrencyOption, LlmTemperatureOption, MaxOutputTokensOption, MaxTriesOption, RpmOption, SplitOption, TimeoutOption,
                              CompileOption, ConfigOption, DEFAULT_MODEL, DebugOption, DedupeOption,
                              DeviceOption, DtypeOption, ForceOption, ModelOption, QuantizeOption,
-                             QuietOption, VersionOption, annotation_records, check_paths, console,
-                             dedupe_list, handle_errors, info, llm_annotation, one_of,
-                             out_console,
-                             probability_mass, progress, report_duplicates, settings_from,
+                             QuietOption, VersionOption, annotation_records, check_paths, handle_errors, info, llm_annotation, out_console,
+                             progress, settings_from,
                              show_control_tokens)
 from solm.cli.errors import SolmGroup
+from solm.cli.decode_command import decode_command
 from solm.cli.options import train_command
 from solm.cli.tip_eval import app as tip_eval_app
 from solm.core.errors import SolmError
@@ -57,84 +56,24 @@ def main(version: bool = VersionOption) -> None:
 app.add_typer(tip_eval_app, name="eval")
 
 
-@app.command()
-@handle_errors
-def decode(
-    model: str = ModelOption,
-    prompts: Path = typer.Option(..., "--prompts", "-p", help="JSONL of problems (prompt, "
-                                 "question or problem field)."),
-    out: Path = typer.Option(Path("runs/tip_decode.jsonl"), "--out", "-o",
-                             help="One row per (problem, sample), appended; rerun resumes."),
-    registers: Optional[int] = typer.Option(None, min=1, help="Thought registers <reg_0> ... "
-                                            "<reg_{N-1}> (default: the model's solm.json, "
-                                            "else 16)."),
-    policy: str = typer.Option("tip", callback=one_of(*POLICIES), help=POLICY_HELP),
-    budget: int = typer.Option(2048, min=1, help="KV budget in tokens (for the policies that read "
-                               "one: " + ", ".join(n for n, c in POLICIES.items()
-                                                   if c.needs_budget) + ")."),
-    page_size: int = typer.Option(64, min=1, help="Tokens per KV page."),
-    num_pages: int = typer.Option(2048, min=1, help="Pages in the pool (shared by the batch)."),
-    batch_size: int = typer.Option(16, min=1, help="Requests decoded together (refilled as they end)."),
-    samples: int = typer.Option(1, min=1, help="Samples per problem."),
-    temperature: float = typer.Option(0.6, min=0.0, help="Sampling temperature (0 = greedy)."),
-    top_p: float = typer.Option(0.95, callback=probability_mass, help="Nucleus sampling mass."),
-    seed: int = typer.Option(0, help="Sampling seed (sample k of a problem uses seed + k)."),
-    max_new_tokens: int = typer.Option(4096, min=1, help="Cap on generated tokens per sample."),
-    limit: Optional[int] = typer.Option(None, min=1, help="Only the first N problems."),
-    dtype: str = DtypeOption,
-    device: Optional[str] = DeviceOption,
-    dedupe: bool = DedupeOption,
-    force: bool = ForceOption,
-    compile: Optional[bool] = CompileOption,
-    quantize: Optional[str] = QuantizeOption,
-    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
-) -> None:
-    """Decode problems with the paged runtime under an eviction policy; reports live KV
-    tokens, peak pages, throughput and decode time per sample and overall.
+TIP_DECODE_HELP = """Decode problems with the paged runtime under an eviction policy; reports live KV
+tokens, peak pages, throughput and decode time per sample and overall.
 
-    Input: JSONL with a `prompt`, `question` or `problem` field per line, e.g.
-    `{"id": "aime24-1", "problem": "Find ..."}`. Output: one row per (problem, sample),
-    appended; a rerun resumes.
+Input: JSONL with a `prompt`, `question` or `problem` field per line, e.g.
+`{"id": "aime24-1", "problem": "Find ..."}`, or one problem as the argument. Output: one row
+per (problem, sample), appended; a rerun resumes.
 
-    Example: `solm data get aime2024 && tip decode -m M -p ~/.cache/solm/data/aime2024.jsonl --registers 16 --samples 16 -o runs/tip.jsonl`
-    """
-    from solm.core.provenance import check_rerun_settings, write_manifest
-    from solm.core.records import load_records
-    from solm.core.sampling import SamplingConfig
-    from solm.decode.tip.decode_file import decode_prompts
-    from solm.decode.tip.policies import make_policy
-    from solm.decode.tip.runtime import TipDecodeConfig, TipRuntime
+Examples:
 
-    make_policy(policy, budget, page_size)  # fail on bad flags before loading the model
-    registers = _registers(model, registers)
-    check_paths([prompts], outputs_beside(out))
-    row_settings = {"model": model, "registers": registers, "policy": policy, "budget": budget,
-                    "page_size": page_size, "temperature": temperature, "top_p": top_p,
-                    "seed": seed, "max_new_tokens": max_new_tokens, "dtype": dtype,
-                    "quantize": quantize}
-    mixed = check_rerun_settings(out, row_settings, force)
-    duplicates = dedupe_list(dedupe)
-    records = list(load_records(str(prompts), limit=limit, duplicates=duplicates))
-    report_duplicates(duplicates, prompts)
-    if not records:
-        raise SolmError(f"{prompts}: no problems; nothing was decoded")
-    m, tok = _load(model, registers, dtype, device, quantize)
-    from solm.decode.compiled import should_compile
+- `tip decode -m M "What is 12 + 30?"`
+- `solm data get aime2024 && tip decode -m M -p ~/.cache/solm/data/aime2024.jsonl --registers 16 --samples 16 -o runs/tip.jsonl`
+"""
 
-    rt = TipRuntime(m, tok, num_pages=num_pages, page_size=page_size, num_registers=registers,
-                    compile=should_compile(compile, len(records) * samples * max_new_tokens,
-                                           m.device))
-    cfg = TipDecodeConfig(policy=policy, budget=budget, batch_size=batch_size, max_new_tokens=max_new_tokens,
-                          sampling=SamplingConfig(temperature, top_p, seed))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with progress(f"decoding ({policy})", len(records) * samples) as advance:
-        summary = decode_prompts(rt, records, samples, out, cfg, on_result=lambda s, r: advance(
-            status=f"{s.generated_tokens / max(s.wall_s, 1e-9):.0f} tok/s, live "
-                   f"{r['mean_live_tokens']:.0f}"))
-    write_manifest(out, "tip decode", settings_from(locals()), inputs=[prompts], model=model,
-                   row_settings=row_settings, mixed=mixed,
-                   extra={"summary": summary.to_dict()})
-    (console if str(out) == "-" else out_console).print_json(json.dumps(summary.to_dict()))
+# the thesis' sampling for reasoning traces; a budget the budgeted policies can use
+decode_command(app, "tip", TIP_DECODE_HELP,
+               defaults={"temperature": 0.6, "top_p": 0.95, "budget": 2048},
+               prompts_help="JSONL of problems (prompt, question or problem field); or give "
+                            "one problem as the argument.")
 
 
 TIP_ANNOTATE_HELP = """Annotate reasoning traces with thought registers; resumable, faithful.

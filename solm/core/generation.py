@@ -16,8 +16,21 @@ from typing import Any
 
 GENERATION_CONFIG = "generation_config.json"
 
-BUILT_IN: dict[str, float | int] = {"temperature": 0.0, "top_p": 1.0,
-                                    "repetition_penalty": 1.0, "no_repeat_ngram": 0}
+MODEL_SETTINGS = ("temperature", "top_p", "repetition_penalty", "no_repeat_ngram")
+
+
+def built_in_defaults(overrides: dict[str, Any] | None = None) -> dict[str, float | int]:
+    """solm's defaults of the settings a model may carry: `SamplingConfig`'s fields, with a
+    command's own defaults (`overrides`) over them."""
+    from solm.core.sampling import SamplingConfig
+
+    base = SamplingConfig()
+    out = {k: getattr(base, k) for k in MODEL_SETTINGS}
+    out.update({k: v for k, v in (overrides or {}).items() if k in out})
+    return out
+
+
+BUILT_IN: dict[str, float | int] = built_in_defaults()
 _ALWAYS = {"repetition_penalty": "repetition_penalty", "no_repeat_ngram_size": "no_repeat_ngram"}
 _WHEN_SAMPLING = {"temperature": "temperature", "top_p": "top_p"}
 
@@ -63,12 +76,13 @@ class ResolvedDecode:
                          for k in BUILT_IN)
 
 
-def resolve_decode(model: str, flags: dict[str, Any]) -> ResolvedDecode:
+def resolve_decode(model: str, flags: dict[str, Any],
+                   defaults: dict[str, Any] | None = None) -> ResolvedDecode:
     """Flags (None = not given) over the model's generation_config.json over solm's
-    defaults."""
+    defaults (`defaults`: a command's own, over `SamplingConfig`'s)."""
     from_model = model_generation_defaults(model)
     values, sources = {}, {}
-    for key, default in BUILT_IN.items():
+    for key, default in built_in_defaults(defaults).items():
         if flags.get(key) is not None:
             values[key], sources[key] = flags[key], "flag"
         elif key in from_model:

@@ -7,17 +7,25 @@ from typing import Sequence
 
 import torch
 
+from solm.core.settings import setting
 
 MAX_SEED = 2**32 - 1  # seeds are 0..2^32-1 everywhere (CLI flags and server requests)
 
 
 @dataclass
 class SamplingConfig:
-    temperature: float = 0.0  # 0 = greedy
-    top_p: float = 1.0
-    seed: int = 0
-    repetition_penalty: float = 1.0  # > 1 discourages tokens the thread already wrote
-    no_repeat_ngram: int = 0  # > 0 bans a token that would repeat an n-gram of the history
+    """How each next token is chosen. All but the seed are settings a model's
+    `generation_config.json` may carry (`solm.core.generation`): a decode command's flag
+    overrides the model's value, which overrides these defaults."""
+
+    temperature: float = setting(0.0, "Sampling temperature; 0 = greedy.", min=0.0)
+    top_p: float = setting(1.0, "Nucleus sampling mass.", above=0.0, max=1.0)
+    seed: int = setting(0, "Sampling seed (ignored when greedy).", min=0, max=MAX_SEED)
+    repetition_penalty: float = setting(
+        1.0, "Penalty on tokens the thread already wrote (> 1 discourages them; 1 = off).",
+        above=0.0)
+    no_repeat_ngram: int = setting(0, "N > 0: a thread may not repeat an N-gram it already "
+                                      "wrote (0 = off).", min=0)
 
 
 class Sampler:

@@ -30,3 +30,50 @@ def is_setting(f: dataclasses.Field) -> bool:
 
 def cli_name(f: dataclasses.Field) -> str:
     return f.metadata.get("cli_name") or f.name
+
+
+def rule_text(f: dataclasses.Field, integer: bool = False) -> str:
+    """A setting's bounds in words ("in [0.1, 8]", "a finite number > 0", ...)."""
+    m = f.metadata
+    lo, hi, above = m.get("min"), m.get("max"), m.get("above")
+    if m.get("choices"):
+        return "one of " + ", ".join(m["choices"])
+    if above is not None and hi is not None:
+        return f"in ({above:g}, {hi:g}]"
+    if lo is not None and hi is not None:
+        return f"in [{lo:g}, {hi:g}]"
+    kind = "an integer" if integer else "a finite number"
+    if above is not None:
+        return f"{kind} > {above:g}"
+    if lo is not None:
+        return f"{kind} >= {lo:g}"
+    return kind
+
+
+def check_settings(obj: Any) -> None:
+    """Every setting of the dataclass `obj` within its declared bounds and choices (NaN and
+    infinities refused; None passes for an optional setting); raises ValueError naming the
+    field as `name must be RULE, got VALUE`."""
+    import math
+
+    for f in dataclasses.fields(obj):
+        if not is_setting(f):
+            continue
+        value = getattr(obj, f.name)
+        m = f.metadata
+        if value is None or isinstance(value, bool) or isinstance(value, str) and \
+                not m.get("choices"):
+            continue
+        integer = f.type in ("int", "Optional[int]", "int | None")
+        if m.get("choices"):
+            ok = value in m["choices"]
+        elif isinstance(value, (int, float)):
+            ok = (math.isfinite(value)
+                  and (not integer or isinstance(value, int))
+                  and (m.get("min") is None or value >= m["min"])
+                  and (m.get("max") is None or value <= m["max"])
+                  and (m.get("above") is None or value > m["above"]))
+        else:
+            ok = False
+        if not ok:
+            raise ValueError(f"{f.name} must be {rule_text(f, integer)}, got {value!r}")

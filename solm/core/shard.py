@@ -22,7 +22,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence, TypeVar
+from typing import Iterable, Sequence, TypeVar
 
 from solm.core.errors import SolmError
 from solm.core.jsonl import read_jsonl_numbered, write_jsonl

@@ -40,6 +40,7 @@ from solm.core.systems.pasta import ATTR_NAMES, PastaTracker, pasta_visible
 from solm.decode.flags import MAX_NEW_TOKENS as FLAG_MAX_NEW_TOKENS
 from solm.decode.pasta.runtime import (MODES, Chooser, PastaDecodeConfig, PastaDecodeResult,
                                        PastaRunState, PastaRuntime, _Thread)
+from solm.decode.protocol import Done
 from solm.decode.slots import SlotAllocator, SlotStep
 
 REFUSED = "refused"
@@ -64,11 +65,7 @@ class BatchRequest:
     replay_anchors: frozenset[int] = frozenset()
 
 
-@dataclass
-class BatchResult:
-    rid: Hashable
-    result: PastaDecodeResult
-    error: str | None = None  # why a request was refused
+BatchResult = Done  # (rid, PastaDecodeResult or None, why it was refused)
 
 
 @dataclass

@@ -1,33 +1,37 @@
-"""Decode a file of prompts with the PASTA runtime, appending one record per prompt."""
+"""What a PASTA decode row holds, its summary, and the runners a decode job feeds."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Iterable, Iterator
 
-from solm.core.chat import prompt_ids, text_ids
-from solm.core.jsonl import JsonlWriter, done_ids
+from solm.core.chat import text_ids
 from solm.core.records import Record
 from solm.core.systems.pasta import walk_training_order
 from solm.core.systems.pasta_schedule import pasta_metrics
+from solm.decode.jobs import DecodeSummary
 from solm.decode.pasta.runtime import PastaDecodeConfig, PastaDecodeResult, PastaRuntime
+from solm.decode.protocol import Done, Job
 
 DEMO_PROMPTS = Path(__file__).with_name("demo_prompts.jsonl")
 
 
 @dataclass
-class PastaDecodeSummary:
-    done: int = 0
-    skipped: int = 0
-    flagged: dict[str, int] = field(default_factory=dict)
+class PastaDecodeSummary(DecodeSummary):
     content_tokens: int = 0
     forward_passes: int = 0
     kv_read: int = 0
     decode_s: float = 0.0
 
+    def add(self, row: dict, result: PastaDecodeResult, runner, seconds: float) -> None:
+        self.content_tokens += row["content_tokens"]
+        self.kv_read += result.kv_read
+        self.forward_passes = runner.forward_passes
+        self.decode_s = runner.decode_seconds(seconds)
+
     def to_dict(self) -> dict:
-        d = dict(self.__dict__)
+        d = super().to_dict()
         d["tokens_per_s"] = self.content_tokens / self.decode_s if self.decode_s else 0.0
         return d
 
@@ -58,71 +62,45 @@ def result_record(rt: PastaRuntime, rec: Record, res: PastaDecodeResult, mode: s
     }
 
 
-def decode_file(rt: PastaRuntime, records: Iterable[Record], out: Path,
-                config: PastaDecodeConfig,
-                on_row: Callable[[PastaDecodeSummary, dict], None] | None = None
-                ) -> PastaDecodeSummary:
-    summary = PastaDecodeSummary()
-    seen = done_ids(out)
-    with JsonlWriter(out) as writer:
-        for rec in records:
-            if rec.id in seen:
-                summary.skipped += 1
-                continue
-            ids = prompt_ids(rt.tokenizer, rec.prompt, rec.system)
-            res = rt.generate(ids, config)
-            row = result_record(rt, rec, res, config.mode)
-            writer.write(row)
-            summary.done += 1
-            summary.content_tokens += row["content_tokens"]
-            summary.forward_passes += res.forward_passes
-            summary.kv_read += res.kv_read
-            summary.decode_s += res.decode_s
-            for f in res.flags:
-                summary.flagged[f] = summary.flagged.get(f, 0) + 1
-            if on_row:
-                on_row(summary, row)
-    return summary
+class PastaRunner:
+    """One prompt at a time through `PastaRuntime` (compiled steps where they pay): each
+    row's times are its own."""
+
+    def __init__(self, rt: PastaRuntime, config: PastaDecodeConfig):
+        self.rt, self.config = rt, config
+        self.forward_passes, self._decode_s = 0, 0.0
+
+    def run(self, jobs: Iterable[Job]) -> Iterator[Done]:
+        for job in jobs:
+            res = self.rt.generate(list(job.prompt_ids), self.config)
+            self.forward_passes += res.forward_passes
+            self._decode_s += res.decode_s
+            yield Done(job.rid, res)
+
+    def decode_seconds(self, wall_s: float) -> float:
+        return self._decode_s
+
+    def row(self, job: Job, res: PastaDecodeResult) -> dict:
+        return result_record(self.rt, job.record, res, self.config.mode)
 
 
-def decode_file_batched(batched, records: Iterable[Record], out: Path,
-                        config: PastaDecodeConfig,
-                        on_row: Callable[[PastaDecodeSummary, dict], None] | None = None
-                        ) -> PastaDecodeSummary:
-    """`decode_file` through a `BatchedPastaRuntime`: rows are written as requests finish
-    (finishing order; a rerun skips the ids written). A row's own `wall_s` counts the time
-    its batch mates shared with it; the summary's `decode_s` is the run's wall time, so its
-    tokens/s is the throughput of the batch."""
-    import time
+class BatchedPastaRunner(PastaRunner):
+    """Continuous batching over one KV pool (`BatchedPastaRuntime`): rows are written in
+    finishing order; a row's own `wall_s` counts the time its batch mates shared with it, and
+    the summary's `decode_s` is the run's wall time (its tokens/s is the batch's throughput);
+    its forward passes are the passes the whole batch shared."""
 
-    from solm.decode.pasta.batched import BatchRequest
+    def __init__(self, batched, config: PastaDecodeConfig):
+        super().__init__(batched.rules, config)
+        self.batched = batched
 
-    summary = PastaDecodeSummary()
-    seen = done_ids(out)
-    todo = {}
-    for rec in records:
-        if rec.id in seen:
-            summary.skipped += 1
-        else:
-            todo[rec.id] = rec
-    rt = batched.rules
-    started = time.perf_counter()
-    requests = (BatchRequest(rid, prompt_ids(rt.tokenizer, rec.prompt, rec.system), config)
-                for rid, rec in todo.items())
-    with JsonlWriter(out) as writer:
-        for done in batched.run(requests):
-            if done.error:
-                raise ValueError(f"{done.rid}: {done.error}")
-            res = done.result
-            row = result_record(rt, todo[done.rid], res, config.mode)
-            writer.write(row)
-            summary.done += 1
-            summary.content_tokens += row["content_tokens"]
-            summary.forward_passes = batched.steps  # passes are shared by the whole batch
-            summary.kv_read += res.kv_read
-            summary.decode_s = time.perf_counter() - started
-            for f in res.flags:
-                summary.flagged[f] = summary.flagged.get(f, 0) + 1
-            if on_row:
-                on_row(summary, row)
-    return summary
+    def run(self, jobs: Iterable[Job]) -> Iterator[Done]:
+        from solm.decode.pasta.batched import BatchRequest
+
+        requests = (BatchRequest(job.rid, list(job.prompt_ids), self.config) for job in jobs)
+        for done in self.batched.run(requests):
+            self.forward_passes = self.batched.steps
+            yield done
+
+    def decode_seconds(self, wall_s: float) -> float:
+        return wall_s

@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from solm.core.sampling import Sampler, SamplingConfig, formatting_token_ids
+from solm.core.sampling import Sampler, formatting_token_ids
 from solm.core.systems.pasta import (ATTR_NAMES, MAIN, PastaTracker, PastaVocab, TokenAttrs,
                                      pasta_visible, walk_training_order)
 from solm.decode.flags import (BLOCK_CUT as FLAG_BLOCK_CUT,
@@ -34,27 +34,11 @@ from solm.decode.flags import (BLOCK_CUT as FLAG_BLOCK_CUT,
                                FORK_CAPPED as FLAG_FORK_CAPPED, FORK_EOS as FLAG_FORK_EOS,
                                MAX_NEW_TOKENS as FLAG_MAX_NEW_TOKENS, POOL_FULL as FLAG_POOL_FULL,
                                TOPIC_CAPPED as FLAG_TOPIC_CAPPED)
+from solm.decode.pasta.config import MODES, PastaDecodeConfig  # noqa: F401 (re-exported)
 from solm.decode.pasta.grammar import PastaGrammar
 from solm.decode.step import PoolStep
 
-MODES = ("parallel", "sequential")
 PENALIZE_SCOPES = ("all", "blocks")
-
-
-@dataclass
-class PastaDecodeConfig:
-    mode: str = "parallel"
-    max_new_tokens: int = 1024  # cap on the answer's tokens, tags (forced ones too) included
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    max_fork_tokens: int = 512
-    max_topic_tokens: int = 24
-    record_logits: bool = False
-    # record each answer token's raw log-prob (the model's log-softmax at temperature 1, before
-    # grammar masks and penalties) when it was sampled; None for tokens the runtime forced
-    record_logprobs: bool = False
-    # threads the repetition penalty and n-gram ban apply to: "all", or "blocks" (async blocks
-    # only: the main thread's list markers and newlines repeat by design)
-    penalize: str = "all"
 
 
 @dataclass

@@ -3,20 +3,20 @@ with the figures the evaluation reads (content tokens, forward passes, chunk hea
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Iterable, Iterator
 
-from solm.core.chat import prompt_ids, text_ids
-from solm.core.jsonl import JsonlWriter, done_ids
+from solm.core.chat import text_ids
 from solm.core.pasta_lang import validate
 from solm.core.records import Record
 from solm.core.systems.pasta import walk_with_predictors
 from solm.core.systems.pdiff import PdiffTracker
 from solm.decode.flags import TOPIC_CAPPED
+from solm.decode.jobs import DecodeSummary
 from solm.decode.pdiff.runtime import (PdiffDecodeConfig, PdiffDecodeResult, PdiffRequest,
                                        PdiffRuntime)
+from solm.decode.protocol import Done, Job
 
 REPEAT_N = 3  # n of the repeated n-grams counted inside chunks
 # `pdiff decode` without --prompts: prompts the kept pdiff-cpu model answers with a plan of
@@ -78,10 +78,7 @@ def result_record(rt: PdiffRuntime, rec: Record, res: PdiffDecodeResult,
 
 
 @dataclass
-class PdiffDecodeSummary:
-    done: int = 0
-    skipped: int = 0
-    flagged: dict[str, int] = field(default_factory=dict)
+class PdiffDecodeSummary(DecodeSummary):
     content_tokens: int = 0
     forward_passes: int = 0
     chunks: int = 0
@@ -89,48 +86,35 @@ class PdiffDecodeSummary:
     well_formed: int = 0
     wall_s: float = 0.0
 
+    def add(self, row: dict, res: PdiffDecodeResult, runner, seconds: float) -> None:
+        self.content_tokens += row["content_tokens"]
+        self.forward_passes += res.forward_passes
+        self.chunks += len(res.chunks)
+        self.pad_only_chunks += row["pad_only_chunks"]
+        self.well_formed += row["well_formed"]
+        self.wall_s = seconds
+
     def to_dict(self) -> dict:
-        d = dict(self.__dict__)
+        d = super().to_dict()
         d["well_formed_share"] = round(self.well_formed / self.done, 4) if self.done else None
         d["pad_only_share"] = round(self.pad_only_chunks / self.chunks, 4) if self.chunks \
             else None
         return d
 
 
-def decode_file(rt: PdiffRuntime, records: Iterable[Record], out: Path,
-                config: PdiffDecodeConfig,
-                on_row: Callable[[PdiffDecodeSummary, dict], None] | None = None
-                ) -> PdiffDecodeSummary:
-    """Decode the records not yet in `out` (batches of `rt.max_batch`), appending a row as
-    each ends. With batches, a row's `wall_s` counts the time its batch mates shared."""
-    summary = PdiffDecodeSummary()
-    seen = done_ids(out)
-    todo = {}
-    for rec in records:
-        if rec.id in seen:
-            summary.skipped += 1
-        else:
-            todo[rec.id] = rec
-    started = time.perf_counter()
-    requests = (PdiffRequest(rid, prompt_ids(rt.tokenizer, rec.prompt, rec.system), config)
-                for rid, rec in todo.items())
-    with JsonlWriter(out) as writer:
-        for rid, res, error in rt.run(requests):
-            if error:
-                raise ValueError(f"{rid}: {error}")
-            row = result_record(rt, todo[rid], res, config)
-            if rt.max_batch > 1:
-                row["batched"] = rt.max_batch
-            writer.write(row)
-            summary.done += 1
-            summary.content_tokens += row["content_tokens"]
-            summary.forward_passes += res.forward_passes
-            summary.chunks += len(res.chunks)
-            summary.pad_only_chunks += row["pad_only_chunks"]
-            summary.well_formed += row["well_formed"]
-            summary.wall_s = time.perf_counter() - started
-            for f in res.flags:
-                summary.flagged[f] = summary.flagged.get(f, 0) + 1
-            if on_row:
-                on_row(summary, row)
-    return summary
+class PdiffRunner:
+    """Planned Diffusion over one KV pool, `rt.max_batch` prompts at a time. With batches, a
+    row's `wall_s` counts the time its batch mates shared."""
+
+    def __init__(self, rt: PdiffRuntime, config: PdiffDecodeConfig):
+        self.rt, self.config = rt, config
+
+    def run(self, jobs: Iterable[Job]) -> Iterator[Done]:
+        return self.rt.run(PdiffRequest(job.rid, list(job.prompt_ids), self.config)
+                           for job in jobs)
+
+    def row(self, job: Job, res: PdiffDecodeResult) -> dict:
+        row = result_record(self.rt, job.record, res, self.config)
+        if self.rt.max_batch > 1:
+            row["batched"] = self.rt.max_batch
+        return row

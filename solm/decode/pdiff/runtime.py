@@ -36,57 +36,19 @@ from typing import Hashable, Iterable, Iterator, Sequence
 
 import torch
 
-from solm.core.sampling import Sampler, SamplingConfig, formatting_token_ids
+from solm.core.sampling import Sampler, formatting_token_ids
 from solm.core.structure import BATCH_ATTR_NAMES, and_masks, same_request
 from solm.core.systems.pdiff import (ATTR_NAMES, PdiffTracker, PdiffVocab, chunk_slots,
                                      pdiff_visible, predictor)
 from solm.decode.flags import MAX_NEW_TOKENS, TOPIC_CAPPED
 from solm.decode.pasta.grammar import PastaGrammar
-from solm.decode.pdiff.limits import MAX_LENGTH_SCALE, MIN_LENGTH_SCALE
+from solm.decode.pdiff.config import PdiffDecodeConfig
+from solm.decode.protocol import Done
 from solm.decode.slots import SlotAllocator, SlotStep
 
-ORDERS = ("entropy", "confidence")
 CONTINUATION_CAP = "continuation_cap"  # the continuation after <sync/> reached its cap
 EOS_IN_TOPIC = "eos_in_topic"  # (scripted plans only) the answer ended inside a topic
 REFUSED = "refused"
-
-
-@dataclass
-class PdiffDecodeConfig:
-    max_new_tokens: int = 512  # answer slots: main-thread tokens plus every chunk's slots
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)  # the main thread
-    steps_ratio: float = 1.0  # denoising steps of a chunk = ceil(masked slots x ratio)
-    confidence_threshold: float | None = None  # unmask every slot at least this confident
-    length_scale: float = 1.0  # chunk slots = round(10 N x scale)
-    order: str = "entropy"  # unmask lowest entropy first, or highest "confidence"
-    chunk_temperature: float = 0.0  # 0: each slot takes its most likely token
-    # unmask slots whose token is a pad only after the others (the pad trap: confident tail
-    # pads, committed first, pull their neighbours to pad too)
-    defer_pads: bool = False
-    max_topic_tokens: int = 24
-    max_continuation: int = 256  # main-thread tokens after the first <sync/>
-    record: bool = False  # keep each step's chunk tokens and logits (tests, analysis)
-
-    def check(self) -> None:
-        """Every knob in its range (NaN and infinities refused), named as the options are."""
-        def finite(name: str, value: float, ok: bool, rule: str) -> None:
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and ok):
-                raise ValueError(f"{name} must be {rule}, got {value!r}")
-
-        finite("steps_ratio", self.steps_ratio, self.steps_ratio > 0, "a finite number > 0")
-        finite("length_scale", self.length_scale,
-               MIN_LENGTH_SCALE <= self.length_scale <= MAX_LENGTH_SCALE,
-               f"in [{MIN_LENGTH_SCALE:g}, {MAX_LENGTH_SCALE:g}]")
-        finite("chunk_temperature", self.chunk_temperature, self.chunk_temperature >= 0,
-               "a finite number >= 0")
-        if self.order not in ORDERS:
-            raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {self.order!r}")
-        if self.confidence_threshold is not None:
-            finite("confidence_threshold", self.confidence_threshold,
-                   0 < self.confidence_threshold <= 1, "in (0, 1] (or off)")
-        if not isinstance(self.max_continuation, int) or self.max_continuation < 0:
-            raise ValueError(f"max_continuation must be an integer >= 0, got "
-                             f"{self.max_continuation!r}")
 
 
 @dataclass
@@ -176,7 +138,7 @@ class _Run:
 
 
 class PdiffRuntime:
-    """`run(requests)` yields (rid, result or error) as each request ends;
+    """`run(requests)` yields `Done(rid, result, error)` as each request ends;
     `generate(prompt_ids, config)` decodes one."""
 
     def __init__(self, model, tokenizer, pool_size: int = 4096, max_batch: int = 16):
@@ -229,7 +191,7 @@ class PdiffRuntime:
         return [out[i] for i in range(len(prompts))]
 
     def run(self, requests: Iterable[PdiffRequest]
-            ) -> Iterator[tuple[Hashable, PdiffDecodeResult | None, str | None]]:
+            ) -> Iterator[Done]:
         for req in requests:
             req.config.check()
             self.waiting.append(req)
@@ -255,7 +217,7 @@ class PdiffRuntime:
                 why = ("empty prompt" if not req.prompt_ids else
                        f"prompt + max_new_tokens = {need} slots does not fit a pool of "
                        f"{self.pool_size}")
-                yield req.rid, None, why
+                yield Done(req.rid, None, why)
                 continue
             span = self.slots.take(need)
             if span is None:
@@ -535,7 +497,7 @@ class PdiffRuntime:
         decode_s = time.perf_counter() - run.started
         self.running.remove(run)
         self._release(run)
-        return run.req.rid, self._result(run, decode_s), None
+        return Done(run.req.rid, self._result(run, decode_s))
 
     def _release(self, run: _Run) -> None:
         self.forward.release(run.start, run.end)

@@ -1,41 +1,39 @@
-"""Decode a prompt file with the paged runtime: K samples per prompt, resumable, with KV stats."""
+"""What a TIP decode row holds (one per problem and sample), its summary, and the runner a
+decode job feeds: K samples per prompt, sample k seeded seed + k, with KV figures."""
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable, Iterable
+from dataclasses import dataclass
+from typing import Iterable, Iterator
 
-from solm.core.chat import prompt_ids
-from solm.core.jsonl import JsonlWriter, read_jsonl
 from solm.core.records import Record
+from solm.decode.jobs import DecodeSummary
+from solm.decode.protocol import Done, Job
 from solm.decode.tip.runtime import TipDecodeConfig, TipRequest, TipResult, TipRuntime
 
 
 @dataclass
-class TipSummary:
-    policy: str
-    done: int = 0
-    skipped: int = 0
+class TipSummary(DecodeSummary):
+    policy: str = ""
     generated_tokens: int = 0
     wall_s: float = 0.0
     live_token_steps: float = 0.0  # sum over requests of mean live tokens x steps
     steps: int = 0
     peak_pages: int = 0
-    flagged: dict[str, int] = field(default_factory=dict)
 
-    def add(self, res: TipResult) -> None:
-        self.done += 1
+    @classmethod
+    def start(cls, config: TipDecodeConfig) -> "TipSummary":
+        return cls(policy=config.policy)
+
+    def add(self, row: dict, res: TipResult, runner, seconds: float) -> None:
         self.generated_tokens += res.generated
         self.live_token_steps += res.mean_live_tokens * res.generated
         self.steps += res.generated
         self.peak_pages = max(self.peak_pages, res.peak_pages)
-        for f in res.flags:
-            self.flagged[f] = self.flagged.get(f, 0) + 1
+        self.wall_s = seconds
 
     def to_dict(self) -> dict:
-        d = dict(self.__dict__)
+        d = super().to_dict()
         d["throughput_tok_s"] = self.generated_tokens / self.wall_s if self.wall_s else 0.0
         d["mean_live_tokens"] = self.live_token_steps / self.steps if self.steps else 0.0
         return d
@@ -52,32 +50,16 @@ def result_row(rec: Record, sample: int, res: TipResult, tokenizer, policy: str)
     }
 
 
-def decode_prompts(rt: TipRuntime, records: Iterable[Record], samples: int, out: Path,
-                   config: TipDecodeConfig,
-                   on_result: Callable[[TipSummary, dict], None] | None = None) -> TipSummary:
-    """Run every (prompt, sample) not yet in `out`; rows are appended as requests finish."""
-    done = {(r["id"], r["sample"]) for r in read_jsonl(out, skip_partial_last_line=True)} \
-        if out.exists() else set()
-    summary = TipSummary(config.policy)
-    records = list(records)
-    jobs: list[tuple[Record, int]] = []
-    for rec in records:
-        for k in range(samples):
-            if (rec.id, k) in done:
-                summary.skipped += 1
-            else:
-                jobs.append((rec, k))
-    requests = (TipRequest(i, prompt_ids(rt.tokenizer, rec.prompt, rec.system), seed=k)
-                for i, (rec, k) in enumerate(jobs))
-    started = time.perf_counter()
-    with JsonlWriter(out) as writer:
-        for res in rt.run(requests, config):
-            rec, k = jobs[res.rid]
-            row = result_row(rec, k, res, rt.tokenizer, config.policy)
-            writer.write(row)
-            summary.add(res)
-            summary.wall_s = time.perf_counter() - started
-            if on_result:
-                on_result(summary, row)
-    summary.wall_s = time.perf_counter() - started
-    return summary
+class TipRunner:
+    """The paged runtime under one eviction policy; requests refill the batch as they end."""
+
+    def __init__(self, rt: TipRuntime, config: TipDecodeConfig):
+        self.rt, self.config = rt, config
+
+    def run(self, jobs: Iterable[Job]) -> Iterator[Done]:
+        requests = (TipRequest(job.rid, list(job.prompt_ids), seed=job.sample) for job in jobs)
+        for res in self.rt.run(requests, self.config):
+            yield Done(res.rid, res)
+
+    def row(self, job: Job, res: TipResult) -> dict:
+        return result_row(job.record, job.sample, res, self.rt.tokenizer, self.config.policy)

@@ -32,22 +32,8 @@ from solm.decode.paged_attention import PAGED_NAME, paged_reads
 from solm.decode.compiled import KV_BLOCK, CompiledForward, kv_bucket, paged_body
 from solm.decode.pool import kv_shape_of, num_layers_of
 from solm.decode.step import activation_dtype
+from solm.decode.tip.config import TipDecodeConfig  # noqa: F401 (re-exported)
 from solm.decode.tip.policies import EvictionPolicy, Page, RequestKV, make_policy
-
-
-@dataclass
-class TipDecodeConfig:
-    policy: str = "tip"
-    budget: int | None = None  # tokens, for policies that need a budget
-    batch_size: int = 16
-    max_new_tokens: int = 4096
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    record_logits: bool = False
-    record_reads: bool = False  # keep, per decode step, the token indices attention read
-    # keep each sampled token's log-prob under the model's distribution at the sampling
-    # temperature (log_softmax(logits / T), before top-p): what GRPO recomputes in training
-    record_logprobs: bool = False
-    check_reads: bool = False  # assert every read slot is on a page the reader owns
 
 
 @dataclass

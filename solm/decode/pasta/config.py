@@ -1,0 +1,34 @@
+"""The settings of a PASTA decode: one field each, with its default, bounds and help; the
+CLI's options, `pasta eval run`'s method knobs and a server's defaults all come from here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from solm.core.sampling import SamplingConfig
+from solm.core.settings import setting
+
+MODES = ("parallel", "sequential")
+PENALIZE = ("all", "blocks")
+MAX_NEW_TOKENS_CAP = 1 << 20  # far beyond any pool here; larger values are typos
+
+
+@dataclass
+class PastaDecodeConfig:
+    mode: str = setting("parallel", "`parallel` acts on the tags; `sequential` decodes one "
+                                    "token at a time with the same runtime (baseline).",
+                        choices=MODES)
+    max_new_tokens: int = setting(1024, "Cap on generated tokens (all threads, tags "
+                                        "included).", min=1, max=MAX_NEW_TOKENS_CAP)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    max_fork_tokens: int = setting(512, "A block longer than this is closed (flagged).", min=1)
+    max_topic_tokens: int = setting(24, "A promise's topic longer than this is closed "
+                                        "(flagged).", min=1)
+    record_logits: bool = False
+    # record each answer token's raw log-prob (the model's log-softmax at temperature 1, before
+    # grammar masks and penalties) when it was sampled; None for tokens the runtime forced
+    record_logprobs: bool = False
+    penalize: str = setting("all", "Threads the repetition penalty and n-gram ban apply to: "
+                                   "`all`, or `blocks` (async blocks only; the main thread's "
+                                   "list markers repeat by design). Sequential mode: all.",
+                            choices=PENALIZE)

@@ -1,0 +1,139 @@
+"""PASTA as a decode system: its config, engine settings, runners and rows, registered."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional
+
+from solm.core.settings import setting
+from solm.decode.pasta.config import PastaDecodeConfig
+from solm.decode.pasta.decode_file import DEMO_PROMPTS, PastaDecodeSummary, result_record
+from solm.decode.registry import CompiledEngine, DecodeSystem, register_system
+
+
+@dataclass
+class PastaEngine(CompiledEngine):
+    pool_size: int = setting(2048, "KV pool slots shared by all threads (per prompt in "
+                                   "flight).", min=2)
+    batch_size: Optional[int] = setting(
+        None, "Prompts decoded together (continuous batching over one KV pool of batch-size x "
+        "--pool-size slots; rows are written as they finish). Default: 16 on a CPU, 32 on "
+        "CUDA; 1 decodes one prompt at a time. --compile auto compiles only batch-size 1 "
+        "steps.", min=1)
+    compare: bool = setting(False, "With a single prompt: also decode it sequentially and "
+                                   "print the realized speedup.")
+
+
+def load(model: str, engine: PastaEngine, dtype: str, device: str | None):
+    from solm.core.models import load_decoder
+
+    return load_decoder(model, dtype=dtype, device=device, quantize=engine.quantize)
+
+
+def runner(model, tokenizer, config: PastaDecodeConfig, engine: PastaEngine, prompts: int,
+           single: bool):
+    from solm.decode.compiled import should_compile
+    from solm.decode.pasta.batched import BatchedPastaRuntime, default_batch_size
+    from solm.decode.pasta.decode_file import BatchedPastaRunner, PastaRunner
+    from solm.decode.pasta.runtime import PastaRuntime
+
+    batch = 1 if single else (engine.batch_size or default_batch_size(model.device))
+    batch = min(batch, max(1, prompts))
+    # batched steps compile only when asked: their time goes to GEMMs and per-request
+    # attention, and a compiled step measured no faster on the CPUs here (README)
+    compiled = should_compile(engine.compile, max(1, prompts) * min(config.max_new_tokens,
+                                                                    engine.pool_size),
+                              model.device) if batch == 1 else bool(engine.compile)
+    if batch == 1:
+        out = PastaRunner(PastaRuntime(model, tokenizer, pool_size=engine.pool_size,
+                                       compile=compiled), config)
+    else:
+        out = BatchedPastaRunner(BatchedPastaRuntime(model, tokenizer,
+                                                     pool_size=engine.pool_size * batch,
+                                                     max_batch=batch, compile=compiled), config)
+    out.compiled, out.batch_size = compiled, batch
+    return out
+
+
+def describe(runner) -> str:
+    batch = runner.batch_size
+    return f"decoding ({runner.config.mode}{f', batches of {batch}' if batch > 1 else ''})"
+
+
+def decode_bandwidth(model, steps: int, kv_read: int, seconds: float) -> dict:
+    """Bandwidth a decode achieved and its share of the machine's (probed once, cached)."""
+    from solm.core.quantize import weight_bytes
+    from solm.decode.bandwidth import achieved, kv_bytes_per_token, machine_bandwidth
+
+    if not steps or seconds <= 0:
+        return {}
+    device = next(model.parameters()).device
+    return achieved(weight_bytes(model), steps, kv_read, kv_bytes_per_token(model), seconds,
+                    machine_bandwidth(device))
+
+
+def figures_line(row: dict, res, model=None) -> str:
+    """How a decode went, in one line: tokens, threads, steps against one token per step,
+    content tokens/s, and (given the model) the memory bandwidth the steps achieved."""
+    from solm.eval.compare import steps_phrase
+
+    line = (f"{row['content_tokens']} content tokens, {row['threads']} threads, "
+            f"{row['forward_passes']} forward passes (critical path {row['critical_path']}): "
+            f"{steps_phrase(row['content_tokens'], row['forward_passes'], row['promises'] > 0)}; "
+            f"{row['content_tokens'] / max(row['wall_s'], 1e-9):.1f} content tokens/s")
+    if model is not None:
+        bw = decode_bandwidth(model, res.forward_passes, res.kv_read, res.decode_s)
+        if bw:
+            line += (f"; {bw['bandwidth_gbs']:.1f} GB/s = {bw['bandwidth_fraction']:.0%} of "
+                     f"this machine's {bw['machine_gbs']:.1f} GB/s")
+    if res.compile_s:
+        line += f"; {res.compile_s:.1f} s building compiled graphs, not counted"
+    return line + (f"; flags: {', '.join(res.flags)}" if res.flags else "")
+
+
+def answer(runner, job, engine: PastaEngine) -> tuple[str, list[str]]:
+    """One prompt: the answer, its figures; with `compare`, the sequential decode's figures
+    beside them (`solm.eval.compare`), both paths warmed before either is timed."""
+    from solm.eval.compare import compare_lines
+
+    rt, cfg, ids = runner.rt, runner.config, list(job.prompt_ids)
+    if engine.compare:
+        rt.generate(ids, replace(cfg, max_new_tokens=4))
+        rt.generate(ids, replace(cfg, mode="sequential", max_new_tokens=4))
+    res = rt.generate(ids, cfg)
+    row = result_record(rt, job.record, res, cfg.mode)
+    lines = [figures_line(row, res, rt.model)]
+    if engine.compare and cfg.mode == "parallel":
+        seq_res = rt.generate(ids, replace(cfg, mode="sequential"))
+        lines += compare_lines(row, result_record(rt, job.record, seq_res, "sequential"))
+    elif engine.compare:
+        lines.append("--compare compares with --mode parallel; this decode was sequential")
+    return row["response"], lines
+
+
+def report(rows: list, summary: PastaDecodeSummary, runner, engine: PastaEngine) -> dict:
+    from solm.eval.pasta_format import format_stats
+
+    speed = {"compiled": runner.compiled, "quantize": engine.quantize,
+             "batch_size": runner.batch_size,
+             **decode_bandwidth(runner.rt.model, summary.forward_passes, summary.kv_read,
+                                summary.decode_s)}
+    return {"format": format_stats(rows).to_dict() if rows else {}, "speed": speed}
+
+
+def status(summary: PastaDecodeSummary, row: dict) -> str:
+    return f"{summary.content_tokens / max(summary.decode_s, 1e-9):.1f} tok/s"
+
+
+def row_figures(row: dict) -> str:
+    return (f"{row['content_tokens']} tokens, {row['forward_passes']} passes, "
+            f"{row['threads']} threads" + (f", {','.join(row['flags'])}" if row['flags']
+                                           else ""))
+
+
+SYSTEM = register_system(DecodeSystem(
+    name="pasta", help="PASTA: promised chunks decoded as parallel threads in one KV pool.",
+    config_cls=PastaDecodeConfig, engine_cls=PastaEngine, load=load, runner=runner,
+    summary_cls=PastaDecodeSummary, demo_prompts=DEMO_PROMPTS,
+    default_out="runs/decode.jsonl", row_engine_settings=("quantize",), status=status,
+    report=report, describe=describe, shown_rows=3, row_figures=row_figures, answer=answer))

@@ -1,0 +1,46 @@
+"""The settings of a Planned Diffusion decode, declared once (bounds checked by `check`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from solm.core.sampling import SamplingConfig
+from solm.core.settings import check_settings, setting
+from solm.decode.pasta.config import MAX_NEW_TOKENS_CAP
+from solm.decode.pdiff.limits import MAX_LENGTH_SCALE, MIN_LENGTH_SCALE
+
+ORDERS = ("entropy", "confidence")
+
+
+@dataclass
+class PdiffDecodeConfig:
+    max_new_tokens: int = setting(512, "Cap on the answer: main-thread tokens plus every "
+                                       "chunk's slots.", min=1, max=MAX_NEW_TOKENS_CAP)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)  # the main thread
+    steps_ratio: float = setting(1.0, "Denoising steps of a chunk = ceil(its masked slots x "
+                                      "ratio): 1 unmasks one slot per step, 0.5 two.", above=0)
+    confidence_threshold: Optional[float] = setting(
+        None, "Also unmask, in any step, every slot whose top token has at least this "
+        "probability (ahead of the schedule: fewer steps). Off by default.", above=0, max=1)
+    length_scale: float = setting(1.0, "A chunk of `tokens=N` gets round(10 N x scale) slots; "
+                                       "positions follow.", min=MIN_LENGTH_SCALE,
+                                  max=MAX_LENGTH_SCALE)
+    order: str = setting("entropy", "Unmask the lowest-entropy slots first, or the most "
+                                    "confident.", choices=ORDERS)
+    chunk_temperature: float = setting(0.0, "Sampling temperature inside chunks (0: each slot "
+                                            "takes its most likely token).", min=0.0)
+    defer_pads: bool = setting(False, "Unmask the slots whose token is a pad only after the "
+                                      "others in each step (against the pad trap: confident "
+                                      "tail pads committed first pull their neighbours to "
+                                      "pad).", flags=("--defer-pads",))
+    max_topic_tokens: int = setting(24, "A promise's topic longer than this is closed "
+                                        "(flagged).", min=1)
+    max_continuation: int = setting(256, "Main-thread tokens after the first `<sync/>`: a "
+                                         "runaway continuation stops there (flagged "
+                                         "`continuation_cap`).", min=0)
+    record: bool = False  # keep each step's chunk tokens and logits (tests, analysis)
+
+    def check(self) -> None:
+        """Every knob in its range (NaN and infinities refused), named as the options are."""
+        check_settings(self)

@@ -1,0 +1,56 @@
+"""Planned Diffusion as a decode system: plan, denoise the chunks in parallel, continue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from solm.core.settings import setting
+from solm.decode.pdiff.config import PdiffDecodeConfig
+from solm.decode.pdiff.decode_file import DEMO_PROMPTS, PdiffDecodeSummary
+from solm.decode.registry import DecodeSystem, EngineSettings, register_system
+
+
+@dataclass
+class PdiffEngine(EngineSettings):
+    batch_size: int = setting(8, "Prompts decoded together over one KV pool (1: one at a "
+                                 "time, for per-prompt wall times).", min=1)
+    pool_size: int = setting(2048, "KV slots per prompt in flight.", min=16)
+
+
+def load(model: str, engine: PdiffEngine, dtype: str, device: str | None):
+    from solm.core.models import load_decoder
+
+    return load_decoder(model, dtype=dtype, device=device, system="pdiff")
+
+
+def runner(model, tokenizer, config: PdiffDecodeConfig, engine: PdiffEngine, prompts: int,
+           single: bool):
+    from solm.decode.pdiff.decode_file import PdiffRunner
+    from solm.decode.pdiff.runtime import PdiffRuntime
+
+    batch = 1 if single else max(1, min(engine.batch_size, prompts))
+    return PdiffRunner(PdiffRuntime(model, tokenizer, pool_size=engine.pool_size * batch,
+                                    max_batch=batch), config)
+
+
+def figures_line(row: dict) -> str:
+    chunks = row["chunks"]
+    line = (f"{row['content_tokens']} content tokens, {len(chunks)} chunks "
+            f"({row['pad_only_chunks']} pad-only), {row['forward_passes']} forward passes "
+            f"({row['plan_passes']} autoregressive, {row['denoise_passes']} denoising) = "
+            f"{row['forward_passes'] / max(row['content_tokens'], 1):.2f} per content token; "
+            f"{row['content_tokens'] / max(row['wall_s'], 1e-9):.1f} content tokens/s")
+    return line + (f"; flags: {', '.join(row['flags'])}" if row["flags"] else "")
+
+
+def describe(runner) -> str:
+    batch = runner.rt.max_batch
+    return f"decoding (planned diffusion{f', batches of {batch}' if batch > 1 else ''})"
+
+
+SYSTEM = register_system(DecodeSystem(
+    name="pdiff", help="Planned Diffusion: a plan of promises, chunks denoised in parallel.",
+    config_cls=PdiffDecodeConfig, engine_cls=PdiffEngine, load=load, runner=runner,
+    summary_cls=PdiffDecodeSummary, demo_prompts=DEMO_PROMPTS,
+    default_out="runs/pdiff_decode.jsonl", describe=describe, shown_rows=2,
+    row_figures=figures_line))

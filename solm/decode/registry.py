@@ -1,0 +1,130 @@
+"""The registry of decode systems: what a decode command, an evaluation method or a server
+needs to know about a system, in one entry.
+
+Adding a system is one config (`setting()` fields), one runtime speaking the protocol
+(`solm.decode.protocol`), and one `register_system(DecodeSystem(...))` in its package's
+`system.py`; `decode_command` then makes its CLI command from the entry alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from solm.core.settings import is_setting, setting
+
+COMPILE_HELP = ("Run decode steps as graphs compiled per shape bucket (torch.compile; cached "
+                "on disk). Default: on for CUDA, and on a CPU for jobs long enough to repay the "
+                "compilation (see README \"Fast decode step\").")
+QUANTIZE_HELP = ("Weight-only quantization for decoding (torchao): int8 (CPU, CUDA) or int4 "
+                 "(CUDA). Outputs agree with the full-precision model, they are not equal to "
+                 "it.")
+
+
+@dataclass
+class EngineSettings:
+    """How a system's runtime is built (not what a row means, unless named in
+    `DecodeSystem.row_engine_settings`); a system's own engine settings extend these."""
+
+
+@dataclass
+class CompiledEngine(EngineSettings):
+    compile: Optional[bool] = setting(None, COMPILE_HELP, flags=("--compile/--no-compile",))
+    quantize: Optional[str] = setting(None, QUANTIZE_HELP, choices=("int8", "int4"))
+
+
+@dataclass(frozen=True)
+class DecodeSystem:
+    """A decode system as commands, evaluation and serving see it.
+
+    - `config_cls`: its decode settings (a dataclass of `setting()` fields, a `sampling`
+      field of `SamplingConfig`); `sampling`: the sampling settings its runtime honours.
+    - `engine_cls`: the settings that shape its runtime (`EngineSettings`).
+    - `load(model, engine, dtype, device)` -> (model, tokenizer);
+      `runner(model, tokenizer, config, engine, prompts, single)` -> a runner
+      (`prompts`: how many prompts this process decodes; `single`: one prompt given on the
+      command line).
+    - `summary_cls`: its `DecodeSummary`; `per_sample`: rows keyed by (id, sample), K of
+      them per prompt (`samples(engine)`).
+    - `answer(runner, job, engine)` -> (answer text, lines of figures) for a single prompt
+      (default: the row's `row_text` and `row_figures`); `status(summary, row)`: the
+      progress bar's status; `report(rows, summary, runner)`: extra figures for the
+      manifest and the printed summary.
+    """
+
+    name: str
+    help: str
+    config_cls: type
+    engine_cls: type
+    load: Callable[..., tuple[Any, Any]]
+    runner: Callable[..., Any]
+    summary_cls: type
+    sampling: tuple[str, ...] = ("temperature", "top_p", "seed", "repetition_penalty",
+                                 "no_repeat_ngram")
+    per_sample: bool = False
+    samples: Callable[[Any], int] = lambda engine: 1
+    demo_prompts: Optional[Path] = None
+    default_out: str = "runs/decode.jsonl"
+    row_engine_settings: tuple[str, ...] = ()
+    row_excluded: tuple[str, ...] = ()  # config settings that do not change a row
+    status: Callable[[Any, dict], Optional[str]] = lambda summary, row: None
+    report: Callable[[list, Any, Any, Any], dict] = lambda rows, summary, runner, engine: {}
+    describe: Callable[[Any], str] = lambda runner: "decoding"
+    shown_rows: int = 2  # the last rows shown after a file decode (0: none)
+    row_text: Callable[[dict], str] = lambda row: row.get("response", "")
+    row_figures: Callable[[dict], str] = lambda row: ""
+    answer: Optional[Callable[[Any, Any, Any], tuple[str, list[str]]]] = None
+    # check the settings together and fill what depends on the model, before anything loads
+    prepare: Callable[[Any, Any, str], None] = lambda config, engine, model: None
+
+    def answer_one(self, runner: Any, job: Any, engine: Any) -> tuple[str, list[str]]:
+        """Decode one prompt: its answer text and lines of figures."""
+        if self.answer is not None:
+            return self.answer(runner, job, engine)
+        done = next(iter(runner.run([job])))
+        if done.error:
+            from solm.core.errors import SolmError
+
+            raise SolmError(done.error)
+        row = runner.row(job, done.result)
+        return self.row_text(row), [self.row_figures(row)]
+
+    def row_settings(self, config: Any, engine: Any, model: str, dtype: str) -> dict:
+        """What the rows of a decode depend on: the config's settings (sampling flattened,
+        only what the runtime honours), the engine settings that change rows, model, dtype.
+        A rerun with other values is refused (`check_rerun_settings`)."""
+        out: dict[str, Any] = {"model": model}
+        for f in dataclasses.fields(config):
+            if is_setting(f) and f.name not in self.row_excluded:
+                out[f.name] = getattr(config, f.name)
+        for name in self.sampling:
+            out[name] = getattr(config.sampling, name)
+        for name in self.row_engine_settings:
+            out[name] = getattr(engine, name)
+        out["dtype"] = dtype
+        return out
+
+
+SYSTEMS: dict[str, DecodeSystem] = {}
+
+
+def register_system(system: DecodeSystem) -> DecodeSystem:
+    if system.name in SYSTEMS and SYSTEMS[system.name] is not system:
+        raise ValueError(f"decode system {system.name!r} is already registered")
+    SYSTEMS[system.name] = system
+    return system
+
+
+def get_system(name: str) -> DecodeSystem:
+    load_builtin_systems()
+    if name not in SYSTEMS:
+        raise KeyError(f"no decode system {name!r} (have {', '.join(sorted(SYSTEMS))})")
+    return SYSTEMS[name]
+
+
+def load_builtin_systems() -> None:
+    import solm.decode.pasta.system  # noqa: F401
+    import solm.decode.pdiff.system  # noqa: F401
+    import solm.decode.tip.system  # noqa: F401

@@ -1,0 +1,80 @@
+"""TIP as a decode system: the paged runtime under an eviction policy, K samples per prompt."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from solm.core.settings import setting
+from solm.decode.registry import CompiledEngine, DecodeSystem, register_system
+from solm.decode.tip.config import TipDecodeConfig
+from solm.decode.tip.decode_file import TipSummary
+
+
+@dataclass
+class TipEngine(CompiledEngine):
+    registers: Optional[int] = setting(None, "Thought registers <reg_0> ... <reg_{N-1}> "
+                                             "(default: the model's solm.json, else 16).",
+                                       min=1)
+    page_size: int = setting(64, "Tokens per KV page.", min=1)
+    num_pages: int = setting(2048, "Pages in the pool (shared by the batch).", min=1)
+    samples: int = setting(1, "Samples per problem (sample k uses seed + k).", min=1)
+
+
+def prepare(config: TipDecodeConfig, engine: TipEngine, model: str) -> None:
+    from solm.core.models import model_registers
+    from solm.decode.tip.policies import make_policy
+
+    make_policy(config.policy, config.budget, engine.page_size)  # bad flags fail here
+    engine.registers = engine.registers or model_registers(model) or 16
+
+
+def load(model: str, engine: TipEngine, dtype: str, device: str | None):
+    from solm.core.models import load_decoder
+
+    return load_decoder(model, dtype=dtype, device=device, system="tip",
+                        quantize=engine.quantize, num_registers=engine.registers)
+
+
+def runner(model, tokenizer, config: TipDecodeConfig, engine: TipEngine, prompts: int,
+           single: bool):
+    from solm.decode.compiled import should_compile
+    from solm.decode.tip.decode_file import TipRunner
+    from solm.decode.tip.runtime import TipRuntime
+
+    jobs = max(1, prompts) * engine.samples
+    rt = TipRuntime(model, tokenizer, num_pages=engine.num_pages, page_size=engine.page_size,
+                    num_registers=engine.registers,
+                    compile=should_compile(engine.compile, jobs * config.max_new_tokens,
+                                           model.device))
+    return TipRunner(rt, config)
+
+
+def status(summary: TipSummary, row: dict) -> str:
+    return (f"{summary.generated_tokens / max(summary.wall_s, 1e-9):.0f} tok/s, live "
+            f"{row['mean_live_tokens']:.0f}")
+
+
+def answer(runner, job, engine: TipEngine) -> tuple[str, list[str]]:
+    """One problem: the answer (registers removed), its KV figures."""
+    from solm.core.systems.tip import steps_and_kills
+
+    done = next(iter(runner.run([job])))
+    res = done.result
+    row = runner.row(job, res)
+    opened, killed = steps_and_kills(res.ids, runner.rt.vocab) if runner.rt.vocab else (0, 0)
+    line = (f"{res.generated} tokens, {opened} steps opened, {killed} killed by a register "
+            f"reuse; live KV {res.mean_live_tokens:.0f} tokens on average (peak "
+            f"{res.peak_live_tokens}, {res.peak_pages} pages); "
+            f"{res.generated / max(res.decode_s, 1e-9):.1f} tokens/s")
+    return row["response"], [line + (f"; flags: {', '.join(res.flags)}" if res.flags else "")]
+
+
+SYSTEM = register_system(DecodeSystem(
+    name="tip", help="TIP: thought registers whose reuse frees KV pages.",
+    config_cls=TipDecodeConfig, engine_cls=TipEngine, load=load, runner=runner,
+    summary_cls=TipSummary, sampling=("temperature", "top_p", "seed"), per_sample=True,
+    samples=lambda engine: engine.samples, default_out="runs/tip_decode.jsonl",
+    row_engine_settings=("registers", "page_size", "quantize"), row_excluded=("batch_size",),
+    status=status, describe=lambda runner: f"decoding ({runner.config.policy})",
+    shown_rows=0, answer=answer, prepare=prepare))
