@@ -51,7 +51,7 @@ def paired_bootstrap(start: list[float], final: list[float], draws: int = 10_000
 
 
 def compare(run: Path, baseline: str, start: str, final: str) -> dict:
-    from solm.eval.pasta_format import is_well_formed
+    from solm.decode.pasta.format_stats import is_well_formed
 
     base, a, b = rows(run, baseline), rows(run, start), rows(run, final)
     ids = sorted(set(base) & set(a) & set(b))

@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from solm.core.generation import model_generation_defaults, resolve_decode
-from solm.eval.compare import compare_lines, compare_report, is_degenerate, steps_phrase
+from solm.decode.compare import compare_lines, compare_report, is_degenerate, steps_phrase
 
 
 @pytest.mark.parametrize("text,degenerate", [

@@ -1,6 +1,6 @@
 import pytest
 
-from solm.eval.pasta_format import format_stats, is_well_formed
+from solm.decode.pasta.format_stats import format_stats, is_well_formed
 
 GOOD = '1.<promise topic="a" tokens="1"/><async> A.</async>\n2.<promise topic="b" tokens="1"/>' \
        '<async> B.</async><sync/>'

@@ -409,7 +409,7 @@ def stats(
     and (*over rows with a promise) parallelism = tokens decoded per forward pass and content
     speedup = text tokens (tags removed) per forward pass; tokens/s."""
     from rich.table import Table
-    from solm.eval.pasta_format import format_stats, read_decode_rows
+    from solm.decode.pasta.format_stats import format_stats, read_decode_rows
 
     results = {str(p): format_stats(read_decode_rows(p)).to_dict() for p in decoded}
     table = Table("file", "rows", "well-formed", "with promise", "parallelism*",

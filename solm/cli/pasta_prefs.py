@@ -125,7 +125,7 @@ def prefs(
     from solm.core.sampling import SamplingConfig
     from solm.decode.pasta.batched import BatchedPastaRuntime
     from solm.decode.pasta.batched import default_batch_size
-    from solm.eval.pasta_format import is_well_formed
+    from solm.decode.pasta.format_stats import is_well_formed
     from solm.prefs import job
 
     weight = _quality_weight(quality_weight)

@@ -124,7 +124,11 @@ def get_system(name: str) -> DecodeSystem:
     return SYSTEMS[name]
 
 
+BUILTIN = ("pasta", "tip", "pdiff")  # each registers itself in solm/decode/<name>/system.py
+
+
 def load_builtin_systems() -> None:
-    import solm.decode.pasta.system  # noqa: F401
-    import solm.decode.pdiff.system  # noqa: F401
-    import solm.decode.tip.system  # noqa: F401
+    import importlib
+
+    for name in BUILTIN:
+        importlib.import_module(f"solm.decode.{name}.system")

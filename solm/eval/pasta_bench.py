@@ -22,7 +22,7 @@ from solm.core.chat import prompt_ids, text_ids
 from solm.core.pasta_lang import strip
 from solm.core.systems.pasta_schedule import DISTRUST, pasta_metrics
 from solm.decode.pasta.runtime import PastaRuntime
-from solm.eval.stats import geomean
+from solm.core.stats import geomean
 
 
 @dataclass

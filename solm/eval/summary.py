@@ -22,7 +22,7 @@ from pathlib import Path
 from solm.core.systems.pasta_schedule import DISTRUST
 from solm.eval.length_control import find_gamed_csv, length_controlled
 from solm.eval.run import REFERENCE, judgments_path, load_outputs, read_run_file
-from solm.eval.stats import geomean
+from solm.core.stats import geomean
 from solm.eval.winrate import read_judgments, recorded_judge
 
 SPEED_FLOOR = 1e-3  # a prompt with an empty answer still counts (pulls the mean down)

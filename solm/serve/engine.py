@@ -283,7 +283,7 @@ class ServeEngine(BaseEngine):
         figures["tokens_per_s"] = round(content_len / max(res.decode_s, 1e-9), 2)
         figures["batch"] = self.max_batch
         if job.compare and cfg.mode == "parallel":
-            from solm.eval.compare import compare_report
+            from solm.decode.compare import compare_report
 
             seq = self.runtime.generate(job.prompt_ids, replace(cfg, mode="sequential"))
             seq_row = result_record(self.runtime, Record("serve", ""), seq, "sequential")

@@ -75,7 +75,7 @@ def decode_bandwidth(model, steps: int, kv_read: int, seconds: float) -> dict:
 def figures_line(row: dict, res, model=None) -> str:
     """How a decode went, in one line: tokens, threads, steps against one token per step,
     content tokens/s, and (given the model) the memory bandwidth the steps achieved."""
-    from solm.eval.compare import steps_phrase
+    from solm.decode.compare import steps_phrase
 
     line = (f"{row['content_tokens']} content tokens, {row['threads']} threads, "
             f"{row['forward_passes']} forward passes (critical path {row['critical_path']}): "
@@ -93,8 +93,8 @@ def figures_line(row: dict, res, model=None) -> str:
 
 def answer(runner, job, engine: PastaEngine) -> tuple[str, list[str]]:
     """One prompt: the answer, its figures; with `compare`, the sequential decode's figures
-    beside them (`solm.eval.compare`), both paths warmed before either is timed."""
-    from solm.eval.compare import compare_lines
+    beside them (`solm.decode.compare`), both paths warmed before either is timed."""
+    from solm.decode.compare import compare_lines
 
     rt, cfg, ids = runner.rt, runner.config, list(job.prompt_ids)
     if engine.compare:
@@ -112,7 +112,7 @@ def answer(runner, job, engine: PastaEngine) -> tuple[str, list[str]]:
 
 
 def report(rows: list, summary: PastaDecodeSummary, runner, engine: PastaEngine) -> dict:
-    from solm.eval.pasta_format import format_stats
+    from solm.decode.pasta.format_stats import format_stats
 
     speed = {"compiled": runner.compiled, "quantize": engine.quantize,
              "batch_size": runner.batch_size,

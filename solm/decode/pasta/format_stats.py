@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Iterable
 
 from solm.decode import flags
-from solm.eval.stats import geomean
+from solm.core.stats import geomean
 
 # a block left open at a length cap was closed by the runtime, not written: "block_cut"
 STRUCTURAL_FLAGS = flags.PASTA_STRUCTURAL
