@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (ConfigOption, DebugOption, QuietOption, handle_errors, info,
-                             out_console, progress)
+from solm.cli.console import handle_errors, info, out_console, progress
+from solm.cli.flags import ConfigOption, DebugOption, QuietOption
 from solm.cli.errors import SolmGroup
 
 app = typer.Typer(cls=SolmGroup, name="data", no_args_is_help=True,
@@ -59,7 +59,7 @@ def get(
     if source and len(sets) != 1:
         raise SolmError("--from converts one set at a time: name one set")
     folder = data_root(data_dir)
-    from solm.cli.common import check_paths
+    from solm.cli.checks import check_paths
     from solm.data.get import SOURCE_FILE
 
     check_paths(source or [], [*(folder / ds.filename for ds in sets), folder / SOURCE_FILE])

@@ -14,10 +14,12 @@ from typing import Any, Optional
 
 import typer
 
-from solm.cli.common import (ConfigOption, DebugOption, DedupeOption, DeviceOption, DtypeOption,
-                             ForceOption, ModelOption, QuietOption, ShardOption, check_paths,
-                             console, dedupe_list, finish_shard, handle_errors, info, out_console,
-                             progress, report_duplicates, settings_from, sharded, take_shard)
+from solm.cli.checks import check_paths
+from solm.cli.console import console, handle_errors, info, out_console, progress
+from solm.cli.flags import (ConfigOption, DebugOption, DedupeOption, DeviceOption, DtypeOption,
+                            ForceOption, ModelOption, QuietOption, ShardOption)
+from solm.cli.job_helpers import (dedupe_list, finish_shard, report_duplicates, settings_from,
+                                  sharded, take_shard)
 from solm.cli.options import config_parameters, with_parameters
 from solm.core.generation import MODEL_SETTINGS
 from solm.core.sampling import SamplingConfig

@@ -10,11 +10,11 @@ import typer
 
 from solm.core.errors import SolmError
 
-from solm.cli.common import (ConfigOption, DebugOption, ForceOption, QuietOption, check_paths,
-                             console,
-                             greater_than, handle_errors, judge_progress, one_of, out_console,
-                             progress, settings_from)
-from solm.cli.common import judge_spec as check_judge_spec
+from solm.cli.checks import check_paths, greater_than, one_of
+from solm.cli.console import console, handle_errors, judge_progress, out_console, progress
+from solm.cli.flags import ConfigOption, DebugOption, ForceOption, QuietOption
+from solm.cli.job_helpers import settings_from
+from solm.cli.checks import judge_spec as check_judge_spec
 
 JUDGE_HELP = """Judge a model's outputs against a baseline's, pair by pair, with an LLM judge.
 

@@ -8,8 +8,8 @@ from typing import Optional
 import typer
 
 from solm.cli import data, pasta, pdiff, repro, tip
-from solm.cli.common import (DEFAULT_MODEL, ConfigOption, DebugOption, QuietOption,
-                             VersionOption, handle_errors, out_console)
+from solm.cli.console import handle_errors, out_console
+from solm.cli.flags import ConfigOption, DebugOption, DEFAULT_MODEL, QuietOption, VersionOption
 from solm.cli.errors import SolmGroup
 from solm.cli.judge import JUDGE_HELP, judge
 from solm.cli.serve import SERVE_HELP, serve
@@ -89,7 +89,7 @@ def merge(
 
     from solm.core.records import load_records
     from solm.core.shard import merge_file, merge_folder
-    from solm.cli.common import check_paths
+    from solm.cli.checks import check_paths
 
     if prompts:
         check_paths([prompts], [out])

@@ -12,8 +12,9 @@ from typing import Any, Callable, Optional, Union
 
 import typer
 
-from solm.cli.common import (ConfigOption, DebugOption, QuietOption, greater_than,
-                             console, handle_errors, info, one_of, out_console)
+from solm.cli.checks import greater_than, one_of
+from solm.cli.console import console, handle_errors, info, out_console
+from solm.cli.flags import ConfigOption, DebugOption, QuietOption
 from solm.core.settings import cli_name, is_setting
 
 

@@ -9,15 +9,17 @@ from typing import Optional
 import typer
 from rich.console import Group
 
-from solm.cli.common import (BaseUrlOption, ConcurrencyOption, LlmTemperatureOption, MaxOutputTokensOption, MaxTriesOption, RpmOption, SplitOption, TimeoutOption,
-                             CompileOption, ConfigOption, DEFAULT_MODEL, DebugOption, DedupeOption,
-                             DeviceOption, DtypeOption, ForceOption, MAX_NEW_TOKENS_CAP,
-                             ModelOption, NoRepeatNgramOption, QuantizeOption, QuietOption,
-                             RepetitionPenaltyOption, SeedOption, TemperatureOption,
-                             TopPOption, VersionOption, annotation_records, check_paths, console, decode_flags,
-                             llm_annotation, handle_errors, info, is_quiet, out_console,
-                             progress, settings_from,
-                             show_control_tokens)
+from solm.cli.checks import check_paths
+from solm.cli.console import console, handle_errors, info, is_quiet, out_console, progress
+from solm.cli.flags import (BaseUrlOption, CompileOption, ConcurrencyOption, ConfigOption,
+                            DebugOption, decode_flags, DedupeOption, DEFAULT_MODEL, DeviceOption,
+                            DtypeOption, ForceOption, LlmTemperatureOption, MAX_NEW_TOKENS_CAP,
+                            MaxOutputTokensOption, MaxTriesOption, ModelOption,
+                            NoRepeatNgramOption, QuantizeOption, QuietOption,
+                            RepetitionPenaltyOption, RpmOption, SeedOption, SplitOption,
+                            TemperatureOption, TimeoutOption, TopPOption, VersionOption)
+from solm.cli.job_helpers import (annotation_records, llm_annotation, settings_from,
+                                  show_control_tokens)
 from solm.cli.errors import SolmGroup
 from solm.cli.decode_command import decode_command
 from solm.cli.options import train_command
@@ -25,6 +27,7 @@ from solm.cli.judge import JUDGE_HELP, judge
 from solm.core.generation import resolve_decode
 from solm.cli.pasta_eval import app as eval_app
 from solm.cli.serve import SERVE_HELP, serve
+from solm.cli.pasta_bench import bench
 from solm.cli.pasta_prefs import PREFS_HELP, prefs
 from solm.train.bonbon import BonbonConfig
 from solm.train.sft import PastaSFTConfig
@@ -454,105 +457,7 @@ def mix(
          f"rows -> {out}")
 
 
-BENCH_BESIDE = (".summary.json", ".png")  # what `pasta bench -o OUT` writes beside OUT
-
-
-@app.command()
-@handle_errors
-def bench(
-    annotated: Path = typer.Option(..., "--annotated", "-a", help="JSONL with `prompt` and "
-                                   "`annotated` (e.g. from `pasta annotate`)."),
-    model: str = ModelOption,
-    rows: int = typer.Option(40, min=1, help="How many annotated rows to replay."),
-    min_promises: int = typer.Option(2, min=0, help="Only rows with at least this many promises."),
-    max_tokens: Optional[int] = typer.Option(None, min=1, help="Only rows whose plain response has at "
-                                             "most this many tokens."),
-    repeats: int = typer.Option(2, min=1, help="Decode each row this many times; time the last "
-                                "(the paper: 2)."),
-    generate_rows: Optional[int] = typer.Option(None, min=0, help="Compare with model.generate on the "
-                                                "first N rows only (default: all)."),
-    pool_size: int = typer.Option(2048, min=2, help="KV pool slots shared by all threads."),
-    dtype: str = DtypeOption,
-    device: Optional[str] = DeviceOption,
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Per-row results (JSONL) and a "
-                                       "summary next to it."),
-    compile: Optional[bool] = CompileOption,
-    quantize: Optional[str] = QuantizeOption,
-    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
-) -> None:
-    """Replay annotated responses: realized vs theoretical speedup, efficiency, vs generate.
-
-    Input: JSONL rows with `id`, `prompt` and `annotated` (a Pasta-Lang response), as
-    `pasta annotate` writes them (README "Input formats" has a two-line example).
-    Each row is teacher-forced on the real parallel schedule and its stripped text
-    sequentially. Prints a JSON summary with `realized_speedup`, `theoretical_speedup`,
-    `efficiency` (geometric means) and `seq_vs_generate`; warm-up time is reported separately.
-
-    Example: `pasta bench -a runs/bench/gpt4_rules.jsonl --config configs/pasta_bench_cpu.yaml -o runs/bench/replay.jsonl`
-    """
-    from dataclasses import asdict
-
-    from solm.core.chat import text_ids
-    from solm.core.jsonl import JsonlWriter, read_jsonl
-    from solm.core.models import load_decoder
-    from solm.core.pasta_lang import promises, strip
-    from solm.core.provenance import write_manifest
-    from solm.core.quantize import weight_bytes
-    from solm.decode.bandwidth import kv_bytes_per_token, machine_bandwidth
-    from solm.decode.compiled import should_compile
-    from solm.decode.pasta.runtime import PastaRuntime
-    from solm.core.paths import outputs_beside
-    from solm.eval.pasta_bench import plot_speedups, run_pasta_bench, sequential_bandwidth
-
-    check_paths([annotated], outputs_beside(out, *BENCH_BESIDE))
-    m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)
-    chosen = []
-    for row in read_jsonl(annotated):
-        text = row.get("annotated")
-        if not text or len(promises(text)) < min_promises:
-            continue
-        if max_tokens is not None and len(text_ids(tok, strip(text))) > max_tokens:
-            continue
-        chosen.append(row)
-        if len(chosen) >= rows:
-            break
-    expected = sum(2 * repeats * len(text_ids(tok, strip(r["annotated"]))) for r in chosen)
-    compiled = should_compile(compile, expected, m.device)
-    info(f"replaying {len(chosen)} rows from {annotated} (dtype {m.dtype}"
-         f"{', compiled step' if compiled else ''}{', ' + quantize if quantize else ''})")
-    rt = PastaRuntime(m, tok, pool_size=pool_size, compile=compiled)
-    writer = None
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.unlink(missing_ok=True)  # timings from an earlier run are not comparable
-        writer = JsonlWriter(out)
-
-    def on_row(r, advance):
-        if writer:
-            writer.write(asdict(r))
-        advance(status=f"{r.id}: {r.realized_speedup:.2f}x of {r.theoretical_speedup:.2f}x")
-
-    with progress("replaying", len(chosen)) as advance:
-        results, summary = run_pasta_bench(rt, chosen, repeats=repeats, generate_rows=generate_rows,
-                                     on_row=lambda r: on_row(r, advance))
-    summary.update({"model": model, "dtype": str(m.dtype).replace("torch.", ""),
-                    "repeats": repeats, "max_tokens": max_tokens, "compiled": compiled,
-                    "quantize": quantize,
-                    "sequential_bandwidth": sequential_bandwidth(
-                        results, weight_bytes(m), kv_bytes_per_token(m),
-                        machine_bandwidth(m.device))})
-    if out:
-        writer.close()
-        Path(str(out) + BENCH_BESIDE[0]).write_text(json.dumps(summary, indent=2))
-        plot_speedups(results, Path(str(out) + BENCH_BESIDE[1]))
-        write_manifest(out, "pasta bench", settings_from(locals()), inputs=[annotated],
-                       model=model, extra={"summary": summary})
-        info(f"per-row results: {out}; plot: {out}.png")
-    if summary["distrusted_rows"]:
-        console.print(f"[yellow]warning:[/] {summary['distrusted_rows']} row(s) measured a "
-                      f"realized speedup more than 10% above the theoretical one: "
-                      f"measurements to distrust (a busy machine or a cold path), not results")
-    out_console.print_json(json.dumps(summary))
+app.command(name="bench")(bench)
 
 
 @app.command()

@@ -8,13 +8,13 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (CompileOption, ConfigOption, DebugOption, DeviceOption, DtypeOption,
-                             MAX_NEW_TOKENS_CAP, NoRepeatNgramOption, QuietOption,
-                             RepetitionPenaltyOption, SeedOption, TemperatureOption, TopPOption,
-                             check_paths, check_run_inputs, decode_flags, greater_than,
-                             handle_errors, info, judge_spec, one_of, settings_from,
-                             out_console, progress, ShardOption, finish_shard, sharded,
-                             take_shard)
+from solm.cli.checks import check_paths, check_run_inputs, greater_than, judge_spec, one_of
+from solm.cli.console import handle_errors, info, out_console, progress
+from solm.cli.flags import (CompileOption, ConfigOption, DebugOption, decode_flags, DeviceOption,
+                            DtypeOption, MAX_NEW_TOKENS_CAP, NoRepeatNgramOption, QuietOption,
+                            RepetitionPenaltyOption, SeedOption, ShardOption, TemperatureOption,
+                            TopPOption)
+from solm.cli.job_helpers import finish_shard, settings_from, sharded, take_shard
 from solm.cli.errors import SolmGroup
 from solm.core.errors import SolmError
 
@@ -108,7 +108,7 @@ def agreement(
                                  "rerun is refused)."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
-    from solm.cli.common import judge_progress
+    from solm.cli.console import judge_progress
     from solm.core.errors import DataError
     from solm.core.jsonl import read_jsonl, read_rows_located
     from solm.core.llm import make_client

@@ -9,11 +9,11 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (ConfigOption, DebugOption, DtypeOption, DeviceOption, QuietOption,
-                             RepetitionPenaltyOption, SeedOption, check_paths, console,
-                             finish_shard, finite_at_least, handle_errors, info, judge_progress,
-                             judge_spec, one_of, out_console, progress, probability_mass,
-                             settings_from, ShardOption, sharded, take_shard)
+from solm.cli.checks import check_paths, finite_at_least, judge_spec, one_of, probability_mass
+from solm.cli.console import console, handle_errors, info, judge_progress, out_console, progress
+from solm.cli.flags import (ConfigOption, DebugOption, DeviceOption, DtypeOption, QuietOption,
+                            RepetitionPenaltyOption, SeedOption, ShardOption)
+from solm.cli.job_helpers import finish_shard, settings_from, sharded, take_shard
 from solm.core.errors import SolmError
 
 PREFS_HELP = """Sample N answers per prompt, score each by speed and quality, write best-vs-worst pairs.

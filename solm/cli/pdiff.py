@@ -7,8 +7,9 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (ConfigOption, DebugOption, ModelOption, QuietOption,
-                             VersionOption, handle_errors, show_control_tokens)
+from solm.cli.console import handle_errors
+from solm.cli.flags import ConfigOption, DebugOption, ModelOption, QuietOption, VersionOption
+from solm.cli.job_helpers import show_control_tokens
 from solm.cli.errors import SolmGroup
 from solm.cli.decode_command import decode_command
 from solm.cli.options import train_command

@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (ConfigOption, DebugOption, QuietOption, handle_errors, info,
-                             out_console)
+from solm.cli.console import handle_errors, info, out_console
+from solm.cli.flags import ConfigOption, DebugOption, QuietOption
 from solm.cli.errors import SolmGroup
 
 app = typer.Typer(cls=SolmGroup, name="repro", no_args_is_help=True,

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import typer
 
-from solm.cli.common import (CompileOption, ConfigOption, DebugOption, DeviceOption, DtypeOption,
-                             MAX_NEW_TOKENS_CAP, MAX_SEED, ModelOption, NoRepeatNgramOption,
-                             QuantizeOption, QuietOption, RepetitionPenaltyOption, TopPOption,
-                             console, decode_flags, finite_at_least, handle_errors, info, one_of)
+from solm.cli.checks import (finite_at_least, one_of)
+from solm.cli.console import (console, handle_errors, info)
+from solm.cli.flags import (CompileOption, ConfigOption, DebugOption, decode_flags, DeviceOption,
+                            DtypeOption, MAX_NEW_TOKENS_CAP, MAX_SEED, ModelOption,
+                            NoRepeatNgramOption, QuantizeOption, QuietOption,
+                            RepetitionPenaltyOption, TopPOption)
 
 API_KEY_ENV = "SOLM_API_KEY"
 

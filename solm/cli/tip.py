@@ -8,12 +8,15 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (BaseUrlOption, ConcurrencyOption, LlmTemperatureOption, MaxOutputTokensOption, MaxTriesOption, RpmOption, SplitOption, TimeoutOption,
-                             CompileOption, ConfigOption, DEFAULT_MODEL, DebugOption, DedupeOption,
-                             DeviceOption, DtypeOption, ForceOption, ModelOption, QuantizeOption,
-                             QuietOption, VersionOption, annotation_records, check_paths, handle_errors, info, llm_annotation, out_console,
-                             progress, settings_from,
-                             show_control_tokens)
+from solm.cli.checks import check_paths
+from solm.cli.console import handle_errors, info, out_console, progress
+from solm.cli.flags import (BaseUrlOption, CompileOption, ConcurrencyOption, ConfigOption,
+                            DebugOption, DedupeOption, DEFAULT_MODEL, DeviceOption, DtypeOption,
+                            ForceOption, LlmTemperatureOption, MaxOutputTokensOption,
+                            MaxTriesOption, ModelOption, QuantizeOption, QuietOption, RpmOption,
+                            SplitOption, TimeoutOption, VersionOption)
+from solm.cli.job_helpers import (annotation_records, llm_annotation, settings_from,
+                                  show_control_tokens)
 from solm.cli.errors import SolmGroup
 from solm.cli.decode_command import decode_command
 from solm.cli.options import train_command

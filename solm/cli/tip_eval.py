@@ -8,10 +8,11 @@ from typing import Optional
 
 import typer
 
-from solm.cli.common import (ConfigOption, DebugOption, DeviceOption, DtypeOption, ForceOption,
-                             ModelOption, QuietOption, check_run_inputs, handle_errors, info,
-                             finish_shard, out_console, probability_mass, progress, ShardOption,
-                             sharded)
+from solm.cli.checks import check_run_inputs, probability_mass
+from solm.cli.console import handle_errors, info, out_console, progress
+from solm.cli.flags import (ConfigOption, DebugOption, DeviceOption, DtypeOption, ForceOption,
+                            ModelOption, QuietOption, ShardOption)
+from solm.cli.job_helpers import finish_shard, sharded
 from solm.cli.errors import SolmGroup
 from solm.core.errors import SolmError
 from solm.eval.tip_eval import DATA_SETS, PROTOCOL

@@ -1,0 +1,167 @@
+"""The options many commands share (model, dtype, device, --config, sharding, sampling, the LLM
+annotators'), declared once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+import yaml
+
+from solm.cli.checks import (check_device, finite_above, finite_at_least, greater_than, one_of,
+                             probability_mass)
+from solm.cli.console import out_console
+from solm.core.models import DEFAULT_MODEL
+from solm.core.sampling import MAX_SEED
+from solm.decode.pasta.config import MAX_NEW_TOKENS_CAP  # noqa: F401 (the commands' cap)
+
+
+def _load_config(ctx: typer.Context, param, value: Path | None) -> Path | None:
+    """Eager callback: the YAML file's keys become the command's defaults (flags override)."""
+    if value is None:
+        return None
+    path = Path(value)
+    if not path.exists():
+        raise typer.BadParameter(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(e, "problem", None) or type(e).__name__
+        raise typer.BadParameter(f"{where}: invalid YAML: {problem}")
+    except (UnicodeDecodeError, OSError) as e:
+        raise typer.BadParameter(f"{path}: cannot read it as text ({type(e).__name__})")
+    if not isinstance(data, dict):
+        raise typer.BadParameter(f"{path}: expected a mapping of option names to values")
+    known = {p.name for p in ctx.command.params}
+    defaults = {}
+    for key, v in data.items():
+        name = str(key).replace("-", "_")
+        if name not in known:
+            raise typer.BadParameter(f"{path}: unknown option '{key}' for this command "
+                                     f"(known: {', '.join(sorted(known - {'config'}))})")
+        defaults[name] = v
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    return path
+
+
+ConfigOption = typer.Option(
+    None, "--config", help="YAML file whose keys are this command's options; flags override it.",
+    callback=_load_config, is_eager=True, exists=False)
+
+
+QuietOption = typer.Option(False, "--quiet", "-q", help="No progress bars or chatter.")
+
+
+ModelOption = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Alias (`solm models`), Hugging "
+                           "Face folder or hub id, or .gguf file.")
+
+
+DebugOption = typer.Option(False, "--debug", help="Show full tracebacks on errors.")
+
+
+TEMPERATURE_HELP = "0 = greedy (default: the model's generation_config.json, else 0)."
+
+
+SeedOption = typer.Option(0, min=0, max=MAX_SEED, help="Sampling seed (ignored when greedy).")
+
+
+# decode settings whose default is the model's generation_config.json (solm.core.generation)
+TemperatureOption = typer.Option(None, callback=finite_at_least(0.0), help=TEMPERATURE_HELP)
+
+
+TopPOption = typer.Option(None, callback=probability_mass, help="Nucleus sampling mass "
+                          "(default: the model's, else 1).")
+
+
+RepetitionPenaltyOption = typer.Option(
+    None, callback=finite_above(0), help="Above 1 discourages tokens a thread already wrote "
+    "(control tokens exempt); small models loop without it. Default: the model's "
+    "generation_config.json, else 1.")
+
+
+NoRepeatNgramOption = typer.Option(None, min=0, help="N > 0: a thread may not repeat an N-gram "
+                                   "it already wrote (0 = off; default: the model's, else 0).")
+
+
+def decode_flags(temperature: float | None, top_p: float | None,
+                 repetition_penalty: float | None, no_repeat_ngram: int | None) -> dict:
+    """The decode flags `solm.core.generation.resolve_decode` reads (None: not given)."""
+    return {"temperature": temperature, "top_p": top_p,
+            "repetition_penalty": repetition_penalty, "no_repeat_ngram": no_repeat_ngram}
+
+
+ForceOption = typer.Option(False, "--force", help="Append to an output whose rows were made "
+                           "with other settings (the manifest then says mixed_settings).")
+
+
+ShardOption = typer.Option(
+    None, "--shard", help="K/N: only the prompts at positions K, K+N, K+2N, ... (after "
+    "--limit), written beside the output as NAME.shard-K-of-N.jsonl (a folder output: "
+    "OUT/shard-K-of-N/); `auto` takes K and N from the RANK / WORLD_SIZE of accelerate launch "
+    "or torchrun (and each process its own GPU). `solm merge` joins the shards by id.")
+
+
+DedupeOption = typer.Option(False, "--dedupe", help="Keep only the first row of each repeated "
+                            "id (counted), instead of refusing the file.")
+
+
+# the LLM annotators' settings, shared by `pasta annotate` and `tip annotate`
+ConcurrencyOption = typer.Option(8, min=1, help="LLM: requests in flight.")
+
+
+RpmOption = typer.Option(None, callback=greater_than(0),
+                         help="LLM: requests per minute (token bucket).")
+
+
+MaxTriesOption = typer.Option(4, min=1, help="LLM: tries per row (429/5xx/timeouts/bad "
+                                            "replies).")
+
+
+TimeoutOption = typer.Option(120.0, callback=greater_than(0), help="LLM: seconds per request.")
+
+
+BaseUrlOption = typer.Option(None, help="LLM: server URL (overrides the spec's).")
+
+
+LlmTemperatureOption = typer.Option(0.0, min=0.0, help="LLM: sampling temperature.")
+
+
+MaxOutputTokensOption = typer.Option(4096, min=1, help="LLM: cap on each reply's length.")
+
+
+SplitOption = typer.Option("train", help="Split, for hub datasets.")
+
+
+DtypeOption = typer.Option("auto", callback=one_of("auto", "fp32", "bf16", "fp16"),
+                           help="auto (bf16 where the device computes it fast, else fp32), "
+                                "fp32, bf16, fp16.")
+
+
+CompileOption = typer.Option(
+    None, "--compile/--no-compile", show_default=False,
+    help="Run decode steps as graphs compiled per shape bucket (torch.compile; cached on "
+         "disk). Default: on for CUDA, and on a CPU for jobs long enough to repay the "
+         "compilation (see README \"Fast decode step\").")
+
+
+QuantizeOption = typer.Option(None, callback=one_of("int8", "int4"),
+                              help="Weight-only quantization for decoding (torchao): int8 "
+                                   "(CPU, CUDA) or int4 (CUDA). Outputs agree with the "
+                                   "full-precision model, they are not equal to it.")
+
+
+DeviceOption = typer.Option(None, callback=check_device, help="cpu, cuda, cuda:N or mps "
+                            "(default: cuda when available, else cpu).")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from solm import __version__
+        out_console.print(f"solm {__version__}")
+        raise typer.Exit()
+
+
+VersionOption = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                             help="Print solm's version and exit.")
