@@ -78,3 +78,76 @@ def test_tip_traces_writes_traces_and_a_manifest(tmp_path):
     manifest = json.loads((tmp_path / "traces.jsonl.manifest.json").read_text())
     assert manifest["command"] == "tip traces" and str(source) in manifest["inputs"]
     assert manifest["traces"] == 2
+
+
+TIMED = ("prefill_s", "decode_s")
+
+
+def _tip_decode_args(tiny_folder, *extra):
+    return ["decode", "--model", tiny_folder, "--registers", "4", "--max-new-tokens", "6",
+            "--batch-size", "1", "--page-size", "8", "--num-pages", "64", "--no-compile",
+            "--dtype", "fp32", "--quiet", *extra]
+
+
+def test_tip_decode_shards_merge_into_the_unsharded_rows(tmp_path, tiny_folder):
+    from solm.core.shard import merge_file
+
+    prompts = write(tmp_path / "p.jsonl", [{"id": f"q{i}", "problem": f"What is {i} + {i}?"}
+                                           for i in range(3)])
+    whole, sharded = tmp_path / "whole.jsonl", tmp_path / "sharded.jsonl"
+    common = _tip_decode_args(tiny_folder, "--prompts", str(prompts), "--samples", "2")
+    for k in range(2):
+        r = runner.invoke(tip.app, [*common, "--out", str(sharded), "--shard", f"{k}/2"])
+        assert r.exit_code == 0, r.output
+    part = [json.loads(x)["id"] for x in
+            sharded.with_name("sharded.shard-1-of-2.jsonl").read_text().splitlines()]
+    assert part == ["q1", "q1"]  # shard 1 of 2 holds the second prompt, both samples
+    assert runner.invoke(tip.app, [*common, "--out", str(whole)]).exit_code == 0
+    merge_file(sharded)
+
+    def rows(path):
+        return sorted((tuple(sorted((k, v) for k, v in json.loads(x).items()
+                                    if k not in TIMED)) for x in path.read_text().splitlines()))
+
+    assert len(rows(whole)) == 6 and rows(sharded) == rows(whole)
+
+
+def test_tip_decode_answers_one_prompt_as_a_file_decode_does(tmp_path, tiny_folder):
+    prompts = write(tmp_path / "p.jsonl", [{"id": "q", "problem": "What is 2 + 2?"}])
+    out = tmp_path / "o.jsonl"
+    r = runner.invoke(tip.app, _tip_decode_args(tiny_folder, "--prompts", str(prompts),
+                                                "--out", str(out), "--temperature", "0"))
+    assert r.exit_code == 0, r.output
+    response = json.loads(out.read_text())["response"]
+    r = runner.invoke(tip.app, _tip_decode_args(tiny_folder, "What is 2 + 2?",
+                                                "--temperature", "0"))
+    assert r.exit_code == 0, r.output
+    assert r.stdout == response + "\n"
+    assert "steps opened" in r.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_tip_decode_takes_sampling_from_the_model_then_from_flags(tmp_path, tiny_folder):
+    import shutil
+
+    from solm.core.provenance import manifest_path, read_manifest
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_folder, model)
+    (model / "generation_config.json").write_text(json.dumps(
+        {"do_sample": True, "temperature": 0.3, "top_p": 0.5}))
+    prompts = write(tmp_path / "p.jsonl", [{"id": "q", "problem": "1+1?"}])
+
+    def recorded(out, *flags):
+        r = runner.invoke(tip.app, [*_tip_decode_args(str(model), "--prompts", str(prompts),
+                                                      "--out", str(out)), *flags])
+        assert r.exit_code == 0, r.output
+        return read_manifest(manifest_path(out))["row_settings"]
+
+    from_model = recorded(tmp_path / "a.jsonl")
+    assert (from_model["temperature"], from_model["top_p"]) == (0.3, 0.5)
+    flagged = recorded(tmp_path / "b.jsonl", "--temperature", "0.9")
+    assert (flagged["temperature"], flagged["top_p"]) == (0.9, 0.5)
+    (model / "generation_config.json").unlink()
+    built_in = recorded(tmp_path / "c.jsonl")  # tip decode's own defaults: the thesis'
+    assert (built_in["temperature"], built_in["top_p"]) == (0.6, 0.95)
