@@ -297,3 +297,21 @@ def test_requests_sharing_a_prompt_reserve_it_once(tiny, pasta_tokenizer):
         batched.add(BatchRequest(i, [5] * 20, cfg, group="g"))
     batched.step()
     assert len(batched.running) == 3 and batched.free_slots == 64 - 20 - 3 * 8
+
+
+def test_a_shared_prompt_counts_in_each_samples_kv_read(tiny, pasta_tokenizer):
+    """kv_read (the slots attention read, summed over decode steps: the bandwidth figure)
+    of a sample sharing its prompt's KV is its solo decode's, and in sequential mode the
+    closed form: step s (s = 1..passes) reads the prompt and the s answer tokens written."""
+    from dataclasses import replace
+
+    solo = PastaRuntime(tiny, pasta_tokenizer, pool_size=512)
+    batched = BatchedPastaRuntime(tiny, pasta_tokenizer, pool_size=1024, max_batch=4)
+    prompt = text_ids(pasta_tokenizer, "Write three tips for learning a language.")
+    cfg = PastaDecodeConfig(mode="sequential", max_new_tokens=12,
+                            sampling=SamplingConfig(temperature=1.0, seed=5))
+    samples = batched.sample(prompt, cfg, n=3, seeds=[5, 6, 7])
+    for k, s in enumerate(samples):
+        alone = solo.generate(prompt, replace(cfg, sampling=replace(cfg.sampling, seed=5 + k)))
+        assert s.ids == alone.ids and s.kv_read == alone.kv_read
+        assert s.kv_read == sum(len(prompt) + step for step in range(1, s.forward_passes + 1))

@@ -235,3 +235,22 @@ def test_token_ids_outside_the_tokenizer_are_named_not_an_index_error(tmp_path,
         trainer.prepare_data(load_pairs(path), pasta_tokenizer, vocab)
     assert (e.value.line, e.value.field) == (1, "chosen.ids")
     assert f"token id {1 + len(pasta_tokenizer)} is outside the tokenizer" in str(e.value)
+
+
+def test_a_pair_is_skipped_when_its_longer_answer_does_not_fit(tmp_path, pasta_tokenizer,
+                                                               vocab):
+    """--max-len reads the longer answer of a pair (both are scored in one batch): a pair
+    whose rejected answer overflows is skipped even though its chosen one fits."""
+    from solm.core.chat import prompt_ids
+
+    prompt_len = len(prompt_ids(pasta_tokenizer, "ok"))
+    rows = [{"prompt": "ok", "n": 2, "chosen": {"ids": [1, 2]}, "rejected": {"ids": [3] * 30}},
+            {"prompt": "ok", "n": 2, "chosen": {"ids": [1, 2]}, "rejected": {"ids": [3, 4]}}]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps({**r, "model": "m"}) + "\n" for r in rows))
+    max_len = prompt_len + 2 + 1 + 10  # the short answers fit, the 30-token one does not
+    trainer = BonbonTrainer(BonbonConfig(out=str(tmp_path / "o"), data=str(path), model="m",
+                                         eval_rows=0, max_len=max_len, quiet=True))
+    data = trainer.prepare_data(load_pairs(str(path)), pasta_tokenizer, vocab)
+    assert data.meta["skipped_too_long"] == 1 and data.meta["pairs"] == 1
+    assert data.train[0]["rejected"]["ids"] == [3, 4]

@@ -45,6 +45,12 @@ def test_gsm8k_style_answers_when_there_is_no_box():
     ("x", "72", "integer", False),
     ("many", "none", "integer", False),  # two answers that are not integers do not agree
     ("72.", "72", "integer", True),  # a sentence's full stop after the answer
+    # GSM8K has negative answers: a sign survives every spelling of the integer
+    ("-5", "-5", "integer", True),
+    ("-5.0", "-5", "integer", True),
+    ("-5.00", "-5", "integer", True),
+    ("5.0", "-5", "integer", False),
+    ("-5.0", "5", "integer", False),
 ])
 def test_is_correct(pred, gold, kind, ok):
     assert is_correct(pred, gold, kind) is ok

@@ -410,3 +410,17 @@ def test_chunk_temperature_samples_and_zero_takes_the_most_likely(rt, pdiff_tok,
 
     assert argmax_share(1e-4) == 1.0
     assert argmax_share(50.0) < 0.5
+
+
+def test_chunk_sampling_follows_the_seed(rt, pdiff_tok, pdiff_vocab):
+    """Sampled chunks are reproducible from the request's seed and differ between seeds (a
+    sampler seeded by a constant gives every seed the same chunks)."""
+    from solm.core.sampling import SamplingConfig
+
+    def chunks(seed):
+        _, res = _decode(rt, pdiff_tok, PLAN, chunk_temperature=1.0,
+                         sampling=SamplingConfig(seed=seed))
+        return [t for t in res.ids if t != pdiff_vocab.pad]
+
+    assert chunks(3) == chunks(3)
+    assert chunks(3) != chunks(4)

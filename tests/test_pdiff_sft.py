@@ -133,3 +133,31 @@ def test_pdiff_sft_refuses_rows_without_a_promise(tmp_path):
         '<sync/>'}) + "\n")
     assert len(PdiffSFTTrainer(PdiffSFTConfig(data=str(mixed), out=str(tmp_path / "pd"),
                                               quiet=True)).read_data()) == 2
+
+
+def test_the_length_filter_reads_the_layout_with_the_most_extra_pads(tmp_path, pdiff_tok,
+                                                                     pdiff_vocab):
+    """A row that fits --max-len with few extra pads but not with --extra-pads of them is
+    skipped: a draw of many pads would otherwise be cut mid-chunk in training."""
+    from solm.core.chat import prompt_ids, text_ids
+    from solm.core.systems.pdiff import to_slots
+
+    prompt = len(prompt_ids(pdiff_tok, ROW["prompt"]))
+    answer = text_ids(pdiff_tok, ROW["text"])
+    fewest = prompt + len(to_slots(answer, pdiff_vocab, lambda: 0)) + 1
+    most = prompt + len(to_slots(answer, pdiff_vocab, lambda: 10)) + 1
+    assert fewest < most
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"id": "r1", "prompt": ROW["prompt"], "annotated": ROW["text"]})
+                    + "\n")
+    for max_len, kept in ((most - 1, 0), (most, 1)):
+        cfg = PdiffSFTConfig(data=str(data), out=str(tmp_path / "o"), max_len=max_len,
+                             extra_pads=10, eval_rows=0, quiet=True)
+        trainer = PdiffSFTTrainer(cfg)
+        rows = trainer.read_data()
+        if kept:
+            prepared = trainer.prepare_data(rows, pdiff_tok, pdiff_vocab)
+            assert prepared.meta["rows"] == 1 and prepared.meta["skipped_too_long"] == 0
+        else:
+            with pytest.raises(Exception, match="no row fits --max-len"):
+                trainer.prepare_data(rows, pdiff_tok, pdiff_vocab)

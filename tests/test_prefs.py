@@ -298,3 +298,24 @@ def test_a_sample_every_judgment_of_which_was_rejected_is_a_tie():
     assert by_sample[0].quality == pytest.approx(0.8)
     assert by_sample[1].quality == 0.5 and by_sample[1].extra["unjudged"]
     assert rows[1]["score"] == pytest.approx(3 / 2 + 0.5)
+
+
+def test_the_well_formed_rate_counts_every_sample_copies_included(tmp_path):
+    """summary.well_formed_rate is over the N samples drawn (a copy is a sample the model
+    wrote again), not over the distinct ones: two copies of a malformed answer and one
+    well-formed answer give 1/3 (1/2 over distinct samples)."""
+    from solm.core.records import Record
+    from solm.prefs.job import PrefsConfig, PrefsSummary, write_results
+
+    def sample(ids, ok):
+        return {"ids": ids, "content_tokens": len(ids), "critical_path": len(ids),
+                "forward_passes": len(ids), "total_tokens": len(ids), "flags": [],
+                "annotated": "x", "response": "x", "forced": [], "ended": True, "ok": ok}
+
+    rec = Record("q", "Prompt?")
+    samples = {"q": [sample([1, 2], False), sample([1, 2], False), sample([3, 4, 5], True)]}
+    summary = PrefsSummary()
+    write_results(tmp_path, [rec], samples, {"q": {"tokens": 3}}, None, {"q": {}},
+                  PrefsConfig(samples=3, quality_weight=0.0), lambda s: s["ok"], summary)
+    assert summary.well_formed_rate == round(1 / 3, 4)
+    assert summary.distinct_mean == 2.0

@@ -76,3 +76,17 @@ def test_tip_request_fields_override_the_server_defaults(fields, expected):
     assert dict(max_new_tokens=c.max_new_tokens, temperature=c.sampling.temperature,
                 top_p=c.sampling.top_p, seed=c.sampling.seed) == expected
     assert c.policy == "tip"  # the server's policy, whatever the request
+
+
+@pytest.mark.parametrize("fields,cap", [
+    (dict(max_tokens=10), 10), (dict(max_completion_tokens=7), 7),
+    # OpenAI: max_completion_tokens supersedes the deprecated max_tokens, whichever is larger
+    (dict(max_tokens=10, max_completion_tokens=7), 7),
+    (dict(max_tokens=7, max_completion_tokens=10), 10), ({}, 64)])
+def test_a_chat_requests_cap_is_max_completion_tokens_over_max_tokens(fields, cap):
+    from solm.serve.protocol import ChatRequest, Message
+
+    req = ChatRequest(model="m", messages=[Message(role="user", content="Hi")], **fields)
+    job = _job(req, ServeSettings("m", PASTA), _Engine(ServeEngine.request_config), [1, 2],
+               "messages")
+    assert job.config.max_new_tokens == cap

@@ -85,6 +85,11 @@ def test_merge_folder_joins_each_file(tmp_path):
     result = merge_folder(run)
     assert result["files"] == {"outputs/m.jsonl": 2, "samples.jsonl": 3}
     assert result["copied"] == ["run.json"] and result["differing"] == ["machine.json"]
+    # a file only one shard holds cannot be the run's own: named, not copied
+    (run / "shard-0-of-2" / "notes.txt").write_text("shard 0 only")
+    result = merge_folder(run)
+    assert "notes.txt" in result["differing"] and "notes.txt" not in result["copied"]
+    assert not (run / "notes.txt").exists()
     assert (run / "run.json").read_text() == '{"model": "m"}' and not (run / "machine.json").exists()
     assert [json.loads(x)["id"] for x in (run / "samples.jsonl").read_text().splitlines()] \
         == ["a", "a", "b"]

@@ -107,3 +107,38 @@ def test_run_resume_and_report(tmp_path, tiny_folder):
 
 def test_point_label():
     assert Point("h2o", 256).label == "h2o@256" and Point("tip", None).label == "tip"
+
+
+def test_the_long_decodes_figure_starts_at_256_generated_tokens():
+    """`live_response_tokens_256plus` averages the decodes of 256 tokens or more (by hand:
+    256 and 300 in, 255 out)."""
+    rows = [row("a", 0, True, live=10.0, generated=255), row("a", 1, True, live=20.0,
+                                                             generated=256),
+            row("b", 0, True, live=40.0, generated=300)]
+    (s,) = summarise(rows, [])
+    assert s["decodes_256plus"] == 2 and s["live_response_tokens_256plus"] == 30.0
+
+
+def test_a_resumed_run_decodes_each_sample_as_a_fresh_run_does(tmp_path, tiny_folder):
+    """Sample k of a problem is seeded seed + k whatever else is left to decode: rows lost
+    to a kill come back identical (sampling at temperature 1, one request at a time)."""
+    from solm.cli import tip
+
+    data = tmp_path / "probs.jsonl"
+    data.write_text("".join(json.dumps({"id": f"p{i}", "problem": f"What is {i}+2?",
+                                        "answer": str(i + 2)}) + "\n" for i in range(2)))
+    out = tmp_path / "run"
+    args = ["eval", "run", "-o", str(out), "--data", str(data), "--model", tiny_folder,
+            "--registers", "4", "--policies", "dense", "--samples", "3", "--max-new-tokens",
+            "8", "--page-size", "4", "--batch-size", "1", "--temperature", "1.0",
+            "--top-p", "1.0", "--quiet"]
+    runner = CliRunner()
+    assert runner.invoke(tip.app, args).exit_code == 0
+    rows = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    by_key = {(x["id"], x["sample"]): x["response"] for x in rows}
+    assert len(set(by_key.values())) > 1  # sampled: the samples differ
+    kept = [x for x in rows if (x["id"], x["sample"]) not in {("p0", 1), ("p1", 0)}]
+    (out / "samples.jsonl").write_text("".join(json.dumps(x) + "\n" for x in kept))
+    assert runner.invoke(tip.app, args).exit_code == 0
+    again = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert {(x["id"], x["sample"]): x["response"] for x in again} == by_key

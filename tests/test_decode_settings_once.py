@@ -1,0 +1,121 @@
+"""Each decode setting is declared once: every command's option named after a decode setting
+takes its default bounds and help from a `setting()` field of a config (the decode configs,
+an engine's settings, or a trainer's config), never from a typer.Option written by hand in
+`solm/cli` (issue 34). The commands are walked from the app, so a new command is checked the
+day it lands."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from typer.main import get_command
+
+from solm.cli.main import app
+from solm.core.sampling import SamplingConfig
+from solm.core.settings import cli_name, is_setting
+from solm.decode.pasta.config import PastaDecodeConfig
+from solm.decode.pdiff.config import PdiffDecodeConfig
+from solm.decode.registry import SYSTEMS, load_builtin_systems
+from solm.decode.sot.runtime import SotConfig
+from solm.decode.tip.config import TipDecodeConfig
+from solm.train.base import TrainConfig
+
+DECODE_CONFIGS = (SamplingConfig, PastaDecodeConfig, TipDecodeConfig, PdiffDecodeConfig,
+                  SotConfig)
+# the batch a runtime is filled with shapes the run, not what a row holds: commands size it
+# for their own work (a quality run, a server, preference sampling)
+SHAPE = {"batch_size"}
+
+
+def _subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
+
+
+def _fields(classes):
+    for cls in classes:
+        for f in dataclasses.fields(cls):
+            if is_setting(f):
+                yield cli_name(f), f
+
+
+def declared():
+    """option name -> every setting field that may stand behind it."""
+    import solm.train.bonbon, solm.train.grpo, solm.train.pdiff_sft, solm.train.sft  # noqa
+    import solm.train.tip_sft  # noqa: F401
+
+    load_builtin_systems()
+    classes = [*DECODE_CONFIGS, *(s.engine_cls for s in SYSTEMS.values()),
+               *_subclasses(TrainConfig)]
+    out: dict[str, list] = {}
+    for name, f in _fields(classes):
+        out.setdefault(name, []).append(f)
+    return out
+
+
+DECODE_NAMES = {name for name, _ in _fields(DECODE_CONFIGS)} - SHAPE
+# commands that decode nothing, whose options only share a name with a decode setting (the
+# judge's answer mode, an annotator's subset seed)
+NOT_DECODING = {("judge", "mode"), ("pasta", "judge", "mode"), ("pasta", "annotate", "seed"),
+                ("tip", "annotate", "seed")}
+
+
+def _commands(cmd=None, path=()):
+    cmd = cmd or get_command(app)
+    if hasattr(cmd, "commands"):
+        for name, sub in cmd.commands.items():
+            yield from _commands(sub, path + (name,))
+    else:
+        yield path, cmd
+
+
+def _bounds(param) -> tuple:
+    return (getattr(param, "min", None), getattr(param, "max", None))
+
+
+def _matches(param, f: dataclasses.Field) -> bool:
+    m = f.metadata
+    help_text = param.help or ""
+    return (help_text.startswith(m["help"])
+            and _bounds(param) == (m.get("min"), m.get("max")))
+
+
+def test_every_decode_option_comes_from_a_setting_field():
+    fields = declared()
+    wrong, seen = [], 0
+    for path, cmd in _commands():
+        for p in cmd.params:
+            if not p.opts or not p.opts[0].startswith("--") or p.name not in DECODE_NAMES:
+                continue
+            if (p.help or "").startswith("LLM:") or (*path, p.name) in NOT_DECODING:
+                continue
+            seen += 1
+            if not any(_matches(p, f) for f in fields.get(p.name, [])):
+                wrong.append(f"{' '.join(path)} --{p.name.replace('_', '-')}: {p.help!r} "
+                             f"{_bounds(p)}")
+    assert seen > 40
+    assert not wrong, "declared by hand:\n" + "\n".join(wrong)
+
+
+def test_the_check_sees_a_hand_declared_option():
+    """The oracle itself: an option whose help or bounds differ from its field is caught."""
+    import typer
+
+    bad = typer.Typer()
+
+    @bad.command()
+    def decode(max_new_tokens: int = typer.Option(512, min=8, help="Cap."),
+               temperature: float = typer.Option(0.0, min=0.0, help="Sampling temperature; "
+                                                 "0 = greedy.")):
+        pass
+
+    @bad.command()
+    def other(seed: int = typer.Option(0)):
+        pass
+
+    fields = declared()
+    cmd = get_command(bad).commands["decode"]
+    by_name = {p.name: p for p in cmd.params}
+    assert not any(_matches(by_name["max_new_tokens"], f) for f in fields["max_new_tokens"])
+    assert any(_matches(by_name["temperature"], f) for f in fields["temperature"])
