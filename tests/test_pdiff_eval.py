@@ -16,8 +16,8 @@ def test_pdiff_method_specs_take_knobs_in_a_canonical_order():
     m = Method.parse("pdiff:pd=runs/m,confidence_threshold=0.9,steps_ratio=0.5")
     assert (m.label, m.kind, m.model) == ("pd", "pdiff", "runs/m")
     assert m.options == "steps_ratio=0.5,confidence_threshold=0.9"
-    assert m.pdiff_options() == {"steps_ratio": 0.5, "confidence_threshold": 0.9}
-    assert Method.parse("pdiff=m,confidence_threshold=off").pdiff_options() == {
+    assert m.knobs() == {"steps_ratio": 0.5, "confidence_threshold": 0.9}
+    assert Method.parse("pdiff=m,confidence_threshold=off").knobs() == {
         "confidence_threshold": None}
     for bad in ("pdiff=m,steps=2", "pdiff=m,steps_ratio=fast", "apar=m,steps_ratio=0.5",
                 "pdiff=m,steps_ratio"):

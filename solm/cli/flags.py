@@ -8,11 +8,11 @@ from pathlib import Path
 import typer
 import yaml
 
-from solm.cli.checks import (check_device, finite_above, finite_at_least, greater_than, one_of,
-                             probability_mass)
+from solm.cli.checks import check_device, greater_than, one_of
 from solm.cli.console import out_console
 from solm.core.models import DEFAULT_MODEL
-from solm.core.sampling import MAX_SEED
+from solm.cli.setting_options import setting_option
+from solm.core.sampling import SamplingConfig
 from solm.decode.pasta.config import MAX_NEW_TOKENS_CAP  # noqa: F401 (the commands' cap)
 
 
@@ -61,28 +61,13 @@ ModelOption = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Alias (`solm mo
 DebugOption = typer.Option(False, "--debug", help="Show full tracebacks on errors.")
 
 
-TEMPERATURE_HELP = "0 = greedy (default: the model's generation_config.json, else 0)."
-
-
-SeedOption = typer.Option(0, min=0, max=MAX_SEED, help="Sampling seed (ignored when greedy).")
-
-
-# decode settings whose default is the model's generation_config.json (solm.core.generation)
-TemperatureOption = typer.Option(None, callback=finite_at_least(0.0), help=TEMPERATURE_HELP)
-
-
-TopPOption = typer.Option(None, callback=probability_mass, help="Nucleus sampling mass "
-                          "(default: the model's, else 1).")
-
-
-RepetitionPenaltyOption = typer.Option(
-    None, callback=finite_above(0), help="Above 1 discourages tokens a thread already wrote "
-    "(control tokens exempt); small models loop without it. Default: the model's "
-    "generation_config.json, else 1.")
-
-
-NoRepeatNgramOption = typer.Option(None, min=0, help="N > 0: a thread may not repeat an N-gram "
-                                   "it already wrote (0 = off; default: the model's, else 0).")
+# the sampling settings, from `SamplingConfig`'s fields; all but the seed default to the
+# model's generation_config.json (solm.core.generation)
+SeedOption = setting_option(SamplingConfig, "seed")
+TemperatureOption = setting_option(SamplingConfig, "temperature", from_model=True)
+TopPOption = setting_option(SamplingConfig, "top_p", from_model=True)
+RepetitionPenaltyOption = setting_option(SamplingConfig, "repetition_penalty", from_model=True)
+NoRepeatNgramOption = setting_option(SamplingConfig, "no_repeat_ngram", from_model=True)
 
 
 def decode_flags(temperature: float | None, top_p: float | None,

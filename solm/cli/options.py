@@ -12,9 +12,9 @@ from typing import Any, Callable, Optional, Union
 
 import typer
 
-from solm.cli.checks import greater_than, one_of
 from solm.cli.console import console, handle_errors, info, out_console
 from solm.cli.flags import ConfigOption, DebugOption, QuietOption
+from solm.cli.setting_options import option_for
 from solm.core.settings import cli_name, is_setting
 
 
@@ -42,20 +42,11 @@ def config_parameters(cls: type, defaults: dict[str, Any] | None = None,
     for f in dataclasses.fields(cls):
         if not is_setting(f) or (only is not None and f.name not in only):
             continue
-        default = defaults.get(f.name, ... if f.default is dataclasses.MISSING else f.default)
-        meta = f.metadata
-        help_text = meta["help"]
         annotation = _plain(hints[f.name])
         if f.name in from_model:
-            shown = default if isinstance(default, str) else f"{default:g}"
-            help_text += f" Default: the model's generation_config.json, else {shown}."
-            default, annotation = None, Optional[annotation]
-        checks = {k: meta[k] for k in ("min", "max") if meta.get(k) is not None}
-        if meta.get("above") is not None:
-            checks["callback"] = greater_than(meta["above"])
-        elif meta.get("choices"):
-            checks["callback"] = one_of(*meta["choices"])
-        option = typer.Option(default, *meta["flags"], help=help_text, **checks)
+            annotation = Optional[annotation]
+        option = option_for(f, defaults.get(f.name, dataclasses.MISSING),
+                            from_model=f.name in from_model)
         params.append(inspect.Parameter(cli_name(f), inspect.Parameter.KEYWORD_ONLY,
                                         default=option, annotation=annotation))
     required_first = sorted(params, key=lambda p: p.default.default is not ...)

@@ -9,6 +9,8 @@ from typing import Optional
 import typer
 from rich.console import Group
 
+from solm.decode.pasta.config import PastaDecodeConfig
+from solm.cli.setting_options import setting_option
 from solm.cli.checks import check_paths
 from solm.cli.console import console, handle_errors, info, is_quiet, out_console, progress
 from solm.cli.flags import (BaseUrlOption, CompileOption, ConcurrencyOption, ConfigOption,
@@ -231,8 +233,7 @@ def render_threads(views) -> Group:
 def chat(
     model: str = ModelOption,
     system: Optional[str] = typer.Option(None, help="A system message for the conversation."),
-    max_new_tokens: int = typer.Option(512, min=1, max=MAX_NEW_TOKENS_CAP,
-                                       help="Cap on generated tokens per answer."),
+    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 512),
     temperature: Optional[float] = TemperatureOption,
     top_p: Optional[float] = TopPOption,
     repetition_penalty: Optional[float] = RepetitionPenaltyOption,
@@ -299,8 +300,7 @@ def demo(
                               "HF folder or hub id."),
     prompt: Optional[str] = typer.Option(None, help="The prompt (default: one the kept "
                                          "pasta-sft-cpu model answers with a list)."),
-    max_new_tokens: int = typer.Option(96, min=8, max=MAX_NEW_TOKENS_CAP,
-                                       help="Cap on the answer's tokens (all threads)."),
+    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 96),
     width: int = typer.Option(60, min=10, max=400, help="Columns of the thread timeline."),
     repeats: int = typer.Option(3, min=1, max=50, help="Timed decodes of each side (after a "
                                 "warm-up of both), in alternating order; the fastest of "

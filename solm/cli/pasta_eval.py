@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from solm.decode.pasta.config import PastaDecodeConfig
+from solm.cli.setting_options import setting_option
 from solm.cli.checks import check_paths, check_run_inputs, greater_than, judge_spec, one_of
 from solm.cli.console import handle_errors, info, out_console, progress
 from solm.cli.flags import (CompileOption, ConfigOption, DebugOption, decode_flags, DeviceOption,
@@ -253,10 +255,9 @@ def run(
     base_url: Optional[str] = typer.Option(None, help="Judge server URL."),
     gamed_csv: Optional[Path] = typer.Option(None, help="alpaca_eval's df_gamed.csv for the "
                                              "exact LC (see `pasta eval winrate`)."),
-    max_new_tokens: int = typer.Option(512, min=1, max=MAX_NEW_TOKENS_CAP,
-                                       help="Cap on each answer's tokens, every method "
-                                            "(sot: skeleton and points together; see "
-                                            "--sot-skeleton-tokens)."),
+    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 512,
+                                         help_suffix=" Every method's (sot: skeleton and "
+                                         "points together; see --sot-skeleton-tokens)."),
     temperature: Optional[float] = TemperatureOption,
     top_p: Optional[float] = TopPOption,
     repetition_penalty: Optional[float] = RepetitionPenaltyOption,

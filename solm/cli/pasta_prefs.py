@@ -9,7 +9,10 @@ from typing import Optional
 
 import typer
 
-from solm.cli.checks import check_paths, finite_at_least, judge_spec, one_of, probability_mass
+from solm.decode.pasta.config import PastaDecodeConfig
+from solm.cli.setting_options import setting_option
+from solm.core.sampling import SamplingConfig
+from solm.cli.checks import check_paths, judge_spec, one_of
 from solm.cli.console import console, handle_errors, info, judge_progress, out_console, progress
 from solm.cli.flags import (ConfigOption, DebugOption, DeviceOption, DtypeOption, QuietOption,
                             RepetitionPenaltyOption, SeedOption, ShardOption)
@@ -93,11 +96,10 @@ def prefs(
                               "(the thesis'; a shorter answer scores faster); own: the sample's "
                               "own text tokens / its critical path (only parallel structure "
                               "raises it)."),
-    temperature: float = typer.Option(1.0, callback=finite_at_least(0.0),
-                                      help="Sampling temperature."),
-    top_p: float = typer.Option(1.0, callback=probability_mass, help="Nucleus mass."),
+    temperature: float = setting_option(SamplingConfig, "temperature", 1.0),
+    top_p: float = setting_option(SamplingConfig, "top_p"),
     repetition_penalty: Optional[float] = RepetitionPenaltyOption,
-    max_new_tokens: int = typer.Option(512, min=8, help="Cap per answer (all threads)."),
+    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 512),
     judge: str = typer.Option("hf:smollm2-135m", "--judge", "-j", callback=judge_spec,
                               help="Judge backend (gemini:, openai:, hf:), as for `pasta "
                               "judge`."),

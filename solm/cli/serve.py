@@ -9,12 +9,15 @@ from pathlib import Path
 
 import typer
 
-from solm.cli.checks import (finite_at_least, one_of)
+from solm.cli.checks import one_of
+from solm.cli.setting_options import setting_option
 from solm.cli.console import (console, handle_errors, info)
 from solm.cli.flags import (CompileOption, ConfigOption, DebugOption, decode_flags, DeviceOption,
-                            DtypeOption, MAX_NEW_TOKENS_CAP, MAX_SEED, ModelOption,
-                            NoRepeatNgramOption, QuantizeOption, QuietOption,
-                            RepetitionPenaltyOption, TopPOption)
+                            DtypeOption, ModelOption, NoRepeatNgramOption, QuantizeOption,
+                            QuietOption, RepetitionPenaltyOption, SeedOption, TemperatureOption,
+                            TopPOption)
+from solm.decode.pasta.config import PastaDecodeConfig
+from solm.decode.tip.config import TipDecodeConfig
 
 API_KEY_ENV = "SOLM_API_KEY"
 
@@ -74,10 +77,8 @@ def serve(
                                help="pasta: promised chunks decode as parallel threads; tip: "
                                     "the paged TIP runtime with an eviction policy "
                                     "(--policy), each answer reporting its live KV."),
-    policy: str = typer.Option("tip", help="tip: the eviction policy (dense, streamingllm, "
-                               "h2o, tip)."),
-    budget: Optional[int] = typer.Option(None, min=1, help="tip: KV budget (tokens) of "
-                                         "streamingllm / h2o."),
+    policy: str = setting_option(TipDecodeConfig, "policy", help_suffix=" (tip)"),
+    budget: Optional[int] = setting_option(TipDecodeConfig, "budget", help_suffix=" (tip)"),
     registers: Optional[int] = typer.Option(None, min=1, help="tip: thought registers "
                                             "(default: the model's solm.json, else 16)."),
     page_size: int = typer.Option(64, min=1, help="tip: tokens per KV page."),
@@ -89,24 +90,20 @@ def serve(
     api_key: Optional[str] = typer.Option(None, help=f"Require this bearer key (default: "
                                           f"${API_KEY_ENV} when set; none otherwise).",
                                           show_default=False),
-    mode: str = typer.Option("parallel", callback=one_of("parallel", "sequential"),
-                             help="Default decoding mode (a request's `mode` overrides it)."),
-    max_new_tokens: int = typer.Option(512, min=1, max=MAX_NEW_TOKENS_CAP,
-                                       help="Default and upper bound of a request's "
-                                            "max_tokens (over it: 400)."),
-    temperature: Optional[float] = typer.Option(None, callback=finite_at_least(0.0), max=2.0,
-                                                help="Default temperature; 0 = greedy "
-                                                     "(default: the model's "
-                                                     "generation_config.json, else 0)."),
+    mode: str = setting_option(PastaDecodeConfig, "mode", help_suffix=" The default; a "
+                               "request's `mode` overrides it."),
+    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 512,
+                                         help_suffix=" The default and upper bound of a "
+                                                     "request's max_tokens (over it: 400)."),
+    temperature: Optional[float] = TemperatureOption,
     top_p: Optional[float] = TopPOption,
     repetition_penalty: Optional[float] = RepetitionPenaltyOption,
     no_repeat_ngram: Optional[int] = NoRepeatNgramOption,
-    penalize: str = typer.Option("all", callback=one_of("all", "blocks"),
-                                 help="Threads the penalty and n-gram ban apply to."),
-    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Default sampling seed."),
+    penalize: str = setting_option(PastaDecodeConfig, "penalize"),
+    seed: int = SeedOption,
     pool_size: int = typer.Option(4096, min=2, help="KV pool slots: prompt + answer must fit "
                                   "(a longer prompt: 400 context_length_exceeded)."),
-    max_fork_tokens: int = typer.Option(512, min=1, help="A block longer than this is closed."),
+    max_fork_tokens: int = setting_option(PastaDecodeConfig, "max_fork_tokens"),
     max_queue: int = typer.Option(32, min=1, help="Requests that may wait; more get 429."),
     max_batch: int = typer.Option(8, min=1, help="Requests decoded together (continuous "
                                   "batching over one pool of max-batch x --pool-size "

@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from solm.decode.tip.config import TipDecodeConfig
+from solm.cli.setting_options import setting_option
 from solm.cli.checks import check_paths
 from solm.cli.console import handle_errors, info, out_console, progress
 from solm.cli.flags import (BaseUrlOption, CompileOption, ConcurrencyOption, ConfigOption,
@@ -283,7 +285,7 @@ def bench(
     registers: Optional[int] = typer.Option(None, min=1, help="Register tokens the model's "
                                             "tokenizer gets (default: the model's solm.json, "
                                             "else 16)."),
-    budget: int = typer.Option(1024, min=1, help="Token budget of the policies that read one."),
+    budget: int = setting_option(TipDecodeConfig, "budget", 1024),
     page_size: int = typer.Option(64, min=1, help="Tokens per KV page."),
     batch_size: int = typer.Option(16, min=1, help="Traces replayed together (refilled as "
                                    "they end)."),

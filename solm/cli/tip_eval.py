@@ -8,7 +8,9 @@ from typing import Optional
 
 import typer
 
-from solm.cli.checks import check_run_inputs, probability_mass
+from solm.core.sampling import SamplingConfig
+from solm.cli.setting_options import setting_option
+from solm.cli.checks import check_run_inputs
 from solm.cli.console import handle_errors, info, out_console, progress
 from solm.cli.flags import (ConfigOption, DebugOption, DeviceOption, DtypeOption, ForceOption,
                             ModelOption, QuietOption, ShardOption)
@@ -71,11 +73,9 @@ def run(
     registers: Optional[int] = typer.Option(None, min=1, help="Thought registers (default: "
                                             "the TIP model's solm.json, else 16)."),
     samples: int = typer.Option(PROTOCOL["samples"], min=1, help="Samples per problem."),
-    temperature: float = typer.Option(PROTOCOL["temperature"], min=0.0,
-                                      help="Sampling temperature."),
-    top_p: float = typer.Option(PROTOCOL["top_p"], callback=probability_mass,
-                                help="Nucleus mass."),
-    seed: int = typer.Option(0, help="Sampling seed (sample k uses seed + k)."),
+    temperature: float = setting_option(SamplingConfig, "temperature", PROTOCOL["temperature"]),
+    top_p: float = setting_option(SamplingConfig, "top_p", PROTOCOL["top_p"]),
+    seed: int = setting_option(SamplingConfig, "seed", help_suffix=" Sample k uses seed + k."),
     batch_size: int = typer.Option(PROTOCOL["batch_size"], min=1,
                                    help="Requests decoded together (refilled as they end)."),
     page_size: int = typer.Option(PROTOCOL["page_size"], min=1, help="Tokens per KV page."),

@@ -22,8 +22,8 @@ class SamplingConfig:
     top_p: float = setting(1.0, "Nucleus sampling mass.", above=0.0, max=1.0)
     seed: int = setting(0, "Sampling seed (ignored when greedy).", min=0, max=MAX_SEED)
     repetition_penalty: float = setting(
-        1.0, "Penalty on tokens the thread already wrote (> 1 discourages them; 1 = off).",
-        above=0.0)
+        1.0, "Above 1 discourages tokens a thread already wrote (control tokens exempt); small "
+        "models loop without it.", above=0.0)
     no_repeat_ngram: int = setting(0, "N > 0: a thread may not repeat an N-gram it already "
                                       "wrote (0 = off).", min=0)
 

@@ -78,6 +78,11 @@ class DecodeSystem:
     answer: Optional[Callable[[Any, Any, Any], tuple[str, list[str]]]] = None
     # check the settings together and fill what depends on the model, before anything loads
     prepare: Callable[[Any, Any, str], None] = lambda config, engine, model: None
+    # `pasta eval run`: the method kinds this system decodes (kind -> the config values the
+    # kind fixes), and the outputs row of a method from a decode row
+    methods: dict[str, dict] = dataclasses.field(default_factory=dict)
+    tokens: str = "pasta"  # the control tokens its models carry: systems alike share weights
+    eval_row: Callable[[dict], dict] = lambda row: {"output": row.get("response", "")}
 
     def answer_one(self, runner: Any, job: Any, engine: Any) -> tuple[str, list[str]]:
         """Decode one prompt: its answer text and lines of figures."""
@@ -124,7 +129,13 @@ def get_system(name: str) -> DecodeSystem:
     return SYSTEMS[name]
 
 
-BUILTIN = ("pasta", "tip", "pdiff")  # each registers itself in solm/decode/<name>/system.py
+BUILTIN = ("pasta", "tip", "pdiff", "sot")  # each registers itself in solm/decode/<name>/system.py
+
+
+def method_kinds() -> dict[str, DecodeSystem]:
+    """Every `pasta eval run` method kind -> the system that decodes it."""
+    load_builtin_systems()
+    return {kind: system for system in SYSTEMS.values() for kind in system.methods}
 
 
 def load_builtin_systems() -> None:

@@ -16,22 +16,60 @@ its critical path (a denoising pass fills many slots at once) and adds its chunk
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from dataclasses import dataclass, field
+import typing
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 
-from solm.core.chat import prompt_ids
 from solm.core.errors import SolmError
 from solm.core.records import Record
 from solm.core.sampling import SamplingConfig
+from solm.core.settings import check_settings, is_setting
+from solm.decode.registry import DecodeSystem, method_kinds
 
-KINDS = ("sequential", "pasta", "apar", "sot", "pdiff")
-# the knobs a pdiff method takes after its model: name -> parser
-PDIFF_OPTIONS = {"steps_ratio": float, "confidence_threshold": float, "length_scale": float,
-                 "order": str, "chunk_temperature": float, "max_continuation": int,
-                 "defer_pads": int}
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+# set for every method alike by the run (`DecodeSettings`), never per method
+RUN_LEVEL = ("max_new_tokens",)
+
+
+def kinds() -> tuple[str, ...]:
+    return tuple(method_kinds())
+
+
+def knobs_of(system: DecodeSystem, kind: str) -> dict[str, dataclasses.Field]:
+    """The settings a method of `kind` may set after its model (`pdiff=M,steps_ratio=0.5`):
+    its system's config fields, less those the kind fixes and the run's own."""
+    fixed = set(system.methods[kind]) | set(RUN_LEVEL)
+    return {f.name: f for f in dataclasses.fields(system.config_cls)
+            if is_setting(f) and f.name not in fixed}
+
+
+def _knob_type(system: DecodeSystem, f: dataclasses.Field) -> tuple[type, bool]:
+    """(the knob's type, whether it may be `off`: an optional setting)."""
+    hint = typing.get_type_hints(system.config_cls)[f.name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    optional = type(None) in typing.get_args(hint)
+    return (args[0] if optional else hint), optional
+
+
+def _parse_knob(spec: str, system: DecodeSystem, f: dataclasses.Field, value: str) -> Any:
+    kind, optional = _knob_type(system, f)
+    if value == "off":
+        if not optional:
+            raise SolmError(f"--method {spec!r}: {f.name} cannot be off")
+        return None
+    if kind is bool:
+        if value not in ("0", "1"):
+            raise SolmError(f"--method {spec!r}: {f.name} is 0 or 1, got {value}")
+        return value == "1"
+    try:
+        return kind(value)
+    except ValueError:
+        raise SolmError(f"--method {spec!r}: {f.name}={value} is not a "
+                        f"{kind.__name__}") from None
 
 
 @dataclass(frozen=True)
@@ -39,270 +77,161 @@ class Method:
     label: str  # names its outputs file and its point on the plots
     kind: str
     model: str
-    options: str = ""  # pdiff: its knobs, `name=value` joined by commas
+    options: str = ""  # its knobs, `name=value` joined by commas in its config's field order
+
+    @property
+    def system(self) -> DecodeSystem:
+        return method_kinds()[self.kind]
 
     @classmethod
     def parse(cls, spec: str) -> "Method":
         """`KIND=MODEL` or `KIND:LABEL=MODEL`, e.g. `sot=smollm2-135m`,
-        `apar:pasta-sft-lora=pasta-sft-cpu`; pdiff takes knobs after its model:
-        `pdiff:pd-0.5=pdiff-cpu,steps_ratio=0.5,confidence_threshold=0.9`."""
+        `apar:pasta-sft-lora=pasta-sft-cpu`; knobs of the kind's decode config follow the
+        model: `pdiff:pd-0.5=pdiff-cpu,steps_ratio=0.5,confidence_threshold=0.9`."""
         head, eq, model = spec.partition("=")
         kind, colon, label = head.partition(":")
-        if not eq or not model or kind not in KINDS or (colon and not label):
+        known = method_kinds()
+        if not eq or not model or kind not in known or (colon and not label):
             raise SolmError(f"--method {spec!r}: expected KIND=MODEL or KIND:LABEL=MODEL with "
-                            f"KIND one of {', '.join(KINDS)}")
+                            f"KIND one of {', '.join(known)}")
         label = label or kind
         if not _LABEL.match(label):
             raise SolmError(f"--method {spec!r}: a label is letters, digits and _.+- only")
         model, _, options = model.partition(",")
-        if options and kind != "pdiff":
-            raise SolmError(f"--method {spec!r}: only pdiff methods take options after the "
-                            f"model")
-        return cls(label, kind, model, _canonical_options(spec, options))
+        return cls(label, kind, model, _canonical_options(spec, known[kind], kind, options))
 
-    def pdiff_options(self) -> dict:
-        """The pdiff knobs as typed values (empty for other kinds)."""
+    def knobs(self) -> dict[str, Any]:
+        """The knobs as typed values."""
+        system = self.system
+        fields = knobs_of(system, self.kind)
         out = {}
         for item in filter(None, self.options.split(",")):
             name, _, value = item.partition("=")
-            out[name] = None if value == "off" else PDIFF_OPTIONS[name](value)
-        if "defer_pads" in out:
-            out["defer_pads"] = bool(out["defer_pads"])
+            out[name] = _parse_knob(self.options, system, fields[name], value)
         return out
 
+    def config(self, settings: "DecodeSettings") -> Any:
+        """This method's decode config: the run's settings, the kind's fixed values, the
+        knobs."""
+        system = self.system
+        names = {f.name for f in dataclasses.fields(system.config_cls) if is_setting(f)}
+        shared = {k: v for k, v in settings.values(system.name).items() if k in names}
+        return system.config_cls(**shared, **system.methods[self.kind], **self.knobs(),
+                                 sampling=settings.sampling)
 
-def _canonical_options(spec: str, options: str) -> str:
-    """`name=value,...` checked against PDIFF_OPTIONS, in a fixed order."""
+
+def _canonical_options(spec: str, system: DecodeSystem, kind: str, options: str) -> str:
+    """`name=value,...` checked against the kind's knobs (types, bounds), in field order."""
+    fields = knobs_of(system, kind)
     values = {}
     for item in filter(None, options.split(",")):
         name, eq, value = item.partition("=")
-        if name not in PDIFF_OPTIONS or not eq or not value:
+        if name not in fields or not eq or not value:
+            if not fields:
+                raise SolmError(f"--method {spec!r}: {kind} methods take no options after "
+                                f"the model")
             raise SolmError(f"--method {spec!r}: {item!r} is not NAME=VALUE with NAME one of "
-                            f"{', '.join(PDIFF_OPTIONS)}")
-        if value != "off":
-            try:
-                PDIFF_OPTIONS[name](value)
-            except ValueError:
-                raise SolmError(f"--method {spec!r}: {name}={value} is not a "
-                                f"{PDIFF_OPTIONS[name].__name__}") from None
-        values[name] = value
-    _check_pdiff_values(spec, values)
-    return ",".join(f"{n}={values[n]}" for n in PDIFF_OPTIONS if n in values)
-
-
-def _check_pdiff_values(spec: str, values: dict[str, str]) -> None:
-    """Each knob in its range, as `pdiff decode` checks it (before any model loads)."""
-    from solm.decode.pdiff.runtime import PdiffDecodeConfig
-
-    typed = {n: None if v == "off" else PDIFF_OPTIONS[n](v) for n, v in values.items()}
-    if "defer_pads" in typed:
-        if typed["defer_pads"] not in (0, 1):
-            raise SolmError(f"--method {spec!r}: defer_pads is 0 or 1, got "
-                            f"{values['defer_pads']}")
-        typed["defer_pads"] = bool(typed["defer_pads"])
-    for name in ("steps_ratio", "length_scale", "order", "chunk_temperature",
-                 "max_continuation", "defer_pads"):
-        if name in typed and typed[name] is None:
-            raise SolmError(f"--method {spec!r}: {name} cannot be off")
-    try:
-        PdiffDecodeConfig(**typed).check()
+                            f"{', '.join(fields)}")
+        values[name] = _parse_knob(spec, system, fields[name], value)
+    try:  # each knob in its range, as the decode command checks it (before any model loads)
+        check_settings(system.config_cls(**system.methods[kind], **values))
     except ValueError as e:
         raise SolmError(f"--method {spec!r}: {e}") from None
+    raw = dict(item.split("=", 1) for item in filter(None, options.split(",")))
+    return ",".join(f"{n}={raw[n]}" for n in fields if n in raw)
 
 
 @dataclass
 class DecodeSettings:
+    """What a run sets for every method alike."""
+
     max_new_tokens: int = 512
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     sot_skeleton_tokens: int = 160
     sot_point_tokens: int = 128
     max_fork_tokens: int = 512
 
+    def values(self, system: str) -> dict[str, Any]:
+        """The settings as the `system`'s config names them."""
+        out = {"max_new_tokens": self.max_new_tokens, "max_fork_tokens": self.max_fork_tokens}
+        if system == "sot":
+            out.update(max_skeleton_tokens=self.sot_skeleton_tokens,
+                       max_point_tokens=self.sot_point_tokens)
+        return out
+
 
 class MethodRunner:
-    """One method's runtime; `decode(record)` returns the outputs row (timed fields from the
-    last of `repeats` decodes)."""
+    """One method through its system's runner (`solm.decode.registry`): `decode(record)`
+    returns the outputs row (timed fields from the last of `repeats` decodes)."""
 
     def __init__(self, method: Method, model, tokenizer, settings: DecodeSettings,
                  pool_size: int = 2048, compile: bool = False):
         self.method, self.settings, self.tokenizer = method, settings, tokenizer
-        if method.kind == "sot":
-            from solm.decode.sot.runtime import SotRuntime
-            self.runtime = SotRuntime(model, tokenizer, pool_size=pool_size, compile=compile)
-        elif method.kind == "pdiff":
-            from solm.decode.pdiff.runtime import PdiffRuntime
-            self.runtime = PdiffRuntime(model, tokenizer, pool_size=pool_size, max_batch=1)
-        else:
-            from solm.decode.pasta.runtime import PastaRuntime
-            self.runtime = PastaRuntime(model, tokenizer, pool_size=pool_size, compile=compile)
+        self.model = model
+        self.system = method.system
+        self.config = method.config(settings)
+        self.engine = self._engine(pool_size=pool_size, compile=compile)
+        self.runner = self.system.runner(model, tokenizer, self.config, self.engine, 1, True)
+
+    def _engine(self, **values: Any) -> Any:
+        names = {f.name for f in dataclasses.fields(self.system.engine_cls)}
+        return self.system.engine_cls(**{k: v for k, v in values.items() if k in names})
+
+    def _job(self, record: Record):
+        from solm.decode.jobs import pending_jobs
+
+        (job,), _ = pending_jobs([record], self.tokenizer, set())
+        return job
+
+    def _once(self, record: Record) -> dict:
+        job = self._job(record)
+        done = next(iter(self.runner.run([job])))
+        if done.error:
+            raise SolmError(f"{self.method.label}: {record.id}: {done.error}")
+        return self.system.eval_row(self.runner.row(job, done.result))
+
+    def _head(self, record: Record, index: int) -> dict:
+        return {"id": record.id, "index": index, "instruction": record.prompt,
+                "generator": self.method.label, "kind": self.method.kind,
+                "model": self.method.model}
 
     def warm_up(self) -> None:
         """One short decode, untimed (first-call allocations, graph builds)."""
-        self._decode_once("Say hello.", max_new_tokens=8)
+        self.runner.config = replace(self.config, max_new_tokens=8)
+        try:
+            self._once(Record("-", "Say hello."))
+        finally:
+            self.runner.config = self.config
 
     def decode(self, record: Record, index: int, repeats: int = 1) -> dict:
         for _ in range(max(1, repeats)):
-            row = self._decode_once(record.prompt, record.system)
-        return {"id": record.id, "index": index, "instruction": record.prompt,
-                "generator": self.method.label, "kind": self.method.kind,
-                "model": self.method.model, "repeats": repeats, **row}
+            row = self._once(Record("-", record.prompt, system=record.system))
+        return {**self._head(record, index), "repeats": repeats, **row}
 
     def decode_batched(self, records: list[tuple[int, Record]], batch_size: int):
         """Rows for many records decoded together (continuous batching): for quality runs.
         A row's wall time would count its batch mates, so timed fields are None and the
-        row says `batched` (SoT too: its skeletons and points of several prompts share
-        each step)."""
+        row says `batched`."""
         if batch_size <= 1:
             for index, rec in records:
                 yield self.decode(rec, index)
             return
-        if self.method.kind == "sot":
-            yield from self._sot_batched(records, batch_size)
-            return
-        if self.method.kind == "pdiff":
-            yield from self._pdiff_batched(records, batch_size)
-            return
-        from solm.decode.pasta.batched import BatchedPastaRuntime, BatchRequest
-        from solm.decode.pasta.decode_file import result_record
-        from solm.decode.pasta.runtime import PastaDecodeConfig
+        from solm.decode.jobs import pending_jobs
 
-        s = self.settings
-        mode = "sequential" if self.method.kind == "sequential" else "parallel"
-        cfg = PastaDecodeConfig(mode=mode, max_new_tokens=s.max_new_tokens,
-                                sampling=s.sampling, max_fork_tokens=s.max_fork_tokens)
-        rt = self.runtime
-        batched = BatchedPastaRuntime(rt.model, rt.tokenizer,
-                                      pool_size=rt.pool_size * batch_size, max_batch=batch_size)
-        by_id = {rec.id: (index, rec) for index, rec in records}
-        reqs = (BatchRequest(rec.id, prompt_ids(self.tokenizer, rec.prompt, rec.system), cfg)
-                for _, rec in records)
-        for done in batched.run(reqs):
+        engine = self._engine(pool_size=self.engine.pool_size, batch_size=batch_size)
+        runner = self.system.runner(self.model, self.tokenizer, self.config, engine,
+                                    batch_size, False)
+        jobs, _ = pending_jobs([rec for _, rec in records], self.tokenizer, set())
+        index = {rec.id: i for i, rec in records}
+        by_rid = {job.rid: job for job in jobs}
+        for done in runner.run(jobs):
             if done.error:
                 raise SolmError(f"{self.method.label}: {done.rid}: {done.error}")
-            index, rec = by_id[done.rid]
-            row = result_record(rt, rec, done.result, mode)
-            out = {"id": rec.id, "index": index, "instruction": rec.prompt,
-                   "generator": self.method.label, "kind": self.method.kind,
-                   "model": self.method.model, "batched": batch_size,
-                   "output": row["response"],
-                   **{k: row[k] for k in ("content_tokens", "critical_path", "forward_passes",
-                                          "promises", "threads", "flags")},
-                   "generated_tokens": row["total_tokens"], "total_tokens": row["total_tokens"],
-                   "wall_s": None, "prefill_s": None, "decode_s": None}
-            if mode == "parallel":
-                out["annotated"] = row["annotated"]
-            yield out
-
-    def _sot_batched(self, records: list[tuple[int, Record]], batch_size: int):
-        from solm.decode.sot.batched import BatchedSotRuntime
-        from solm.decode.sot.runtime import SotConfig
-
-        s = self.settings
-        batched = BatchedSotRuntime(self.runtime.model, self.tokenizer,
-                                    pool_size=self.runtime.forward.pool_size * batch_size,
-                                    max_batch=batch_size)
-        cfg = SotConfig(max_skeleton_tokens=s.sot_skeleton_tokens,
-                        max_point_tokens=s.sot_point_tokens, sampling=s.sampling,
-                        max_new_tokens=s.max_new_tokens)
-        by_id = {rec.id: (index, rec) for index, rec in records}
-        for rid, res in batched.run(((rec.id, rec.prompt) for _, rec in records), cfg):
-            index, rec = by_id[rid]
-            yield {"id": rec.id, "index": index, "instruction": rec.prompt,
-                   "generator": self.method.label, "kind": self.method.kind,
-                   "model": self.method.model, "batched": batch_size, "output": res.text,
-                   "content_tokens": answer_tokens(self.tokenizer, res.text),
-                   "generated_tokens": res.generated_tokens,
-                   "skeleton_tokens": res.skeleton_tokens, "point_tokens": sum(res.point_tokens),
-                   "critical_path": res.critical_path, "forward_passes": res.forward_passes,
-                   "points": len(res.points), "wall_s": None, "prefill_s": None,
-                   "decode_s": None, "flags": res.flags}
-
-    def pdiff_config(self, max_new_tokens: int | None = None):
-        from solm.decode.pdiff.runtime import PdiffDecodeConfig
-
-        s = self.settings
-        return PdiffDecodeConfig(max_new_tokens=max_new_tokens or s.max_new_tokens,
-                                 sampling=s.sampling, **self.method.pdiff_options())
-
-    def _pdiff_row(self, rec: Record, res, config) -> dict:
-        from solm.decode.pdiff.decode_file import result_record
-
-        row = result_record(self.runtime, rec, res, config)
-        return {"output": row["response"], "annotated": row["annotated"],
-                "content_tokens": row["content_tokens"],
-                "critical_path": row["forward_passes"],
-                "forward_passes": row["forward_passes"], "promises": row["promises"],
-                "threads": row["promises"], "generated_tokens": row["total_tokens"],
-                "total_tokens": row["total_tokens"],
-                "wall_s": row["wall_s"], "prefill_s": row["prefill_s"],
-                "decode_s": row["decode_s"], "flags": row["flags"],
-                **{k: row[k] for k in ("plan_passes", "denoise_passes", "chunks",
-                                       "pad_only_chunks", "chunk_repeated_ngrams",
-                                       "well_formed")}}
-
-    def _pdiff_batched(self, records: list[tuple[int, Record]], batch_size: int):
-        from solm.decode.pdiff.runtime import PdiffRequest, PdiffRuntime
-
-        rt = self.runtime
-        batched = PdiffRuntime(rt.model, rt.tokenizer, pool_size=rt.pool_size * batch_size,
-                               max_batch=batch_size)
-        config = self.pdiff_config()
-        by_id = {rec.id: (index, rec) for index, rec in records}
-        reqs = (PdiffRequest(rec.id, prompt_ids(self.tokenizer, rec.prompt, rec.system), config)
-                for _, rec in records)
-        self.runtime = batched  # result_record reads its vocab
-        try:
-            for rid, res, error in batched.run(reqs):
-                if error:
-                    raise SolmError(f"{self.method.label}: {rid}: {error}")
-                index, rec = by_id[rid]
-                row = self._pdiff_row(rec, res, config)
-                row.update(wall_s=None, prefill_s=None, decode_s=None)
-                yield {"id": rec.id, "index": index, "instruction": rec.prompt,
-                       "generator": self.method.label, "kind": self.method.kind,
-                       "model": self.method.model, "batched": batch_size, **row}
-        finally:
-            self.runtime = rt
-
-    def _decode_once(self, prompt: str, system: str | None = None,
-                     max_new_tokens: int | None = None) -> dict:
-        s = self.settings
-        if self.method.kind == "pdiff":
-            config = self.pdiff_config(max_new_tokens)
-            res = self.runtime.generate(prompt_ids(self.tokenizer, prompt, system), config)
-            return self._pdiff_row(Record("-", prompt, system=system), res, config)
-        if self.method.kind == "sot":
-            from solm.decode.sot.runtime import SotConfig
-
-            skeleton, point = s.sot_skeleton_tokens, s.sot_point_tokens
-            if max_new_tokens is not None:  # the warm-up's short decode
-                skeleton, point = min(skeleton, max_new_tokens), min(point, max_new_tokens)
-            res = self.runtime.generate(prompt, SotConfig(
-                max_skeleton_tokens=skeleton, max_point_tokens=point, sampling=s.sampling,
-                max_new_tokens=max_new_tokens or s.max_new_tokens))
-            return {"output": res.text, "content_tokens": answer_tokens(self.tokenizer, res.text),
-                    "generated_tokens": res.generated_tokens,
-                    "skeleton_tokens": res.skeleton_tokens, "point_tokens": sum(res.point_tokens),
-                    "critical_path": res.critical_path, "forward_passes": res.forward_passes,
-                    "points": len(res.points),
-                    "wall_s": round(res.wall_s, 4), "prefill_s": round(res.prefill_s, 4),
-                    "decode_s": round(res.decode_s, 4), "flags": res.flags}
-        from solm.decode.pasta.decode_file import result_record
-        from solm.decode.pasta.runtime import PastaDecodeConfig
-
-        mode = "sequential" if self.method.kind == "sequential" else "parallel"
-        cfg = PastaDecodeConfig(mode=mode, max_new_tokens=max_new_tokens or s.max_new_tokens,
-                                sampling=s.sampling, max_fork_tokens=s.max_fork_tokens)
-        ids = prompt_ids(self.tokenizer, prompt, system)
-        res = self.runtime.generate(ids, cfg)
-        row = result_record(self.runtime, Record("-", prompt, system=system), res, mode)
-        keep = ("content_tokens", "critical_path", "forward_passes", "promises",
-                "threads", "wall_s", "prefill_s", "decode_s", "flags")
-        out = {"output": row["response"], **{k: row[k] for k in keep},
-               "generated_tokens": row["total_tokens"], "total_tokens": row["total_tokens"]}
-        if mode == "parallel":
-            out["annotated"] = row["annotated"]
-        return out
+            job = by_rid[done.rid]
+            row = self.system.eval_row(runner.row(job, done.result))
+            row.update(wall_s=None, prefill_s=None, decode_s=None)
+            yield {**self._head(job.record, index[job.record.id]), "batched": batch_size,
+                   **row}
 
 
 def answer_tokens(tokenizer, text: str) -> int:
@@ -316,18 +245,16 @@ def answer_tokens(tokenizer, text: str) -> int:
 def load_runners(methods: list[Method], settings: DecodeSettings | dict[str, DecodeSettings],
                  dtype: str = "auto", device: str | None = None, pool_size: int = 2048,
                  compile: bool = False) -> dict[str, MethodRunner]:
-    """A runner per method (settings shared, or per label); methods naming the same model
-    share its weights."""
-    from solm.core.models import load_decoder
-
-    loaded: dict[tuple[str, str], tuple] = {}
+    """A runner per method (settings shared, or per label); methods whose systems load a
+    model alike share its weights."""
+    loaded: dict[tuple[str, Any], tuple] = {}
     runners = {}
     for m in methods:
-        system = "pdiff" if m.kind == "pdiff" else "pasta"  # pdiff adds its mask and pad
-        if (m.model, system) not in loaded:
-            loaded[(m.model, system)] = load_decoder(m.model, dtype=dtype, device=device,
-                                                     system=system)
-        model, tok = loaded[(m.model, system)]
+        system = m.system
+        key = (m.model, system.tokens)
+        if key not in loaded:
+            loaded[key] = system.load(m.model, system.engine_cls(), dtype, device)
+        model, tok = loaded[key]
         own = settings[m.label] if isinstance(settings, dict) else settings
         runners[m.label] = MethodRunner(m, model, tok, own, pool_size, compile)
     return runners

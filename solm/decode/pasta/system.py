@@ -131,9 +131,22 @@ def row_figures(row: dict) -> str:
                                            else ""))
 
 
+def eval_row(row: dict) -> dict:
+    keep = ("content_tokens", "critical_path", "forward_passes", "promises", "threads",
+            "wall_s", "prefill_s", "decode_s", "flags")
+    out = {"output": row["response"], **{k: row[k] for k in keep},
+           "generated_tokens": row["total_tokens"], "total_tokens": row["total_tokens"]}
+    if row["mode"] == "parallel":
+        out["annotated"] = row["annotated"]
+    return out
+
+
 SYSTEM = register_system(DecodeSystem(
     name="pasta", help="PASTA: promised chunks decoded as parallel threads in one KV pool.",
     config_cls=PastaDecodeConfig, engine_cls=PastaEngine, load=load, runner=runner,
     summary_cls=PastaDecodeSummary, demo_prompts=DEMO_PROMPTS,
     default_out="runs/decode.jsonl", row_engine_settings=("quantize",), status=status,
-    report=report, describe=describe, shown_rows=3, row_figures=row_figures, answer=answer))
+    report=report, describe=describe, shown_rows=3, row_figures=row_figures, answer=answer,
+    # APAR and PASTA decode alike: the models differ in how they were trained
+    methods={"sequential": {"mode": "sequential"}, "pasta": {"mode": "parallel"},
+             "apar": {"mode": "parallel"}}, eval_row=eval_row))

@@ -30,15 +30,15 @@ class PdiffDecodeConfig:
                                     "confident.", choices=ORDERS)
     chunk_temperature: float = setting(0.0, "Sampling temperature inside chunks (0: each slot "
                                             "takes its most likely token).", min=0.0)
+    max_continuation: int = setting(256, "Main-thread tokens after the first `<sync/>`: a "
+                                         "runaway continuation stops there (flagged "
+                                         "`continuation_cap`).", min=0)
     defer_pads: bool = setting(False, "Unmask the slots whose token is a pad only after the "
                                       "others in each step (against the pad trap: confident "
                                       "tail pads committed first pull their neighbours to "
                                       "pad).", flags=("--defer-pads",))
     max_topic_tokens: int = setting(24, "A promise's topic longer than this is closed "
                                         "(flagged).", min=1)
-    max_continuation: int = setting(256, "Main-thread tokens after the first `<sync/>`: a "
-                                         "runaway continuation stops there (flagged "
-                                         "`continuation_cap`).", min=0)
     record: bool = False  # keep each step's chunk tokens and logits (tests, analysis)
 
     def check(self) -> None:

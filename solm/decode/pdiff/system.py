@@ -48,9 +48,24 @@ def describe(runner) -> str:
     return f"decoding (planned diffusion{f', batches of {batch}' if batch > 1 else ''})"
 
 
+def eval_row(row: dict) -> dict:
+    """Every forward pass is a step of the critical path (a denoising pass fills many
+    slots at once); the chunk health rides along."""
+    return {"output": row["response"], "annotated": row["annotated"],
+            "content_tokens": row["content_tokens"], "critical_path": row["forward_passes"],
+            "forward_passes": row["forward_passes"], "promises": row["promises"],
+            "threads": row["promises"], "generated_tokens": row["total_tokens"],
+            "total_tokens": row["total_tokens"], "wall_s": row["wall_s"],
+            "prefill_s": row["prefill_s"], "decode_s": row["decode_s"], "flags": row["flags"],
+            **{k: row[k] for k in ("plan_passes", "denoise_passes", "chunks",
+                                   "pad_only_chunks", "chunk_repeated_ngrams",
+                                   "well_formed")}}
+
+
 SYSTEM = register_system(DecodeSystem(
+    tokens="pdiff",
     name="pdiff", help="Planned Diffusion: a plan of promises, chunks denoised in parallel.",
     config_cls=PdiffDecodeConfig, engine_cls=PdiffEngine, load=load, runner=runner,
     summary_cls=PdiffDecodeSummary, demo_prompts=DEMO_PROMPTS,
     default_out="runs/pdiff_decode.jsonl", describe=describe, shown_rows=2,
-    row_figures=figures_line))
+    row_figures=figures_line, methods={"pdiff": {}}, eval_row=eval_row))

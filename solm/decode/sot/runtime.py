@@ -19,6 +19,7 @@ from solm.core.chat import eos_ids, messages_ids, text_ids
 from solm.core.sampling import Sampler, SamplingConfig
 from solm.core.systems.sot import ATTR_NAMES, SotTracker, sot_visible
 from solm.decode.flags import MAX_NEW_TOKENS, POOL_FULL
+from solm.decode.sot.config import SotConfig
 from solm.decode.sot.prompts import (EXPAND_POINT, EXPAND_PRIMER, EXPAND_SHARED,
                                      SKELETON_PRIMER, format_skeleton, parse_skeleton,
                                      skeleton_prompt)
@@ -26,18 +27,6 @@ from solm.decode.step import PoolStep
 
 NO_SKELETON = "no_skeleton"  # no point could be read: the answer is the skeleton stage's text
 SKELETON_CAP = "skeleton_cap"  # the skeleton stopped at its token cap, not at its end
-
-
-@dataclass
-class SotConfig:
-    max_skeleton_tokens: int = 160
-    max_point_tokens: int = 128
-    # every generated token, both stages: the skeleton's cap is min(max_skeleton_tokens, this),
-    # and the points share what the skeleton left (a step stops points past it, flagged)
-    max_new_tokens: int | None = None
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    record_logits: bool = False
-    stop_at_newline: bool = True  # a point is one or two sentences: a newline ends it
 
 
 @dataclass

@@ -71,6 +71,7 @@ def answer(runner, job, engine: TipEngine) -> tuple[str, list[str]]:
 
 
 SYSTEM = register_system(DecodeSystem(
+    tokens="tip",
     name="tip", help="TIP: thought registers whose reuse frees KV pages.",
     config_cls=TipDecodeConfig, engine_cls=TipEngine, load=load, runner=runner,
     summary_cls=TipSummary, sampling=("temperature", "top_p", "seed"), per_sample=True,

@@ -1,0 +1,49 @@
+"""A typer option made from a `setting()` field: its default, bounds, choices and help come
+from the field, so a command that needs one decode or training setting takes it from its
+config instead of declaring it again (a command may give its own default, or add to the
+help)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import typer
+
+from solm.cli.checks import greater_than, one_of
+
+_MISSING = dataclasses.MISSING
+
+
+def field_of(cls: type, name: str) -> dataclasses.Field:
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return f
+    raise KeyError(f"{cls.__name__} has no setting {name!r}")
+
+
+def option_for(f: dataclasses.Field, default: Any = _MISSING, *, from_model: bool = False,
+               help_suffix: str = "", flags: tuple[str, ...] | None = None) -> Any:
+    """The typer Option of setting `f`. `default`: the command's own (else the field's);
+    `from_model`: the option defaults to None (not given), a model's generation_config.json
+    may set it (`solm.core.generation`), and the help says which default applies else."""
+    meta = f.metadata
+    if default is _MISSING:
+        default = ... if f.default is _MISSING else f.default
+    help_text = meta["help"] + help_suffix
+    if from_model:
+        shown = default if isinstance(default, str) else f"{default:g}"
+        help_text += f" Default: the model's generation_config.json, else {shown}."
+        default = None
+    checks = {k: meta[k] for k in ("min", "max") if meta.get(k) is not None}
+    if meta.get("above") is not None:
+        checks["callback"] = greater_than(meta["above"])
+    elif meta.get("choices"):
+        checks["callback"] = one_of(*meta["choices"])
+    return typer.Option(default, *(meta["flags"] if flags is None else flags), help=help_text,
+                        **checks)
+
+
+def setting_option(cls: type, name: str, default: Any = _MISSING, **kw: Any) -> Any:
+    """`option_for` the setting `name` of the dataclass `cls`."""
+    return option_for(field_of(cls, name), default, **kw)
