@@ -9,7 +9,6 @@ from pathlib import Path
 
 import typer
 
-from solm.cli.checks import one_of
 from solm.cli.setting_options import setting_option
 from solm.cli.console import (console, handle_errors, info)
 from solm.cli.flags import (CompileOption, ConfigOption, DebugOption, decode_flags, DeviceOption,
@@ -50,33 +49,46 @@ Examples:
 """
 
 
-# options that only one --system reads: given for the other, they are refused, not ignored
-TIP_ONLY = ("policy", "budget", "registers", "page_size")
-PASTA_ONLY = ("mode", "penalize", "max_fork_tokens", "compile", "repetition_penalty",
-              "no_repeat_ngram")
+# options that only one system reads: given for another, they are refused, not ignored
+SYSTEM_ONLY = {"tip": ("policy", "budget", "registers", "page_size"),
+               "pasta": ("mode", "penalize", "max_fork_tokens", "compile",
+                         "repetition_penalty", "no_repeat_ngram")}
 
 
-def _refuse_other_systems_options(ctx: typer.Context, system: str) -> None:
+def _refuse_other_systems_options(ctx: typer.Context, system) -> None:
     """One line naming the first option given (flag or --config) that `system` ignores."""
     from solm.cli.errors import given_explicitly
 
-    others = PASTA_ONLY if system == "tip" else TIP_ONLY
-    for name in others:
-        if given_explicitly(ctx, name):
-            flag = "--" + name.replace("_", "-")
-            raise typer.BadParameter(f"{flag} applies to --system "
-                                     f"{'pasta' if system == 'tip' else 'tip'} only; this "
-                                     f"server is --system {system}", param_hint=flag)
+    own = set(SYSTEM_ONLY.get(system.name, ())) | set(system.sampling)
+    for other, names in SYSTEM_ONLY.items():
+        for name in names:
+            if other != system.name and name not in own and given_explicitly(ctx, name):
+                flag = "--" + name.replace("_", "-")
+                raise typer.BadParameter(f"{flag} applies to --system {other} only; this "
+                                         f"server is --system {system.name}",
+                                         param_hint=flag)
+
+
+def _registered_system(value: str) -> str:
+    """Option callback: a system of the decode registry."""
+    from solm.decode.registry import SYSTEMS, load_builtin_systems
+
+    load_builtin_systems()
+    if value not in SYSTEMS:
+        raise typer.BadParameter(f"'{value}' is not one of {', '.join(SYSTEMS)}")
+    return value
 
 
 @handle_errors
 def serve(
     ctx: typer.Context,
     model: str = ModelOption,
-    system: str = typer.Option("pasta", callback=one_of("pasta", "tip"),
-                               help="pasta: promised chunks decode as parallel threads; tip: "
-                                    "the paged TIP runtime with an eviction policy "
-                                    "(--policy), each answer reporting its live KV."),
+    system: str = typer.Option("pasta", callback=_registered_system,
+                               help="A decode system (`solm.decode.registry`): pasta: "
+                                    "promised chunks decode as parallel threads; tip: the "
+                                    "paged TIP runtime with an eviction policy (--policy), "
+                                    "each answer reporting its live KV; pdiff, sot and any "
+                                    "other registered system through its runner."),
     policy: str = setting_option(TipDecodeConfig, "policy", help_suffix=" (tip)"),
     budget: Optional[int] = setting_option(TipDecodeConfig, "budget", help_suffix=" (tip)"),
     registers: Optional[int] = typer.Option(None, min=1, help="tip: thought registers "
@@ -120,43 +132,31 @@ def serve(
     quantize: Optional[str] = QuantizeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
-    from solm.core.models import load_decoder
-    from solm.core.sampling import SamplingConfig
-    from solm.decode.compiled import should_compile
-    from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
     from solm.serve.app import ServeSettings, create_app
-    from solm.serve.engine import ServeEngine
 
     from solm.core.generation import resolve_decode
 
-    _refuse_other_systems_options(ctx, system)
+    from solm.decode.registry import get_system
+    from solm.serve.systems import make_engine
+
+    chosen = get_system(system)
+    _refuse_other_systems_options(ctx, chosen)
     key = api_key or os.environ.get(API_KEY_ENV) or None
     decoding = resolve_decode(model, decode_flags(temperature, top_p, repetition_penalty,
                                                   no_repeat_ngram))
     name = served_model_name or model
-    if system == "tip":
-        engine, defaults = _tip_engine(model, policy, budget, registers, page_size, pool_size,
-                                       max_batch, max_queue, max_new_tokens, seed, decoding,
-                                       dtype, device, quantize)
-        app = create_app(engine, ServeSettings(model_name=name, defaults=defaults, api_key=key,
-                                               max_request_bytes=max_request_bytes))
-        _run(app, engine, host, port, quiet, key, name,
-             f"tip runtime, policy {policy}", shutdown_timeout)
-        return
+    opts = dict(mode=mode, max_new_tokens=max_new_tokens, penalize=penalize, seed=seed,
+                pool_size=pool_size, max_fork_tokens=max_fork_tokens, max_queue=max_queue,
+                max_batch=max_batch, compile=compile, quantize=quantize, policy=policy,
+                budget=budget, registers=registers, page_size=page_size)
     info(f"loading {model} ...")
-    m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)
-    info(f"request defaults: {decoding.describe()}")
-    # a CPU server compiles only when asked: each new shape bucket would stall a request
-    rt = PastaRuntime(m, tok, pool_size=pool_size,
-                      compile=should_compile(compile, 0, m.device))
-    rt.grammar  # built once now, not inside the first request
-    defaults = PastaDecodeConfig(
-        mode=mode, max_new_tokens=max_new_tokens, max_fork_tokens=max_fork_tokens,
-        penalize=penalize, sampling=SamplingConfig(seed=seed, **decoding.values))
-    engine = ServeEngine(rt, max_queue=max_queue, max_batch=max_batch)
+    engine, defaults, what = make_engine(chosen, model, opts, decoding, dtype, device)
+    s = defaults.sampling
+    info(f"request defaults: temperature {s.temperature:g}, top-p {s.top_p:g}, repetition "
+         f"penalty {s.repetition_penalty:g}, no-repeat n-gram {s.no_repeat_ngram}")
     app = create_app(engine, ServeSettings(model_name=name, defaults=defaults, api_key=key,
                                            max_request_bytes=max_request_bytes))
-    _run(app, engine, host, port, quiet, key, name, f"{mode} by default", shutdown_timeout)
+    _run(app, engine, host, port, quiet, key, name, what, shutdown_timeout)
 
 
 def _run(app, engine, host: str, port: int, quiet: bool, key: str | None, name: str,
@@ -171,38 +171,6 @@ def _run(app, engine, host: str, port: int, quiet: bool, key: str | None, name: 
     run_until_stopped(server, engine, f"serving '{name}' at http://{host}:{port}/v1 "
                                       f"({'bearer key required' if key else 'no key'}; "
                                       f"{what})", shutdown_timeout)
-
-
-def _tip_engine(model: str, policy: str, budget: int | None, registers: int | None,
-                page_size: int, pool_size: int, max_batch: int, max_queue: int,
-                max_new_tokens: int, seed: int, decoding, dtype: str, device: str | None,
-                quantize: str | None):
-    """A TIP model on the paged runtime: `pool_size` tokens per batch row."""
-    from solm.core.errors import SolmError
-    from solm.core.models import load_decoder, model_registers
-    from solm.core.sampling import SamplingConfig
-    from solm.decode.tip.policies import make_policy
-    from solm.decode.tip.runtime import TipDecodeConfig, TipRuntime
-    from solm.serve.tip_engine import TipServeEngine
-
-    make_policy(policy, budget, page_size)  # bad flags fail before the model loads
-    values = decoding.values
-    if values.get("repetition_penalty", 1.0) != 1.0 or values.get("no_repeat_ngram"):
-        raise SolmError("the TIP runtime applies no repetition penalty or n-gram ban; drop "
-                        "--repetition-penalty / --no-repeat-ngram (or the model's "
-                        "generation_config.json's)")
-    registers = registers or model_registers(model) or 16
-    info(f"loading {model} ({registers} registers) ...")
-    m, tok = load_decoder(model, dtype=dtype, device=device, system="tip", quantize=quantize,
-                          num_registers=registers)
-    pages = max_batch * (-(-pool_size // page_size) + registers + 2)
-    rt = TipRuntime(m, tok, num_pages=pages, page_size=page_size, num_registers=registers)
-    defaults = TipDecodeConfig(policy=policy, budget=budget, batch_size=max_batch,
-                               max_new_tokens=max_new_tokens,
-                               sampling=SamplingConfig(temperature=values["temperature"],
-                                                       top_p=values["top_p"], seed=seed))
-    info(f"request defaults: temperature {values['temperature']}, top-p {values['top_p']}")
-    return TipServeEngine(rt, defaults, max_queue=max_queue, max_batch=max_batch), defaults
 
 
 def run_until_stopped(server, engine, banner: str, shutdown_timeout: float = 30.0) -> None:

@@ -1,0 +1,97 @@
+"""Which engine serves a decode system: PASTA and TIP have engines of their own (PASTA streams
+its threads and gives log-probs; TIP serves from a paged session), every other registered
+system is served through its runner (`RunnerServeEngine`). `solm serve --system NAME` looks
+the system up in `solm.decode.registry` and its engine here."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from solm.core.sampling import SamplingConfig
+from solm.decode.registry import DecodeSystem
+
+
+def pasta_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: str,
+                 device: str | None):
+    from solm.core.models import load_decoder
+    from solm.decode.compiled import should_compile
+    from solm.decode.pasta.config import PastaDecodeConfig
+    from solm.decode.pasta.runtime import PastaRuntime
+    from solm.serve.engine import ServeEngine
+
+    m, tok = load_decoder(model, dtype=dtype, device=device, quantize=opts["quantize"])
+    # a CPU server compiles only when asked: each new shape bucket would stall a request
+    rt = PastaRuntime(m, tok, pool_size=opts["pool_size"],
+                      compile=should_compile(opts["compile"], 0, m.device))
+    rt.grammar  # built once now, not inside the first request
+    defaults = PastaDecodeConfig(
+        mode=opts["mode"], max_new_tokens=opts["max_new_tokens"],
+        max_fork_tokens=opts["max_fork_tokens"], penalize=opts["penalize"],
+        sampling=SamplingConfig(seed=opts["seed"], **decoding.values))
+    engine = ServeEngine(rt, max_queue=opts["max_queue"], max_batch=opts["max_batch"])
+    return engine, defaults, f"{opts['mode']} by default"
+
+
+def tip_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: str,
+               device: str | None):
+    """A TIP model on the paged runtime: `pool_size` tokens per batch row."""
+    from solm.core.errors import SolmError
+    from solm.core.models import load_decoder, model_registers
+    from solm.decode.tip.config import TipDecodeConfig
+    from solm.decode.tip.policies import make_policy
+    from solm.decode.tip.runtime import TipRuntime
+    from solm.serve.tip_engine import TipServeEngine
+
+    policy, budget, page_size = opts["policy"], opts["budget"], opts["page_size"]
+    make_policy(policy, budget, page_size)  # bad flags fail before the model loads
+    values = decoding.values
+    if values.get("repetition_penalty", 1.0) != 1.0 or values.get("no_repeat_ngram"):
+        raise SolmError("the TIP runtime applies no repetition penalty or n-gram ban; drop "
+                        "--repetition-penalty / --no-repeat-ngram (or the model's "
+                        "generation_config.json's)")
+    registers = opts["registers"] or model_registers(model) or 16
+    max_batch = opts["max_batch"]
+    m, tok = load_decoder(model, dtype=dtype, device=device, system="tip",
+                          quantize=opts["quantize"], num_registers=registers)
+    pages = max_batch * (-(-opts["pool_size"] // page_size) + registers + 2)
+    rt = TipRuntime(m, tok, num_pages=pages, page_size=page_size, num_registers=registers)
+    defaults = TipDecodeConfig(policy=policy, budget=budget, batch_size=max_batch,
+                               max_new_tokens=opts["max_new_tokens"],
+                               sampling=SamplingConfig(temperature=values["temperature"],
+                                                       top_p=values["top_p"],
+                                                       seed=opts["seed"]))
+    engine = TipServeEngine(rt, defaults, max_queue=opts["max_queue"], max_batch=max_batch)
+    return engine, defaults, f"tip runtime, policy {policy}"
+
+
+def runner_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: str,
+                  device: str | None):
+    """Any registered system: its config's defaults with the server's cap and sampling,
+    decoded through its runner in batches of --max-batch."""
+    from solm.serve.runner_engine import RunnerServeEngine
+
+    engine_names = {f.name for f in dataclasses.fields(system.engine_cls)}
+    engine_settings = system.engine_cls(**{k: v for k, v in opts.items()
+                                           if k in engine_names and v is not None})
+    sampling = SamplingConfig(seed=opts["seed"], **{k: v for k, v in decoding.values.items()
+                                                    if k in system.sampling})
+    config_names = {f.name for f in dataclasses.fields(system.config_cls)}
+    cap = {"max_new_tokens": opts["max_new_tokens"]} if "max_new_tokens" in config_names else {}
+    defaults = system.config_cls(sampling=sampling, **cap)
+    system.prepare(defaults, engine_settings, model)
+    m, tok = system.load(model, engine_settings, dtype, device)
+    runner = system.runner(m, tok, defaults, engine_settings, opts["max_batch"], False)
+    engine = RunnerServeEngine(system, runner, m, tok, opts["pool_size"],
+                               max_queue=opts["max_queue"], max_batch=opts["max_batch"])
+    return engine, defaults, f"{system.name} through its runner"
+
+
+ENGINES: dict[str, Callable[..., Any]] = {"pasta": pasta_engine, "tip": tip_engine}
+
+
+def make_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: str,
+                device: str | None):
+    """(engine, the request defaults, a phrase for the banner) for `system`."""
+    return ENGINES.get(system.name, runner_engine)(system, model, opts, decoding, dtype,
+                                                   device)
