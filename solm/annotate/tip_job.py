@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from solm.annotate.pipeline import unseen_records
 from solm.annotate.tip_rules import NotAnnotatable, annotate_tip_rules, tip_faithful
 from solm.core.jsonl import JsonlWriter, done_ids
 from solm.core.records import Record
@@ -43,36 +44,29 @@ def annotate_tip_rules_job(records: Iterable[Record], output: Path, rejects: Pat
     summary = TipAnnotateSummary()
     seen = done_ids(output, rejects)
     with JsonlWriter(output) as out, JsonlWriter(rejects) as rej:
-        for rec in records:
-            summary.rows += 1
-            if rec.id in seen:
-                summary.skipped_done += 1
+        for rec in unseen_records(records, seen, summary, on_row):
+            reason, detail = None, ""
+            try:
+                a = annotate_tip_rules(rec.response or "", count_tokens, registers,
+                                       min_step_tokens)
+                if not tip_faithful(a.annotated, rec.response):
+                    reason, detail = "unfaithful", "removing the registers changes the trace"
+            except NotAnnotatable as e:
+                reason, detail = e.reason, e.detail
+            except Exception as e:  # one odd row must not stop a long job
+                reason, detail = "annotator_error", repr(e)
+            if reason:
+                summary.rejected[reason] = summary.rejected.get(reason, 0) + 1
+                rej.write({"id": rec.id, "reason": reason, "detail": detail[:500]})
             else:
-                reason, detail = None, ""
-                try:
-                    a = annotate_tip_rules(rec.response or "", count_tokens, registers,
-                                           min_step_tokens)
-                    if not tip_faithful(a.annotated, rec.response):
-                        reason, detail = "unfaithful", "removing the registers changes the trace"
-                except NotAnnotatable as e:
-                    reason, detail = e.reason, e.detail
-                except Exception as e:  # one odd row must not stop a long job
-                    reason, detail = "annotator_error", repr(e)
-                if reason:
-                    summary.rejected[reason] = summary.rejected.get(reason, 0) + 1
-                    rej.write({"id": rec.id, "reason": reason, "detail": detail[:500]})
-                else:
-                    out.write({"id": rec.id, "prompt": rec.prompt, "system": rec.system,
-                               "response": rec.response, "annotated": a.annotated,
-                               "steps": a.steps, "registers": registers, "killed": a.killed,
-                               "forced": a.forced, "registers_used": a.registers_used,
-                               "annotator": "rules", **rec.meta})
-                    summary.annotated += 1
-                    summary.reusing += a.reuses
-                    summary.steps += a.steps
-                    summary.killed += a.killed
-                    summary.forced += a.forced
-                seen.add(rec.id)
-            if on_row:
-                on_row(summary)
+                out.write({"id": rec.id, "prompt": rec.prompt, "system": rec.system,
+                           "response": rec.response, "annotated": a.annotated,
+                           "steps": a.steps, "registers": registers, "killed": a.killed,
+                           "forced": a.forced, "registers_used": a.registers_used,
+                           "annotator": "rules", **rec.meta})
+                summary.annotated += 1
+                summary.reusing += a.reuses
+                summary.steps += a.steps
+                summary.killed += a.killed
+                summary.forced += a.forced
     return summary

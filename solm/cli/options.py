@@ -69,6 +69,21 @@ def with_parameters(fn: Callable, params: list[inspect.Parameter]) -> Callable:
     return fn
 
 
+def sampling_options(fn: Callable) -> Callable:
+    """Give a command the sampling options (`SamplingConfig`'s fields; all but the seed
+    default to the model's generation_config.json) as keyword values it takes in
+    `**sampling`: declared once, for every command that samples."""
+    from solm.core.generation import MODEL_SETTINGS
+    from solm.core.sampling import SamplingConfig
+
+    return with_parameters(fn, config_parameters(SamplingConfig, from_model=MODEL_SETTINGS))
+
+
+def without_seed(sampling: dict[str, Any]) -> dict[str, Any]:
+    """The sampling values a model may set (for `resolve_decode`'s flags)."""
+    return {k: v for k, v in sampling.items() if k != "seed"}
+
+
 def train_command(app: typer.Typer, name: str, help: str, config_cls: type,
                   trainer_path: str, describe: Callable[[Any, Any], str]) -> None:
     """Register `name` on `app`: options from `config_cls`, the trainer (a

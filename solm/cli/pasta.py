@@ -17,14 +17,14 @@ from solm.cli.flags import (BaseUrlOption, CompileOption, ConcurrencyOption, Con
                             DebugOption, decode_flags, DedupeOption, DEFAULT_MODEL, DeviceOption,
                             DtypeOption, ForceOption, LlmTemperatureOption, MAX_NEW_TOKENS_CAP,
                             MaxOutputTokensOption, MaxTriesOption, ModelOption,
-                            NoRepeatNgramOption, QuantizeOption, QuietOption,
-                            RepetitionPenaltyOption, RpmOption, SeedOption, SplitOption,
-                            TemperatureOption, TimeoutOption, TopPOption, VersionOption)
+                            QuantizeOption, QuietOption,
+                            RpmOption, SplitOption,
+                            TimeoutOption, VersionOption)
 from solm.cli.job_helpers import (annotation_records, llm_annotation, settings_from,
                                   show_control_tokens)
 from solm.cli.errors import SolmGroup
 from solm.cli.decode_command import decode_command
-from solm.cli.options import train_command
+from solm.cli.options import sampling_options, train_command, without_seed
 from solm.cli.judge import JUDGE_HELP, judge
 from solm.core.generation import resolve_decode
 from solm.cli.pasta_eval import app as eval_app
@@ -230,21 +230,18 @@ def render_threads(views) -> Group:
 
 @app.command()
 @handle_errors
+@sampling_options
 def chat(
     model: str = ModelOption,
     system: Optional[str] = typer.Option(None, help="A system message for the conversation."),
     max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 512),
-    temperature: Optional[float] = TemperatureOption,
-    top_p: Optional[float] = TopPOption,
-    repetition_penalty: Optional[float] = RepetitionPenaltyOption,
-    no_repeat_ngram: Optional[int] = NoRepeatNgramOption,
-    seed: int = SeedOption,
     pool_size: int = typer.Option(4096, min=2, help="KV pool slots for a whole answer."),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     compile: Optional[bool] = CompileOption,
     quantize: Optional[str] = QuantizeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+    **sampling,
 ) -> None:
     """Talk to a model. A PASTA model's threads are shown live as they fork and join, and
     each answer ends with its threads, steps and speedup over sequential decoding. An empty
@@ -260,8 +257,7 @@ def chat(
     from solm.decode.pasta.live import thread_views
     from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
 
-    decoding = resolve_decode(model, decode_flags(temperature, top_p, repetition_penalty,
-                                                  no_repeat_ngram))
+    decoding = resolve_decode(model, decode_flags(**without_seed(sampling)))
     info(f"loading {model} ...")
     m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)
     info(f"decoding with {decoding.describe()}")
@@ -269,7 +265,7 @@ def chat(
                       compile=should_compile(compile, min(max_new_tokens, pool_size),
                                              m.device))
     cfg = PastaDecodeConfig(max_new_tokens=max_new_tokens, sampling=SamplingConfig(
-        seed=seed, **decoding.values))
+        seed=sampling["seed"], **decoding.values))
     messages = [{"role": "system", "content": system}] if system else []
     while True:
         try:

@@ -9,13 +9,13 @@ from typing import Optional
 import typer
 
 from solm.decode.pasta.config import PastaDecodeConfig
+from solm.cli.options import sampling_options, without_seed
 from solm.cli.setting_options import setting_option
 from solm.cli.checks import check_paths, check_run_inputs, greater_than, judge_spec, one_of
 from solm.cli.console import handle_errors, info, out_console, progress
 from solm.cli.flags import (CompileOption, ConfigOption, DebugOption, decode_flags, DeviceOption,
-                            DtypeOption, MAX_NEW_TOKENS_CAP, NoRepeatNgramOption, QuietOption,
-                            RepetitionPenaltyOption, SeedOption, ShardOption, TemperatureOption,
-                            TopPOption)
+                            DtypeOption, MAX_NEW_TOKENS_CAP, QuietOption,
+                            ShardOption)
 from solm.cli.job_helpers import finish_shard, settings_from, sharded, take_shard
 from solm.cli.errors import SolmGroup
 from solm.core.errors import SolmError
@@ -226,6 +226,7 @@ Example (CPU, 30 prompts):
 
 @app.command(help=RUN_HELP)
 @handle_errors
+@sampling_options
 def run(
     out: Path = typer.Option(..., "--out", "-o", help="Run folder (created; a rerun resumes)."),
     method: list[str] = typer.Option(..., "--method", help="KIND=MODEL or KIND:LABEL=MODEL; "
@@ -258,11 +259,6 @@ def run(
     max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 512,
                                          help_suffix=" Every method's (sot: skeleton and "
                                          "points together; see --sot-skeleton-tokens)."),
-    temperature: Optional[float] = TemperatureOption,
-    top_p: Optional[float] = TopPOption,
-    repetition_penalty: Optional[float] = RepetitionPenaltyOption,
-    no_repeat_ngram: Optional[int] = NoRepeatNgramOption,
-    seed: int = SeedOption,
     sot_skeleton_tokens: int = typer.Option(160, min=8, help="sot: cap on the skeleton "
                                             "(stage 1), itself capped by --max-new-tokens; "
                                             "the points then share what is left of it."),
@@ -280,6 +276,7 @@ def run(
     device: Optional[str] = DeviceOption,
     compile: Optional[bool] = CompileOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+    **sampling,
 ) -> None:
     from solm.core.models import default_device
     from solm.core.sampling import SamplingConfig
@@ -315,7 +312,8 @@ def run(
     repeats = repeats or default_repeats(device)
     from solm.core.generation import resolve_decode
 
-    flags = decode_flags(temperature, top_p, repetition_penalty, no_repeat_ngram)
+    flags = decode_flags(**without_seed(sampling))
+    seed = sampling["seed"]
     decoding = {m.label: resolve_decode(m.model, flags) for m in methods}
     for label, d in decoding.items():
         info(f"{label}: decoding with {d.describe()}")

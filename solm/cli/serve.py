@@ -9,12 +9,12 @@ from pathlib import Path
 
 import typer
 
+from solm.cli.options import sampling_options, without_seed
 from solm.cli.setting_options import setting_option
 from solm.cli.console import (console, handle_errors, info)
 from solm.cli.flags import (CompileOption, ConfigOption, DebugOption, decode_flags, DeviceOption,
-                            DtypeOption, ModelOption, NoRepeatNgramOption, QuantizeOption,
-                            QuietOption, RepetitionPenaltyOption, SeedOption, TemperatureOption,
-                            TopPOption)
+                            DtypeOption, ModelOption, QuantizeOption,
+                            QuietOption)
 from solm.decode.pasta.config import PastaDecodeConfig
 from solm.decode.tip.config import TipDecodeConfig
 
@@ -80,6 +80,7 @@ def _registered_system(value: str) -> str:
 
 
 @handle_errors
+@sampling_options
 def serve(
     ctx: typer.Context,
     model: str = ModelOption,
@@ -107,12 +108,7 @@ def serve(
     max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 512,
                                          help_suffix=" The default and upper bound of a "
                                                      "request's max_tokens (over it: 400)."),
-    temperature: Optional[float] = TemperatureOption,
-    top_p: Optional[float] = TopPOption,
-    repetition_penalty: Optional[float] = RepetitionPenaltyOption,
-    no_repeat_ngram: Optional[int] = NoRepeatNgramOption,
     penalize: str = setting_option(PastaDecodeConfig, "penalize"),
-    seed: int = SeedOption,
     pool_size: int = typer.Option(4096, min=2, help="KV pool slots: prompt + answer must fit "
                                   "(a longer prompt: 400 context_length_exceeded)."),
     max_fork_tokens: int = setting_option(PastaDecodeConfig, "max_fork_tokens"),
@@ -131,6 +127,7 @@ def serve(
     compile: Optional[bool] = CompileOption,
     quantize: Optional[str] = QuantizeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+    **sampling,
 ) -> None:
     from solm.serve.app import ServeSettings, create_app
 
@@ -142,10 +139,9 @@ def serve(
     chosen = get_system(system)
     _refuse_other_systems_options(ctx, chosen)
     key = api_key or os.environ.get(API_KEY_ENV) or None
-    decoding = resolve_decode(model, decode_flags(temperature, top_p, repetition_penalty,
-                                                  no_repeat_ngram))
+    decoding = resolve_decode(model, decode_flags(**without_seed(sampling)))
     name = served_model_name or model
-    opts = dict(mode=mode, max_new_tokens=max_new_tokens, penalize=penalize, seed=seed,
+    opts = dict(mode=mode, max_new_tokens=max_new_tokens, penalize=penalize, seed=sampling["seed"],
                 pool_size=pool_size, max_fork_tokens=max_fork_tokens, max_queue=max_queue,
                 max_batch=max_batch, compile=compile, quantize=quantize, policy=policy,
                 budget=budget, registers=registers, page_size=page_size)
