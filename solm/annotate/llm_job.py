@@ -13,7 +13,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Optional, Callable, Iterable
 
 from solm.annotate.prompt import extract_annotation, prompt_version, system_prompt, user_prompt
 from solm.annotate.rules import tens_for
@@ -25,6 +25,7 @@ from solm.core.llm.spec import cost_usd
 from solm.core.pasta_lang import (PastaSyntaxError, Promise, faithful, parse, promises,
                                   serialize)
 from solm.core.records import Record
+from solm.core.settings import setting
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,24 @@ class LLMAnnotateConfig(JobLimits):
     length_tolerance: float = 0.5  # |N - real tens| allowed: max(1, tolerance * real tens)
     max_output_tokens: int = 4096
     temperature: float = 0.0
+
+
+@dataclass
+class LLMAnnotatorSettings:
+    """The options of every LLM annotation command (`pasta annotate`, `tip annotate`)."""
+
+    concurrency: int = setting(8, "LLM: requests in flight.", min=1)
+    rpm: Optional[float] = setting(None, "LLM: requests per minute (token bucket).", above=0)
+    max_tries: int = setting(4, "LLM: tries per row (429/5xx/timeouts/bad replies).", min=1)
+    timeout: float = setting(120.0, "LLM: seconds per request.", above=0)
+    base_url: Optional[str] = setting(None, "LLM: server URL (overrides the spec's).")
+    temperature: float = setting(0.0, "LLM: sampling temperature.", min=0.0)
+    max_output_tokens: int = setting(4096, "LLM: cap on each reply's length.", min=1)
+
+    def job_config(self, **more) -> LLMAnnotateConfig:
+        return LLMAnnotateConfig(concurrency=self.concurrency, rpm=self.rpm,
+                                 max_tries=self.max_tries, temperature=self.temperature,
+                                 max_output_tokens=self.max_output_tokens, **more)
 
 
 @dataclass

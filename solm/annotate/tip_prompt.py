@@ -10,17 +10,15 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from solm.annotate.prompt import PROMPTS, extract_annotation, user_prompt
+from solm.annotate.prompt import PROMPTS, Demo, extract_annotation, user_prompt
 from solm.annotate.tip_rules import REGISTER_TEXT, strip_registers
 
 _REGISTER_INDEX = re.compile(r"<reg_(\d+)>")
 
 
 @dataclass(frozen=True)
-class TipDemo:
-    name: str
-    prompt: str
-    annotated: str
+class TipDemo(Demo):
+    """A demonstration trace: its response is the trace without registers."""
 
     @property
     def response(self) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 import yaml
 
-from solm.cli.checks import check_device, greater_than, one_of
+from solm.cli.checks import check_device, one_of
 from solm.cli.console import out_console
 from solm.core.models import DEFAULT_MODEL
 from solm.cli.setting_options import setting_option
@@ -90,30 +90,6 @@ ShardOption = typer.Option(
 
 DedupeOption = typer.Option(False, "--dedupe", help="Keep only the first row of each repeated "
                             "id (counted), instead of refusing the file.")
-
-
-# the LLM annotators' settings, shared by `pasta annotate` and `tip annotate`
-ConcurrencyOption = typer.Option(8, min=1, help="LLM: requests in flight.")
-
-
-RpmOption = typer.Option(None, callback=greater_than(0),
-                         help="LLM: requests per minute (token bucket).")
-
-
-MaxTriesOption = typer.Option(4, min=1, help="LLM: tries per row (429/5xx/timeouts/bad "
-                                            "replies).")
-
-
-TimeoutOption = typer.Option(120.0, callback=greater_than(0), help="LLM: seconds per request.")
-
-
-BaseUrlOption = typer.Option(None, help="LLM: server URL (overrides the spec's).")
-
-
-LlmTemperatureOption = typer.Option(0.0, min=0.0, help="LLM: sampling temperature.")
-
-
-MaxOutputTokensOption = typer.Option(4096, min=1, help="LLM: cap on each reply's length.")
 
 
 SplitOption = typer.Option("train", help="Split, for hub datasets.")

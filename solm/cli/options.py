@@ -69,19 +69,41 @@ def with_parameters(fn: Callable, params: list[inspect.Parameter]) -> Callable:
     return fn
 
 
-def sampling_options(fn: Callable) -> Callable:
-    """Give a command the sampling options (`SamplingConfig`'s fields; all but the seed
-    default to the model's generation_config.json) as keyword values it takes in
-    `**sampling`: declared once, for every command that samples."""
+def settings_options(*classes: type) -> Callable[[Callable], Callable]:
+    """Give a command the options of these settings classes as keyword values it takes in
+    `**options` (declared once, in the classes); `SamplingConfig`'s settings but the seed
+    default to the model's generation_config.json."""
     from solm.core.generation import MODEL_SETTINGS
     from solm.core.sampling import SamplingConfig
 
-    return with_parameters(fn, config_parameters(SamplingConfig, from_model=MODEL_SETTINGS))
+    def wrap(fn: Callable) -> Callable:
+        params = [p for cls in classes for p in config_parameters(
+            cls, from_model=MODEL_SETTINGS if cls is SamplingConfig else ())]
+        return with_parameters(fn, params)
+
+    return wrap
+
+
+def sampling_options(fn: Callable) -> Callable:
+    """`settings_options(SamplingConfig)`: the sampling options, in `**sampling`."""
+    from solm.core.sampling import SamplingConfig
+
+    return settings_options(SamplingConfig)(fn)
+
+
+def llm_options(fn: Callable) -> Callable:
+    """Give an annotation command the LLM annotator's options (`LLMAnnotatorSettings`'
+    fields) as keyword values it takes in `**llm`."""
+    from solm.annotate.llm_job import LLMAnnotatorSettings
+
+    return with_parameters(fn, config_parameters(LLMAnnotatorSettings))
 
 
 def without_seed(sampling: dict[str, Any]) -> dict[str, Any]:
     """The sampling values a model may set (for `resolve_decode`'s flags)."""
-    return {k: v for k, v in sampling.items() if k != "seed"}
+    from solm.core.generation import MODEL_SETTINGS
+
+    return {k: sampling[k] for k in MODEL_SETTINGS}
 
 
 def train_command(app: typer.Typer, name: str, help: str, config_cls: type,

@@ -13,18 +13,20 @@ from solm.decode.pasta.config import PastaDecodeConfig
 from solm.cli.setting_options import setting_option
 from solm.cli.checks import check_paths
 from solm.cli.console import console, handle_errors, info, is_quiet, out_console, progress
-from solm.cli.flags import (BaseUrlOption, CompileOption, ConcurrencyOption, ConfigOption,
+from solm.cli.flags import (ConfigOption,
                             DebugOption, decode_flags, DedupeOption, DEFAULT_MODEL, DeviceOption,
-                            DtypeOption, ForceOption, LlmTemperatureOption, MAX_NEW_TOKENS_CAP,
-                            MaxOutputTokensOption, MaxTriesOption, ModelOption,
-                            QuantizeOption, QuietOption,
-                            RpmOption, SplitOption,
-                            TimeoutOption, VersionOption)
+                            DtypeOption, ForceOption, MAX_NEW_TOKENS_CAP,
+                            ModelOption,
+                            QuietOption,
+                            SplitOption,
+                            VersionOption)
 from solm.cli.job_helpers import (annotation_records, llm_annotation, settings_from,
                                   show_control_tokens)
 from solm.cli.errors import SolmGroup
 from solm.cli.decode_command import decode_command
-from solm.cli.options import sampling_options, train_command, without_seed
+from solm.cli.options import llm_options, settings_options, train_command, without_seed
+from solm.core.sampling import SamplingConfig
+from solm.decode.registry import CompiledEngine
 from solm.cli.judge import JUDGE_HELP, judge
 from solm.core.generation import resolve_decode
 from solm.cli.pasta_eval import app as eval_app
@@ -69,6 +71,7 @@ def main(version: bool = VersionOption) -> None:
 
 @app.command(help=ANNOTATE_HELP)
 @handle_errors
+@llm_options
 def annotate(
     input: str = typer.Option(..., "--input", "-i", help="JSONL of responses (ShareGPT, Alpaca, "
                               "OpenAI messages or prompt/response), `-` for standard input, or "
@@ -86,18 +89,12 @@ def annotate(
     seed: Optional[int] = typer.Option(None, help="With --limit: a seeded random subset."),
     min_chunk_tokens: int = typer.Option(12, min=1, help="rules: shorter descriptions stay in the "
                                          "main thread."),
-    concurrency: int = ConcurrencyOption,
-    rpm: Optional[float] = RpmOption,
-    max_tries: int = MaxTriesOption,
-    timeout: float = TimeoutOption,
-    base_url: Optional[str] = BaseUrlOption,
     fix_lengths: bool = typer.Option(False, help="LLM: recompute tokens=N from the real block."),
-    temperature: float = LlmTemperatureOption,
-    max_output_tokens: int = MaxOutputTokensOption,
     split: str = SplitOption,
     dedupe: bool = DedupeOption,
     force: bool = ForceOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+    **llm,
 ) -> None:
     from solm.annotate.pipeline import annotate_rules_job
     from solm.core.models import load_tokenizer
@@ -116,7 +113,8 @@ def annotate(
 
     row_settings = {"annotator": annotator, "tokenizer": tokenizer,
                     "min_chunk_tokens": min_chunk_tokens, "fix_lengths": fix_lengths,
-                    "temperature": temperature, "max_output_tokens": max_output_tokens,
+                    "temperature": llm["temperature"],
+                    "max_output_tokens": llm["max_output_tokens"],
                     "prompt_version": None if annotator == "rules" else prompt_version()}
     mixed = check_rerun_settings(output, row_settings, force)
     tok = load_tokenizer(tokenizer)
@@ -131,14 +129,13 @@ def annotate(
                                                 f"{s.unannotated} rejected "
                                                 f"{sum(s.rejected.values())}"))
     else:
-        from solm.annotate.llm_job import LLMAnnotateConfig
+        from solm.annotate.llm_job import LLMAnnotatorSettings
 
-        cfg = LLMAnnotateConfig(concurrency=concurrency, rpm=rpm, max_tries=max_tries,
-                                fix_lengths=fix_lengths, temperature=temperature,
-                                max_output_tokens=max_output_tokens)
+        settings = LLMAnnotatorSettings(**llm)
+        cfg = settings.job_config(fix_lengths=fix_lengths)
         extra["prompt_version"] = prompt_version()
-        summary = llm_annotation(records, annotator, output, rejects, count, cfg, base_url,
-                                 timeout)
+        summary = llm_annotation(records, annotator, output, rejects, count, cfg,
+                                 settings.base_url, settings.timeout)
     write_manifest(output, "pasta annotate", settings_from(locals()), inputs=[input],
                    model=tokenizer, extra={"summary": summary.to_dict(), **extra},
                    row_settings=row_settings, mixed=mixed)
@@ -230,7 +227,7 @@ def render_threads(views) -> Group:
 
 @app.command()
 @handle_errors
-@sampling_options
+@settings_options(SamplingConfig, CompiledEngine)
 def chat(
     model: str = ModelOption,
     system: Optional[str] = typer.Option(None, help="A system message for the conversation."),
@@ -238,10 +235,8 @@ def chat(
     pool_size: int = typer.Option(4096, min=2, help="KV pool slots for a whole answer."),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
-    compile: Optional[bool] = CompileOption,
-    quantize: Optional[str] = QuantizeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
-    **sampling,
+    **options,
 ) -> None:
     """Talk to a model. A PASTA model's threads are shown live as they fork and join, and
     each answer ends with its threads, steps and speedup over sequential decoding. An empty
@@ -257,15 +252,15 @@ def chat(
     from solm.decode.pasta.live import thread_views
     from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
 
-    decoding = resolve_decode(model, decode_flags(**without_seed(sampling)))
+    decoding = resolve_decode(model, decode_flags(**without_seed(options)))
     info(f"loading {model} ...")
-    m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)
+    m, tok = load_decoder(model, dtype=dtype, device=device, quantize=options["quantize"])
     info(f"decoding with {decoding.describe()}")
     rt = PastaRuntime(m, tok, pool_size=pool_size,
-                      compile=should_compile(compile, min(max_new_tokens, pool_size),
+                      compile=should_compile(options["compile"], min(max_new_tokens, pool_size),
                                              m.device))
     cfg = PastaDecodeConfig(max_new_tokens=max_new_tokens, sampling=SamplingConfig(
-        seed=sampling["seed"], **decoding.values))
+        seed=options["seed"], **decoding.values))
     messages = [{"role": "system", "content": system}] if system else []
     while True:
         try:

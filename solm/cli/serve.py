@@ -9,12 +9,13 @@ from pathlib import Path
 
 import typer
 
-from solm.cli.options import sampling_options, without_seed
+from solm.cli.options import settings_options, without_seed
+from solm.core.sampling import SamplingConfig
+from solm.decode.registry import CompiledEngine
 from solm.cli.setting_options import setting_option
 from solm.cli.console import (console, handle_errors, info)
-from solm.cli.flags import (CompileOption, ConfigOption, DebugOption, decode_flags, DeviceOption,
-                            DtypeOption, ModelOption, QuantizeOption,
-                            QuietOption)
+from solm.cli.flags import (ConfigOption, DebugOption, decode_flags, DeviceOption,
+                            DtypeOption, ModelOption, QuietOption)
 from solm.decode.pasta.config import PastaDecodeConfig
 from solm.decode.tip.config import TipDecodeConfig
 
@@ -80,7 +81,7 @@ def _registered_system(value: str) -> str:
 
 
 @handle_errors
-@sampling_options
+@settings_options(SamplingConfig, CompiledEngine)
 def serve(
     ctx: typer.Context,
     model: str = ModelOption,
@@ -124,10 +125,8 @@ def serve(
                                            "503 meanwhile; a second signal cancels at once)."),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
-    compile: Optional[bool] = CompileOption,
-    quantize: Optional[str] = QuantizeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
-    **sampling,
+    **options,
 ) -> None:
     from solm.serve.app import ServeSettings, create_app
 
@@ -139,11 +138,12 @@ def serve(
     chosen = get_system(system)
     _refuse_other_systems_options(ctx, chosen)
     key = api_key or os.environ.get(API_KEY_ENV) or None
-    decoding = resolve_decode(model, decode_flags(**without_seed(sampling)))
+    decoding = resolve_decode(model, decode_flags(**without_seed(options)))
     name = served_model_name or model
-    opts = dict(mode=mode, max_new_tokens=max_new_tokens, penalize=penalize, seed=sampling["seed"],
+    opts = dict(mode=mode, max_new_tokens=max_new_tokens, penalize=penalize, seed=options["seed"],
                 pool_size=pool_size, max_fork_tokens=max_fork_tokens, max_queue=max_queue,
-                max_batch=max_batch, compile=compile, quantize=quantize, policy=policy,
+                max_batch=max_batch, compile=options["compile"],
+                quantize=options["quantize"], policy=policy,
                 budget=budget, registers=registers, page_size=page_size)
     info(f"loading {model} ...")
     engine, defaults, what = make_engine(chosen, model, opts, decoding, dtype, device)

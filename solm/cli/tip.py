@@ -12,16 +12,14 @@ from solm.decode.tip.config import TipDecodeConfig
 from solm.cli.setting_options import setting_option
 from solm.cli.checks import check_paths
 from solm.cli.console import handle_errors, info, out_console, progress
-from solm.cli.flags import (BaseUrlOption, CompileOption, ConcurrencyOption, ConfigOption,
+from solm.cli.flags import (CompileOption, ConfigOption,
                             DebugOption, DedupeOption, DEFAULT_MODEL, DeviceOption, DtypeOption,
-                            ForceOption, LlmTemperatureOption, MaxOutputTokensOption,
-                            MaxTriesOption, ModelOption, QuantizeOption, QuietOption, RpmOption,
-                            SplitOption, TimeoutOption, VersionOption)
+                            ForceOption, ModelOption, QuantizeOption, QuietOption, SplitOption, VersionOption)
 from solm.cli.job_helpers import (annotation_records, llm_annotation, settings_from,
                                   show_control_tokens)
 from solm.cli.errors import SolmGroup
 from solm.cli.decode_command import decode_command
-from solm.cli.options import train_command
+from solm.cli.options import llm_options, train_command
 from solm.cli.tip_eval import app as tip_eval_app
 from solm.core.errors import SolmError
 from solm.core.paths import outputs_beside
@@ -110,6 +108,7 @@ Output rows: `prompt`, `response` (the trace), `annotated` (with registers), `st
 
 @app.command("annotate", help=TIP_ANNOTATE_HELP)
 @handle_errors
+@llm_options
 def annotate(
     input: str = typer.Option(..., "--input", "-i", help="JSONL of problems with worked "
                               "solutions or traces, `-` for standard input, or a hub "
@@ -127,17 +126,11 @@ def annotate(
     limit: Optional[int] = typer.Option(None, min=1, help="Only N rows (the first N, or a "
                                         "random N with --seed)."),
     seed: Optional[int] = typer.Option(None, help="With --limit: a seeded random subset."),
-    concurrency: int = ConcurrencyOption,
-    rpm: Optional[float] = RpmOption,
-    max_tries: int = MaxTriesOption,
-    timeout: float = TimeoutOption,
-    base_url: Optional[str] = BaseUrlOption,
-    temperature: float = LlmTemperatureOption,
-    max_output_tokens: int = MaxOutputTokensOption,
     split: str = SplitOption,
     dedupe: bool = DedupeOption,
     force: bool = ForceOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+    **llm,
 ) -> None:
     from solm.core.models import load_tokenizer
     from solm.core.paths import outputs_beside
@@ -154,7 +147,8 @@ def annotate(
             raise SolmError(f"--registers {registers}: {e}") from None
     row_settings = {"annotator": annotator, "tokenizer": tokenizer, "registers": registers,
                     "min_step_tokens": min_step_tokens if annotator == "rules" else None,
-                    "temperature": temperature, "max_output_tokens": max_output_tokens,
+                    "temperature": llm["temperature"],
+                    "max_output_tokens": llm["max_output_tokens"],
                     "prompt_version": version}
     mixed = check_rerun_settings(output, row_settings, force)
     tok = load_tokenizer(tokenizer)
@@ -170,13 +164,13 @@ def annotate(
                                                 f"{s.reuse_share:.0%} rejected "
                                                 f"{sum(s.rejected.values())}"))
     else:
-        from solm.annotate.llm_job import LLMAnnotateConfig
+        from solm.annotate.llm_job import LLMAnnotatorSettings
         from solm.annotate.tip_prompt import tip_task
 
-        cfg = LLMAnnotateConfig(concurrency=concurrency, rpm=rpm, max_tries=max_tries,
-                                temperature=temperature, max_output_tokens=max_output_tokens)
-        summary = llm_annotation(records, annotator, output, rejects, count, cfg, base_url,
-                                 timeout, task=tip_task(registers))
+        settings = LLMAnnotatorSettings(**llm)
+        summary = llm_annotation(records, annotator, output, rejects, count,
+                                 settings.job_config(), settings.base_url, settings.timeout,
+                                 task=tip_task(registers))
     write_manifest(output, "tip annotate", settings_from(locals()), inputs=[input],
                    model=tokenizer, extra={"summary": summary.to_dict(),
                                            "prompt_version": version},

@@ -19,9 +19,8 @@ from solm.core.structure import NO_REQUEST, MaskTerm, pairwise
 from solm.decode.attention import (SEGMENTS_KWARG, Segment, attention_implementation,
                                    reading_segments)
 from solm.decode.compiled import CompiledForward
-from solm.decode.head import OutputHead
-from solm.decode.pool import PoolCache, kv_shape_of, num_layers_of
-from solm.decode.step import activation_dtype
+from solm.decode.pool import kv_shape_of
+from solm.decode.step import activation_dtype, setup_pool
 
 
 class SlotAllocator:
@@ -92,16 +91,10 @@ class SlotStep:
 
     def __init__(self, model, pool_size: int, visible: MaskTerm, attr_names: Sequence[str],
                  compile: bool = False, backend: str = "inductor"):
-        self.model = model
-        self.device = next(model.parameters()).device
-        self.pool_size = pool_size
-        self.visible = visible
-        self.capacity = pool_size + BATCH_TOKEN_BUCKETS[-1] if compile else pool_size
-        self.cache = PoolCache(num_layers_of(model), self.capacity)
-        self.head = OutputHead(model)
+        setup_pool(self, model, pool_size, visible,
+                   pool_size + BATCH_TOKEN_BUCKETS[-1] if compile else pool_size)
         self.attrs = {n: torch.full((pool_size,), NO_REQUEST, dtype=torch.long)
                       for n in attr_names}
-        self.compiled = None
         if compile:
             self.cache.allocate(*kv_shape_of(model), dtype=activation_dtype(model),
                                 device=self.device)

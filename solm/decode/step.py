@@ -27,6 +27,19 @@ def activation_dtype(model) -> torch.dtype:
     return next(p.dtype for p in model.parameters() if p.dtype.is_floating_point)
 
 
+def setup_pool(step: Any, model, pool_size: int, visible: MaskTerm, capacity: int) -> None:
+    """What every pooled step holds: the model, its device, the pool (`capacity` slots, room
+    for padded compiled steps included), the visibility rule and the output head."""
+    step.model = model
+    step.device = next(model.parameters()).device
+    step.pool_size = pool_size
+    step.visible = visible
+    step.capacity = capacity
+    step.cache = PoolCache(num_layers_of(model), capacity)
+    step.head = OutputHead(model)
+    step.compiled = None
+
+
 class PoolStep:
     """`step(tokens, attrs)`: feed tokens whose attributes (objects with the term's attribute
     names and `pos`) come from the system's tracker; `reset()` empties the pool.
@@ -36,14 +49,8 @@ class PoolStep:
 
     def __init__(self, model, pool_size: int, visible: MaskTerm, attr_names: Sequence[str],
                  compile: bool = False, backend: str = "inductor"):
-        self.model = model
-        self.device = next(model.parameters()).device
-        self.pool_size = pool_size
-        self.visible = visible
-        self.capacity = pool_size + TOKEN_BUCKET_MAX if compile else pool_size
-        self.cache = PoolCache(num_layers_of(model), self.capacity)
-        self.head = OutputHead(model)
-        self.compiled = None
+        setup_pool(self, model, pool_size, visible,
+                   pool_size + TOKEN_BUCKET_MAX if compile else pool_size)
         if compile:
             self.cache.allocate(*kv_shape_of(model), dtype=activation_dtype(model),
                                 device=self.device)
