@@ -158,3 +158,26 @@ def test_a_registered_system_is_served(toy, pasta_tokenizer):
             "messages": [{"role": "user", "content": "Hi"}]})
         assert r.status_code == 400 and r.json()["error"]["param"] == "mode"
     engine.shutdown(0)
+
+
+def test_a_setting_an_older_output_does_not_name_must_keep_its_default(toy, tmp_path):
+    """An output written before a setting existed was decoded at that setting's default: a
+    rerun with another value is refused (a rerun compared only the settings both sides
+    named), one at the default resumes."""
+    from solm.cli.decode_command import decode_command
+    from solm.core.provenance import manifest_path
+
+    app = typer.Typer()
+    decode_command(app, "toy", "Decode with the toy.")
+    app.command("other")(lambda: None)
+    path, _ = _prompts(tmp_path)
+    out = tmp_path / "o.jsonl"
+    assert runner.invoke(app, ["decode", "-p", str(path), "-o", str(out), "-q",
+                               "--limit", "1"]).exit_code == 0
+    manifest = json.loads(manifest_path(out).read_text())
+    del manifest["row_settings"]["shift"]  # as a manifest written before `shift` existed
+    manifest_path(out).write_text(json.dumps(manifest))
+    r = runner.invoke(app, ["decode", "-p", str(path), "-o", str(out), "--shift", "2", "-q"])
+    assert r.exit_code != 0 and "shift=0 (now 2)" in r.output
+    r = runner.invoke(app, ["decode", "-p", str(path), "-o", str(out), "-q"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["skipped"] == 1

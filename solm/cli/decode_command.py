@@ -47,6 +47,16 @@ def decode_parameters(system: DecodeSystem, defaults: dict[str, Any]) -> list[in
     return [*config, *sampling, *engine]
 
 
+def default_row_settings(system: DecodeSystem, defaults: dict[str, Any], model: str,
+                         dtype: str) -> dict[str, Any]:
+    """The row settings of this command at its defaults: what an output made before a
+    setting existed was decoded with."""
+    sampling = SamplingConfig(**_values(SamplingConfig, {}, defaults))
+    config = system.config_cls(**_values(system.config_cls, {}, defaults), sampling=sampling)
+    engine = system.engine_cls(**_values(system.engine_cls, {}, defaults))
+    return system.row_settings(config, engine, model, dtype)
+
+
 def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path | None,
                out: Path, limit: int | None, shard: str | None, dedupe: bool, force: bool,
                dtype: str, device: str | None, quiet: bool, options: dict[str, Any],
@@ -84,7 +94,9 @@ def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path
     mixed = False
     if text is None:
         check_paths([source], outputs_beside(out))
-        mixed = check_rerun_settings(out, row_settings, force)
+        mixed = check_rerun_settings(out, row_settings, force,
+                                     defaults=default_row_settings(system, defaults, model,
+                                                                   dtype))
         duplicates = dedupe_list(dedupe)
         records = list(load_records(str(source), limit=limit, duplicates=duplicates))
         report_duplicates(duplicates, source)

@@ -82,12 +82,14 @@ def manifest_path(output: str | os.PathLike) -> Path:
 
 def check_rerun_settings(output: str | os.PathLike, row_settings: dict[str, Any],
                          force: bool = False,
-                         hint: str = "pass --force to append anyway") -> bool:
+                         hint: str = "pass --force to append anyway",
+                         defaults: dict[str, Any] | None = None) -> bool:
     """Refuse to append to `output` with settings that change what a row contains (model,
     annotator, prompt version, decoding settings) when its manifest says its rows were made
     with others: resuming would mix two kinds of rows silently. Settings that do not change
     rows (--limit, --quiet, concurrency) are not passed here, so raising --limit resumes.
-    Returns True when the rows will be mixed (`force`)."""
+    A setting the recorded ones lack is compared with its value in `defaults` (what rows made
+    before the setting existed used). Returns True when the rows will be mixed (`force`)."""
     if str(output) == "-" or not Path(output).is_file() or Path(output).stat().st_size == 0:
         return False
     path = manifest_path(output)
@@ -96,8 +98,11 @@ def check_rerun_settings(output: str | os.PathLike, row_settings: dict[str, Any]
     recorded = read_manifest(path).get("row_settings")
     if recorded is None:
         return False
-    changed = {k: (recorded.get(k), v) for k, v in _scrub(row_settings).items()
-               if k in recorded and recorded[k] != v}
+    # a setting the manifest does not name came later: its rows were made with the
+    # setting's default (`defaults`), which a rerun must then keep
+    implied = {**_scrub(defaults or {}), **recorded}
+    changed = {k: (implied.get(k), v) for k, v in _scrub(row_settings).items()
+               if k in implied and implied[k] != v}
     if changed and not force:
         what = ", ".join(f"{k}={old!r} (now {new!r})" for k, (old, new) in changed.items())
         raise SolmError(f"{output} holds rows made with {what}; rerun with the same settings, "
