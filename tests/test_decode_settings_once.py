@@ -106,8 +106,8 @@ def test_the_check_sees_a_hand_declared_option():
 
     @bad.command()
     def decode(max_new_tokens: int = typer.Option(512, min=8, help="Cap."),
-               temperature: float = typer.Option(0.0, min=0.0, help="Sampling temperature; "
-                                                 "0 = greedy.")):
+               temperature: float = typer.Option(0.0, min=0.0, max=2.0,
+                                                 help="Sampling temperature; 0 = greedy.")):
         pass
 
     @bad.command()

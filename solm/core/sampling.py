@@ -18,7 +18,9 @@ class SamplingConfig:
     `generation_config.json` may carry (`solm.core.generation`): a decode command's flag
     overrides the model's value, which overrides these defaults."""
 
-    temperature: float = setting(0.0, "Sampling temperature; 0 = greedy.", min=0.0)
+    # at most 2, as OpenAI's API bounds a request's (a server's default must be one a
+    # request could send; beyond it sampling is near uniform noise)
+    temperature: float = setting(0.0, "Sampling temperature; 0 = greedy.", min=0.0, max=2.0)
     top_p: float = setting(1.0, "Nucleus sampling mass.", above=0.0, max=1.0)
     seed: int = setting(0, "Sampling seed (ignored when greedy).", min=0, max=MAX_SEED)
     repetition_penalty: float = setting(
