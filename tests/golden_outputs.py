@@ -206,12 +206,73 @@ def run_case(case: Case, work: Path, tiny: str | None = None) -> list[dict]:
     return [_rows(p, work, paths) for p in files]
 
 
+# requests each server answers (greedy, seeded sampling, PASTA's sequential mode)
+SERVE_REQUESTS = {
+    "pasta": [("chat", {"messages": [{"role": "user", "content": PROMPTS[0]}]}),
+              ("chat", {"messages": [{"role": "user", "content": PROMPTS[1]}],
+                        "temperature": 1.0, "seed": 5}),
+              ("completions", {"prompt": PROMPTS[2], "mode": "sequential", "max_tokens": 6}),
+              ("chat", {"messages": [{"role": "user", "content": PROMPTS[3]}],
+                        "temperature": 1.0, "top_p": 0.8, "seed": 9,
+                        "repetition_penalty": 1.3})],
+    "tip": [("chat", {"messages": [{"role": "user", "content": PROBLEMS[0]}]}),
+            ("completions", {"prompt": PROBLEMS[1], "seed": 4, "max_tokens": 8})],
+}
+
+
+def serve_outputs(tiny: str) -> dict[str, list]:
+    """Each server's answers to SERVE_REQUESTS (tiny model, in process, one request at a
+    time): text, finish reason, usage and solm's figures, without timings."""
+    from fastapi.testclient import TestClient
+
+    from solm.core.models import load_decoder
+    from solm.core.sampling import SamplingConfig
+    from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
+    from solm.decode.tip.runtime import TipDecodeConfig, TipRuntime
+    from solm.serve.app import ServeSettings, create_app
+    from solm.serve.engine import ServeEngine
+    from solm.serve.tip_engine import TipServeEngine
+
+    out = {}
+    for system in ("pasta", "tip"):
+        if system == "pasta":
+            m, tok = load_decoder(tiny, dtype="fp32")
+            engine = ServeEngine(PastaRuntime(m, tok, pool_size=256), max_queue=8, max_batch=2)
+            defaults = PastaDecodeConfig(max_new_tokens=12, sampling=SamplingConfig(seed=3))
+        else:
+            m, tok = load_decoder(tiny, dtype="fp32", system="tip", num_registers=4)
+            defaults = TipDecodeConfig(policy="tip", batch_size=2, max_new_tokens=12,
+                                       sampling=SamplingConfig(temperature=1.0, top_p=0.9,
+                                                               seed=2))
+            engine = TipServeEngine(TipRuntime(m, tok, num_pages=64, page_size=8,
+                                               num_registers=4), defaults, max_queue=8,
+                                    max_batch=2)
+        engine.start_in_thread()
+        answers = []
+        with TestClient(create_app(engine, ServeSettings("golden", defaults))) as client:
+            for route, body in SERVE_REQUESTS[system]:
+                r = client.post(f"/v1/{'chat/completions' if route == 'chat' else route}",
+                                json={"model": "golden", **body})
+                data = r.json()
+                choice = data["choices"][0]
+                answers.append(normalise({
+                    "status": r.status_code, "finish_reason": choice["finish_reason"],
+                    "text": choice["message"]["content"] if route == "chat" else choice["text"],
+                    "usage": data["usage"], "solm": data.get("solm", {})},
+                    {tiny: "<tiny>"}))
+        engine.shutdown(0)
+        out[system] = answers
+    return out
+
+
 def record(kept: bool, work: Path) -> None:
     tiny = tiny_model_folder(work)
     out = {"machine": _machine(), "cases": {}}
     for case in CASES:
         print(f"recording {case.name}", flush=True)
         out["cases"][case.name] = run_case(case, work / case.name, tiny)
+    print("recording serve answers", flush=True)
+    out["serve"] = serve_outputs(tiny)
     GOLDEN.parent.mkdir(exist_ok=True)
     GOLDEN.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     if kept:

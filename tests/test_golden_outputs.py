@@ -7,7 +7,7 @@ import json
 import pytest
 
 from golden_outputs import (CASES, GOLDEN, GOLDEN_KEPT, KEPT_CASES, kept_model_digest,
-                            run_case, tiny_model_folder)
+                            run_case, serve_outputs, tiny_model_folder)
 
 
 def _recorded(path):
@@ -47,6 +47,13 @@ def test_outputs_are_the_recorded_ones(case, tiny_golden_model, tmp_path):
     got = run_case(case, tmp_path / case.name, tiny_golden_model)
     assert got == want, (f"{case.name} changed (recorded on {golden['machine']}): "
                          f"{_first_difference(want, got)}")
+
+
+def test_servers_give_the_recorded_answers(tiny_golden_model):
+    golden = _recorded(GOLDEN)
+    got = serve_outputs(tiny_golden_model)
+    assert got == golden["serve"], (f"serve answers changed (recorded on {golden['machine']}): "
+                                    f"{_first_difference(golden['serve'], got)}")
 
 
 @pytest.mark.slow
