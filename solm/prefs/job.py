@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from solm.core.chat import prompt_ids, text_ids
+from solm.core.chat import text_ids
 from solm.core.jsonl import JsonlWriter, read_jsonl
 from solm.core.records import Record
 from solm.core.sampling import SamplingConfig
@@ -90,30 +90,60 @@ def given_baseline(tokenizer, records: Sequence[Record], given: dict[str, str],
             for r in records}
 
 
+class SampleRunner:
+    """The batched PASTA runtime on prefs' jobs: sample k of a prompt is seeded seed + k, and
+    the samples of one prompt share its prefill (a group); the baseline's jobs decode
+    sequentially, one per prompt."""
+
+    def __init__(self, runtime, config, seed: int | None = None):
+        self.runtime, self.config, self.seed = runtime, config, seed
+
+    def run(self, jobs):
+        from solm.decode.pasta.batched import BatchRequest
+
+        def requests():
+            for job in jobs:
+                config = self.config
+                if self.seed is not None:
+                    config = replace(config, sampling=replace(config.sampling,
+                                                              seed=self.seed + job.sample))
+                yield BatchRequest(job.rid, list(job.prompt_ids), config,
+                                   group=job.record.id if self.seed is not None else None)
+        return self.runtime.run(requests())
+
+    def row(self, job, res) -> dict:
+        from solm.decode.pasta.decode_file import result_record
+
+        row = result_record(self.runtime, job.record, res, self.config.mode)
+        if self.seed is not None:
+            row.update(sample=job.sample, seed=self.seed + job.sample, ids=res.ids,
+                       forced=res.forced, ended=res.ended)
+        return row
+
+
+def _decode(runner, records: Sequence[Record], path: Path, samples: int,
+            on_done: Callable[[], None] | None) -> int:
+    """The rows `path` lacks, decoded through the one resumable loop; returns how many."""
+    from solm.decode.jobs import DecodeSummary, decode_records
+
+    summary = decode_records(runner, records, path, runner.runtime.tokenizer, runner.row,
+                             DecodeSummary(), samples=samples, per_sample=samples > 1 or
+                             runner.seed is not None,
+                             on_row=(lambda s, row: on_done()) if on_done else None)
+    return summary.done
+
+
 def baseline_answers(runtime, records: Sequence[Record], folder: Path, cfg: PrefsConfig,
                      on_done: Callable[[], None] | None = None) -> dict[str, dict]:
     """id -> {response, tokens}: each prompt decoded sequentially (greedy by default) with
     `runtime` (the Baseline-SFT model's batched runtime), kept in baseline.jsonl."""
-    from solm.decode.pasta.batched import BatchRequest
-    from solm.decode.pasta.decode_file import result_record
     from solm.decode.pasta.runtime import PastaDecodeConfig
 
     path = folder / "baseline.jsonl"
+    config = PastaDecodeConfig(mode="sequential", max_new_tokens=cfg.max_new_tokens,
+                               sampling=cfg.baseline_sampling)
+    _decode(SampleRunner(runtime, config), records, path, 1, on_done)
     done = _done(path, lambda r: r["id"])
-    todo = [r for r in records if r.id not in done]
-    if todo:
-        config = PastaDecodeConfig(mode="sequential", max_new_tokens=cfg.max_new_tokens,
-                                   sampling=cfg.baseline_sampling)
-        by_id = {r.id: r for r in todo}
-        with JsonlWriter(path) as writer:
-            reqs = (BatchRequest(r.id, prompt_ids(runtime.tokenizer, r.prompt, r.system),
-                                 config) for r in todo)
-            for res in runtime.run(reqs):
-                row = result_record(runtime, by_id[res.rid], res.result, "sequential")
-                writer.write(row)
-                done[row["id"]] = row
-                if on_done:
-                    on_done()
     # the answer's text tokenized, as a given file's answers are counted (and every
     # method's content tokens in `pasta eval`)
     return {i: {"response": r["response"], "tokens": r["content_tokens"]}
@@ -125,35 +155,13 @@ def sample_answers(runtime, records: Sequence[Record], folder: Path, cfg: PrefsC
                    ) -> tuple[dict[str, list[dict]], int]:
     """id -> its samples in order (k = 0 .. N-1), decoded where missing; sample k of every
     prompt is seeded `seed + k`."""
-    from solm.decode.pasta.batched import BatchRequest
-    from solm.decode.pasta.decode_file import result_record
     from solm.decode.pasta.runtime import PastaDecodeConfig
 
     path = folder / "samples.jsonl"
-    done = _done(path, lambda r: (r["id"], r["sample"]))
     base = PastaDecodeConfig(mode="parallel", max_new_tokens=cfg.max_new_tokens,
                              sampling=cfg.sampling)
-    by_id = {r.id: r for r in records}
-    todo = [(r, k) for r in records for k in range(cfg.samples) if (r.id, k) not in done]
-    decoded = 0
-    if todo:
-        with JsonlWriter(path) as writer:
-            def requests():
-                for r, k in todo:
-                    config = replace(base, sampling=replace(cfg.sampling, seed=seed + k))
-                    yield BatchRequest((r.id, k), prompt_ids(runtime.tokenizer, r.prompt,
-                                                             r.system), config, group=r.id)
-            for res in runtime.run(requests()):
-                rid, k = res.rid
-                out = res.result
-                row = result_record(runtime, by_id[rid], out, "parallel")
-                row.update(sample=k, seed=seed + k, ids=out.ids, forced=out.forced,
-                           ended=out.ended)
-                writer.write(row)
-                done[(rid, k)] = row
-                decoded += 1
-                if on_done:
-                    on_done()
+    decoded = _decode(SampleRunner(runtime, base, seed), records, path, cfg.samples, on_done)
+    done = _done(path, lambda r: (r["id"], r["sample"]))
     return ({r.id: [done[(r.id, k)] for k in range(cfg.samples)] for r in records}, decoded)
 
 
