@@ -694,6 +694,91 @@ AUDIT3: dict[str, tuple] = {
         ['tests/test_shard.py']),
 }
 
+# The re-audit's fourth round: planted from the code alone after round 3's tests were added
+# (`--audit4`).
+AUDIT4: dict[str, tuple] = {
+    'batched_cancelled_running_request_unflagged': (
+        'solm/decode/pasta/batched.py',
+        '                run.state.flags.add(CANCELLED)\n',
+        '',
+        ['tests/test_batched.py', 'tests/test_serve_settings.py', 'tests/test_serve.py', 'tests/test_serve_app.py', 'tests/test_serve_engine.py', 'tests/test_serve_tip.py']),
+    'serve_a_request_at_the_cap_refused': (
+        'solm/serve/app.py',
+        '    if cap is not None and cap > d.max_new_tokens:',
+        '    if cap is not None and cap >= d.max_new_tokens:',
+        ['tests/test_serve_settings.py', 'tests/test_serve.py', 'tests/test_serve_app.py', 'tests/test_serve_engine.py', 'tests/test_serve_tip.py']),
+    'prefs_realized_speedup_reads_the_critical_path': (
+        'solm/prefs/job.py',
+        '                     "realized_step_speedup": round(baseline_tokens\n                                                    / max(1, s["forward_passes"]), 4),',
+        '                     "realized_step_speedup": round(baseline_tokens\n                                                    / max(1, s["critical_path"]), 4),',
+        ['tests/test_prefs.py']),
+    'bonbon_id_equal_to_the_vocabulary_size_passes': (
+        'solm/train/bonbon.py',
+        '            bad = next((t for t in row[side]["ids"] if t >= vocab_size), None)',
+        '            bad = next((t for t in row[side]["ids"] if t > vocab_size), None)',
+        ['tests/test_bonbon.py']),
+    'agreement_wilson_centre_halved_wrongly': (
+        'solm/eval/agreement.py',
+        '    centre = p + z * z / (2 * n)',
+        '    centre = p + z * z / n',
+        ['tests/test_agreement.py']),
+    'tip_rules_thousands_separator_kept': (
+        'solm/annotate/tip_rules.py',
+        '        number = m.group(1).replace(",", "")',
+        '        number = m.group(1)',
+        ['tests/test_tip_annotate.py']),
+    'math_gsm8k_rows_not_integer': (
+        'solm/core/math_task.py',
+        '            or "####" in str(row.get("answer", "")))',
+        '            or "####" in str(row.get("question", "")))',
+        ['tests/test_math_task.py', 'tests/test_tip_eval.py']),
+    'grpo_kv_term_unclamped_above': (
+        'solm/train/grpo.py',
+        '    return min(1.0, max(0.0, live_response_tokens / max_completion_length))',
+        '    return max(0.0, live_response_tokens / max_completion_length)',
+        ['tests/test_tip_grpo.py']),
+    'tip_eval_killed_share_over_samples': (
+        'solm/eval/tip_eval.py',
+        '            "share_steps_killed": round(sum(r["steps_killed"] for r in rs) / steps, 4)',
+        '            "share_steps_killed": round(sum(r["steps_killed"] for r in rs) / n, 4)',
+        ['tests/test_tip_eval.py']),
+    'tip_sft_reuse_count_reads_eval_rows': (
+        'solm/train/tip_sft.py',
+        '        killed = sum(1 for r in split.train',
+        '        killed = sum(1 for r in split.eval',
+        ['tests/test_tip_sft.py']),
+    'pdiff_closing_tag_diffusable': (
+        'solm/core/systems/pdiff.py',
+        '    return [a.thread != MAIN and int(t) not in (vocab.async_open, vocab.async_close)',
+        '    return [a.thread != MAIN and int(t) not in (vocab.async_open,)',
+        PDIFF_TESTS),
+    'pdiff_sft_masking_rate_can_pass_one': (
+        'solm/train/pdiff_sft.py',
+        '    t = (1 - eps) * rng.random() + eps',
+        '    t = rng.random() + eps',
+        PDIFF_TESTS),
+    'pdiff_last_step_leaves_slots_masked': (
+        'solm/decode/pdiff/runtime.py',
+        '        k = len(masked) if left <= 1 else math.ceil(len(masked) / left)',
+        '        k = len(masked) if left < 1 else math.ceil(len(masked) / left)',
+        PDIFF_TESTS),
+    'shard_last_shard_missing_unnoticed': (
+        'solm/core/shard.py',
+        '    missing = [k for k in range(count) if k not in found]',
+        '    missing = [k for k in range(count - 1) if k not in found]',
+        ['tests/test_shard.py']),
+    'jobs_resume_ignores_the_sample': (
+        'solm/decode/jobs.py',
+        '            key = (str(rec.id), k) if per_sample else str(rec.id)',
+        '            key = str(rec.id)',
+        ['tests/test_tip_cli.py', 'tests/test_prefs.py', 'tests/test_toy_decode_system.py']),
+    'rerun_defaults_override_the_record': (
+        'solm/core/provenance.py',
+        '    implied = {**_scrub(defaults or {}), **recorded}',
+        '    implied = {**recorded, **_scrub(defaults or {})}',
+        ['tests/test_toy_decode_system.py', 'tests/test_cli.py', 'tests/test_tip_cli.py']),
+}
+
 # once caught (tests were added for the ones each round missed: 5 of 22 in round 1, 4 of 12
 # in round 2, 10 of 29 in round 3), they join the list the plain run must catch
 MUTATIONS.update(AUDIT)
@@ -735,7 +820,7 @@ def run_tests(root: Path, tests: list[str]) -> tuple[int, list[str], str]:
 
 def mutated_copy(name: str, workdir: Path) -> Path:
     dest = copy_tree(workdir / name)
-    path, old, new = {**MUTATIONS, **AUDIT, **AUDIT2, **AUDIT3}[name][:3]
+    path, old, new = {**MUTATIONS, **AUDIT, **AUDIT2, **AUDIT3, **AUDIT4}[name][:3]
     target = dest / path
     text = target.read_text()
     if text.count(old) != 1:
@@ -760,10 +845,11 @@ def main() -> int:
                    help="run the re-audit's bugs instead and report the share caught")
     p.add_argument("--audit2", action="store_true", help="the re-audit's second round")
     p.add_argument("--audit3", action="store_true", help="the re-audit's third round")
+    p.add_argument("--audit4", action="store_true", help="the re-audit's fourth round")
     args = p.parse_args()
-    table = (AUDIT3 if args.audit3 else AUDIT2 if args.audit2 else AUDIT if args.audit
-             else MUTATIONS)
-    args.audit = args.audit or args.audit2 or args.audit3
+    table = (AUDIT4 if args.audit4 else AUDIT3 if args.audit3 else AUDIT2 if args.audit2
+             else AUDIT if args.audit else MUTATIONS)
+    args.audit = args.audit or args.audit2 or args.audit3 or args.audit4
     names = args.only or list(table)
     unknown = [n for n in names if n not in table]
     if unknown:
