@@ -254,3 +254,13 @@ def test_a_pair_is_skipped_when_its_longer_answer_does_not_fit(tmp_path, pasta_t
     data = trainer.prepare_data(load_pairs(str(path)), pasta_tokenizer, vocab)
     assert data.meta["skipped_too_long"] == 1 and data.meta["pairs"] == 1
     assert data.train[0]["rejected"]["ids"] == [3, 4]
+
+
+def test_an_id_equal_to_the_vocabulary_size_is_outside_it(tmp_path, pasta_tokenizer, vocab):
+    """Ids run 0 .. len(tokenizer) - 1: the id len(tokenizer) itself is named, not indexed."""
+    path = _pairs_file(tmp_path / "edge.jsonl", model="m", offset=len(pasta_tokenizer) - 1)
+    trainer = BonbonTrainer(BonbonConfig(out=str(tmp_path / "o"), data=path, model="m",
+                                         eval_rows=0, quiet=True))
+    with pytest.raises(DataError) as e:
+        trainer.prepare_data(load_pairs(path), pasta_tokenizer, vocab)
+    assert f"token id {len(pasta_tokenizer)} is outside the tokenizer" in str(e.value)

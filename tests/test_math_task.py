@@ -64,6 +64,9 @@ def test_golds_of_each_data_set():
     assert gold_answer({"unique_id": "test/algebra/1.json", "answer": "\\frac{1}{2}"}) == \
         ("\\frac{1}{2}", "math")
     assert gold_answer({"id": "deepmath-0", "final_answer": "2"}) == ("2", "math")
+    # a GSM8K-style worked answer makes the row an integer row whatever its id says
+    assert gold_answer({"id": "row-7", "question": "q", "answer": "2 + 3 = 5\n#### 5"}) == \
+        ("5", "integer")
     with pytest.raises(KeyError):
         gold_answer({"id": "x"})
 

@@ -319,3 +319,15 @@ def test_the_well_formed_rate_counts_every_sample_copies_included(tmp_path):
                   PrefsConfig(samples=3, quality_weight=0.0), lambda s: s["ok"], summary)
     assert summary.well_formed_rate == round(1 / 3, 4)
     assert summary.distinct_mean == 2.0
+
+
+def test_each_scored_row_reports_both_speedups_by_their_own_counts():
+    """theoretical = baseline tokens / critical path; realized per step = baseline tokens /
+    forward passes (hand-worked: 12 / 4 and 12 / 6)."""
+    from solm.core.records import Record
+    from solm.prefs.job import score_prompt
+
+    s = {"ids": [1, 2, 3], "content_tokens": 10, "critical_path": 4, "forward_passes": 6,
+         "total_tokens": 12, "flags": []}
+    _, rows = score_prompt(Record("q", "P?"), [s], 12, None, [], 0.0, lambda x: True)
+    assert rows[0]["theoretical_speedup"] == 3.0 and rows[0]["realized_step_speedup"] == 2.0

@@ -282,3 +282,14 @@ def test_a_name_has_four_letters_or_more():
     assert names_oracle("The sum is 9 and the total is 4 and rate = 2.") == {"total", "rate"}
     from solm.annotate.tip_rules import named_quantities
     assert named_quantities("The sum is 9 and the total is 4 and rate = 2.") == {"total", "rate"}
+
+
+def test_thousands_separators_do_not_hide_a_refer_back():
+    """`1,000` and `1000` are the same number: the later step reads the earlier one (its
+    register is not free), so with two registers the third step takes the second's."""
+    from solm.annotate.tip_rules import needed_until, step_keys
+
+    assert "#1000" in step_keys("We have 1,000 coins.", set())
+    steps = ["We have 1,000 coins. ", "Then add 7 more. ", "So 1000 remain."]
+    needed, refers = needed_until(steps)
+    assert refers[2] == [0] and needed[0] == 2

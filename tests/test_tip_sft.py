@@ -122,3 +122,31 @@ def test_tip_and_dense_keep_the_same_rows_by_the_annotated_length(tmp_path, tip_
         kept[strip] = sorted(r["id"] for r in data.train + data.eval)
         assert data.meta["skipped_too_long"] == 2
     assert kept[False] == kept[True] == ["r0", "r2"]
+
+
+def test_the_reuse_count_is_over_the_training_rows(tmp_path, tip_tok):
+    """meta's train_rows_reusing_a_register counts the training rows whose trace reuses a
+    register (counted here from the rows the split kept for training)."""
+    import re
+
+    from solm.core.systems.tip import TipVocab
+
+    from conftest import TIP_REGISTERS
+    reuse, fresh = "<reg_0>Take 12. <reg_0>Eat 12.", "<reg_0>Take 12. <reg_1>Eat 12."
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"id": f"r{i}", "prompt": "P", "annotated": t}) + "\n"
+                            for i, t in enumerate([reuse, fresh] * 5)))
+    cfg = TipSFTConfig(data=str(path), model="unused", out=str(tmp_path / "o"),
+                       registers=TIP_REGISTERS, eval_rows=4, math_prompt=False)
+    trainer = TipSFTTrainer(cfg)
+    data = trainer.prepare_data(trainer.read_data(), tip_tok,
+                                TipVocab.from_tokenizer(tip_tok, TIP_REGISTERS))
+
+    def reuses(text):
+        regs = re.findall(r"<reg_(\d+)>", text)
+        return len(regs) != len(set(regs))
+
+    assert data.meta["train_rows_reusing_a_register"] == sum(reuses(r["text"])
+                                                             for r in data.train)
+    assert sum(reuses(r["text"]) for r in data.train) != sum(reuses(r["text"])
+                                                             for r in data.eval)
