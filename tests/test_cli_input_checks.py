@@ -6,22 +6,15 @@ command is covered the day it lands."""
 import re
 
 import pytest
-from typer.main import get_command
 from typer.testing import CliRunner
 
 from solm.cli.errors import _is_float_option
+from cli_walk import commands as _commands
 from solm.cli.main import app
 
 runner = CliRunner()
 
 
-def _commands(cmd=None, path=()):
-    cmd = cmd or get_command(app)
-    if hasattr(cmd, "commands"):
-        for name, sub in cmd.commands.items():
-            yield from _commands(sub, path + (name,))
-    else:
-        yield path, cmd
 
 
 FLOAT_OPTIONS = [(path, p.opts[0]) for path, cmd in _commands() for p in cmd.params

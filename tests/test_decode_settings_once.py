@@ -10,7 +10,7 @@ import dataclasses
 
 from typer.main import get_command
 
-from solm.cli.main import app
+from cli_walk import commands as _commands
 from solm.core.sampling import SamplingConfig
 from solm.core.settings import cli_name, is_setting
 from solm.decode.pasta.config import PastaDecodeConfig
@@ -61,13 +61,6 @@ NOT_DECODING = {("judge", "mode"), ("pasta", "judge", "mode"), ("pasta", "annota
                 ("tip", "annotate", "seed")}
 
 
-def _commands(cmd=None, path=()):
-    cmd = cmd or get_command(app)
-    if hasattr(cmd, "commands"):
-        for name, sub in cmd.commands.items():
-            yield from _commands(sub, path + (name,))
-    else:
-        yield path, cmd
 
 
 def _bounds(param) -> tuple:
