@@ -780,10 +780,13 @@ AUDIT4: dict[str, tuple] = {
 }
 
 # once caught (tests were added for the ones each round missed: 5 of 22 in round 1, 4 of 12
-# in round 2, 10 of 29 in round 3), they join the list the plain run must catch
+# in round 2, 10 of 29 in round 3, 5 of 15 in round 4), they join the list the plain run must catch
 MUTATIONS.update(AUDIT)
 MUTATIONS.update(AUDIT2)
 MUTATIONS.update(AUDIT3)
+# round 4 but its one equivalent mutant (at left == 1 both readings take every masked slot)
+MUTATIONS.update({k: v for k, v in AUDIT4.items()
+                  if k != "pdiff_last_step_leaves_slots_masked"})
 
 
 def tests_of(mutation: tuple) -> list[str]:
