@@ -185,15 +185,19 @@ def test_a_run_folder_refuses_another_judge_or_prompts_file(tmp_path):
         write_run_file(tmp_path, methods, "sequential", {**base, "reference": "other.json"})
 
 
-def test_timed_methods_are_warmed_first_and_alternate_their_order(tmp_path):
+def test_timed_methods_are_warmed_first_and_alternate_their_order(tmp_path, pasta_tokenizer):
     """Issue 33: every realized-speedup figure warms both paths before timing and alternates
     their order, so neither always runs first."""
     from solm.core.records import Record
+    from solm.eval.methods import MethodRunner
     from solm.eval.run import decode_outputs
 
     calls = []
 
     class Runner:
+        tokenizer = pasta_tokenizer
+        timed = MethodRunner.timed
+
         def __init__(self, label):
             self.label = label
 
@@ -210,3 +214,48 @@ def test_timed_methods_are_warmed_first_and_alternate_their_order(tmp_path):
     assert calls == [("warm", "base"), ("warm", "pasta"),
                      ("p0", "base"), ("p0", "pasta"), ("p1", "pasta"), ("p1", "base"),
                      ("p2", "base"), ("p2", "pasta"), ("p3", "pasta"), ("p3", "base")]
+
+
+def test_batched_quality_run_writes_the_timed_outputs_and_resumes(tmp_path, tiny_folder):
+    """`pasta eval run --batch-size 2` (a quality run through the one decode loop) writes, per
+    method, the answers a timed one-at-a-time run writes (greedy), marks its rows batched and
+    untimed, and a rerun decodes only the prompt its outputs file lost."""
+    from typer.testing import CliRunner
+
+    from solm.cli.main import app
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": p}) + "\n" for i, p in
+                               enumerate(["Name a colour.", "Count to three.",
+                                          "Say something kind about rivers."])))
+
+    def run(folder: str, *extra: str):
+        r = CliRunner().invoke(app, [
+            "pasta", "eval", "run", "-o", str(tmp_path / folder), "--prompts", str(prompts),
+            "--method", f"sequential={tiny_folder}", "--method", f"apar:ap={tiny_folder}",
+            "--no-judge", "--max-new-tokens", "12", "--temperature", "0", "--dtype", "fp32",
+            "--no-compile", "-q", *extra])
+        assert r.exit_code == 0, r.output
+
+    def rows(folder: str, label: str) -> list[dict]:
+        path = tmp_path / folder / "outputs" / f"{label}.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    run("timed")
+    run("batched", "--batch-size", "2")
+    for label in ("sequential", "ap"):
+        timed = {r["id"]: r for r in rows("timed", label)}
+        batched = {r["id"]: r for r in rows("batched", label)}
+        assert set(batched) == {"p0", "p1", "p2"}
+        for rid, row in batched.items():
+            assert row["output"] == timed[rid]["output"]
+            assert row["index"] == timed[rid]["index"] == int(rid[1])
+            assert row["batched"] == 2 and row["wall_s"] is None
+    path = tmp_path / "batched" / "outputs" / "ap.jsonl"
+    kept = [line for line in path.read_text().splitlines() if '"p1"' not in line]
+    path.write_text("\n".join(kept) + "\n")
+    run("batched", "--batch-size", "2")
+    again = rows("batched", "ap")
+    assert [r["id"] for r in again] == ["p0", "p2", "p1"]
+    assert again[-1]["output"] == {r["id"]: r for r in rows("timed", "ap")}["p1"]["output"]
+    assert len(rows("batched", "sequential")) == 3

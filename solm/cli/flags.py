@@ -4,6 +4,7 @@ annotators'), declared once."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 import yaml
@@ -13,7 +14,6 @@ from solm.cli.console import out_console
 from solm.core.models import DEFAULT_MODEL
 from solm.cli.setting_options import setting_option
 from solm.core.sampling import SamplingConfig
-from solm.decode.pasta.config import MAX_NEW_TOKENS_CAP  # noqa: F401 (the commands' cap)
 
 
 def _load_config(ctx: typer.Context, param, value: Path | None) -> Path | None:
@@ -52,6 +52,16 @@ ConfigOption = typer.Option(
 
 
 QuietOption = typer.Option(False, "--quiet", "-q", help="No progress bars or chatter.")
+
+
+def out_option(default: Any, help: str, flag: str = "--out") -> Any:
+    """A command's output path (`-o`), declared alike by every command."""
+    return typer.Option(default, flag, "-o", help=help)
+
+
+def model_option(default: Any, help: str) -> Any:
+    """The model a command reads (`-m`), declared alike by every command."""
+    return typer.Option(default, "--model", "-m", help=help)
 
 
 ModelOption = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Alias (`solm models`), Hugging "

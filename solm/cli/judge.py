@@ -12,7 +12,8 @@ from solm.core.errors import SolmError
 
 from solm.cli.checks import check_paths, greater_than, one_of
 from solm.cli.console import console, handle_errors, judge_progress, out_console, progress
-from solm.cli.flags import ConfigOption, DebugOption, ForceOption, QuietOption
+from solm.cli.flags import (out_option, model_option, ConfigOption, DebugOption, ForceOption,
+                            QuietOption)
 from solm.cli.job_helpers import settings_from
 from solm.cli.checks import judge_spec as check_judge_spec
 
@@ -49,9 +50,9 @@ Example: `pasta judge --baseline base.jsonl --model pasta.jsonl -o judged.jsonl 
 def judge(
     baseline: Path = typer.Option(..., "--baseline", "-b", help="The baseline's outputs "
                                   "(output_1)."),
-    model: Path = typer.Option(..., "--model", "-m", help="The outputs being evaluated "
+    model: Path = model_option(..., help="The outputs being evaluated "
                                "(output_2)."),
-    output: Path = typer.Option(..., "--output", "-o", help="Judgments are appended here; a "
+    output: Path = out_option(..., flag="--output", help="Judgments are appended here; a "
                                 "rerun skips pairs already judged."),
     judge_spec: str = typer.Option("hf:smollm2-135m", "--judge", "-j",
                                    callback=check_judge_spec, help="Judge backend: "

@@ -9,7 +9,8 @@ import typer
 
 from solm.cli import data, pasta, pdiff, repro, tip
 from solm.cli.console import handle_errors, out_console
-from solm.cli.flags import ConfigOption, DebugOption, DEFAULT_MODEL, QuietOption, VersionOption
+from solm.cli.flags import (model_option, ConfigOption, DebugOption, DEFAULT_MODEL, QuietOption,
+                            VersionOption)
 from solm.cli.errors import SolmGroup
 from solm.cli.judge import JUDGE_HELP, judge
 from solm.cli.serve import SERVE_HELP, serve
@@ -54,7 +55,7 @@ def models(config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
 @app.command()
 @handle_errors
 def prepare(
-    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Alias or .gguf file."),
+    model: str = model_option(DEFAULT_MODEL, help="Alias or .gguf file."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Convert a GGUF model (alias or file) once into the safetensors cache."""

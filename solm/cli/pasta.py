@@ -12,13 +12,9 @@ from solm.decode.pasta.config import PastaDecodeConfig
 from solm.cli.setting_options import setting_option
 from solm.cli.checks import check_paths
 from solm.cli.console import console, handle_errors, info, is_quiet, out_console, progress
-from solm.cli.flags import (ConfigOption,
-                            DebugOption, decode_flags, DedupeOption, DEFAULT_MODEL, DeviceOption,
-                            DtypeOption, ForceOption, MAX_NEW_TOKENS_CAP,
-                            ModelOption,
-                            QuietOption,
-                            SplitOption,
-                            VersionOption)
+from solm.cli.flags import (out_option, model_option, ConfigOption, DebugOption, decode_flags,
+                            DedupeOption, DEFAULT_MODEL, DeviceOption, DtypeOption, ForceOption,
+                            ModelOption, QuietOption, SplitOption, VersionOption)
 from solm.cli.job_helpers import (annotation_records, llm_annotation, settings_from,
                                   show_control_tokens)
 from solm.cli.errors import SolmGroup
@@ -74,7 +70,7 @@ def annotate(
     input: str = typer.Option(..., "--input", "-i", help="JSONL of responses (ShareGPT, Alpaca, "
                               "OpenAI messages or prompt/response), `-` for standard input, or "
                               "a hub dataset name."),
-    output: Path = typer.Option(..., "--output", "-o", help="Accepted rows are appended here "
+    output: Path = out_option(..., flag="--output", help="Accepted rows are appended here "
                                 "(`-`: standard output; the summary goes to standard error)."),
     annotator: str = typer.Option("rules", help="`rules`, `gemini:MODEL[@URL]`, "
                                   "`openai:MODEL[@URL]` or `hf:MODEL` (see above)."),
@@ -214,7 +210,7 @@ app.command(name="chat")(chat)
 @app.command()
 @handle_errors
 def demo(
-    model: str = typer.Option("pasta-sft-cpu", "--model", "-m", help="A PASTA model: alias, "
+    model: str = model_option("pasta-sft-cpu", help="A PASTA model: alias, "
                               "HF folder or hub id."),
     prompt: Optional[str] = typer.Option(None, help="The prompt (default: one the kept "
                                          "pasta-sft-cpu model answers with a list)."),
@@ -223,7 +219,7 @@ def demo(
     repeats: int = typer.Option(3, min=1, max=50, help="Timed decodes of each side (after a "
                                 "warm-up of both), in alternating order; the fastest of "
                                 "each side are compared."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write the figures "
+    out: Optional[Path] = out_option(None, help="Also write the figures "
                                        "and the answer as JSON here."),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
@@ -350,7 +346,7 @@ def stats(
 def mix(
     annotated: list[Path] = typer.Argument(..., help="Outputs of `pasta annotate` (rows with "
                                            "a `promises` count)."),
-    out: Path = typer.Option(..., "--out", "-o", help="The SFT rows (JSONL), written whole "
+    out: Path = out_option(..., help="The SFT rows (JSONL), written whole "
                              "at the end (a make target never sees half a file)."),
     min_promises: int = typer.Option(2, min=1, help="Rows with at least this many promises "
                                      "are the parallel part."),

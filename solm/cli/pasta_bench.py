@@ -11,8 +11,8 @@ import typer
 
 from solm.cli.checks import check_paths
 from solm.cli.console import console, handle_errors, info, out_console, progress
-from solm.cli.flags import (CompileOption, ConfigOption, DebugOption, DeviceOption, DtypeOption,
-                            ModelOption, QuantizeOption, QuietOption)
+from solm.cli.flags import (out_option, CompileOption, ConfigOption, DebugOption, DeviceOption,
+                            DtypeOption, ModelOption, QuantizeOption, QuietOption)
 from solm.cli.job_helpers import settings_from
 
 
@@ -35,7 +35,7 @@ def bench(
     pool_size: int = typer.Option(2048, min=2, help="KV pool slots shared by all threads."),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Per-row results (JSONL) and a "
+    out: Optional[Path] = out_option(None, help="Per-row results (JSONL) and a "
                                        "summary next to it."),
     compile: Optional[bool] = CompileOption,
     quantize: Optional[str] = QuantizeOption,

@@ -13,9 +13,8 @@ from solm.cli.options import sampling_options, without_seed
 from solm.cli.setting_options import setting_option
 from solm.cli.checks import check_paths, check_run_inputs, greater_than, judge_spec, one_of
 from solm.cli.console import handle_errors, info, out_console, progress
-from solm.cli.flags import (CompileOption, ConfigOption, DebugOption, decode_flags, DeviceOption,
-                            DtypeOption, MAX_NEW_TOKENS_CAP, QuietOption,
-                            ShardOption)
+from solm.cli.flags import (out_option, CompileOption, ConfigOption, DebugOption, decode_flags,
+                            DeviceOption, DtypeOption, QuietOption, ShardOption)
 from solm.cli.job_helpers import finish_shard, settings_from, sharded, take_shard
 from solm.cli.errors import SolmGroup
 from solm.core.errors import SolmError
@@ -96,7 +95,7 @@ hf:smollm2-135m --limit 100 -o runs/agreement.json`
 def agreement(
     annotations: Path = typer.Option(..., "--annotations", "-a", help="AlpacaEval annotations "
                                      "(JSON list or JSONL)."),
-    out: Path = typer.Option(..., "--out", "-o", help="The report (JSON)."),
+    out: Path = out_option(..., help="The report (JSON)."),
     judge: str = typer.Option("hf:smollm2-135m", "--judge", "-j", callback=judge_spec,
                               help="Judge backend: gemini:MODEL[@URL], openai:MODEL[@URL] or "
                               "hf:MODEL."),
@@ -228,7 +227,7 @@ Example (CPU, 30 prompts):
 @handle_errors
 @sampling_options
 def run(
-    out: Path = typer.Option(..., "--out", "-o", help="Run folder (created; a rerun resumes)."),
+    out: Path = out_option(..., help="Run folder (created; a rerun resumes)."),
     method: list[str] = typer.Option(..., "--method", help="KIND=MODEL or KIND:LABEL=MODEL; "
                                      "KIND is sequential, pasta, apar, sot or pdiff (knobs after the "
                                      "model: pdiff=M,steps_ratio=0.5). Repeatable."),
@@ -390,7 +389,7 @@ starred, the Pareto frontier dashed. Summaries are recomputed from the run folde
 @handle_errors
 def report(
     run_dirs: list[Path] = typer.Argument(..., help="Run folders of `pasta eval run`."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Report folder (default: "
+    out: Optional[Path] = out_option(None, help="Report folder (default: "
                                        "the first run folder)."),
     gamed_csv: Optional[Path] = typer.Option(None, help="alpaca_eval's df_gamed.csv."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,

@@ -14,8 +14,9 @@ from solm.cli.setting_options import setting_option
 from solm.core.sampling import SamplingConfig
 from solm.cli.checks import check_paths, judge_spec, one_of
 from solm.cli.console import console, handle_errors, info, judge_progress, out_console, progress
-from solm.cli.flags import (ConfigOption, DebugOption, DeviceOption, DtypeOption, QuietOption,
-                            RepetitionPenaltyOption, SeedOption, ShardOption)
+from solm.cli.flags import (out_option, model_option, ConfigOption, DebugOption, DeviceOption,
+                            DtypeOption, QuietOption, RepetitionPenaltyOption, SeedOption,
+                            ShardOption)
 from solm.cli.job_helpers import finish_shard, settings_from, sharded, take_shard
 from solm.core.errors import SolmError
 
@@ -73,8 +74,8 @@ def prefs(
     prompts: Path = typer.Option(..., "--prompts", "-p", help="JSONL of prompts (with the "
                                  "dataset's answer in `response`/`output`, used as a quality "
                                  "reference when present)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Output folder (resumable)."),
-    model: str = typer.Option("pasta-sft-cpu", "--model", "-m", help="The PASTA model sampled "
+    out: Path = out_option(..., help="Output folder (resumable)."),
+    model: str = model_option("pasta-sft-cpu", help="The PASTA model sampled "
                               "(this round's starting checkpoint)."),
     baseline_model: str = typer.Option("baseline-sft-cpu", help="Baseline-SFT model whose "
                                        "greedy answers are the speed yardstick."),

@@ -12,9 +12,9 @@ from solm.decode.tip.config import TipDecodeConfig
 from solm.cli.setting_options import setting_option
 from solm.cli.checks import check_paths
 from solm.cli.console import handle_errors, info, out_console, progress
-from solm.cli.flags import (CompileOption, ConfigOption,
-                            DebugOption, DedupeOption, DEFAULT_MODEL, DeviceOption, DtypeOption,
-                            ForceOption, ModelOption, QuantizeOption, QuietOption, SplitOption, VersionOption)
+from solm.cli.flags import (out_option, CompileOption, ConfigOption, DebugOption, DedupeOption,
+                            DEFAULT_MODEL, DeviceOption, DtypeOption, ForceOption, ModelOption,
+                            QuantizeOption, QuietOption, SplitOption, VersionOption)
 from solm.cli.job_helpers import (annotation_records, llm_annotation, settings_from,
                                   show_control_tokens)
 from solm.cli.errors import SolmGroup
@@ -113,7 +113,7 @@ def annotate(
     input: str = typer.Option(..., "--input", "-i", help="JSONL of problems with worked "
                               "solutions or traces, `-` for standard input, or a hub "
                               "dataset name."),
-    output: Path = typer.Option(..., "--output", "-o", help="Accepted rows are appended here."),
+    output: Path = out_option(..., flag="--output", help="Accepted rows are appended here."),
     annotator: str = typer.Option("rules", help="`rules`, `gemini:MODEL[@URL]`, "
                                   "`openai:MODEL[@URL]` or `hf:MODEL` (see above)."),
     registers: int = typer.Option(16, min=1, help="Thought registers <reg_0> ... "
@@ -228,7 +228,7 @@ train_command(app, "grpo", TIP_GRPO_HELP, TipGRPOConfig, "solm.train.grpo:TipGRP
 @app.command()
 @handle_errors
 def traces(
-    out: Path = typer.Option(..., "--out", "-o", help="JSONL of traces (prompt, response)."),
+    out: Path = out_option(..., help="JSONL of traces (prompt, response)."),
     source: Path = typer.Option(..., "--source", "-s",
                                 help="JSONL with worked solutions (`solution` or `answer`), "
                                      "e.g. MATH or DeepMath rows."),
@@ -287,7 +287,7 @@ def bench(
     max_tokens: Optional[int] = typer.Option(None, min=1, help="Cut each trace to N response tokens."),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Summary JSON here."),
+    out: Optional[Path] = out_option(None, help="Summary JSON here."),
     compile: Optional[bool] = CompileOption,
     quantize: Optional[str] = QuantizeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,

@@ -12,8 +12,8 @@ from solm.core.sampling import SamplingConfig
 from solm.cli.setting_options import setting_option
 from solm.cli.checks import check_run_inputs
 from solm.cli.console import handle_errors, info, out_console, progress
-from solm.cli.flags import (ConfigOption, DebugOption, DeviceOption, DtypeOption, ForceOption,
-                            ModelOption, QuietOption, ShardOption)
+from solm.cli.flags import (out_option, ConfigOption, DebugOption, DeviceOption, DtypeOption,
+                            ForceOption, ModelOption, QuietOption, ShardOption)
 from solm.cli.job_helpers import finish_shard, sharded
 from solm.cli.errors import SolmGroup
 from solm.core.errors import SolmError
@@ -61,7 +61,7 @@ def _ints(text: str, flag: str) -> list[int]:
 @app.command(help=RUN_HELP)
 @handle_errors
 def run(
-    out: Path = typer.Option(..., "--out", "-o", help="Run folder (resumable)."),
+    out: Path = out_option(..., help="Run folder (resumable)."),
     data: list[str] = typer.Option(["aime2024", "aime2025"], "--data", "-d",
                                    help="Data set name or JSONL path; repeatable."),
     model: str = ModelOption,
@@ -137,7 +137,7 @@ def run(
 @handle_errors
 def report(
     run_dir: Path = typer.Argument(..., help="A `tip eval run` folder."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Report folder (default: "
+    out: Optional[Path] = out_option(None, help="Report folder (default: "
                                        "RUN_DIR/report)."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:

@@ -10,9 +10,10 @@ and `pasta prefs` all decode through it; a system only says what its row holds
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Hashable, Iterable, Sequence
+from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence
 
 from solm.core.chat import prompt_ids
 from solm.core.errors import SolmError
@@ -76,10 +77,11 @@ def pending_jobs(records: Sequence[Record], tokenizer, done: set, samples: int =
     return jobs, skipped
 
 
-def decode_jobs(runner: Runner, jobs: Iterable[Job], out: str | Path,
+def decode_jobs(runner: Runner, jobs: Iterable[Job], out: str | Path | JsonlWriter,
                 row: Callable[[Job, Any], dict], summary: DecodeSummary,
                 on_row: Callable[[DecodeSummary, dict], None] | None = None) -> DecodeSummary:
-    """Run `jobs` through `runner`, appending `row(job, result)` to `out` as each ends."""
+    """Run `jobs` through `runner`, appending `row(job, result)` to `out` as each ends (`out`:
+    a path, or a writer the caller keeps open across calls)."""
     by_rid = {}
 
     def feed():
@@ -88,7 +90,7 @@ def decode_jobs(runner: Runner, jobs: Iterable[Job], out: str | Path,
             yield job
 
     started = time.perf_counter()
-    with JsonlWriter(out) as writer:
+    with _writer(out) as writer:
         for done in runner.run(feed()):
             done: Done
             job = by_rid.pop(done.rid)
@@ -101,6 +103,15 @@ def decode_jobs(runner: Runner, jobs: Iterable[Job], out: str | Path,
             if on_row:
                 on_row(summary, record)
     return summary
+
+
+@contextmanager
+def _writer(out: str | Path | JsonlWriter) -> Iterator[JsonlWriter]:
+    if isinstance(out, JsonlWriter):
+        yield out
+        return
+    with JsonlWriter(out) as writer:
+        yield writer
 
 
 def decode_records(runner: Runner, records: Sequence[Record], out: str | Path, tokenizer,

@@ -208,30 +208,40 @@ class MethodRunner:
             row = self._once(Record("-", record.prompt, system=record.system))
         return {**self._head(record, index), "repeats": repeats, **row}
 
-    def decode_batched(self, records: list[tuple[int, Record]], batch_size: int):
-        """Rows for many records decoded together (continuous batching): for quality runs.
-        A row's wall time would count its batch mates, so timed fields are None and the
-        row says `batched`."""
-        if batch_size <= 1:
-            for index, rec in records:
-                yield self.decode(rec, index)
-            return
-        from solm.decode.jobs import pending_jobs
+    def timed(self, index: dict[str, int], repeats: int) -> "TimedRunner":
+        """This method as a protocol runner, one prompt at a time, timed: each job's result
+        is its finished outputs row (`index`: a prompt id's place in the evaluation set)."""
+        return TimedRunner(self, index, repeats)
 
+    def batched(self, index: dict[str, int], batch_size: int):
+        """(a protocol runner decoding many prompts together, the outputs row of a finished
+        job): for quality runs. A row's wall time would count its batch mates, so timed
+        fields are None and the row says `batched`."""
         engine = self._engine(pool_size=self.engine.pool_size, batch_size=batch_size)
         runner = self.system.runner(self.model, self.tokenizer, self.config, engine,
                                     batch_size, False)
-        jobs, _ = pending_jobs([rec for _, rec in records], self.tokenizer, set())
-        index = {rec.id: i for i, rec in records}
-        by_rid = {job.rid: job for job in jobs}
-        for done in runner.run(jobs):
-            if done.error:
-                raise SolmError(f"{self.method.label}: {done.rid}: {done.error}")
-            job = by_rid[done.rid]
-            row = self.system.eval_row(runner.row(job, done.result))
-            row.update(wall_s=None, prefill_s=None, decode_s=None)
-            yield {**self._head(job.record, index[job.record.id]), "batched": batch_size,
-                   **row}
+
+        def row(job, result) -> dict:
+            out = self.system.eval_row(runner.row(job, result))
+            out.update(wall_s=None, prefill_s=None, decode_s=None)
+            return {**self._head(job.record, index[job.record.id]), "batched": batch_size,
+                    **out}
+
+        return runner, row
+
+
+class TimedRunner:
+    """A method decoding one job at a time (`repeats` decodes, the last one's times kept)."""
+
+    def __init__(self, method: MethodRunner, index: dict[str, int], repeats: int):
+        self.method, self.index, self.repeats = method, index, repeats
+
+    def run(self, jobs):
+        from solm.decode.protocol import Done
+
+        for job in jobs:
+            yield Done(job.rid, self.method.decode(job.record, self.index[job.record.id],
+                                                   self.repeats))
 
 
 def answer_tokens(tokenizer, text: str) -> int:

@@ -23,6 +23,7 @@ from typing import Callable, Iterable
 from solm.core.errors import SolmError
 from solm.core.jsonl import JsonlWriter, done_ids, read_json_file, read_jsonl
 from solm.core.records import Record
+from solm.decode.jobs import DecodeSummary, decode_jobs, pending_jobs
 from solm.eval.methods import Method, MethodRunner
 
 REFERENCE = "reference"
@@ -77,58 +78,62 @@ def decode_outputs(runners: dict[str, MethodRunner], records: list[tuple[int, Re
                    run_dir: Path, repeats: int,
                    on_row: Callable[[str, dict | None], None] | None = None,
                    batch_size: int = 1) -> dict[str, int]:
-    """Decode every (prompt, method) not yet in the outputs files, prompt by prompt with the
-    methods side by side (so a slow spell of the machine hits every method alike), every
-    method warmed before the first timed decode and their order reversed on every other
-    prompt (neither always runs first, on a cache the other warmed); with `batch_size` > 1,
-    method by method in batches (untimed rows: a quality run)."""
+    """Decode every (prompt, method) not yet in the outputs files through the one decode loop
+    (`solm.decode.jobs`), prompt by prompt with the methods side by side (so a slow spell of
+    the machine hits every method alike), every method warmed before the first timed decode
+    and their order reversed on every other prompt (neither always runs first, on a cache the
+    other warmed); with `batch_size` > 1, method by method in batches (untimed rows: a
+    quality run)."""
+    index = {rec.id: i for i, rec in records}
+    pending = {}
+    for label, runner in runners.items():
+        jobs, _ = pending_jobs([rec for _, rec in records], runner.tokenizer,
+                               done_ids(outputs_path(run_dir, label)))
+        pending[label] = jobs
+    summaries = {label: DecodeSummary() for label in runners}
+
+    def written(label: str):
+        return (lambda _summary, row: on_row(label, row)) if on_row else None
+
     if batch_size > 1:
-        return _decode_outputs_batched(runners, records, run_dir, on_row, batch_size)
-    done = {label: done_ids(outputs_path(run_dir, label)) for label in runners}
+        for label, runner in runners.items():
+            for _ in range(len(records) - len(pending[label])):
+                if on_row:
+                    on_row(label, None)
+            batched, row = runner.batched(index, batch_size)
+            with JsonlWriter(outputs_path(run_dir, label), fsync=False) as writer:
+                decode_jobs(batched, pending[label], writer, row, summaries[label],
+                            written(label))
+        return {label: s.done for label, s in summaries.items()}
+
+    by_id = {label: {job.record.id: job for job in jobs} for label, jobs in pending.items()}
+    timed = {label: runner.timed(index, repeats) for label, runner in runners.items()}
+    for label, runner in runners.items():
+        if pending[label]:
+            runner.warm_up()
     writers = {label: JsonlWriter(outputs_path(run_dir, label), fsync=False)
                for label in runners}
-    counts = {label: 0 for label in runners}
-    for label, runner in runners.items():
-        if any(rec.id not in done[label] for _, rec in records):
-            runner.warm_up()
     try:
-        for position, (index, rec) in enumerate(records):
-            order = list(runners.items())
+        for position, (_, rec) in enumerate(records):
+            order = list(runners)
             if position % 2:
                 order.reverse()
-            for label, runner in order:
-                if rec.id in done[label]:
+            for label in order:
+                job = by_id[label].get(rec.id)
+                if job is None:
                     if on_row:
                         on_row(label, None)
                     continue
-                row = runner.decode(rec, index, repeats)
-                writers[label].write(row)
-                counts[label] += 1
-                if on_row:
-                    on_row(label, row)
+                decode_jobs(timed[label], [job], writers[label], _the_row, summaries[label],
+                            written(label))
     finally:
         for w in writers.values():
             w.close()
-    return counts
+    return {label: s.done for label, s in summaries.items()}
 
 
-def _decode_outputs_batched(runners: dict[str, MethodRunner], records: list[tuple[int, Record]],
-                            run_dir: Path, on_row, batch_size: int) -> dict[str, int]:
-    counts = {}
-    for label, runner in runners.items():
-        done = done_ids(outputs_path(run_dir, label))
-        pending = [(i, r) for i, r in records if r.id not in done]
-        for _ in range(len(records) - len(pending)):
-            if on_row:
-                on_row(label, None)
-        counts[label] = 0
-        with JsonlWriter(outputs_path(run_dir, label), fsync=False) as writer:
-            for row in runner.decode_batched(pending, batch_size):
-                writer.write(row)
-                counts[label] += 1
-                if on_row:
-                    on_row(label, row)
-    return counts
+def _the_row(job, row: dict) -> dict:
+    return row
 
 
 ALPACA_EVAL_HUB = "tatsu-lab/alpaca_eval"

@@ -25,6 +25,7 @@ from typing import Callable, Iterable
 
 from solm.core.errors import SolmError
 from solm.core.systems.tip import steps_and_kills
+from solm.decode.jobs import DecodeSummary
 
 BUDGETED = ("streamingllm", "h2o")
 DATA_SETS = ("aime2024", "aime2025", "math500", "gsm8k_test")
@@ -106,57 +107,77 @@ def read_rows(path: Path) -> list[dict]:
 def run_point(runtime, point: Point, data: str, problems: list[dict], samples: int,
               config_kw: dict, run_dir: Path, done: set,
               on_row: Callable[[dict], None] | None = None) -> int:
-    """Decode every (problem, sample) of one point not yet in the run; returns rows written."""
+    """Decode every (problem, sample) of one point not yet in the run through the one decode
+    loop (`solm.decode.jobs`); returns rows written. A timing segment is kept even when the
+    run is stopped midway, so a resumed run's throughput counts every decode."""
     from solm.core.chat import prompt_ids
     from solm.core.jsonl import JsonlWriter
-    from solm.core.math_task import is_correct, predicted_answer
+    from solm.core.records import Record
     from solm.core.sampling import SamplingConfig
-    from solm.decode.tip.runtime import TipDecodeConfig, TipRequest
+    from solm.decode.jobs import decode_jobs
+    from solm.decode.protocol import Job
+    from solm.decode.tip.decode_file import TipRunner
+    from solm.decode.tip.runtime import TipDecodeConfig
 
-    jobs = [(p, k) for p in problems for k in range(samples)
+    todo = [(p, k) for p in problems for k in range(samples)
             if (data, p["id"], point.policy, point.budget, k) not in done]
-    if not jobs:
+    if not todo:
         return 0
     tok = runtime.tokenizer
-    prompts = {p["id"]: prompt_ids(tok, p["prompt"]) for p in problems}
-    reqs = (TipRequest(i, prompts[p["id"]], seed=k) for i, (p, k) in enumerate(jobs))
+    prompts = {p["id"]: tuple(prompt_ids(tok, p["prompt"])) for p in problems}
+    by_id = {p["id"]: p for p in problems}
+    jobs = [Job(i, Record(p["id"], p["prompt"]), prompts[p["id"]], k)
+            for i, (p, k) in enumerate(todo)]
     cfg = TipDecodeConfig(policy=point.policy, budget=point.budget,
                           batch_size=config_kw["batch_size"],
                           max_new_tokens=config_kw["max_new_tokens"],
                           sampling=SamplingConfig(config_kw["temperature"], config_kw["top_p"],
                                                   config_kw["seed"]))
-    written, tokens = 0, 0
+
+    def row(job: Job, res) -> dict:
+        return sample_row(data, point, by_id[job.record.id], job, res, runtime)
+
+    summary = _Tokens()
     started = time.perf_counter()
-    with JsonlWriter(run_dir / "samples.jsonl") as out, \
-            JsonlWriter(run_dir / "timing.jsonl") as timing:
+    with JsonlWriter(run_dir / "timing.jsonl") as timing:
         try:
-            for res in runtime.run(reqs, cfg):
-                problem, k = jobs[res.rid]
-                text = tok.decode(res.ids, skip_special_tokens=True)
-                prediction = predicted_answer(text)
-                opened, killed = steps_and_kills(res.ids, runtime.vocab)
-                prompt_len = len(prompts[problem["id"]])
-                row = {"data": data, "id": problem["id"], "policy": point.policy,
-                       "budget": point.budget, "sample": k, "prediction": prediction,
-                       "gold": problem["gold"],
-                       "correct": is_correct(prediction, problem["gold"], problem["kind"]),
-                       "generated": res.generated, "prompt_tokens": prompt_len,
-                       "mean_live_tokens": round(res.mean_live_tokens, 2),
-                       "live_response_tokens": round(res.mean_live_response_tokens, 2),
-                       "peak_live_tokens": res.peak_live_tokens,
-                       "decode_s": round(res.decode_s, 3), "prefill_s": round(res.prefill_s, 3),
-                       "registers_opened": opened, "steps_killed": killed, "flags": res.flags,
-                       "response": text}
-                out.write(row)
-                written += 1
-                tokens += res.generated
-                if on_row:
-                    on_row(row)
+            decode_jobs(TipRunner(runtime, cfg), jobs, run_dir / "samples.jsonl", row,
+                        summary, (lambda _s, r: on_row(r)) if on_row else None)
         finally:
             timing.write({"data": data, "policy": point.policy, "budget": point.budget,
-                          "tokens": tokens, "rows": written,
+                          "tokens": summary.tokens, "rows": summary.done,
                           "wall_s": round(time.perf_counter() - started, 3)})
-    return written
+    return summary.done
+
+
+@dataclass
+class _Tokens(DecodeSummary):
+    """Rows written and tokens generated (a timing segment's figures)."""
+
+    tokens: int = 0
+
+    def add(self, row: dict, result, runner, seconds: float) -> None:
+        self.tokens += result.generated
+
+
+def sample_row(data: str, point: Point, problem: dict, job, res, runtime) -> dict:
+    """One samples.jsonl row: the answer graded against the problem's gold, KV figures."""
+    from solm.core.math_task import is_correct, predicted_answer
+
+    text = runtime.tokenizer.decode(res.ids, skip_special_tokens=True)
+    prediction = predicted_answer(text)
+    opened, killed = steps_and_kills(res.ids, runtime.vocab)
+    return {"data": data, "id": problem["id"], "policy": point.policy,
+            "budget": point.budget, "sample": job.sample, "prediction": prediction,
+            "gold": problem["gold"],
+            "correct": is_correct(prediction, problem["gold"], problem["kind"]),
+            "generated": res.generated, "prompt_tokens": len(job.prompt_ids),
+            "mean_live_tokens": round(res.mean_live_tokens, 2),
+            "live_response_tokens": round(res.mean_live_response_tokens, 2),
+            "peak_live_tokens": res.peak_live_tokens,
+            "decode_s": round(res.decode_s, 3), "prefill_s": round(res.prefill_s, 3),
+            "registers_opened": opened, "steps_killed": killed, "flags": res.flags,
+            "response": text}
 
 
 def summarise(rows: list[dict], timing: list[dict]) -> list[dict]:
