@@ -3,8 +3,8 @@
 It skips what the output already holds, feeds the rest to a runner (`solm.decode.protocol`),
 writes each row as its request ends (appended and flushed, so a killed run loses only what
 was in flight) and keeps the system's summary. Commands (`decode_command`), `pasta eval run`
-(timed and batched), `tip eval run` and `pasta prefs` all decode through it; a system only says what its row holds
-(`DecodeSystem.row`) and what its summary counts.
+(timed and batched), `tip eval run` and `pasta prefs` all decode through it; a system only
+says what its row holds (`DecodeSystem.row`) and what its summary counts.
 """
 
 from __future__ import annotations
