@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, Mapping
 
 import torch
@@ -72,10 +73,16 @@ def as_mask_mod(term: MaskTerm, attrs: Attrs) -> Callable:
 class Structure:
     """What a system's `structure()` returns, whatever the system."""
 
-    visible: torch.Tensor  # bool [T, T]: may token i attend to token j?
+    term: MaskTerm  # the system's visibility rule over `attrs`
     position_ids: torch.Tensor  # long [T]
     targets: torch.Tensor  # long [T]: the token i predicts, IGNORE where nothing
     attrs: dict[str, torch.Tensor]  # name -> long [T]: the attributes the terms read
+
+    @cached_property
+    def visible(self) -> torch.Tensor:
+        """Bool [T, T]: may token i attend to token j? Built only when asked for (a
+        FlexAttention run reads the term and the attributes, never this)."""
+        return pairwise(self.term, self.attrs, self.attrs)
 
 
 def attention_bias(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -15,18 +15,31 @@ import torch
 
 from solm.core.chat import prompt_ids, text_ids
 from solm.core.pasta_lang import strip
-from solm.core.structure import IGNORE
+from solm.core.structure import IGNORE, MaskTerm, pairwise
 from solm.core.systems.pasta import ATTR_NAMES, PastaVocab, pasta_visible, structure
 
 
+class StructuredExample:
+    """An example carrying its structure's term and attributes; the dense mask is built only
+    when a batch asks for it (never in FlexAttention mode)."""
+
+    term: MaskTerm
+    attrs: dict[str, torch.Tensor]
+
+    @property
+    def visible(self) -> torch.Tensor:
+        """Bool [T, T] (the structure's rule over this example's attributes)."""
+        return pairwise(self.term, self.attrs, self.attrs)
+
+
 @dataclass
-class PastaExample:
+class PastaExample(StructuredExample):
     input_ids: list[int]
     position_ids: list[int]
-    visible: torch.Tensor  # bool [T, T]
+    term: MaskTerm
     targets: list[int]  # per token: what it predicts (IGNORE for prompt tokens)
     prompt_len: int
-    attrs: dict[str, torch.Tensor] | None = None  # what the mask terms read
+    attrs: dict[str, torch.Tensor]  # what the mask terms read
 
 
 @dataclass
@@ -51,7 +64,7 @@ class PastaCollator:
         targets = s.targets.tolist()
         for i in range(min(len(prompt) - 1, len(targets))):
             targets[i] = IGNORE
-        return PastaExample(ids, s.position_ids.tolist(), s.visible, targets, len(prompt),
+        return PastaExample(ids, s.position_ids.tolist(), s.term, targets, len(prompt),
                             {n: s.attrs[n] for n in ATTR_NAMES})
 
     def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:

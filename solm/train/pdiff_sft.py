@@ -49,7 +49,8 @@ import torch.nn.functional as F
 
 from solm.core.errors import SolmError
 from solm.core.settings import setting
-from solm.core.structure import IGNORE
+from solm.core.structure import IGNORE, MaskTerm
+from solm.train.collator import StructuredExample, add_structure_masks
 from solm.train.base import PreparedData, SolmTrainer, TrainConfig
 from solm.train.data import load_sft_rows, split_rows
 
@@ -78,10 +79,10 @@ class PdiffSFTConfig(TrainConfig):
 
 
 @dataclass
-class PdiffExample:
+class PdiffExample(StructuredExample):
     input_ids: list[int]  # with the masked chunk slots replaced by the mask token
     position_ids: list[int]
-    visible: torch.Tensor
+    term: MaskTerm
     labels: list[int]  # pre-shifted: logits[i] scores labels[i + 1]
     kinds: list[int]  # per label: 0 none, AR or DIFFUSION
     control: list[bool]  # per label: an AR target that is a control token
@@ -156,7 +157,7 @@ class PdiffCollator:
         norm = sum(k == AR for k in kinds) + len(diffusable)
         controls = set(self.vocab.control_ids)
         control = [k == AR and lab in controls for k, lab in zip(kinds, labels)]
-        return PdiffExample(inputs, s.position_ids.tolist(), s.visible, labels, kinds, control,
+        return PdiffExample(inputs, s.position_ids.tolist(), s.term, labels, kinds, control,
                             t, max(norm, 1), dict(s.attrs))
 
     def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
@@ -185,7 +186,7 @@ def collate(examples: list[PdiffExample], pad: int, flex: bool = False) -> dict:
         batch["labels"][i, :t] = torch.tensor(e.labels)
         batch["loss_kind"][i, :t] = torch.tensor(e.kinds)
         batch["loss_control"][i, :t] = torch.tensor(e.control)
-    from solm.train.collator import add_structure_masks
+
     return add_structure_masks(batch, examples, flex)
 
 

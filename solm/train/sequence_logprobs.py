@@ -55,7 +55,7 @@ def encode_answer(answer: SampledAnswer, vocab: PastaVocab, eos_id: int) -> Past
         source = predictor[p + f]
         if source >= 0:
             targets[source] = IGNORE
-    return PastaExample(ids, s.position_ids.tolist(), s.visible, targets, p,
+    return PastaExample(ids, s.position_ids.tolist(), s.term, targets, p,
                         {n: s.attrs[n] for n in ATTR_NAMES})
 
 

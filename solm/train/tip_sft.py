@@ -105,7 +105,7 @@ class TipCollator:
         targets = s.targets.tolist()
         for i in range(min(len(prompt) - 1, len(targets))):
             targets[i] = IGNORE
-        return PastaExample(ids, s.position_ids.tolist(), s.visible, targets, len(prompt),
+        return PastaExample(ids, s.position_ids.tolist(), s.term, targets, len(prompt),
                             dict(s.attrs))
 
     def __call__(self, rows: list[dict]):

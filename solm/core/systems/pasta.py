@@ -36,7 +36,7 @@ import torch
 from solm.core.chat import eos_ids
 from solm.core.control_tokens import (ASYNC_CLOSE, ASYNC_OPEN, MAX_PROMISE_TENS, PROMISE_OPEN,
                                       SYNC, promise_close)
-from solm.core.structure import IGNORE, Attrs, Structure, or_masks, pairwise
+from solm.core.structure import IGNORE, Attrs, Structure, or_masks
 
 NAME = "pasta"
 MAIN = 0
@@ -232,5 +232,5 @@ def structure(token_ids: Sequence[int] | torch.Tensor, vocab: PastaVocab,
         token_ids = token_ids.tolist()
     attrs, targets = walk_training_order(token_ids, vocab)
     t = attrs_to_tensors(attrs)
-    return Structure(visible=pairwise(pasta_visible, t, t), position_ids=t["pos"],
+    return Structure(term=pasta_visible, position_ids=t["pos"],
                      targets=torch.tensor(targets, dtype=torch.long), attrs=t)

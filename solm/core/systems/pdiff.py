@@ -56,7 +56,7 @@ import torch
 
 from solm.core.chat import eos_ids
 from solm.core.control_tokens import MASK_TOKEN, MAX_PROMISE_TENS, PAD_TOKEN
-from solm.core.structure import IGNORE, Attrs, Structure, or_masks, pairwise
+from solm.core.structure import IGNORE, Attrs, Structure, or_masks
 from solm.core.systems.pasta import (ATTR_NAMES, MAIN, PastaTracker, PastaVocab, TokenAttrs,
                                      attrs_to_tensors, pasta_visible, walk_with_predictors)
 
@@ -191,5 +191,5 @@ def structure(token_ids: Sequence[int] | torch.Tensor, vocab: PdiffVocab, prompt
     targets = [t if a.thread == MAIN else IGNORE for a, t in zip(attrs, targets)]
     t = attrs_to_tensors(attrs)
     t["diffusable"] = torch.tensor(diffusable(token_ids, attrs, vocab), dtype=torch.long)
-    return Structure(visible=pairwise(pdiff_visible, t, t), position_ids=t["pos"],
+    return Structure(term=pdiff_visible, position_ids=t["pos"],
                      targets=torch.tensor(targets, dtype=torch.long), attrs=t)

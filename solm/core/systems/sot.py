@@ -23,7 +23,7 @@ from typing import Sequence
 
 import torch
 
-from solm.core.structure import IGNORE, Attrs, Structure, or_masks, pairwise
+from solm.core.structure import IGNORE, Attrs, Structure, or_masks
 
 NAME = "sot"
 PREFIX = 0
@@ -95,5 +95,5 @@ def structure(prefix_ids: Sequence[int], points: Sequence[Sequence[int]]) -> Str
         targets += [*point[1:], IGNORE] if point else []
     t = {n: torch.tensor([getattr(a, n) for a in attrs], dtype=torch.long)
          for n in (*ATTR_NAMES, "pos")}
-    return Structure(visible=pairwise(sot_visible, t, t), position_ids=t["pos"],
+    return Structure(term=sot_visible, position_ids=t["pos"],
                      targets=torch.tensor(targets, dtype=torch.long), attrs=t)

@@ -21,7 +21,7 @@ from typing import Sequence
 import torch
 
 from solm.core.control_tokens import register_token
-from solm.core.structure import IGNORE, Attrs, Structure, and_masks, pairwise
+from solm.core.structure import IGNORE, Attrs, Structure, and_masks
 
 NAME = "tip"
 PROMPT_STEP = -1  # prompt tokens: always visible
@@ -129,7 +129,7 @@ def structure(token_ids: Sequence[int] | torch.Tensor, vocab: TipVocab,
     targets = torch.full((t,), IGNORE, dtype=torch.long)
     if t > 1:
         targets[:-1] = torch.tensor(token_ids[1:], dtype=torch.long)
-    return Structure(visible=pairwise(tip_visible, attrs, attrs), position_ids=idx.clone(),
+    return Structure(term=tip_visible, position_ids=idx.clone(),
                      targets=targets, attrs=attrs)
 
 
