@@ -209,6 +209,9 @@ class SolmTrainer:
         cfg = self.config
         impl = "flex_attention" if self.attention() == "flex" else "sdpa"
         model, tok = load_model(cfg.model, dtype="fp32", device="cpu", attn_implementation=impl)
+        if impl == "flex_attention":
+            from solm.train.flex import refuse_dense_masks
+            refuse_dense_masks(model)
         options = self.control_token_options()
         add_control_tokens(model, tok, self.control_tokens, **options)
         vocab = get_system(self.control_tokens).structure_module().Vocab.from_tokenizer(

@@ -37,6 +37,7 @@ import torch
 
 from solm.core.errors import DataError, SolmError
 from solm.core.settings import setting
+from solm.core.systems.pasta import pasta_visible
 from solm.train.base import PreparedData, SolmTrainer, TrainConfig
 from solm.train.sequence_logprobs import SampledAnswer, batch_answers, sequence_logprobs
 
@@ -175,6 +176,8 @@ class PairCollator:
     vocab: Any
     eos_id: int
     pad_id: int
+    flex: bool = False  # the structure's attributes instead of a dense mask
+    term = staticmethod(pasta_visible)
 
     def answers(self, row: dict) -> tuple[SampledAnswer, SampledAnswer]:
         from solm.core.chat import prompt_ids
@@ -186,7 +189,7 @@ class PairCollator:
     def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
         pairs = [self.answers(r) for r in rows]
         batch = batch_answers([c for c, _ in pairs] + [r for _, r in pairs], self.vocab,
-                              self.eos_id, self.pad_id)
+                              self.eos_id, self.pad_id, self.flex)
         batch["n"] = torch.tensor([r["n"] for r in rows])
         if all("ref_chosen" in r for r in rows):
             batch["ref_chosen"] = torch.tensor([r["ref_chosen"] for r in rows])
@@ -264,7 +267,8 @@ class BonbonTrainer(SolmTrainer):
 
     def data_collator(self, tokenizer, vocab) -> Callable:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        return PairCollator(tokenizer, vocab, tokenizer.eos_token_id, pad)
+        return PairCollator(tokenizer, vocab, tokenizer.eos_token_id, pad,
+                            flex=self.attention() == "flex")
 
     def prepare_data(self, rows: list[dict], tokenizer, vocab) -> PreparedData:
         from solm.core.provenance import file_sha256

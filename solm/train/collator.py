@@ -75,8 +75,9 @@ class PastaCollator:
 def collate_examples(examples: list[PastaExample], pad: int, flex: bool = False
                      ) -> dict[str, torch.Tensor]:
     """A padded batch: ids, Pred-10X positions, labels pre-shifted for HF's loss, and the
-    structure's masks (dense [B, 1, T, T], or the attributes for FlexAttention)."""
-    n = max(len(e.input_ids) for e in examples)
+    structure's masks (dense [B, 1, T, T], or the attributes for FlexAttention, the length
+    padded to whole blocks)."""
+    n = batch_length(examples, flex)
     b = len(examples)
     input_ids = torch.full((b, n), pad, dtype=torch.long)
     position_ids = torch.zeros((b, n), dtype=torch.long)
@@ -88,6 +89,16 @@ def collate_examples(examples: list[PastaExample], pad: int, flex: bool = False
         labels[i, 1:t] = torch.tensor(e.targets[: t - 1])  # pre-shifted for HF's loss
     batch = {"input_ids": input_ids, "position_ids": position_ids, "labels": labels}
     return add_structure_masks(batch, examples, flex)
+
+
+def batch_length(examples: list, flex: bool) -> int:
+    """The padded length of a batch: its longest example, rounded up to whole FlexAttention
+    blocks in flex mode (a bounded number of compiled shapes)."""
+    n = max(len(e.input_ids) for e in examples)
+    if flex:
+        from solm.train.flex import padded_length
+        n = padded_length(n)
+    return n
 
 
 def add_structure_masks(batch: dict, examples: list, flex: bool = False) -> dict:

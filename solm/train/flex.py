@@ -18,12 +18,18 @@ import torch
 from solm.core.structure import MaskTerm
 
 ATTENTION_CHOICES = ("auto", "sdpa", "flex")
+FLEX_IMPLEMENTATION = "flex_attention"
+# FlexAttention's block: a flex batch pads its length up to a multiple of it, so compiled
+# kernels see one shape per 128 tokens of length rather than one per batch
+BLOCK = 128
 
 
-def resolve_attention(choice: str, device_type: str) -> str:
+def resolve_attention(choice: str, device_type: str, backward: bool = True) -> str:
+    """`sdpa` or `flex` for `choice` on `device_type`. FlexAttention runs forward on a CPU
+    (log-probs, evaluation) but has no backward there: training with it is refused."""
     if choice not in ATTENTION_CHOICES:
         raise ValueError(f"attention must be one of {', '.join(ATTENTION_CHOICES)}")
-    if choice == "flex" and device_type == "cpu":
+    if choice == "flex" and device_type == "cpu" and backward:
         from solm.core.errors import SolmError
         raise SolmError("--attention flex: FlexAttention has no backward pass on a CPU in "
                         f"torch {torch.__version__}; train with --attention sdpa (the default "
@@ -33,29 +39,125 @@ def resolve_attention(choice: str, device_type: str) -> str:
     return "flex" if device_type == "cuda" else "sdpa"
 
 
+def attention_implementation(model) -> str:
+    """The attention implementation of a model, through any wrapper (DDP, FSDP, PEFT)."""
+    seen = model
+    for _ in range(8):
+        config = getattr(seen, "config", None)
+        if config is not None and hasattr(config, "_attn_implementation"):
+            return config._attn_implementation or "eager"
+        seen = getattr(seen, "module", None) or getattr(seen, "base_model", None)
+        if seen is None:
+            break
+    return "eager"
+
+
+def is_flex(model) -> bool:
+    return attention_implementation(model) == FLEX_IMPLEMENTATION
+
+
+def padded_length(n: int) -> int:
+    """A flex batch's length: `n` rounded up to a whole number of blocks."""
+    return -(-n // BLOCK) * BLOCK
+
+
+def real_columns(lengths_or_real: torch.Tensor, t: int) -> torch.Tensor:
+    """[B, T] bool of the real (non-padding) columns, from per-row lengths (right padding) or
+    given as such."""
+    if lengths_or_real.dim() == 2:
+        return lengths_or_real.bool()
+    return torch.arange(t, device=lengths_or_real.device)[None, :] < lengths_or_real[:, None]
+
+
 def batch_mask_mod(term: MaskTerm, attrs: dict[str, torch.Tensor],
                    lengths: torch.Tensor) -> Callable:
-    """`mask_mod(b, h, q_idx, kv_idx)` of a padded batch: the term inside each row's length,
-    and a padded query seeing only itself (so no softmax row is empty)."""
+    """`mask_mod(b, h, q_idx, kv_idx)` of a padded batch (`lengths`: per-row lengths, or a
+    [B, T] bool of real columns): the term between real columns, and a padding query seeing
+    only itself (so no softmax row is empty)."""
+    t = next(iter(attrs.values())).shape[1]
+    real = real_columns(lengths, t)
 
     def mask_mod(b, h, q_idx, kv_idx):
-        n = lengths[b]
-        real = (q_idx < n) & (kv_idx < n)
-        q = {name: t[b, q_idx] for name, t in attrs.items()}
-        k = {name: t[b, kv_idx] for name, t in attrs.items()}
-        return (real & term(q, k)) | ((q_idx >= n) & (q_idx == kv_idx))
+        real_q, real_k = real[b, q_idx], real[b, kv_idx]
+        q = {name: v[b, q_idx] for name, v in attrs.items()}
+        k = {name: v[b, kv_idx] for name, v in attrs.items()}
+        return (real_q & real_k & term(q, k)) | (~real_q & (q_idx == kv_idx))
 
     return mask_mod
 
 
+def dense_batch_mask(term: MaskTerm, attrs: dict[str, torch.Tensor],
+                     lengths: torch.Tensor) -> torch.Tensor:
+    """[B, 1, T, T] bool: the same rule as `batch_mask_mod`, every pair at once."""
+    t = next(iter(attrs.values())).shape[1]
+    real = real_columns(lengths, t)
+    visible = term({n: v[:, :, None] for n, v in attrs.items()},
+                   {n: v[:, None, :] for n, v in attrs.items()})
+    eye = torch.eye(t, dtype=torch.bool, device=real.device)
+    return ((real[:, :, None] & real[:, None, :] & visible) | (~real[:, :, None] & eye))[:, None]
+
+
+_compiled_create_block_mask = None
+
+
 def block_mask_for(term: MaskTerm, attrs: dict[str, torch.Tensor], lengths: torch.Tensor,
                    device: torch.device | str):
+    """The batch's BlockMask, built block by block (compiled: the [B, T, T] mask is never
+    materialised)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
+    global _compiled_create_block_mask
+    if _compiled_create_block_mask is None:
+        _compiled_create_block_mask = torch.compile(create_block_mask)
     b, t = next(iter(attrs.values())).shape
     attrs = {name: v.to(device) for name, v in attrs.items()}
-    return create_block_mask(batch_mask_mod(term, attrs, lengths.to(device)), b, None, t, t,
-                             device=device)
+    return _compiled_create_block_mask(batch_mask_mod(term, attrs, lengths.to(device)), b,
+                                       None, t, t, device=device)
+
+
+def structure_mask(model, term: MaskTerm, attrs: dict[str, torch.Tensor],
+                   lengths: torch.Tensor, device: torch.device | str):
+    """The structure's mask in the form `model`'s attention honours: a BlockMask for a flex
+    model, the dense [B, 1, T, T] bool mask otherwise (one rule, `batch_mask_mod`)."""
+    if is_flex(model):
+        return block_mask_for(term, attrs, lengths, device)
+    return dense_batch_mask(term, {n: v.to(device) for n, v in attrs.items()},
+                            lengths.to(device))
+
+
+def model_attention_mask(model, batch: dict, term: MaskTerm, device: torch.device | str):
+    """The mask to give `model` for a collated batch: built from the structure's attributes
+    when the batch carries them (flex collation), else the batch's own mask, which a flex
+    model must not get in dense form."""
+    if "structure_attrs" in batch:
+        return structure_mask(model, term, batch["structure_attrs"], batch["lengths"], device)
+    mask = batch["attention_mask"]
+    if is_flex(model) and isinstance(mask, torch.Tensor) and mask.dim() == 4:
+        from solm.core.errors import SolmError
+        raise SolmError("a model loaded with FlexAttention got a dense structure mask: "
+                        "collate the batch with flex=True (its attributes make a BlockMask)")
+    return mask.to(device) if isinstance(mask, torch.Tensor) else mask
+
+
+def refuse_dense_masks(model) -> None:
+    """Make a flex model refuse a dense [B, 1, T, T] mask: FlexAttention would add it to the
+    scores (transformers' `score_mask`), erasing causality and the structure silently on
+    CUDA (and corrupting memory on a CPU)."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+    if getattr(decoder, "_solm_refuses_dense_masks", False):
+        return
+
+    def check(module, args, kwargs):
+        mask = kwargs.get("attention_mask")
+        if isinstance(mask, torch.Tensor) and mask.dim() == 4:
+            from solm.core.errors import SolmError
+            raise SolmError("a dense [B, 1, T, T] attention mask was given to a model loaded "
+                            "with FlexAttention, which would add it to the scores instead of "
+                            "masking: build the mask with solm.train.flex.structure_mask")
+
+    # on the decoder stack: a PEFT wrapper calls the causal-LM's forward directly, past hooks
+    decoder.register_forward_pre_hook(check, with_kwargs=True)
+    decoder._solm_refuses_dense_masks = True
 
 
 def flex_trainer(base: type, term: MaskTerm) -> type:

@@ -195,39 +195,56 @@ class TipRollouts:
 
 
 def structured_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_cols: int,
-                      vocab, tip: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """A [B, 1, T, T] boolean mask and [B, T] positions for TRL's left-padded prompt +
-    right-padded completion: each row's real tokens under TIP's structure (prompt = the real
-    tokens of the first `prompt_cols` columns); a padding column sees only itself."""
+                      vocab, tip: bool, length: int | None = None
+                      ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    """(attributes [B, L], real columns [B, L], positions [B, L]) for TRL's left-padded prompt
+    + right-padded completion: each row's real tokens under TIP's structure (prompt = the real
+    tokens of the first `prompt_cols` columns), laid back into their columns; `length` (at
+    least T) adds padding columns at the end. The mask follows from these by one rule
+    (`solm.train.flex.structure_mask`): a padding column sees only itself."""
     from solm.core.systems.tip import structure
 
     b, t = input_ids.shape
-    mask = torch.eye(t, dtype=torch.bool).repeat(b, 1, 1)
-    positions = torch.zeros((b, t), dtype=torch.long)
+    length = length or t
+    attrs: dict[str, torch.Tensor] = {}
+    real_cols = torch.zeros((b, length), dtype=torch.bool)
+    positions = torch.zeros((b, length), dtype=torch.long)
     for i in range(b):
         real = attention_mask[i].bool().cpu()
         cols = real.nonzero().flatten()
         ids = input_ids[i, cols.to(input_ids.device)].tolist()
         n_prompt = int(real[:prompt_cols].sum())
         n = len(ids)
-        if tip:
-            visible = structure(ids, vocab, prompt_len=n_prompt).visible
-        else:
-            visible = torch.ones(n, n, dtype=torch.bool).tril()
-        mask[i][cols[:, None], cols[None, :]] = visible
+        row = (structure(ids, vocab, prompt_len=n_prompt).attrs if tip
+               else {"index": torch.arange(n)})
+        for name, values in row.items():
+            attrs.setdefault(name, torch.zeros((b, length), dtype=torch.long))[i, cols] = values
+        real_cols[i, cols] = True
         positions[i, cols] = torch.arange(n)
-    return mask[:, None].to(input_ids.device), positions.to(input_ids.device)
+    return attrs, real_cols, positions
 
 
 def completion_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                         logits_to_keep: int, vocab, temperature: float, tip: bool = True,
                         compute_entropy: bool = False
                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-token log-probs [B, K] (at `temperature`) of the last K columns, under TIP's masks."""
-    prompt_cols = input_ids.shape[1] - logits_to_keep
-    mask, positions = structured_inputs(input_ids, attention_mask, prompt_cols, vocab, tip)
-    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                   use_cache=False).logits
+    """Per-token log-probs [B, K] (at `temperature`) of the last K columns, under TIP's masks
+    (a BlockMask for a FlexAttention model, its length padded to whole blocks)."""
+    from solm.core.systems.tip import causal, tip_visible
+    from solm.train.flex import is_flex, padded_length, structure_mask
+
+    b, t = input_ids.shape
+    prompt_cols = t - logits_to_keep
+    length = padded_length(t) if is_flex(model) else t
+    attrs, real, positions = structured_inputs(input_ids, attention_mask, prompt_cols, vocab,
+                                               tip, length)
+    device = input_ids.device
+    mask = structure_mask(model, tip_visible if tip else causal, attrs, real, device)
+    ids = input_ids
+    if length > t:
+        ids = torch.cat([input_ids, input_ids.new_zeros((b, length - t))], dim=1)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions.to(device),
+                   use_cache=False).logits[:, :t]
     logits = logits[:, prompt_cols - 1:-1].float() / temperature
     logps_all = torch.log_softmax(logits, dim=-1)
     targets = input_ids[:, prompt_cols:]

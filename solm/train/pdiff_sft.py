@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from solm.core.errors import SolmError
 from solm.core.settings import setting
 from solm.core.structure import IGNORE, MaskTerm
-from solm.train.collator import StructuredExample, add_structure_masks
+from solm.train.collator import StructuredExample, add_structure_masks, batch_length
 from solm.train.base import PreparedData, SolmTrainer, TrainConfig
 from solm.train.data import load_sft_rows, split_rows
 
@@ -171,7 +171,7 @@ class PdiffCollator:
 
 
 def collate(examples: list[PdiffExample], pad: int, flex: bool = False) -> dict:
-    n, b = max(len(e.input_ids) for e in examples), len(examples)
+    n, b = batch_length(examples, flex), len(examples)
     batch = {"input_ids": torch.full((b, n), pad, dtype=torch.long),
              "position_ids": torch.zeros((b, n), dtype=torch.long),
              "labels": torch.full((b, n), IGNORE, dtype=torch.long),

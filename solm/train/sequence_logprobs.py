@@ -27,8 +27,10 @@ import torch
 import torch.nn.functional as F
 
 from solm.core.structure import IGNORE
-from solm.core.systems.pasta import ATTR_NAMES, PastaVocab, structure, walk_with_predictors
+from solm.core.systems.pasta import (ATTR_NAMES, PastaVocab, pasta_visible, structure,
+                                     walk_with_predictors)
 from solm.train.collator import PastaExample, collate_examples
+from solm.train.flex import model_attention_mask
 
 
 @dataclass
@@ -60,8 +62,9 @@ def encode_answer(answer: SampledAnswer, vocab: PastaVocab, eos_id: int) -> Past
 
 
 def batch_answers(answers: Sequence[SampledAnswer], vocab: PastaVocab, eos_id: int,
-                  pad_id: int) -> dict[str, torch.Tensor]:
-    return collate_examples([encode_answer(a, vocab, eos_id) for a in answers], pad_id)
+                  pad_id: int, flex: bool = False) -> dict[str, torch.Tensor]:
+    """The answers collated (`flex`: the structure's attributes instead of a dense mask)."""
+    return collate_examples([encode_answer(a, vocab, eos_id) for a in answers], pad_id, flex)
 
 
 def sequence_logprobs(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -75,7 +78,7 @@ def token_logprobs(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     device = next(model.parameters()).device
     out = model(input_ids=batch["input_ids"].to(device),
                 position_ids=batch["position_ids"].to(device),
-                attention_mask=batch["attention_mask"].to(device))
+                attention_mask=model_attention_mask(model, batch, pasta_visible, device))
     logits = out.logits[:, :-1].float()
     labels = batch["labels"][:, 1:].to(device)
     return -F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=IGNORE,
