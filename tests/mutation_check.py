@@ -122,8 +122,8 @@ MUTATIONS: dict[str, tuple] = {
         "    pad = b - n", ["tests/test_compiled_step.py"]),
     "pool_without_room_for_padding": (
         "solm/decode/step.py",
-        "self.capacity = pool_size + TOKEN_BUCKET_MAX if compile else pool_size",
-        "self.capacity = pool_size", ["tests/test_compiled_step.py"]),
+        "                   pool_size + TOKEN_BUCKET_MAX if compile else pool_size)",
+        "                   pool_size)", ["tests/test_compiled_step.py"]),
     # nothing destroyed, nothing misreported
     "same_path_guard_blind_to_links": (
         "solm/core/paths.py", "return os.path.samefile(pa, pb)", "return str(pa) == str(pb)",
@@ -160,8 +160,9 @@ MUTATIONS: dict[str, tuple] = {
         "        for k in keys:\n            last_holder.setdefault(k, j)",
         ["tests/test_tip_annotate.py"]),
     "grpo_scores_under_a_causal_mask": (
-        "solm/train/grpo.py", "            visible = structure(ids, vocab, prompt_len=n_prompt).visible",
-        "            visible = torch.ones(n, n, dtype=torch.bool).tril()",
+        "solm/train/grpo.py",
+        "    mask = structure_mask(model, tip_visible if tip else causal, attrs, real, device)",
+        "    mask = structure_mask(model, causal, attrs, real, device)",
         ["tests/test_tip_grpo.py"]),
     "grpo_logprobs_ignore_temperature": (
         "solm/train/grpo.py", "    logits = logits[:, prompt_cols - 1:-1].float() / temperature",
@@ -292,8 +293,8 @@ MUTATIONS: dict[str, tuple] = {
         ["tests/test_prefs.py::test_a_sample_every_judgment_of_which_was_rejected_is_a_tie"]),
     "prefs_samples_share_a_seed": (
         "solm/prefs/job.py",
-        "config = replace(base, sampling=replace(cfg.sampling, seed=seed + k))",
-        "config = replace(base, sampling=replace(cfg.sampling, seed=seed))",
+        "seed=self.seed + job.sample))",
+        "seed=self.seed))",
         PREFS_RERUN),
     "agreement_interval_over_every_row": (
         "solm/eval/agreement.py",
@@ -639,8 +640,8 @@ AUDIT3: dict[str, tuple] = {
         ['tests/test_tip_eval.py']),
     'tip_eval_seed_by_job_order': (
         'solm/eval/tip_eval.py',
-        '    reqs = (TipRequest(i, prompts[p["id"]], seed=k) for i, (p, k) in enumerate(jobs))',
-        '    reqs = (TipRequest(i, prompts[p["id"]], seed=i) for i, (p, k) in enumerate(jobs))',
+        '    jobs = [Job(i, Record(p["id"], p["prompt"]), prompts[p["id"]], k)',
+        '    jobs = [Job(i, Record(p["id"], p["prompt"]), prompts[p["id"]], i)',
         ['tests/test_tip_eval.py']),
     'tip_sft_first_trace_token_untrained': (
         'solm/train/tip_sft.py',
@@ -781,6 +782,34 @@ AUDIT4: dict[str, tuple] = {
 
 # once caught (tests were added for the ones each round missed: 5 of 22 in round 1, 4 of 12
 # in round 2, 10 of 29 in round 3, 5 of 15 in round 4), they join the list the plain run must catch
+# issue 35: FlexAttention wherever it is chosen
+FLEX: dict[str, tuple] = {
+    "bonbon_hands_a_flex_model_a_dense_mask": (
+        "solm/train/bonbon.py", "                              self.eos_id, self.pad_id, self.flex)",
+        "                              self.eos_id, self.pad_id, False)",
+        ["tests/test_flex_everywhere.py"]),
+    "grpo_hands_a_flex_model_a_dense_mask": (
+        "solm/train/grpo.py",
+        "    mask = structure_mask(model, tip_visible if tip else causal, attrs, real, device)",
+        "    from solm.train.flex import dense_batch_mask\n"
+        "    mask = dense_batch_mask(tip_visible if tip else causal, attrs, real).to(device)",
+        ["tests/test_tip_grpo.py"]),
+    "flex_batches_not_bucketed": (
+        "solm/train/flex.py", "    return -(-blocks // step) * step * BLOCK",
+        "    return n", ["tests/test_flex_everywhere.py", "tests/test_flex_training.py"]),
+    "flex_mask_lets_real_queries_see_padding": (
+        "solm/train/flex.py",
+        "        return (real_q & real_k & term(q, k)) | (~real_q & (q_idx == kv_idx))",
+        "        return (real_q & term(q, k)) | (~real_q & (q_idx == kv_idx))",
+        ["tests/test_flex_everywhere.py", "tests/test_flex_training.py"]),
+    "flex_model_takes_dense_masks_silently": (
+        "solm/train/flex.py", "        if isinstance(mask, torch.Tensor) and mask.dim() == 4:\n"
+        "            from solm.core.errors import SolmError\n            raise SolmError(\"a dense",
+        "        if isinstance(mask, torch.Tensor) and mask.dim() == 5:\n"
+        "            from solm.core.errors import SolmError\n            raise SolmError(\"a dense",
+        ["tests/test_flex_everywhere.py"]),
+}
+MUTATIONS.update(FLEX)
 MUTATIONS.update(AUDIT)
 MUTATIONS.update(AUDIT2)
 MUTATIONS.update(AUDIT3)

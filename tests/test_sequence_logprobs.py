@@ -7,6 +7,7 @@ or of a block past its cap)."""
 import pytest
 import torch
 
+from flex_twin import flex_twin
 from solm.core.chat import prompt_ids, text_ids
 from solm.decode.flags import FORK_CAPPED, FORK_EOS
 from solm.decode.pasta.batched import BatchedPastaRuntime, BatchRequest
@@ -44,9 +45,13 @@ def decode(tiny, tok, vocab, max_fork_tokens=6):
     return prompt, done.result
 
 
-def test_runtime_logprobs_equal_the_structure_logprobs(tiny, pasta_tokenizer, vocab):
+@pytest.mark.parametrize("attention", ["sdpa", "flex"])
+def test_runtime_logprobs_equal_the_structure_logprobs(tiny, pasta_tokenizer, vocab, attention):
+    """Under FlexAttention too (issue 35): the log-probs come from a BlockMask built from the
+    same structure, never from a dense mask the flex model would add to its scores."""
     tok = pasta_tokenizer
     prompt, res = decode(tiny, tok, vocab)
+    scorer = flex_twin(tiny) if attention == "flex" else tiny
     assert FORK_EOS in res.flags and FORK_CAPPED in res.flags
     forced = res.forced
     forced_tokens = [res.ids[i] for i in forced]
@@ -54,10 +59,11 @@ def test_runtime_logprobs_equal_the_structure_logprobs(tiny, pasta_tokenizer, vo
     assert sorted(forced_tokens) == sorted([vocab.async_open] * 2 + [vocab.async_close] * 2)
     assert res.end_logprob is not None and res.ended
     answer = SampledAnswer(prompt, res.ids, forced, ended=True)
-    batch = batch_answers([answer], vocab, tok.eos_token_id, tok.pad_token_id or 0)
+    batch = batch_answers([answer], vocab, tok.eos_token_id, tok.pad_token_id or 0,
+                          flex=attention == "flex")
     with torch.no_grad():
-        per_position = token_logprobs(tiny, batch)[0]
-        total = sequence_logprobs(tiny, batch)[0].item()
+        per_position = token_logprobs(scorer, batch)[0]
+        total = sequence_logprobs(scorer, batch)[0].item()
     # the oracle, token by token: the runtime's record, in the order of the ids
     from solm.core.systems.pasta import walk_with_predictors
     ids = encode_answer(answer, vocab, tok.eos_token_id).input_ids

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from conftest import TIP_REGISTERS
 from solm.core.systems.tip import TipVocab
+from flex_twin import flex_twin
 from solm.train.grpo import (TipReward, TipRollouts, completion_logprobs, group_varies,
                              kv_term)
 
@@ -44,9 +45,11 @@ def trl_layout(prompt_ids, completion_ids, pad):
     return torch.tensor(ids), torch.tensor(mask), c
 
 
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("temperature,attention", [(1.0, "sdpa"), (0.7, "sdpa"), (0.7, "flex")])
 def test_recomputed_logprobs_equal_the_runtimes_sampling_logprobs(tip_tok, register_happy_model,
-                                                                  temperature):
+                                                                  temperature, attention):
+    """Under FlexAttention too (issue 35): GRPO's scorer then builds a BlockMask (its length
+    padded to whole blocks) from the same structure."""
     vocab = TipVocab.from_tokenizer(tip_tok, TIP_REGISTERS)
     rollouts = TipRollouts(tip_tok, TIP_REGISTERS, "tip", page_size=4, batch_size=3,
                            max_completion_length=24, temperature=temperature, top_p=0.95)
@@ -65,17 +68,17 @@ def test_recomputed_logprobs_equal_the_runtimes_sampling_logprobs(tip_tok, regis
     assert any(len([t for t in c if t in vocab.registers]) >
                len({t for t in c if t in vocab.registers}) for c in out["completion_ids"])
     ids, mask, keep = trl_layout(out["prompt_ids"], out["completion_ids"], tip_tok.pad_token_id)
+    scorer = flex_twin(register_happy_model) if attention == "flex" else register_happy_model
     with torch.no_grad():
-        logps, _ = completion_logprobs(register_happy_model, ids, mask, keep, vocab,
-                                       temperature)
+        logps, _ = completion_logprobs(scorer, ids, mask, keep, vocab, temperature)
     for i, sampled in enumerate(out["logprobs"]):
         assert len(sampled) == len(out["completion_ids"][i])
         got = logps[i, :len(sampled)]
         assert (got - torch.tensor(sampled)).abs().max() < 1e-4
     # not vacuous: scored under a plain causal mask, the rows with kills differ
     with torch.no_grad():
-        causal, _ = completion_logprobs(register_happy_model, ids, mask, keep, vocab,
-                                        temperature, tip=False)
+        causal, _ = completion_logprobs(scorer, ids, mask, keep, vocab, temperature,
+                                        tip=False)
     assert (causal - logps)[mask[:, -keep:].bool()].abs().max() > 1e-3
 
 

@@ -11,6 +11,7 @@ slower than SDPA's: `bench/flex_attention.py`).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable
 
 import torch
@@ -19,9 +20,15 @@ from solm.core.structure import MaskTerm
 
 ATTENTION_CHOICES = ("auto", "sdpa", "flex")
 FLEX_IMPLEMENTATION = "flex_attention"
-# FlexAttention's block: a flex batch pads its length up to a multiple of it, so compiled
-# kernels see one shape per 128 tokens of length rather than one per batch
+# FlexAttention's block: a flex batch pads its length to whole blocks, and past 8 blocks to
+# one of four lengths an octave (at most 25% padding), so the kernels compiled for a run are
+# bounded (24 lengths up to 16,384 tokens) however its batches vary
 BLOCK = 128
+# flex kernels compile for static shapes: dynamo's automatic dynamic shapes (recompiling with
+# symbolic sizes once a second shape is seen) generate C++ that does not compile in torch
+# 2.13's CPU flex template (`cur_qSplitSize5 was not declared`), and the bucketed lengths
+# need more than the default 8 recompiles
+COMPILE_SETTINGS = {"automatic_dynamic_shapes": False, "recompile_limit": 64}
 
 
 def resolve_attention(choice: str, device_type: str, backward: bool = True) -> str:
@@ -57,8 +64,19 @@ def is_flex(model) -> bool:
 
 
 def padded_length(n: int) -> int:
-    """A flex batch's length: `n` rounded up to a whole number of blocks."""
-    return -(-n // BLOCK) * BLOCK
+    """A flex batch's length: `n` rounded up to whole blocks; past 8 blocks, to a multiple of
+    a quarter of the octave it lies in (9 blocks -> 10, 17 -> 20, 33 -> 40)."""
+    blocks = max(1, -(-n // BLOCK))
+    step = max(1, 2 ** (blocks.bit_length() - 3))
+    return -(-blocks // step) * step * BLOCK
+
+
+def compile_settings_for(model):
+    """A context for a forward of `model`: under FlexAttention, kernels compile for the
+    batch's static (bucketed) shape; nothing changes for another model."""
+    if is_flex(model):
+        return torch._dynamo.config.patch(**COMPILE_SETTINGS)
+    return contextlib.nullcontext()
 
 
 def real_columns(lengths_or_real: torch.Tensor, t: int) -> torch.Tensor:
@@ -108,7 +126,7 @@ def block_mask_for(term: MaskTerm, attrs: dict[str, torch.Tensor], lengths: torc
 
     global _compiled_create_block_mask
     if _compiled_create_block_mask is None:
-        _compiled_create_block_mask = torch.compile(create_block_mask)
+        _compiled_create_block_mask = torch.compile(create_block_mask, dynamic=False)
     b, t = next(iter(attrs.values())).shape
     attrs = {name: v.to(device) for name, v in attrs.items()}
     return _compiled_create_block_mask(batch_mask_mod(term, attrs, lengths.to(device)), b,
@@ -173,10 +191,13 @@ def flex_trainer(base: type, term: MaskTerm) -> type:
 
     class FlexMaskTrainer(base):
         def compute_loss(self, model, inputs, *args, **kwargs):
-            return super().compute_loss(model, with_block_mask(inputs), *args, **kwargs)
+            with compile_settings_for(model):
+                return super().compute_loss(model, with_block_mask(inputs), *args, **kwargs)
 
         def prediction_step(self, model, inputs, *args, **kwargs):
-            return super().prediction_step(model, with_block_mask(inputs), *args, **kwargs)
+            with compile_settings_for(model):
+                return super().prediction_step(model, with_block_mask(inputs), *args,
+                                               **kwargs)
 
     FlexMaskTrainer.__name__ = f"Flex{base.__name__}"
     return FlexMaskTrainer

@@ -231,7 +231,7 @@ def completion_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Te
     """Per-token log-probs [B, K] (at `temperature`) of the last K columns, under TIP's masks
     (a BlockMask for a FlexAttention model, its length padded to whole blocks)."""
     from solm.core.systems.tip import causal, tip_visible
-    from solm.train.flex import is_flex, padded_length, structure_mask
+    from solm.train.flex import compile_settings_for, is_flex, padded_length, structure_mask
 
     b, t = input_ids.shape
     prompt_cols = t - logits_to_keep
@@ -243,8 +243,9 @@ def completion_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Te
     ids = input_ids
     if length > t:
         ids = torch.cat([input_ids, input_ids.new_zeros((b, length - t))], dim=1)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions.to(device),
-                   use_cache=False).logits[:, :t]
+    with compile_settings_for(model):
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions.to(device),
+                       use_cache=False).logits[:, :t]
     logits = logits[:, prompt_cols - 1:-1].float() / temperature
     logps_all = torch.log_softmax(logits, dim=-1)
     targets = input_ids[:, prompt_cols:]

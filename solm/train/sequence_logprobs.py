@@ -30,7 +30,7 @@ from solm.core.structure import IGNORE
 from solm.core.systems.pasta import (ATTR_NAMES, PastaVocab, pasta_visible, structure,
                                      walk_with_predictors)
 from solm.train.collator import PastaExample, collate_examples
-from solm.train.flex import model_attention_mask
+from solm.train.flex import compile_settings_for, model_attention_mask
 
 
 @dataclass
@@ -76,9 +76,10 @@ def token_logprobs(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """[B, T - 1] log-prob of each position's target (0 where none), as `sequence_logprobs`
     sums them: position k's entry is the log-prob of the token k predicts."""
     device = next(model.parameters()).device
-    out = model(input_ids=batch["input_ids"].to(device),
-                position_ids=batch["position_ids"].to(device),
-                attention_mask=model_attention_mask(model, batch, pasta_visible, device))
+    with compile_settings_for(model):
+        out = model(input_ids=batch["input_ids"].to(device),
+                    position_ids=batch["position_ids"].to(device),
+                    attention_mask=model_attention_mask(model, batch, pasta_visible, device))
     logits = out.logits[:, :-1].float()
     labels = batch["labels"][:, 1:].to(device)
     return -F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=IGNORE,
