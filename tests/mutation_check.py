@@ -844,6 +844,9 @@ def run_tests(root: Path, tests: list[str]) -> tuple[int, list[str], str]:
                "-rf", *group]
         r = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
         failed |= set(re.findall(r"^FAILED (\S+)", r.stdout, re.M))
+        if r.returncode not in (0, 1, 5) and not failed:
+            # the run itself died (a crashed process, a collection error): the suite fails
+            failed.add(f"(the test run ended with exit status {r.returncode})")
         summaries.append(r.stdout.strip().splitlines()[-1] if r.stdout.strip()
                          else r.stderr[-300:])
         code = code or r.returncode
