@@ -364,14 +364,18 @@ def _weights_error(folder: str | Path, e: Exception) -> Exception:
 def tiny_model(tokenizer=None, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4,
                num_kv_heads: int = 2, seed: int = 0, max_position_embeddings: int = 4096,
                dtype: torch.dtype = torch.float32, attn_implementation: str = "sdpa",
-               arch: str = "llama"):
-    """A randomly initialised model (llama, qwen2 or gemma architecture) with the embedded
-    tokenizer's vocabulary, for fast tests."""
+               arch: str = "llama", **config_extra):
+    """A randomly initialised model (llama, qwen2, qwen3, mistral, gemma or gemma2
+    architecture) with the embedded tokenizer's vocabulary, for fast tests; `config_extra`
+    sets any other config field (a sliding window, softcaps)."""
     import transformers
 
     classes = {"llama": ("LlamaConfig", "LlamaForCausalLM"),
                "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
-               "gemma": ("GemmaConfig", "GemmaForCausalLM")}
+               "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+               "mistral": ("MistralConfig", "MistralForCausalLM"),
+               "gemma": ("GemmaConfig", "GemmaForCausalLM"),
+               "gemma2": ("Gemma2Config", "Gemma2ForCausalLM")}
     if arch not in classes:
         raise ValueError(f"arch must be one of {', '.join(classes)}")
     config_cls, model_cls = (getattr(transformers, n) for n in classes[arch])
@@ -382,7 +386,9 @@ def tiny_model(tokenizer=None, hidden_size: int = 64, num_layers: int = 2, num_h
         num_key_value_heads=num_kv_heads, head_dim=hidden_size // num_heads,
         max_position_embeddings=max_position_embeddings, tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, attn_implementation=attn_implementation)
+        pad_token_id=tokenizer.pad_token_id, attn_implementation=attn_implementation,
+        **({"query_pre_attn_scalar": hidden_size // num_heads} if arch == "gemma2" else {}),
+        **config_extra)
     torch.manual_seed(seed)
     model = model_cls(config).to(dtype).eval()
     return model, tokenizer

@@ -52,14 +52,33 @@ def _slots(pool: torch.Tensor, ranges: tuple[tuple[int, int], ...]) -> torch.Ten
     return torch.cat([pool[:, :, start:end] for start, end in ranges], dim=2)
 
 
-def segmented_attention(query, key, value, segments, scaling=None) -> torch.Tensor:
-    """[B, H, q, D] attention of each segment's rows over its own key ranges."""
+def attend(query, key, value, mask, scale=None, softcap: float | None = None) -> torch.Tensor:
+    """[B, H, q, D] attention reading shared KV heads directly; with `softcap` (Gemma-2's
+    `attn_logit_softcapping`) each score becomes softcap * tanh(score / softcap) before the
+    mask, which SDPA cannot do, so the scores are then written out."""
     gqa = key.shape[1] != query.shape[1]
+    if not softcap:
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale,
+                                              enable_gqa=gqa)
+    if gqa:
+        group = query.shape[1] // key.shape[1]
+        key, value = key.repeat_interleave(group, 1), value.repeat_interleave(group, 1)
+    scale = scale if scale is not None else query.shape[-1] ** -0.5
+    scores = torch.matmul(query, key.transpose(-1, -2)).float() * scale
+    scores = softcap * torch.tanh(scores / softcap)
+    if mask is not None:
+        scores = (scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool
+                  else scores + mask.float())
+    return torch.matmul(torch.softmax(scores, dim=-1).to(value.dtype), value)
+
+
+def segmented_attention(query, key, value, segments, scaling=None,
+                        softcap: float | None = None) -> torch.Tensor:
+    """[B, H, q, D] attention of each segment's rows over its own key ranges."""
     outs, at = [], 0
     for seg in segments:
-        outs.append(F.scaled_dot_product_attention(
-            query[:, :, at:at + seg.rows], _slots(key, seg.ranges), _slots(value, seg.ranges),
-            attn_mask=seg.mask[None, None], scale=scaling, enable_gqa=gqa))
+        outs.append(attend(query[:, :, at:at + seg.rows], _slots(key, seg.ranges),
+                           _slots(value, seg.ranges), seg.mask[None, None], scaling, softcap))
         at += seg.rows
     if at != query.shape[2]:
         raise ValueError(f"segments cover {at} query rows of {query.shape[2]}")
@@ -81,28 +100,27 @@ def reading_segments(segments: Sequence[Segment]):
 
 @torch.library.custom_op("solm::segmented_sdpa", mutates_args=())
 def segmented_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                   scale: float) -> torch.Tensor:
+                   scale: float, softcap: float) -> torch.Tensor:
     segments = getattr(_active, "segments", None)
     if segments is None:
         raise RuntimeError("solm_segments=True outside reading_segments(...)")
-    return segmented_attention(query, key, value, segments, scale).contiguous()
+    return segmented_attention(query, key, value, segments, scale, softcap or None).contiguous()
 
 
 @segmented_sdpa.register_fake
-def _(query, key, value, scale):
+def _(query, key, value, scale, softcap):
     return query.new_empty(query.shape)
 
 
 def pool_sdpa_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                        **kwargs):
+                        softcap: float | None = None, **kwargs):
     if kwargs.get(SEGMENTS_KWARG):
         scale = scaling if scaling is not None else 1 / math.sqrt(query.shape[-1])
-        out = segmented_sdpa(query, key, value, float(scale))
+        out = segmented_sdpa(query, key, value, float(scale), float(softcap or 0.0))
         return out.transpose(1, 2).contiguous(), None
     if attention_mask is not None and attention_mask.dtype != torch.bool:
         attention_mask = attention_mask.to(query.dtype)
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
-                                         scale=scaling, enable_gqa=key.shape[1] != query.shape[1])
+    out = attend(query, key, value, attention_mask, scaling, softcap)
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -19,9 +19,9 @@ from contextvars import ContextVar
 from typing import Iterator
 
 import torch
-import torch.nn.functional as F
 from transformers import AttentionInterface
 
+from solm.decode.attention import attend
 from solm.decode.paged import PagedState
 
 PAGED_NAME = "solm_paged"
@@ -59,7 +59,7 @@ def _causal_rows(q: int, length: int, group: int, device) -> torch.Tensor:
 
 
 def paged_attention(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0,
-                    **kwargs):
+                    softcap: float | None = None, **kwargs):
     active = _ACTIVE.get()
     if active is None:
         raise RuntimeError("paged attention runs only inside solm.decode.paged_attention."
@@ -76,9 +76,11 @@ def paged_attention(module, query, key, value, attention_mask=None, scaling=None
         mask = (_causal_rows(q, end - start, group, query.device)
                 if state.causal and q > 1 else None)
         if sink is None:
-            o = F.scaled_dot_product_attention(qi, k, v, attn_mask=mask, scale=scale)
+            o = attend(qi, k, v, mask, scale, softcap)
         else:
             s = torch.matmul(qi, k.transpose(-1, -2)) * scale
+            if softcap:
+                s = softcap * torch.tanh(s / softcap)
             if mask is not None:
                 s = s.masked_fill(~mask, float("-inf"))
             probs = torch.softmax(s.float(), dim=-1).to(query.dtype)
