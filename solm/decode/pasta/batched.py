@@ -35,6 +35,7 @@ from typing import Any, Hashable, Iterable, Iterator, Sequence
 
 import torch
 
+from solm.core.model_features import past_the_window
 from solm.core.structure import BATCH_ATTR_NAMES, and_masks, same_request
 from solm.core.systems.pasta import ATTR_NAMES, PastaTracker, pasta_visible
 from solm.decode.flags import MAX_NEW_TOKENS as FLAG_MAX_NEW_TOKENS
@@ -220,7 +221,7 @@ class BatchedPastaRuntime:
                     f"{self.pool_size}")
         if not req.prompt_ids:
             return "empty prompt"
-        return None
+        return past_the_window(self.model.config, need)
 
     def _admit(self, req: BatchRequest) -> _Running | None:
         prompt = tuple(int(t) for t in req.prompt_ids)

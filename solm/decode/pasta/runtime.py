@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from solm.core.model_features import past_the_window
 from solm.core.sampling import Sampler, formatting_token_ids
 from solm.core.systems.pasta import (ATTR_NAMES, MAIN, PastaTracker, PastaVocab, TokenAttrs,
                                      pasta_visible, walk_training_order)
@@ -241,6 +242,9 @@ class PastaRuntime:
         if len(prompt_ids) + 1 > self.pool_size:
             raise ValueError(f"prompt of {len(prompt_ids)} tokens does not fit a pool of "
                              f"{self.pool_size} slots")
+        beyond = past_the_window(self.model.config, len(prompt_ids) + config.max_new_tokens)
+        if beyond:
+            raise ValueError(beyond)
         self.forward.reset()
         state = PastaRunState(config, PastaTracker(self.vocab), chooser, set(replay_anchors))
         if scripts is not None:

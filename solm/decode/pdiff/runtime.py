@@ -36,6 +36,7 @@ from typing import Hashable, Iterable, Iterator, Sequence
 
 import torch
 
+from solm.core.model_features import past_the_window
 from solm.core.sampling import Sampler, formatting_token_ids
 from solm.core.structure import BATCH_ATTR_NAMES, and_masks, same_request
 from solm.core.systems.pdiff import (ATTR_NAMES, PdiffTracker, PdiffVocab, chunk_slots,
@@ -212,11 +213,12 @@ class PdiffRuntime:
         while self.waiting and len(self.running) < self.max_batch:
             req = self.waiting[0]
             need = len(req.prompt_ids) + req.config.max_new_tokens
-            if not req.prompt_ids or need > self.pool_size:
+            why = ("empty prompt" if not req.prompt_ids else
+                   f"prompt + max_new_tokens = {need} slots does not fit a pool of "
+                   f"{self.pool_size}" if need > self.pool_size else
+                   past_the_window(self.model.config, need))
+            if why:
                 self.waiting.popleft()
-                why = ("empty prompt" if not req.prompt_ids else
-                       f"prompt + max_new_tokens = {need} slots does not fit a pool of "
-                       f"{self.pool_size}")
                 yield Done(req.rid, None, why)
                 continue
             span = self.slots.take(need)

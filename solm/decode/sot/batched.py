@@ -19,6 +19,7 @@ from typing import Hashable, Iterable, Iterator
 
 import torch
 
+from solm.core.model_features import past_the_window
 from solm.core.chat import messages_ids, text_ids
 from solm.core.sampling import SamplingConfig
 from solm.core.structure import BATCH_ATTR_NAMES, and_masks, same_request
@@ -117,6 +118,11 @@ class BatchedSotRuntime:
         cap = min(cfg.max_skeleton_tokens, cfg.max_new_tokens or cfg.max_skeleton_tokens)
         if len(prompt) + cap > self.pool_size:
             raise ValueError(f"skeleton prompt of {len(prompt)} tokens does not fit the pool")
+        # both stages' tokens (the pool bounds them when no cap is set)
+        beyond = past_the_window(self.rules.model.config,
+                                 len(prompt) + (cfg.max_new_tokens or self.pool_size))
+        if beyond:
+            raise ValueError(beyond)
         span = self.slots.take(len(prompt) + cap)
         if span is None:
             return False

@@ -15,6 +15,7 @@ from typing import Sequence
 
 import torch
 
+from solm.core.model_features import past_the_window
 from solm.core.chat import eos_ids, messages_ids, text_ids
 from solm.core.sampling import Sampler, SamplingConfig
 from solm.core.systems.sot import ATTR_NAMES, SotTracker, sot_visible
@@ -102,6 +103,11 @@ class SotRuntime:
         fwd.reset()
         if not fwd.fits(len(prompt) + 1):
             raise ValueError(f"skeleton prompt of {len(prompt)} tokens does not fit the pool")
+        # both stages' tokens (the pool bounds them when no cap is set)
+        beyond = past_the_window(self.model.config,
+                                 len(prompt) + (config.max_new_tokens or fwd.capacity))
+        if beyond:
+            raise ValueError(beyond)
         t0, c0 = time.perf_counter(), self._compile_clock()
         logits = fwd(prompt, [tracker.prefix(t) for t in prompt], prefill=True)[-1]
         clock["prefill"] += time.perf_counter() - t0 - (self._compile_clock() - c0)

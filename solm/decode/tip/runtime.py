@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 
+from solm.core.model_features import past_the_window
 from solm.core.chat import eos_ids
 from solm.core.errors import SolmError
 from solm.core.sampling import Sampler, SamplingConfig
@@ -238,6 +239,9 @@ class TipRuntime:
 
     def _admit(self, req: TipRequest, policy: EvictionPolicy,
                config: TipDecodeConfig) -> _Row:
+        beyond = past_the_window(self.model.config, len(req.prompt) + config.max_new_tokens)
+        if beyond:
+            raise SolmError(f"request {req.rid!r}: {beyond}")
         kv = RequestKV(req.rid)
         policy.start(kv, self.vocab)
         base = req.sampling or config.sampling
