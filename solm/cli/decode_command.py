@@ -16,8 +16,9 @@ import typer
 
 from solm.cli.checks import check_paths
 from solm.cli.console import console, handle_errors, info, out_console, progress
-from solm.cli.flags import (ConfigOption, DebugOption, DedupeOption, DeviceOption, DtypeOption,
-                            ForceOption, ModelOption, QuietOption, ShardOption)
+from solm.cli.flags import (TrustRemoteCodeOption, ConfigOption, DebugOption, DedupeOption,
+                            DeviceOption, DtypeOption, ForceOption, ModelOption, QuietOption,
+                            ShardOption)
 from solm.cli.job_helpers import (dedupe_list, finish_shard, report_duplicates, settings_from,
                                   sharded, take_shard)
 from solm.cli.options import config_parameters, with_parameters
@@ -178,6 +179,7 @@ def decode_command(app: typer.Typer, system_name: str, help: str, name: str = "d
                shard: Optional[str] = ShardOption, dedupe: bool = DedupeOption,
                force: bool = ForceOption, dtype: str = DtypeOption,
                device: Optional[str] = DeviceOption,
+               trust_remote_code: bool = TrustRemoteCodeOption,
                config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
                debug: bool = DebugOption, **options) -> None:
         run_decode(system, text, model, prompts, out, limit, shard, dedupe, force, dtype,

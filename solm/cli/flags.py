@@ -54,6 +54,19 @@ ConfigOption = typer.Option(
 QuietOption = typer.Option(False, "--quiet", "-q", help="No progress bars or chatter.")
 
 
+def _trust_remote_code(value: bool) -> bool:
+    from solm.core.models import set_trust_remote_code
+
+    set_trust_remote_code(value)
+    return value
+
+
+TrustRemoteCodeOption = typer.Option(
+    False, "--trust-remote-code", callback=_trust_remote_code,
+    help="Run the modeling code a model ships (an `auto_map` in its config.json, e.g. "
+         "Dream-7B); without it such a model is refused. Read that code first.")
+
+
 def out_option(default: Any, help: str, flag: str = "--out") -> Any:
     """A command's output path (`-o`), declared alike by every command."""
     return typer.Option(default, flag, "-o", help=help)

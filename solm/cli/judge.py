@@ -12,8 +12,8 @@ from solm.core.errors import SolmError
 
 from solm.cli.checks import check_paths, greater_than, one_of
 from solm.cli.console import console, handle_errors, judge_progress, out_console, progress
-from solm.cli.flags import (out_option, model_option, ConfigOption, DebugOption, ForceOption,
-                            QuietOption)
+from solm.cli.flags import (TrustRemoteCodeOption, out_option, model_option, ConfigOption,
+                            DebugOption, ForceOption, QuietOption)
 from solm.cli.job_helpers import settings_from
 from solm.cli.checks import judge_spec as check_judge_spec
 
@@ -78,6 +78,7 @@ def judge(
                                                "alternatives asked for per token (default: 20 "
                                                "for API backends, OpenAI's most; 100 for hf)."),
     force: bool = ForceOption,
+    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     from solm.core.llm import make_client

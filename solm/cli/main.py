@@ -9,8 +9,8 @@ import typer
 
 from solm.cli import data, pasta, pdiff, repro, tip
 from solm.cli.console import handle_errors, out_console
-from solm.cli.flags import (model_option, ConfigOption, DebugOption, DEFAULT_MODEL, QuietOption,
-                            VersionOption)
+from solm.cli.flags import (TrustRemoteCodeOption, model_option, ConfigOption, DebugOption,
+                            DEFAULT_MODEL, QuietOption, VersionOption)
 from solm.cli.errors import SolmGroup
 from solm.cli.judge import JUDGE_HELP, judge
 from solm.cli.serve import SERVE_HELP, serve
@@ -56,6 +56,7 @@ def models(config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
 @handle_errors
 def prepare(
     model: str = model_option(DEFAULT_MODEL, help="Alias or .gguf file."),
+    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Convert a GGUF model (alias or file) once into the safetensors cache."""

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Union
 import typer
 
 from solm.cli.console import console, handle_errors, info, out_console
-from solm.cli.flags import ConfigOption, DebugOption, QuietOption
+from solm.cli.flags import TrustRemoteCodeOption, ConfigOption, DebugOption, QuietOption
 from solm.cli.setting_options import option_for
 from solm.core.settings import cli_name, is_setting
 
@@ -111,7 +111,8 @@ def train_command(app: typer.Typer, name: str, help: str, config_cls: type,
     """Register `name` on `app`: options from `config_cls`, the trainer (a
     "module:Class" path, imported when the command runs) checked before anything loads,
     trained, and its summary printed as JSON."""
-    def command(config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
+    def command(trust_remote_code: bool = TrustRemoteCodeOption,
+                config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
                 debug: bool = DebugOption, **options) -> None:
         import importlib
 

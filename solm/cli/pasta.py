@@ -12,9 +12,10 @@ from solm.decode.pasta.config import PastaDecodeConfig
 from solm.cli.setting_options import setting_option
 from solm.cli.checks import check_paths
 from solm.cli.console import console, handle_errors, info, is_quiet, out_console, progress
-from solm.cli.flags import (out_option, model_option, ConfigOption, DebugOption, decode_flags,
-                            DedupeOption, DEFAULT_MODEL, DeviceOption, DtypeOption, ForceOption,
-                            ModelOption, QuietOption, SplitOption, VersionOption)
+from solm.cli.flags import (TrustRemoteCodeOption, out_option, model_option, ConfigOption,
+                            DebugOption, decode_flags, DedupeOption, DEFAULT_MODEL, DeviceOption,
+                            DtypeOption, ForceOption, ModelOption, QuietOption, SplitOption,
+                            VersionOption)
 from solm.cli.job_helpers import (annotation_records, llm_annotation, settings_from,
                                   show_control_tokens)
 from solm.cli.errors import SolmGroup
@@ -87,6 +88,7 @@ def annotate(
     split: str = SplitOption,
     dedupe: bool = DedupeOption,
     force: bool = ForceOption,
+    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
     **llm,
 ) -> None:
@@ -223,6 +225,7 @@ def demo(
                                        "and the answer as JSON here."),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
+    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Watch a trained PASTA model decode in parallel: it writes its own promises, the
@@ -379,6 +382,7 @@ app.command(name="bench")(bench)
 def tokens(
     model: str = ModelOption,
     text: Optional[str] = typer.Option(None, help="Also show how this text tokenizes."),
+    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Show Pasta-Lang's control tokens and their ids in a model's tokenizer."""

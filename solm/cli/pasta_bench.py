@@ -11,8 +11,9 @@ import typer
 
 from solm.cli.checks import check_paths
 from solm.cli.console import console, handle_errors, info, out_console, progress
-from solm.cli.flags import (out_option, CompileOption, ConfigOption, DebugOption, DeviceOption,
-                            DtypeOption, ModelOption, QuantizeOption, QuietOption)
+from solm.cli.flags import (TrustRemoteCodeOption, out_option, CompileOption, ConfigOption,
+                            DebugOption, DeviceOption, DtypeOption, ModelOption, QuantizeOption,
+                            QuietOption)
 from solm.cli.job_helpers import settings_from
 
 
@@ -39,6 +40,7 @@ def bench(
                                        "summary next to it."),
     compile: Optional[bool] = CompileOption,
     quantize: Optional[str] = QuantizeOption,
+    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Replay annotated responses: realized vs theoretical speedup, efficiency, vs generate.

@@ -9,8 +9,8 @@ import typer
 from rich.console import Group
 
 from solm.cli.console import console, handle_errors, info, out_console
-from solm.cli.flags import (ConfigOption, DebugOption, decode_flags, DeviceOption, DtypeOption,
-                            ModelOption, QuietOption)
+from solm.cli.flags import (TrustRemoteCodeOption, ConfigOption, DebugOption, decode_flags,
+                            DeviceOption, DtypeOption, ModelOption, QuietOption)
 from solm.cli.options import settings_options, without_seed
 from solm.cli.setting_options import setting_option
 from solm.core.generation import resolve_decode
@@ -43,6 +43,7 @@ def chat(
     pool_size: int = typer.Option(4096, min=2, help="KV pool slots for a whole answer."),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
+    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
     **options,
 ) -> None:

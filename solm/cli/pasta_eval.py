@@ -13,8 +13,9 @@ from solm.cli.options import sampling_options, without_seed
 from solm.cli.setting_options import setting_option
 from solm.cli.checks import check_paths, check_run_inputs, greater_than, judge_spec, one_of
 from solm.cli.console import handle_errors, info, out_console, progress
-from solm.cli.flags import (out_option, CompileOption, ConfigOption, DebugOption, decode_flags,
-                            DeviceOption, DtypeOption, QuietOption, ShardOption)
+from solm.cli.flags import (TrustRemoteCodeOption, out_option, CompileOption, ConfigOption,
+                            DebugOption, decode_flags, DeviceOption, DtypeOption, QuietOption,
+                            ShardOption)
 from solm.cli.job_helpers import finish_shard, settings_from, sharded, take_shard
 from solm.cli.errors import SolmGroup
 from solm.core.errors import SolmError
@@ -49,6 +50,7 @@ def winrate(
                                              "(instruction difficulties, gamed baselines)."),
     judge: Optional[str] = typer.Option(None, help="The judge's name, for the LC note (default: "
                                         "the `judge` field of solm judgments)."),
+    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     from solm.eval.length_control import find_gamed_csv, length_controlled
@@ -107,6 +109,7 @@ def agreement(
                                  "by another judge or on another annotations file: move them "
                                  "into OUT.previous-TIME/ and judge again (without it such a "
                                  "rerun is refused)."),
+    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     from solm.cli.console import judge_progress
@@ -274,6 +277,7 @@ def run(
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     compile: Optional[bool] = CompileOption,
+    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
     **sampling,
 ) -> None:

@@ -14,9 +14,9 @@ from solm.cli.setting_options import setting_option
 from solm.core.sampling import SamplingConfig
 from solm.cli.checks import check_paths, judge_spec, one_of
 from solm.cli.console import console, handle_errors, info, judge_progress, out_console, progress
-from solm.cli.flags import (out_option, model_option, ConfigOption, DebugOption, DeviceOption,
-                            DtypeOption, QuietOption, RepetitionPenaltyOption, SeedOption,
-                            ShardOption)
+from solm.cli.flags import (TrustRemoteCodeOption, out_option, model_option, ConfigOption,
+                            DebugOption, DeviceOption, DtypeOption, QuietOption,
+                            RepetitionPenaltyOption, SeedOption, ShardOption)
 from solm.cli.job_helpers import finish_shard, settings_from, sharded, take_shard
 from solm.core.errors import SolmError
 
@@ -119,6 +119,7 @@ def prefs(
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     restart: bool = RestartOption,
+    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     from solm.core.generation import resolve_decode

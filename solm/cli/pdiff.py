@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from solm.cli.console import handle_errors
-from solm.cli.flags import ConfigOption, DebugOption, ModelOption, QuietOption, VersionOption
+from solm.cli.flags import (TrustRemoteCodeOption, ConfigOption, DebugOption, ModelOption,
+                            QuietOption, VersionOption)
 from solm.cli.job_helpers import show_control_tokens
 from solm.cli.errors import SolmGroup
 from solm.cli.decode_command import decode_command
@@ -30,6 +31,7 @@ def main(version: bool = VersionOption) -> None:
 @handle_errors
 def tokens(
     model: str = ModelOption,
+    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Show Planned Diffusion's control tokens (Pasta-Lang plus the mask token)."""

@@ -14,8 +14,8 @@ from solm.core.sampling import SamplingConfig
 from solm.decode.registry import CompiledEngine
 from solm.cli.setting_options import setting_option
 from solm.cli.console import (console, handle_errors, info)
-from solm.cli.flags import (ConfigOption, DebugOption, decode_flags, DeviceOption,
-                            DtypeOption, ModelOption, QuietOption)
+from solm.cli.flags import (TrustRemoteCodeOption, ConfigOption, DebugOption, decode_flags,
+                            DeviceOption, DtypeOption, ModelOption, QuietOption)
 from solm.decode.pasta.config import PastaDecodeConfig
 from solm.decode.tip.config import TipDecodeConfig
 
@@ -125,6 +125,7 @@ def serve(
                                            "503 meanwhile; a second signal cancels at once)."),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
+    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
     **options,
 ) -> None:

@@ -12,9 +12,10 @@ from solm.decode.tip.config import TipDecodeConfig
 from solm.cli.setting_options import setting_option
 from solm.cli.checks import check_paths
 from solm.cli.console import handle_errors, info, out_console, progress
-from solm.cli.flags import (out_option, CompileOption, ConfigOption, DebugOption, DedupeOption,
-                            DEFAULT_MODEL, DeviceOption, DtypeOption, ForceOption, ModelOption,
-                            QuantizeOption, QuietOption, SplitOption, VersionOption)
+from solm.cli.flags import (TrustRemoteCodeOption, out_option, CompileOption, ConfigOption,
+                            DebugOption, DedupeOption, DEFAULT_MODEL, DeviceOption, DtypeOption,
+                            ForceOption, ModelOption, QuantizeOption, QuietOption, SplitOption,
+                            VersionOption)
 from solm.cli.job_helpers import (annotation_records, llm_annotation, settings_from,
                                   show_control_tokens)
 from solm.cli.errors import SolmGroup
@@ -129,6 +130,7 @@ def annotate(
     split: str = SplitOption,
     dedupe: bool = DedupeOption,
     force: bool = ForceOption,
+    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
     **llm,
 ) -> None:
@@ -290,6 +292,7 @@ def bench(
     out: Optional[Path] = out_option(None, help="Summary JSON here."),
     compile: Optional[bool] = CompileOption,
     quantize: Optional[str] = QuantizeOption,
+    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Replay traces token by token with each policy, side by side in one run: throughput,
@@ -357,6 +360,7 @@ def bench(
 def tokens(
     model: str = ModelOption,
     registers: int = typer.Option(16, min=1, help="Number of thought registers."),
+    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Show the register tokens and their ids in a model's tokenizer."""

@@ -12,8 +12,9 @@ from solm.core.sampling import SamplingConfig
 from solm.cli.setting_options import setting_option
 from solm.cli.checks import check_run_inputs
 from solm.cli.console import handle_errors, info, out_console, progress
-from solm.cli.flags import (out_option, ConfigOption, DebugOption, DeviceOption, DtypeOption,
-                            ForceOption, ModelOption, QuietOption, ShardOption)
+from solm.cli.flags import (TrustRemoteCodeOption, out_option, ConfigOption, DebugOption,
+                            DeviceOption, DtypeOption, ForceOption, ModelOption, QuietOption,
+                            ShardOption)
 from solm.cli.job_helpers import finish_shard, sharded
 from solm.cli.errors import SolmGroup
 from solm.core.errors import SolmError
@@ -87,6 +88,7 @@ def run(
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     force: bool = ForceOption,
+    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     from solm.core.models import model_registers

@@ -204,6 +204,27 @@ def resolve_dtype(dtype: str | torch.dtype = "auto", device: str | None = None) 
     return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
 
 
+_TRUST = {"remote_code": False}
+
+
+def set_trust_remote_code(value: bool) -> None:
+    """Let model folders run their own modeling code (`--trust-remote-code`)."""
+    _TRUST["remote_code"] = bool(value)
+
+
+def trusts_remote_code() -> bool:
+    return _TRUST["remote_code"]
+
+
+def _remote_code_error(name: str, e: Exception) -> SolmError | None:
+    """A clear error for a model that ships its own code, when that code was not trusted."""
+    if "trust_remote_code" not in str(e):
+        return None
+    return SolmError(f"{name}: the model ships its own modeling code (an `auto_map` in its "
+                     f"config.json), which solm runs only when told to: add "
+                     f"--trust-remote-code (after reading that code)")
+
+
 def _check_model_folder(path: str) -> None:
     folder = Path(path)
     if folder.is_dir() and not (folder / "config.json").exists() \
@@ -220,9 +241,11 @@ def load_tokenizer(name_or_path: str = DEFAULT_MODEL):
     path = resolve_model_path(str(name_or_path))
     _check_model_folder(path)
     try:
-        return AutoTokenizer.from_pretrained(path)
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=trusts_remote_code())
     except OSError as e:
         raise _load_error(name_or_path, e) from None
+    except ValueError as e:
+        raise _remote_code_error(name_or_path, e) or e from None
 
 
 def _load_error(name: str, e: Exception) -> SolmError:
@@ -258,13 +281,14 @@ def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "au
     path = resolve_model_path(name_or_path)
     _check_model_folder(path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trusts_remote_code())
         model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=torch_dtype, attn_implementation=attn_implementation)
+            path, dtype=torch_dtype, attn_implementation=attn_implementation,
+            trust_remote_code=trusts_remote_code())
     except OSError as e:
         raise _load_error(name_or_path, e) from None
     except Exception as e:
-        raise _weights_error(path, e) from None
+        raise _remote_code_error(name_or_path, e) or _weights_error(path, e) from None
     model.to(device).eval()
     if system is not None:
         from solm.core.vocabulary import add_control_tokens
@@ -319,7 +343,8 @@ def _load_adapter(folder: Path, torch_dtype: torch.dtype, attn_implementation: s
     meta = read_json_file(meta_path, "model metadata") if meta_path.exists() else {}
     parent = adapter_parent(folder)
     own_tokenizer = (folder / "tokenizer_config.json").exists()
-    tokenizer = AutoTokenizer.from_pretrained(str(folder)) if own_tokenizer else None
+    tokenizer = (AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trusts_remote_code())
+                 if own_tokenizer else None)
     parent_folder = artifact_folder(str(parent)) or str(parent)
     if (Path(parent_folder) / "adapter_config.json").exists():
         # an adapter trained on another adapter (a BoNBoN round on a LoRA SFT model): the
@@ -329,10 +354,14 @@ def _load_adapter(folder: Path, torch_dtype: torch.dtype, attn_implementation: s
         try:
             parent_path = resolve_model_path(parent)
             base = AutoModelForCausalLM.from_pretrained(
-                parent_path, dtype=torch_dtype, attn_implementation=attn_implementation)
-            base_tok = AutoTokenizer.from_pretrained(parent_path)
+                parent_path, dtype=torch_dtype, attn_implementation=attn_implementation,
+                trust_remote_code=trusts_remote_code())
+            base_tok = AutoTokenizer.from_pretrained(parent_path,
+                                                     trust_remote_code=trusts_remote_code())
         except OSError as e:
             raise _load_error(parent, e) from None
+        except ValueError as e:
+            raise _remote_code_error(parent, e) or e from None
     from solm.core.vocabulary import add_control_tokens
     # the same mean-initialised rows the adapter was trained from
     add_control_tokens(base, base_tok, meta.get("control_tokens", "pasta"),
