@@ -57,7 +57,10 @@ class OutputHead:
         return rows(self.model(**inputs).logits)
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
-        if self.packs and can_pack(self.linear.weight):  # weights quantized since: plain path
+        # under autocast (a bf16 GRPO rollout) the plain projection, which autocast casts as
+        # the trainer's forward does; the packed fp32 GEMM would bypass it
+        if (self.packs and can_pack(self.linear.weight)  # weights quantized since: plain path
+                and not torch.is_autocast_enabled(hidden.device.type)):
             return torch.ops.mkldnn._linear_pointwise(hidden, self._weight(), self.linear.bias,
                                                       "none", [], "")
         return self.linear(hidden)

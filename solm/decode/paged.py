@@ -134,9 +134,12 @@ class PagedLayer(CacheLayerMixin):
             self.lazy_initialization(key_states, value_states)
         st = self.state
         b, h, q, d = key_states.shape
-        self.keys.index_copy_(0, st.write_slots, key_states.transpose(1, 2).reshape(b * q, h, d))
-        self.values.index_copy_(0, st.write_slots,
-                                value_states.transpose(1, 2).reshape(b * q, h, -1))
+        # under autocast (a GRPO rollout in the trainer's bf16) the states come in bf16 and
+        # are stored exactly in a float32 pool
+        self.keys.index_copy_(0, st.write_slots, key_states.transpose(1, 2).reshape(
+            b * q, h, d).to(self.keys.dtype))
+        self.values.index_copy_(0, st.write_slots, value_states.transpose(1, 2).reshape(
+            b * q, h, -1).to(self.values.dtype))
         if st.padded_index is not None:  # [B, kv_heads, L, dim], padding masked by the caller
             length = st.padded_index.numel() // b
             keys = self.keys.index_select(0, st.padded_index).view(b, length, h, -1)

@@ -65,6 +65,8 @@ def paged_attention(module, query, key, value, attention_mask=None, scaling=None
         raise RuntimeError("paged attention runs only inside solm.decode.paged_attention."
                            "paged_reads(state)")
     state, sink = active
+    # a float32 pool read under autocast: attend in the query's (autocast) dtype
+    key, value = key.to(query.dtype), value.to(query.dtype)
     b, hq, q, d = query.shape
     hkv, dv = key.shape[1], value.shape[-1]
     group = hq // hkv

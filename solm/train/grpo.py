@@ -176,7 +176,10 @@ class TipRollouts:
         was_training = model.training
         model.eval()
         try:
-            results = {r.rid: r for r in self.runtime(model, ids).run(reqs, cfg)}
+            # in the trainer's precision (bf16 autocast under --precision bf16), so the
+            # sampler's log-probs are the ones the trainer recomputes
+            with trainer.accelerator.autocast():
+                results = {r.rid: r for r in self.runtime(model, ids).run(reqs, cfg)}
         finally:
             model.train(was_training)
         out = [results[i] for i in range(len(reqs))]
