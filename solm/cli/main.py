@@ -11,6 +11,7 @@ from solm.cli import data, pasta, pdiff, repro, tip
 from solm.cli.console import handle_errors, out_console
 from solm.cli.flags import (TrustRemoteCodeOption, model_option, ConfigOption, DebugOption,
                             DEFAULT_MODEL, QuietOption, VersionOption)
+from solm.cli.check_model import CHECK_MODEL_HELP, check_model_command
 from solm.cli.errors import SolmGroup
 from solm.cli.judge import JUDGE_HELP, judge
 from solm.cli.serve import SERVE_HELP, serve
@@ -25,6 +26,7 @@ app.add_typer(data.app, name="data")
 app.add_typer(repro.app, name="repro")
 app.command(name="serve", help=SERVE_HELP)(serve)
 app.command(name="judge", help=JUDGE_HELP)(judge)
+app.command(name="check-model", help=CHECK_MODEL_HELP)(handle_errors(check_model_command))
 
 
 @app.callback()

@@ -259,6 +259,25 @@ def _load_error(name: str, e: Exception) -> SolmError:
         f"Download it elsewhere and pass the local folder.")
 
 
+def _from_pretrained(path: str, torch_dtype, attn_implementation: str):
+    """The model under `attn_implementation`, or under eager attention for an architecture
+    transformers gives no SDPA path (Gemma-2): solm's runtimes bring their own kernels, and
+    eager is the reference that honours every feature."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch_dtype, attn_implementation=attn_implementation,
+            trust_remote_code=trusts_remote_code())
+    except ValueError as e:
+        if attn_implementation != "sdpa" or "does not support an attention implementation" \
+                not in str(e):
+            raise
+    return AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch_dtype, attn_implementation="eager",
+        trust_remote_code=trusts_remote_code())
+
+
 def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "auto",
                device: str | None = None, attn_implementation: str = "sdpa",
                system: str | None = None, num_registers: int = 16):
@@ -266,7 +285,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "au
 
     `system` ("pasta", "tip", "pdiff") adds that system's control tokens if missing.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     name_or_path = artifact_folder(str(name_or_path)) or str(name_or_path)
     device = device or default_device()
@@ -282,9 +301,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "au
     _check_model_folder(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trusts_remote_code())
-        model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=torch_dtype, attn_implementation=attn_implementation,
-            trust_remote_code=trusts_remote_code())
+        model = _from_pretrained(path, torch_dtype, attn_implementation)
     except OSError as e:
         raise _load_error(name_or_path, e) from None
     except Exception as e:
