@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 DATA ?= $(or $(SOLM_DATA),$(HOME)/.cache/solm/data)
 export SOLM_DATA := $(DATA)
 
-.PHONY: setup demo test test-slow test-all data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu tip-grpo-cpu tip-eval-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
+.PHONY: setup demo test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu tip-grpo-cpu tip-eval-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
 
 setup: $(STAMP)
 
@@ -49,6 +49,11 @@ test: setup
 
 test-slow: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
+
+# issue 35's GPU check: what a CPU cannot show about the paper path (flex gradients, SDPA's
+# masked GQA kernels, bf16 rollouts on CUDA), one JSON of what held; `--dry` lists it
+gpu-check: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/gpu_check.py --out bench/results/gpu_check.json
 
 test-all: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
