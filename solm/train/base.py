@@ -198,6 +198,10 @@ class SolmTrainer:
             raise SolmError("--lora-r must be >= 0")
         if cfg.merge and not cfg.lora_r:
             raise SolmError("--merge applies to LoRA only (set --lora-r)")
+        if cfg.merge and os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true":
+            raise SolmError("--merge under FSDP: the adapter's base weights are sharded across "
+                            "processes; train without --merge and merge the saved adapter in "
+                            "one process")
 
     def load_model(self):
         """(model, tokenizer, vocab): the parent with the control tokens, LoRA-wrapped if
@@ -299,9 +303,13 @@ class SolmTrainer:
             eval_after = last[-1]["eval_loss"] if last else trainer.evaluate()["eval_loss"]
         wall = time.time() - started
         self._close_log()
+        # under FSDP every process takes part in gathering the full weights; only the main
+        # one writes them (a rank-0-only save_pretrained would hang or write a shard)
+        state_dict = (trainer.accelerator.get_state_dict(trainer.model)
+                      if getattr(trainer, "is_fsdp_enabled", False) else None)
         if not trainer.is_world_process_zero():
             return {}
-        fmt = self._save(trainer.model, tok, out)
+        fmt = self._save(trainer.model, tok, out, state_dict)
         meta = self._metadata(data, fmt, accum, bf16, grad_ckpt, trainer, result, resume,
                               eval_before, eval_after, wall)
         write_metadata(out, meta)
@@ -359,7 +367,7 @@ class SolmTrainer:
         if self._log_writer:
             self._log_writer.close()
 
-    def _save(self, final, tok, out: Path) -> str:
+    def _save(self, final, tok, out: Path, state_dict: dict | None = None) -> str:
         fmt = "full"
         if self.config.lora_r:
             if self.config.merge:
@@ -374,6 +382,8 @@ class SolmTrainer:
             # (resized) embedding is the parent's, rebuilt on load: without this peft writes
             # both whole embedding matrices (226 MB for the embedded model)
             extra["save_embedding_layers"] = False
+        if state_dict is not None:  # gathered from the FSDP shards
+            extra["state_dict"] = state_dict
         final.save_pretrained(str(out), safe_serialization=True, **extra)
         tok.save_pretrained(str(out))
         self._inherit_generation_config(out)
