@@ -782,8 +782,8 @@ AUDIT4: dict[str, tuple] = {
 
 # once caught (tests were added for the ones each round missed: 5 of 22 in round 1, 4 of 12
 # in round 2, 10 of 29 in round 3, 5 of 15 in round 4), they join the list the plain run must catch
-# issue 35: FlexAttention wherever it is chosen
-FLEX: dict[str, tuple] = {
+# issue 35: the paper path without a GPU (flex, FSDP2, architectures, remote code, bf16)
+ISSUE35: dict[str, tuple] = {
     "bonbon_hands_a_flex_model_a_dense_mask": (
         "solm/train/bonbon.py", "                              self.eos_id, self.pad_id, self.flex)",
         "                              self.eos_id, self.pad_id, False)",
@@ -808,8 +808,45 @@ FLEX: dict[str, tuple] = {
         "        if isinstance(mask, torch.Tensor) and mask.dim() == 5:\n"
         "            from solm.core.errors import SolmError\n            raise SolmError(\"a dense",
         ["tests/test_flex_everywhere.py"]),
+    "rollouts_bypass_the_fsdp_root": (
+        "solm/train/grpo.py", "root_unsharded(trainer.model):", "contextlib.nullcontext():",
+        ["tests/test_grpo_fsdp.py"]),
+    "control_scale_keeps_stale_weights": (
+        "solm/train/callbacks.py",
+        "        for w in self.weights(model if model is not None else self.model):",
+        "        for w in self.weights(self.model):",
+        ["tests/test_control_token_lr_sharded.py", "tests/test_sft.py"]),
+    "control_scale_ignores_the_shard_offset": (
+        "solm/train/callbacks.py",
+        "        mine = ids[(ids >= start) & (ids < start + shape[0])] - start",
+        "        mine = ids[ids < shape[0]]", ["tests/test_control_token_lr_sharded.py"]),
+    "rollouts_in_fp32_under_bf16": (
+        "solm/train/grpo.py", "with trainer.accelerator.autocast(), root_unsharded",
+        "with contextlib.nullcontext(), root_unsharded", ["tests/test_tip_grpo.py"]),
+    "head_packs_under_autocast": (
+        "solm/decode/head.py",
+        "                and not torch.is_autocast_enabled(hidden.device.type)):",
+        "                ):", ["tests/test_tip_grpo.py"]),
+    "kernels_ignore_the_softcap": (
+        "solm/decode/attention.py", "    if not softcap:\n        return F.scaled_dot",
+        "    if True:\n        return F.scaled_dot", ["tests/test_architectures.py"]),
+    "paged_kernel_ignores_the_softcap": (
+        "solm/decode/paged_attention.py", "            o = attend(qi, k, v, mask, scale, softcap)",
+        "            o = attend(qi, k, v, mask, scale, None)", ["tests/test_architectures.py"]),
+    "a_binding_sliding_window_decodes": (
+        "solm/core/model_features.py", "    if window is None or tokens <= window:",
+        "    if True:", ["tests/test_architectures.py", "tests/test_check_model.py"]),
+    "untrusted_code_runs": (
+        "solm/core/models.py", "            path, dtype=torch_dtype, attn_implementation="
+        "attn_implementation,\n            trust_remote_code=trusts_remote_code())\n    except",
+        "            path, dtype=torch_dtype, attn_implementation="
+        "attn_implementation,\n            trust_remote_code=True)\n    except",
+        ["tests/test_trust_remote_code.py"]),
+    "check_model_ignores_unsupported_features": (
+        "solm/decode/check_model.py", "        if refused:", "        if False:",
+        ["tests/test_check_model.py"]),
 }
-MUTATIONS.update(FLEX)
+MUTATIONS.update(ISSUE35)
 MUTATIONS.update(AUDIT)
 MUTATIONS.update(AUDIT2)
 MUTATIONS.update(AUDIT3)

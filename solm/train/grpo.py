@@ -29,6 +29,8 @@ comes from the KV term alone and the model only learns to be short.
 
 from __future__ import annotations
 
+import contextlib
+
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -124,6 +126,23 @@ class TipReward:
 # ---- rollouts -------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def root_unsharded(model):
+    """Under FSDP2, the root's own parameters (embeddings, final norm, head) gathered while
+    the block runs: the runtimes call the decoder stack and the head directly, never the
+    root's forward whose hook would gather them (each layer still gathers its own)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if not isinstance(model, FSDPModule):
+        yield
+        return
+    model.unshard()
+    try:
+        yield
+    finally:
+        model.reshard()
+
+
 def inner_model(model):
     """The causal LM the runtime drives: a PEFT wrapper's model, LoRA layers inside."""
     from peft import PeftModel
@@ -178,7 +197,7 @@ class TipRollouts:
         try:
             # in the trainer's precision (bf16 autocast under --precision bf16), so the
             # sampler's log-probs are the ones the trainer recomputes
-            with trainer.accelerator.autocast():
+            with trainer.accelerator.autocast(), root_unsharded(trainer.model):
                 results = {r.rid: r for r in self.runtime(model, ids).run(reqs, cfg)}
         finally:
             model.train(was_training)
