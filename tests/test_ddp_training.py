@@ -1,0 +1,82 @@
+"""Multi-process training (issue 35): Pasta-SFT as two CPU processes (torchrun, gloo) ends with
+the parameters one process reaches with the same global batch, saves a model that loads and
+decodes alike, and a two-process run resumed from a mid-run checkpoint ends where an unbroken
+one does. Slow: four launches (about 2 minutes on a 2-core machine)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROWS = [{"prompt": "Give me tips",
+         "annotated": 'Tips:\n1. <promise topic="Sleep" tokens="1"/><async>Sleep well.</async>\n'
+                 '2. <promise topic="Water" tokens="1"/><async>Drink water.</async>\n<sync/>'
+                 'Done.'},
+        {"prompt": "Say hi", "response": "Hi there, nice to meet you."},
+        {"prompt": "Name a fruit", "response": "An apple."}]
+
+
+def train(args: list[str], out, processes: int) -> None:
+    launcher = ([os.path.join(os.path.dirname(sys.executable), "torchrun"), "--nproc_per_node",
+                 str(processes)] if processes > 1 else [sys.executable])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([*launcher, "-m", "solm.cli.main", "pasta", "sft", *args, "--out",
+                        str(out)], capture_output=True, text=True, timeout=900, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def weights(folder) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def greedy(folder) -> list[int]:
+    from solm.core.chat import prompt_ids
+    from solm.core.models import load_model
+
+    model, tok = load_model(str(folder), dtype="fp32", device="cpu")
+    ids = torch.tensor([prompt_ids(tok, "Give me tips")])
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=8, do_sample=False)
+    return out[0, ids.shape[1]:].tolist()
+
+
+@pytest.mark.slow
+def test_two_processes_train_save_and_resume_as_one(tmp_path, tiny_folder):
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({**ROWS[i % 3], "id": f"r{i}"}) + "\n"
+                            for i in range(12)))
+    # fp32 and a learning rate that moves the weights (3e-3 over 5 steps): global batch 4,
+    # micro-batch 1, so one process accumulates 4 and two processes 2 each
+    common = ["--data", str(data), "--model", tiny_folder, "--max-steps", "5", "--batch-size",
+              "4", "--micro-batch-size", "1", "--eval-rows", "0", "--lr", "1e-3", "--precision",
+              "fp32", "--save-every", "2", "--quiet"]
+    train(common, tmp_path / "one", 1)
+    train(common, tmp_path / "two", 2)
+    one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
+    start = weights(type(tmp_path)(tiny_folder))
+    moved = max((one[k] - start[k]).abs().max().item() for k in start
+                if k in one and one[k].shape == start[k].shape)
+    assert moved > 1e-3
+    assert max((one[k] - two[k]).abs().max().item() for k in one) < 1e-4
+    meta = json.loads((tmp_path / "two" / "solm.json").read_text())
+    assert meta["effective"]["world_size"] == 2
+    assert meta["effective"]["gradient_accumulation_steps"] == 2
+    assert greedy(tmp_path / "one") == greedy(tmp_path / "two")
+    # a run killed after its step-4 checkpoint: the final model and its record are gone
+    broken = tmp_path / "broken"
+    shutil.copytree(tmp_path / "two", broken)
+    for name in ("model.safetensors", "solm.json"):
+        (broken / name).unlink()
+    shutil.rmtree(broken / "checkpoints" / "checkpoint-5", ignore_errors=True)
+    assert (broken / "checkpoints" / "checkpoint-4").is_dir()
+    train(common, broken, 2)
+    resumed = json.loads((broken / "solm.json").read_text())
+    assert resumed["results"]["resumed_from"].endswith("checkpoint-4")
+    again = weights(broken)
+    assert max((again[k] - two[k]).abs().max().item() for k in two) < 1e-5
