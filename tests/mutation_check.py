@@ -814,7 +814,7 @@ ISSUE35: dict[str, tuple] = {
     "control_scale_keeps_stale_weights": (
         "solm/train/callbacks.py",
         "        for w in self.weights(model if model is not None else self.model):",
-        "        for w in self.weights(self.model):",
+        "        for w in self.__dict__.setdefault('_first', self.weights(self.model)):",
         ["tests/test_control_token_lr_sharded.py", "tests/test_sft.py"]),
     "control_scale_ignores_the_shard_offset": (
         "solm/train/callbacks.py",

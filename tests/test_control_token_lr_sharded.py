@@ -17,12 +17,17 @@ def test_the_scale_follows_a_replaced_embedding(pasta_tokenizer, vocab):
     model, _ = tiny_model(pasta_tokenizer, seed=3)
     cb = ControlTokenLrScale(model, vocab.control_ids, 5.0)
     emb = model.get_input_embeddings()
+
+    def step():  # an optimizer step of 0.01 on every row, with the callback around it
+        cb.on_pre_optimizer_step(None, None, None, model=model)
+        with torch.no_grad():
+            emb.weight -= 0.01
+        cb.on_optimizer_step(None, None, None, model=model)
+
+    step()
     emb.weight = torch.nn.Parameter(emb.weight.detach().clone())  # what wrapping does
     start = emb.weight.detach().clone()
-    cb.on_pre_optimizer_step(None, None, None, model=model)
-    with torch.no_grad():
-        emb.weight -= 0.01  # an optimizer step of 0.01 on every row
-    cb.on_optimizer_step(None, None, None, model=model)
+    step()
     moved = (start - emb.weight.detach())[:, 0]
     ids = vocab.control_ids
     others = torch.ones_like(moved, dtype=torch.bool)
