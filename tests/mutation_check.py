@@ -842,6 +842,9 @@ ISSUE35: dict[str, tuple] = {
         "            path, dtype=torch_dtype, attn_implementation="
         "attn_implementation,\n            trust_remote_code=True)\n    except",
         ["tests/test_trust_remote_code.py"]),
+    "grpo_rollouts_seeded_by_local_index": (
+        "solm/train/grpo.py", "TipRequest(i, p, seed=offset + i)", "TipRequest(i, p, seed=i)",
+        ["tests/test_tip_grpo.py"]),
     "check_model_ignores_unsupported_features": (
         "solm/decode/check_model.py", "        if refused:", "        if False:",
         ["tests/test_check_model.py"]),

@@ -160,3 +160,23 @@ def test_bf16_rollouts_match_the_bf16_recompute(tip_tok, register_happy_model):
     before = (fp32 - recomputed.float())[mask[:, -keep:].bool()].abs().max().item()
     assert worst < before / 3
     assert from_fp32 > 1e-5  # the rollout really ran in bf16, not in the fp32 weights
+
+
+def test_two_processes_sample_what_one_process_does(tip_tok, register_happy_model):
+    """Issue 35: a rollout is seeded by its prompt's place in the global generation batch (TRL
+    gives process k the k-th contiguous slice), so the completions of two processes, each
+    given its half, are those one process samples for the whole batch."""
+    prompts = ["What is 2 + 3?", "Name a prime.", "Hi", "Count to five, please, slowly."]
+
+    def sample(part, process_index):
+        rollouts = TipRollouts(tip_tok, TIP_REGISTERS, "tip", page_size=4, batch_size=2,
+                               max_completion_length=16, temperature=1.0, top_p=1.0)
+        trainer = SimpleNamespace(model=register_happy_model, accelerator=SimpleNamespace(
+            unwrap_model=lambda m: m, autocast=contextlib.nullcontext,
+            process_index=process_index))
+        return rollouts(part, trainer)["completion_ids"]
+
+    whole = sample(prompts, 0)
+    assert sample(prompts[:2], 0) + sample(prompts[2:], 1) == whole
+    # not vacuous: seeded by the local index, process 1 would sample otherwise
+    assert sample(prompts[2:], 0) != whole[2:]

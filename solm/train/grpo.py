@@ -185,7 +185,10 @@ class TipRollouts:
         self.prompts_seen.append(list(prompts))
         model = inner_model(trainer.accelerator.unwrap_model(trainer.model))
         ids = [prompt_ids(self.tokenizer, p) for p in prompts]
-        reqs = [TipRequest(i, p, seed=i) for i, p in enumerate(ids)]
+        # seeded by each prompt's place in the global generation batch: TRL hands process k
+        # the k-th contiguous slice, so N processes sample what one process would
+        offset = getattr(trainer.accelerator, "process_index", 0) * len(prompts)
+        reqs = [TipRequest(i, p, seed=offset + i) for i, p in enumerate(ids)]
         cfg = TipDecodeConfig(
             policy=self.policy, batch_size=self.batch_size, max_new_tokens=self.max_len,
             sampling=SamplingConfig(temperature=self.temperature, top_p=self.top_p,
