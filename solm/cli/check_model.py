@@ -10,7 +10,7 @@ import typer
 from solm.cli.checks import one_of
 from solm.cli.console import out_console
 from solm.cli.flags import (ConfigOption, DebugOption, DeviceOption, QuietOption,
-                            TrustRemoteCodeOption)
+                            loads_models)
 
 CHECK_MODEL_HELP = """Check that solm's runtimes decode MODEL exactly as the model computes.
 
@@ -29,6 +29,7 @@ Examples: `solm check-model smollm2-135m`, `solm check-model ./my-qwen3 --system
 """
 
 
+@loads_models
 def check_model_command(
     model: str = typer.Argument(..., help="Alias, model folder or hub id."),
     systems: str = typer.Option("sequential,pasta,tip,pdiff", help="Comma-separated systems "
@@ -38,7 +39,6 @@ def check_model_command(
     dtype: str = typer.Option("fp32", callback=one_of("fp32", "bf16"), help="fp32 checks to "
                               "the tolerance; bf16 shows what a bf16 decode drifts by."),
     device: Optional[str] = DeviceOption,
-    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     from rich.table import Table

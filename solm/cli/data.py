@@ -10,12 +10,12 @@ import typer
 
 from solm.cli.console import handle_errors, info, out_console, progress
 from solm.cli.flags import ConfigOption, DebugOption, QuietOption
-from solm.cli.errors import SolmGroup
+from solm.cli.errors import command_group
 
-app = typer.Typer(cls=SolmGroup, name="data", no_args_is_help=True,
-                  rich_markup_mode="markdown",
-                  help="Data sets from the Hugging Face hub as solm JSONL, in one data folder "
-                       "(`--data-dir`, else $SOLM_DATA, else ~/.cache/solm/data).")
+app = command_group(
+    "data",
+    "Data sets from the Hugging Face hub as solm JSONL, in one data folder "
+    "(`--data-dir`, else $SOLM_DATA, else ~/.cache/solm/data).")
 
 DataDirOption = typer.Option(None, "--data-dir", "-d", help="The data folder (default: "
                              "$SOLM_DATA, else ~/.cache/solm/data).")

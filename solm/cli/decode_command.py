@@ -16,7 +16,7 @@ import typer
 
 from solm.cli.checks import check_paths
 from solm.cli.console import console, handle_errors, info, out_console, progress
-from solm.cli.flags import (TrustRemoteCodeOption, ConfigOption, DebugOption, DedupeOption,
+from solm.cli.flags import (loads_models, ConfigOption, DebugOption, DedupeOption,
                             DeviceOption, DtypeOption, ForceOption, ModelOption, QuietOption,
                             ShardOption)
 from solm.cli.job_helpers import (dedupe_list, finish_shard, report_duplicates, settings_from,
@@ -179,7 +179,6 @@ def decode_command(app: typer.Typer, system_name: str, help: str, name: str = "d
                shard: Optional[str] = ShardOption, dedupe: bool = DedupeOption,
                force: bool = ForceOption, dtype: str = DtypeOption,
                device: Optional[str] = DeviceOption,
-               trust_remote_code: bool = TrustRemoteCodeOption,
                config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
                debug: bool = DebugOption, **options) -> None:
         run_decode(system, text, model, prompts, out, limit, shard, dedupe, force, dtype,
@@ -187,5 +186,5 @@ def decode_command(app: typer.Typer, system_name: str, help: str, name: str = "d
 
     decode.__name__ = name.replace("-", "_")
     decode.__doc__ = help
-    app.command(name=name, help=help)(handle_errors(with_parameters(
-        decode, decode_parameters(system, defaults))))
+    app.command(name=name, help=help)(handle_errors(loads_models(with_parameters(
+        decode, decode_parameters(system, defaults)))))

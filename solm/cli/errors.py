@@ -6,6 +6,8 @@ range error, and accepts inf wherever no bound is set)."""
 
 from __future__ import annotations
 
+import typer
+
 import sys
 
 from typer.core import TyperGroup
@@ -92,3 +94,10 @@ class SolmGroup(TyperGroup):
             print("aborted", file=sys.stderr)
             sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def command_group(name: str, help: str) -> typer.Typer:
+    """A typer app of commands as every solm group is made: its own error handling
+    (`SolmGroup`), help when called bare, markdown in help texts."""
+    return typer.Typer(cls=SolmGroup, name=name, no_args_is_help=True,
+                       rich_markup_mode="markdown", help=help)

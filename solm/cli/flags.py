@@ -3,8 +3,10 @@ annotators'), declared once."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import typer
 import yaml
@@ -65,6 +67,35 @@ TrustRemoteCodeOption = typer.Option(
     False, "--trust-remote-code", callback=_trust_remote_code,
     help="Run the modeling code a model ships (an `auto_map` in its config.json, e.g. "
          "Dream-7B); without it such a model is refused. Read that code first.")
+
+
+def loads_models(fn: Callable) -> Callable:
+    """A command that loads a model gets `--trust-remote-code` (declared here, once), placed
+    before its --config; the option's callback sets it for the loaders, so the command's own
+    code never sees it."""
+    params = list(inspect.signature(fn).parameters.values())
+    trust = inspect.Parameter("trust_remote_code", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                              default=TrustRemoteCodeOption, annotation="bool")
+    at = next((i for i, p in enumerate(params)
+               if p.name == "config" or p.kind is inspect.Parameter.VAR_KEYWORD), len(params))
+    if params and params[at - 1].kind is inspect.Parameter.KEYWORD_ONLY:
+        trust = trust.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+
+    @functools.wraps(fn)
+    def command(*args, **kwargs):
+        kwargs.pop("trust_remote_code", None)
+        return fn(*args, **kwargs)
+
+    command.__signature__ = inspect.Signature(params[:at] + [trust] + params[at:])
+    command.__annotations__ = {**fn.__annotations__, "trust_remote_code": "bool"}
+    return command
+
+
+def model_command(fn: Callable) -> Callable:
+    """`handle_errors` and `loads_models` together: a command that loads a model."""
+    from solm.cli.console import handle_errors
+
+    return handle_errors(loads_models(fn))
 
 
 def out_option(default: Any, help: str, flag: str = "--out") -> Any:

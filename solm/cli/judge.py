@@ -11,8 +11,8 @@ import typer
 from solm.core.errors import SolmError
 
 from solm.cli.checks import check_paths, greater_than, one_of
-from solm.cli.console import console, handle_errors, judge_progress, out_console, progress
-from solm.cli.flags import (TrustRemoteCodeOption, out_option, model_option, ConfigOption,
+from solm.cli.console import console, judge_progress, out_console, progress
+from solm.cli.flags import (model_command, out_option, model_option, ConfigOption,
                             DebugOption, ForceOption, QuietOption)
 from solm.cli.job_helpers import settings_from
 from solm.cli.checks import judge_spec as check_judge_spec
@@ -46,7 +46,7 @@ Example: `pasta judge --baseline base.jsonl --model pasta.jsonl -o judged.jsonl 
 """
 
 
-@handle_errors
+@model_command
 def judge(
     baseline: Path = typer.Option(..., "--baseline", "-b", help="The baseline's outputs "
                                   "(output_1)."),
@@ -78,7 +78,6 @@ def judge(
                                                "alternatives asked for per token (default: 20 "
                                                "for API backends, OpenAI's most; 100 for hf)."),
     force: bool = ForceOption,
-    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     from solm.core.llm import make_client

@@ -9,16 +9,16 @@ import typer
 
 from solm.cli import data, pasta, pdiff, repro, tip
 from solm.cli.console import handle_errors, out_console
-from solm.cli.flags import (TrustRemoteCodeOption, model_option, ConfigOption, DebugOption,
+from solm.cli.flags import (model_command, model_option, ConfigOption, DebugOption,
                             DEFAULT_MODEL, QuietOption, VersionOption)
 from solm.cli.check_model import CHECK_MODEL_HELP, check_model_command
-from solm.cli.errors import SolmGroup
+from solm.cli.errors import command_group
 from solm.cli.judge import JUDGE_HELP, judge
 from solm.cli.serve import SERVE_HELP, serve
 
-app = typer.Typer(
-    cls=SolmGroup, name="solm", no_args_is_help=True, rich_markup_mode="markdown",
-    help="Self-orchestrating language models: PASTA, TIP (Thinking in Place), Planned Diffusion.")
+app = command_group(
+    "solm",
+    "Self-orchestrating language models: PASTA, TIP (Thinking in Place), Planned Diffusion.")
 app.add_typer(pasta.app, name="pasta")
 app.add_typer(tip.app, name="tip")
 app.add_typer(pdiff.app, name="pdiff")
@@ -55,10 +55,9 @@ def models(config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
 
 
 @app.command()
-@handle_errors
+@model_command
 def prepare(
     model: str = model_option(DEFAULT_MODEL, help="Alias or .gguf file."),
-    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Convert a GGUF model (alias or file) once into the safetensors cache."""

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Union
 import typer
 
 from solm.cli.console import console, handle_errors, info, out_console
-from solm.cli.flags import TrustRemoteCodeOption, ConfigOption, DebugOption, QuietOption
+from solm.cli.flags import loads_models, ConfigOption, DebugOption, QuietOption
 from solm.cli.setting_options import option_for
 from solm.core.settings import cli_name, is_setting
 
@@ -96,7 +96,7 @@ def llm_options(fn: Callable) -> Callable:
     fields) as keyword values it takes in `**llm`."""
     from solm.annotate.llm_job import LLMAnnotatorSettings
 
-    return with_parameters(fn, config_parameters(LLMAnnotatorSettings))
+    return with_parameters(loads_models(fn), config_parameters(LLMAnnotatorSettings))
 
 
 def without_seed(sampling: dict[str, Any]) -> dict[str, Any]:
@@ -111,8 +111,7 @@ def train_command(app: typer.Typer, name: str, help: str, config_cls: type,
     """Register `name` on `app`: options from `config_cls`, the trainer (a
     "module:Class" path, imported when the command runs) checked before anything loads,
     trained, and its summary printed as JSON."""
-    def command(trust_remote_code: bool = TrustRemoteCodeOption,
-                config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
+    def command(config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
                 debug: bool = DebugOption, **options) -> None:
         import importlib
 
@@ -131,5 +130,5 @@ def train_command(app: typer.Typer, name: str, help: str, config_cls: type,
                                                **meta["results"]}))
 
     command.__name__ = name.replace("-", "_")
-    app.command(name=name, help=help)(handle_errors(with_parameters(
-        command, config_parameters(config_cls))))
+    app.command(name=name, help=help)(handle_errors(loads_models(with_parameters(
+        command, config_parameters(config_cls)))))

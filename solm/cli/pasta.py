@@ -12,13 +12,13 @@ from solm.decode.pasta.config import PastaDecodeConfig
 from solm.cli.setting_options import setting_option
 from solm.cli.checks import check_paths
 from solm.cli.console import console, handle_errors, info, is_quiet, out_console, progress
-from solm.cli.flags import (TrustRemoteCodeOption, out_option, model_option, ConfigOption,
+from solm.cli.flags import (model_command, out_option, model_option, ConfigOption,
                             DebugOption, decode_flags, DedupeOption, DEFAULT_MODEL, DeviceOption,
                             DtypeOption, ForceOption, ModelOption, QuietOption, SplitOption,
                             VersionOption)
 from solm.cli.job_helpers import (annotation_records, llm_annotation, settings_from,
                                   show_control_tokens)
-from solm.cli.errors import SolmGroup
+from solm.cli.errors import command_group
 from solm.cli.decode_command import decode_command
 from solm.cli.options import llm_options, train_command
 from solm.cli.judge import JUDGE_HELP, judge
@@ -31,11 +31,11 @@ from solm.cli.pasta_prefs import PREFS_HELP, prefs
 from solm.train.bonbon import BonbonConfig
 from solm.train.sft import PastaSFTConfig
 
-app = typer.Typer(
-    cls=SolmGroup, name="pasta", no_args_is_help=True, rich_markup_mode="markdown",
-    help="PASTA: models that promise independent chunks, decoded as parallel threads.\n\n"
-         "Pipeline: `annotate` -> `sft`; run with `decode`, `chat` or `serve`, measure with "
-         "`bench` and `eval`.")
+app = command_group(
+    "pasta",
+    "PASTA: models that promise independent chunks, decoded as parallel threads.\n\n"
+    "Pipeline: `annotate` -> `sft`; run with `decode`, `chat` or `serve`, measure with "
+    "`bench` and `eval`.")
 
 
 ANNOTATE_HELP = """Annotate plain responses with Pasta-Lang; resumable, faithful.
@@ -88,7 +88,6 @@ def annotate(
     split: str = SplitOption,
     dedupe: bool = DedupeOption,
     force: bool = ForceOption,
-    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
     **llm,
 ) -> None:
@@ -210,7 +209,7 @@ app.command(name="chat")(chat)
 
 
 @app.command()
-@handle_errors
+@model_command
 def demo(
     model: str = model_option("pasta-sft-cpu", help="A PASTA model: alias, "
                               "HF folder or hub id."),
@@ -225,7 +224,6 @@ def demo(
                                        "and the answer as JSON here."),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
-    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Watch a trained PASTA model decode in parallel: it writes its own promises, the
@@ -378,11 +376,10 @@ app.command(name="bench")(bench)
 
 
 @app.command()
-@handle_errors
+@model_command
 def tokens(
     model: str = ModelOption,
     text: Optional[str] = typer.Option(None, help="Also show how this text tokenizes."),
-    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Show Pasta-Lang's control tokens and their ids in a model's tokenizer."""

@@ -10,8 +10,8 @@ from typing import Optional
 import typer
 
 from solm.cli.checks import check_paths
-from solm.cli.console import console, handle_errors, info, out_console, progress
-from solm.cli.flags import (TrustRemoteCodeOption, out_option, CompileOption, ConfigOption,
+from solm.cli.console import console, info, out_console, progress
+from solm.cli.flags import (model_command, out_option, CompileOption, ConfigOption,
                             DebugOption, DeviceOption, DtypeOption, ModelOption, QuantizeOption,
                             QuietOption)
 from solm.cli.job_helpers import settings_from
@@ -20,7 +20,7 @@ from solm.cli.job_helpers import settings_from
 BENCH_BESIDE = (".summary.json", ".png")  # what `pasta bench -o OUT` writes beside OUT
 
 
-@handle_errors
+@model_command
 def bench(
     annotated: Path = typer.Option(..., "--annotated", "-a", help="JSONL with `prompt` and "
                                    "`annotated` (e.g. from `pasta annotate`)."),
@@ -40,7 +40,6 @@ def bench(
                                        "summary next to it."),
     compile: Optional[bool] = CompileOption,
     quantize: Optional[str] = QuantizeOption,
-    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Replay annotated responses: realized vs theoretical speedup, efficiency, vs generate.

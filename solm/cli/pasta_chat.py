@@ -9,7 +9,7 @@ import typer
 from rich.console import Group
 
 from solm.cli.console import console, handle_errors, info, out_console
-from solm.cli.flags import (TrustRemoteCodeOption, ConfigOption, DebugOption, decode_flags,
+from solm.cli.flags import (loads_models, ConfigOption, DebugOption, decode_flags,
                             DeviceOption, DtypeOption, ModelOption, QuietOption)
 from solm.cli.options import settings_options, without_seed
 from solm.cli.setting_options import setting_option
@@ -36,6 +36,7 @@ def render_threads(views) -> Group:
 
 @handle_errors
 @settings_options(SamplingConfig, CompiledEngine)
+@loads_models
 def chat(
     model: str = ModelOption,
     system: Optional[str] = typer.Option(None, help="A system message for the conversation."),
@@ -43,7 +44,6 @@ def chat(
     pool_size: int = typer.Option(4096, min=2, help="KV pool slots for a whole answer."),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
-    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
     **options,
 ) -> None:

@@ -13,17 +13,17 @@ from solm.cli.options import sampling_options, without_seed
 from solm.cli.setting_options import setting_option
 from solm.cli.checks import check_paths, check_run_inputs, greater_than, judge_spec, one_of
 from solm.cli.console import handle_errors, info, out_console, progress
-from solm.cli.flags import (TrustRemoteCodeOption, out_option, CompileOption, ConfigOption,
+from solm.cli.flags import (loads_models, model_command, out_option, CompileOption, ConfigOption,
                             DebugOption, decode_flags, DeviceOption, DtypeOption, QuietOption,
                             ShardOption)
 from solm.cli.job_helpers import finish_shard, settings_from, sharded, take_shard
-from solm.cli.errors import SolmGroup
+from solm.cli.errors import command_group
 from solm.core.errors import SolmError
 
-app = typer.Typer(cls=SolmGroup, name="eval", no_args_is_help=True,
-                  rich_markup_mode="markdown",
-                  help="Quality and speed: win rates (raw and length-controlled), evaluation "
-                       "runs over AlpacaEval's instructions, reports with plots.")
+app = command_group(
+    "eval",
+    "Quality and speed: win rates (raw and length-controlled), evaluation "
+    "runs over AlpacaEval's instructions, reports with plots.")
 
 WINRATE_HELP = """Raw and length-controlled win rates of judgments, as AlpacaEval reports them.
 
@@ -50,7 +50,6 @@ def winrate(
                                              "(instruction difficulties, gamed baselines)."),
     judge: Optional[str] = typer.Option(None, help="The judge's name, for the LC note (default: "
                                         "the `judge` field of solm judgments)."),
-    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     from solm.eval.length_control import find_gamed_csv, length_controlled
@@ -93,7 +92,7 @@ hf:smollm2-135m --limit 100 -o runs/agreement.json`
 
 
 @app.command(help=AGREEMENT_HELP)
-@handle_errors
+@model_command
 def agreement(
     annotations: Path = typer.Option(..., "--annotations", "-a", help="AlpacaEval annotations "
                                      "(JSON list or JSONL)."),
@@ -109,7 +108,6 @@ def agreement(
                                  "by another judge or on another annotations file: move them "
                                  "into OUT.previous-TIME/ and judge again (without it such a "
                                  "rerun is refused)."),
-    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     from solm.cli.console import judge_progress
@@ -229,6 +227,7 @@ Example (CPU, 30 prompts):
 @app.command(help=RUN_HELP)
 @handle_errors
 @sampling_options
+@loads_models
 def run(
     out: Path = out_option(..., help="Run folder (created; a rerun resumes)."),
     method: list[str] = typer.Option(..., "--method", help="KIND=MODEL or KIND:LABEL=MODEL; "
@@ -277,7 +276,6 @@ def run(
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     compile: Optional[bool] = CompileOption,
-    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
     **sampling,
 ) -> None:

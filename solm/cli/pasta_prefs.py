@@ -13,8 +13,8 @@ from solm.decode.pasta.config import PastaDecodeConfig
 from solm.cli.setting_options import setting_option
 from solm.core.sampling import SamplingConfig
 from solm.cli.checks import check_paths, judge_spec, one_of
-from solm.cli.console import console, handle_errors, info, judge_progress, out_console, progress
-from solm.cli.flags import (TrustRemoteCodeOption, out_option, model_option, ConfigOption,
+from solm.cli.console import console, info, judge_progress, out_console, progress
+from solm.cli.flags import (model_command, out_option, model_option, ConfigOption,
                             DebugOption, DeviceOption, DtypeOption, QuietOption,
                             RepetitionPenaltyOption, SeedOption, ShardOption)
 from solm.cli.job_helpers import finish_shard, settings_from, sharded, take_shard
@@ -69,7 +69,7 @@ RestartOption = typer.Option(False, "--restart", help="OUT holds results made wi
                              "is refused).")
 
 
-@handle_errors
+@model_command
 def prefs(
     prompts: Path = typer.Option(..., "--prompts", "-p", help="JSONL of prompts (with the "
                                  "dataset's answer in `response`/`output`, used as a quality "
@@ -119,7 +119,6 @@ def prefs(
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     restart: bool = RestartOption,
-    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     from solm.core.generation import resolve_decode

@@ -5,21 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-import typer
-
-from solm.cli.console import handle_errors
-from solm.cli.flags import (TrustRemoteCodeOption, ConfigOption, DebugOption, ModelOption,
+from solm.cli.flags import (model_command, ConfigOption, DebugOption, ModelOption,
                             QuietOption, VersionOption)
 from solm.cli.job_helpers import show_control_tokens
-from solm.cli.errors import SolmGroup
+from solm.cli.errors import command_group
 from solm.cli.decode_command import decode_command
 from solm.cli.options import train_command
 from solm.train.pdiff_sft import PdiffSFTConfig
 
-app = typer.Typer(
-    cls=SolmGroup, name="pdiff", no_args_is_help=True, rich_markup_mode="markdown",
-    help="Planned Diffusion: the model writes a plan of promises, then every planned chunk is "
-         "denoised in parallel by masked diffusion, then decoding continues.")
+app = command_group(
+    "pdiff",
+    "Planned Diffusion: the model writes a plan of promises, then every planned chunk is "
+    "denoised in parallel by masked diffusion, then decoding continues.")
 
 
 @app.callback()
@@ -28,10 +25,9 @@ def main(version: bool = VersionOption) -> None:
 
 
 @app.command()
-@handle_errors
+@model_command
 def tokens(
     model: str = ModelOption,
-    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Show Planned Diffusion's control tokens (Pasta-Lang plus the mask token)."""

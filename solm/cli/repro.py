@@ -9,11 +9,11 @@ import typer
 
 from solm.cli.console import handle_errors, info, out_console
 from solm.cli.flags import ConfigOption, DebugOption, QuietOption
-from solm.cli.errors import SolmGroup
+from solm.cli.errors import command_group
 
-app = typer.Typer(cls=SolmGroup, name="repro", no_args_is_help=True,
-                  rich_markup_mode="markdown",
-                  help="Reports of the reproduction runs (`make repro-cpu-<system>`).")
+app = command_group(
+    "repro",
+    "Reports of the reproduction runs (`make repro-cpu-<system>`).")
 
 
 @app.command()

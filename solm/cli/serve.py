@@ -14,7 +14,7 @@ from solm.core.sampling import SamplingConfig
 from solm.decode.registry import CompiledEngine
 from solm.cli.setting_options import setting_option
 from solm.cli.console import (console, handle_errors, info)
-from solm.cli.flags import (TrustRemoteCodeOption, ConfigOption, DebugOption, decode_flags,
+from solm.cli.flags import (loads_models, ConfigOption, DebugOption, decode_flags,
                             DeviceOption, DtypeOption, ModelOption, QuietOption)
 from solm.decode.pasta.config import PastaDecodeConfig
 from solm.decode.tip.config import TipDecodeConfig
@@ -82,6 +82,7 @@ def _registered_system(value: str) -> str:
 
 @handle_errors
 @settings_options(SamplingConfig, CompiledEngine)
+@loads_models
 def serve(
     ctx: typer.Context,
     model: str = ModelOption,
@@ -125,7 +126,6 @@ def serve(
                                            "503 meanwhile; a second signal cancels at once)."),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
-    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
     **options,
 ) -> None:

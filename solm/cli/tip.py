@@ -12,13 +12,13 @@ from solm.decode.tip.config import TipDecodeConfig
 from solm.cli.setting_options import setting_option
 from solm.cli.checks import check_paths
 from solm.cli.console import handle_errors, info, out_console, progress
-from solm.cli.flags import (TrustRemoteCodeOption, out_option, CompileOption, ConfigOption,
+from solm.cli.flags import (model_command, out_option, CompileOption, ConfigOption,
                             DebugOption, DedupeOption, DEFAULT_MODEL, DeviceOption, DtypeOption,
                             ForceOption, ModelOption, QuantizeOption, QuietOption, SplitOption,
                             VersionOption)
 from solm.cli.job_helpers import (annotation_records, llm_annotation, settings_from,
                                   show_control_tokens)
-from solm.cli.errors import SolmGroup
+from solm.cli.errors import command_group
 from solm.cli.decode_command import decode_command
 from solm.cli.options import llm_options, train_command
 from solm.cli.tip_eval import app as tip_eval_app
@@ -28,10 +28,10 @@ from solm.decode.tip.policies import POLICIES, policies_help
 from solm.train.grpo import TipGRPOConfig
 from solm.train.tip_sft import TipSFTConfig
 
-app = typer.Typer(
-    cls=SolmGroup, name="tip", no_args_is_help=True, rich_markup_mode="markdown",
-    help="TIP (Thinking in Place): each reasoning step opens with a register `<reg_i>`; reusing "
-         "a register kills the older step and the paged runtime frees its KV pages.")
+app = command_group(
+    "tip",
+    "TIP (Thinking in Place): each reasoning step opens with a register `<reg_i>`; reusing "
+    "a register kills the older step and the paged runtime frees its KV pages.")
 
 POLICY_HELP = "Eviction policy: " + policies_help() + "."
 
@@ -130,7 +130,6 @@ def annotate(
     split: str = SplitOption,
     dedupe: bool = DedupeOption,
     force: bool = ForceOption,
-    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
     **llm,
 ) -> None:
@@ -271,7 +270,7 @@ def traces(
 
 
 @app.command()
-@handle_errors
+@model_command
 def bench(
     traces_file: Path = typer.Option(..., "--traces", "-t", help="From `tip traces` (or any "
                                      "JSONL with prompt + register-annotated response)."),
@@ -292,7 +291,6 @@ def bench(
     out: Optional[Path] = out_option(None, help="Summary JSON here."),
     compile: Optional[bool] = CompileOption,
     quantize: Optional[str] = QuantizeOption,
-    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Replay traces token by token with each policy, side by side in one run: throughput,
@@ -356,11 +354,10 @@ def bench(
 
 
 @app.command()
-@handle_errors
+@model_command
 def tokens(
     model: str = ModelOption,
     registers: int = typer.Option(16, min=1, help="Number of thought registers."),
-    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Show the register tokens and their ids in a model's tokenizer."""

@@ -12,18 +12,18 @@ from solm.core.sampling import SamplingConfig
 from solm.cli.setting_options import setting_option
 from solm.cli.checks import check_run_inputs
 from solm.cli.console import handle_errors, info, out_console, progress
-from solm.cli.flags import (TrustRemoteCodeOption, out_option, ConfigOption, DebugOption,
+from solm.cli.flags import (model_command, out_option, ConfigOption, DebugOption,
                             DeviceOption, DtypeOption, ForceOption, ModelOption, QuietOption,
                             ShardOption)
 from solm.cli.job_helpers import finish_shard, sharded
-from solm.cli.errors import SolmGroup
+from solm.cli.errors import command_group
 from solm.core.errors import SolmError
 from solm.eval.tip_eval import DATA_SETS, PROTOCOL
 
-app = typer.Typer(cls=SolmGroup, name="eval", no_args_is_help=True,
-                  rich_markup_mode="markdown",
-                  help="Evaluate TIP against Dense, StreamingLLM and Paged H2O on maths: "
-                       "accuracy, live KV tokens, throughput, decode time.")
+app = command_group(
+    "eval",
+    "Evaluate TIP against Dense, StreamingLLM and Paged H2O on maths: "
+    "accuracy, live KV tokens, throughput, decode time.")
 
 RUN_HELP = f"""Decode maths problems with every policy and budget and score the answers.
 
@@ -60,7 +60,7 @@ def _ints(text: str, flag: str) -> list[int]:
 
 
 @app.command(help=RUN_HELP)
-@handle_errors
+@model_command
 def run(
     out: Path = out_option(..., help="Run folder (resumable)."),
     data: list[str] = typer.Option(["aime2024", "aime2025"], "--data", "-d",
@@ -88,7 +88,6 @@ def run(
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     force: bool = ForceOption,
-    trust_remote_code: bool = TrustRemoteCodeOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     from solm.core.models import model_registers
