@@ -1,7 +1,9 @@
 """Multi-process training (issue 35): Pasta-SFT as two CPU processes (torchrun, gloo) ends with
 the parameters one process reaches with the same global batch, saves a model that loads and
 decodes alike, and a two-process run resumed from a mid-run checkpoint ends where an unbroken
-one does. Slow: four launches (about 2 minutes on a 2-core machine)."""
+one does. Planned Diffusion's SFT (its masking drawn per row and visit, whichever process collates the
+row) and BoNBoN (its reference log-probs computed in each process) end alike as well. Slow:
+eight launches (about 4 minutes on a 2-core machine)."""
 
 import json
 import os
@@ -20,11 +22,12 @@ ROWS = [{"prompt": "Give me tips",
         {"prompt": "Name a fruit", "response": "An apple."}]
 
 
-def train(args: list[str], out, processes: int) -> None:
+def train(args: list[str], out, processes: int, command: tuple[str, ...] = ("pasta", "sft")
+          ) -> None:
     launcher = ([os.path.join(os.path.dirname(sys.executable), "torchrun"), "--nproc_per_node",
                  str(processes)] if processes > 1 else [sys.executable])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    r = subprocess.run([*launcher, "-m", "solm.cli.main", "pasta", "sft", *args, "--out",
+    r = subprocess.run([*launcher, "-m", "solm.cli.main", *command, *args, "--out",
                         str(out)], capture_output=True, text=True, timeout=900, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
 
@@ -80,3 +83,41 @@ def test_two_processes_train_save_and_resume_as_one(tmp_path, tiny_folder):
     assert resumed["results"]["resumed_from"].endswith("checkpoint-4")
     again = weights(broken)
     assert max((again[k] - two[k]).abs().max().item() for k in two) < 1e-5
+
+
+def pairs_file(path) -> str:
+    from solm.core.chat import text_ids
+    from solm.core.models import load_tokenizer
+    from solm.core.vocabulary import add_control_tokens
+
+    tok = load_tokenizer("smollm2-135m")
+    add_control_tokens(None, tok, "pasta")
+    answers = [ROWS[0]["annotated"], "Sleep and drink water.", "No tips today."]
+    path.write_text("".join(json.dumps({
+        "id": f"p{i}", "prompt": f"Give me tip {i}.", "n": 2 + i % 3,
+        "chosen": {"ids": text_ids(tok, answers[i % 3]), "forced": [], "ended": True},
+        "rejected": {"ids": text_ids(tok, answers[(i + 1) % 3]), "forced": [],
+                     "ended": i % 2 == 0}}) + "\n" for i in range(8)))
+    return str(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [("pdiff", "sft"), ("pasta", "bonbon")])
+def test_two_processes_end_where_one_does(tmp_path, tiny_folder, command):
+    if command == ("pasta", "bonbon"):
+        data, lr = pairs_file(tmp_path / "pairs.jsonl"), "1e-2"
+    else:
+        data, lr = tmp_path / "rows.jsonl", "1e-3"
+        data.write_text("".join(json.dumps({**ROWS[0], "id": f"r{i}"}) + "\n"
+                                for i in range(8)))
+    common = ["--data", str(data), "--model", tiny_folder, "--max-steps", "3", "--batch-size",
+              "4", "--micro-batch-size", "1", "--eval-rows", "0", "--lr", lr, "--precision",
+              "fp32", "--quiet"]
+    train(common, tmp_path / "one", 1, command)
+    train(common, tmp_path / "two", 2, command)
+    one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
+    start = weights(type(tmp_path)(tiny_folder))
+    moved = max((one[k] - start[k]).abs().max().item() for k in start
+                if k in one and one[k].shape == start[k].shape)
+    assert moved > 1e-4
+    assert max((one[k] - two[k]).abs().max().item() for k in one) < 1e-4

@@ -351,6 +351,9 @@ class SolmTrainer:
             callbacks.append(ControlTokenLrScale(model, vocab.control_ids,
                                                  cfg.control_token_lr_scale))
         trainer_cls, collator = self.trainer_class(), self.data_collator(tok, vocab)
+        if hasattr(collator, "epoch"):
+            from solm.train.callbacks import EpochToCollator
+            callbacks.append(EpochToCollator(collator))
         if getattr(collator, "flex", False):
             from solm.train.flex import flex_trainer
             trainer_cls = flex_trainer(trainer_cls, collator.term)

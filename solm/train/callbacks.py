@@ -66,3 +66,14 @@ class ControlTokenLrScale(TrainerCallback):
                 step = local[rows] - before
                 local[rows] = before + self.scale * step
         self._before = []
+
+
+class EpochToCollator(TrainerCallback):
+    """Tell a collator that draws per row and epoch (Planned Diffusion's masking) which epoch
+    begins: every process of a data-parallel run, and a resumed run, see the same one."""
+
+    def __init__(self, collator):
+        self.collator = collator
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self.collator.epoch = int(state.epoch or 0)

@@ -111,6 +111,8 @@ class PdiffCollator:
     seed: int = 0
     flex: bool = False
 
+    epoch: int = 0  # set by the trainer as each epoch begins (`EpochToCollator`)
+
     def __post_init__(self):
         self._rng = random.Random(self.seed)
 
@@ -163,10 +165,11 @@ class PdiffCollator:
     def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
         examples = []
         for r in rows:
-            # held-out rows: the same masking every evaluation
-            rng = random.Random(zlib.crc32(f"{self.seed}:{r['id']}".encode())) \
-                if r.get("held_out") else None
-            examples.append(self.encode(r, rng))
+            # each row's masking from its own seed: held-out rows the same at every evaluation,
+            # a training row anew each epoch, so what a row is trained on does not depend on
+            # which process of a data-parallel run collates it, nor on a resume
+            key = f"{self.seed}:{r['id']}" + ("" if r.get("held_out") else f":{self.epoch}")
+            examples.append(self.encode(r, random.Random(zlib.crc32(key.encode()))))
         return collate(examples, self.tokenizer.pad_token_id or 0, self.flex)
 
 
