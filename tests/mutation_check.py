@@ -845,6 +845,12 @@ ISSUE35: dict[str, tuple] = {
     "grpo_rollouts_seeded_by_local_index": (
         "solm/train/grpo.py", "TipRequest(i, p, seed=offset + i)", "TipRequest(i, p, seed=i)",
         ["tests/test_tip_grpo.py"]),
+    "pdiff_masks_by_collation_order": (
+        "solm/train/pdiff_sft.py",
+        "            examples.append(self.encode(r, random.Random(zlib.crc32(key.encode()))))",
+        "            examples.append(self.encode(r, random.Random(zlib.crc32(key.encode()))\n"
+        "                                        if r.get('held_out') else None))",
+        ["tests/test_ddp_training.py::test_two_processes_end_where_one_does[command0]"]),
     "check_model_ignores_unsupported_features": (
         "solm/decode/check_model.py", "        if refused:", "        if False:",
         ["tests/test_check_model.py"]),
