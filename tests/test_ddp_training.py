@@ -1,9 +1,10 @@
-"""Multi-process training (issue 35): Pasta-SFT as two CPU processes (torchrun, gloo) ends with
-the parameters one process reaches with the same global batch, saves a model that loads and
-decodes alike, and a two-process run resumed from a mid-run checkpoint ends where an unbroken
-one does. Planned Diffusion's SFT (its masking drawn per row and visit, whichever process collates the
-row) and BoNBoN (its reference log-probs computed in each process) end alike as well. Slow:
-eight launches (about 4 minutes on a 2-core machine)."""
+"""Multi-process training (issue 35): Pasta-SFT as two CPU processes (`accelerate launch`
+with configs/accelerate/cpu_ddp.yaml: torchrun underneath, gloo) ends with the parameters one
+process reaches with the same global batch, saves a model that loads and decodes alike, and a
+two-process run resumed from a mid-run checkpoint ends where an unbroken one does. Planned
+Diffusion's SFT (its masking drawn per row and epoch, whichever process collates the row) and
+BoNBoN (its reference log-probs computed in each process) end alike as well. Slow: eight
+launches (about 2 minutes on a 2-core machine)."""
 
 import json
 import os
@@ -11,8 +12,12 @@ import shutil
 import subprocess
 import sys
 
+from pathlib import Path
+
 import pytest
 import torch
+
+ROOT = Path(__file__).resolve().parents[1]
 
 ROWS = [{"prompt": "Give me tips",
          "annotated": 'Tips:\n1. <promise topic="Sleep" tokens="1"/><async>Sleep well.</async>\n'
@@ -24,8 +29,9 @@ ROWS = [{"prompt": "Give me tips",
 
 def train(args: list[str], out, processes: int, command: tuple[str, ...] = ("pasta", "sft")
           ) -> None:
-    launcher = ([os.path.join(os.path.dirname(sys.executable), "torchrun"), "--nproc_per_node",
-                 str(processes)] if processes > 1 else [sys.executable])
+    launcher = ([os.path.join(os.path.dirname(sys.executable), "accelerate"), "launch",
+                 "--config_file", str(ROOT / "configs" / "accelerate" / "cpu_ddp.yaml"),
+                 "--num_processes", str(processes)] if processes > 1 else [sys.executable])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     r = subprocess.run([*launcher, "-m", "solm.cli.main", *command, *args, "--out",
                         str(out)], capture_output=True, text=True, timeout=900, env=env)
