@@ -782,6 +782,86 @@ AUDIT4: dict[str, tuple] = {
 
 # once caught (tests were added for the ones each round missed: 5 of 22 in round 1, 4 of 12
 # in round 2, 10 of 29 in round 3, 5 of 15 in round 4), they join the list the plain run must catch
+# re-audit round 5 (issue 33): planted from the code alone, before reading the tests
+AUDIT5: dict[str, tuple] = {
+    'summary_passes_gain_inverted': (
+        'solm/eval/summary.py',
+        '                passes_gain.append(bp / mp)',
+        '                passes_gain.append(mp / bp)',
+        ['tests/test_eval_run.py', 'tests/test_pdiff_eval.py', 'tests/test_repro_report.py', 'tests/test_pasta_bench.py', 'tests/test_toy_decode_system.py', 'tests/test_shard.py']),
+    'summary_distrusts_without_its_margin': (
+        'solm/eval/summary.py',
+        '            distrusted += realized[-1] > DISTRUST * theoretical[-1]',
+        '            distrusted += realized[-1] > theoretical[-1]',
+        ['tests/test_eval_run.py', 'tests/test_pdiff_eval.py', 'tests/test_repro_report.py', 'tests/test_pasta_bench.py', 'tests/test_toy_decode_system.py', 'tests/test_shard.py']),
+    'chunk_pad_share_counts_tag_slots': (
+        'solm/eval/summary.py',
+        '                                        / max(sum(c["slots"] - 2 for c in chunks), 1), 4)',
+        '                                        / max(sum(c["slots"] for c in chunks), 1), 4)',
+        ['tests/test_eval_run.py', 'tests/test_pdiff_eval.py', 'tests/test_repro_report.py', 'tests/test_pasta_bench.py', 'tests/test_toy_decode_system.py', 'tests/test_shard.py']),
+    'summary_throughput_over_untimed_rows': (
+        'solm/eval/summary.py',
+        '        wall = 0  # some rows untimed: no throughput figure',
+        '        pass  # some rows untimed: no throughput figure',
+        ['tests/test_eval_run.py', 'tests/test_pdiff_eval.py', 'tests/test_repro_report.py', 'tests/test_pasta_bench.py', 'tests/test_toy_decode_system.py', 'tests/test_shard.py']),
+    'geomean_floor_drops_values': (
+        'solm/core/stats.py',
+        '        values = [max(v, floor) for v in values]',
+        '        values = [v for v in values if v >= floor]',
+        ['tests/test_batched.py', 'tests/test_eval_run.py', 'tests/test_pasta_format.py', 'tests/test_pdiff_eval.py', 'tests/test_repro_report.py']),
+    'judge_orders_combined_wrong': (
+        'solm/judge/verdict.py',
+        '    return (p1_first + 1.0 - p2_first) / 2.0',
+        '    return (p1_first + p2_first) / 2.0',
+        ['tests/test_judge.py', 'tests/test_agreement.py', 'tests/test_prefs.py']),
+    'judge_confidence_floor_zero': (
+        'solm/judge/verdict.py',
+        '    confidence = min(1.0, max(0.5, confidence)) if math.isfinite(confidence) else 1.0',
+        '    confidence = min(1.0, max(0.0, confidence)) if math.isfinite(confidence) else 1.0',
+        ['tests/test_judge.py', 'tests/test_agreement.py']),
+    'streamingllm_window_ignores_sinks': (
+        'solm/decode/tip/policies.py',
+        '        return max(1, (self.budget - self.sinks) // self.page_size)',
+        '        return max(1, self.budget // self.page_size)',
+        ['tests/test_policies.py', 'tests/test_toy_policy.py', 'tests/test_policy_oracles.py', 'tests/test_tip_runtime.py', 'tests/test_tip_eval.py', 'tests/test_tip_cli.py']),
+    'streamingllm_shows_the_whole_sink_page': (
+        'solm/decode/tip/policies.py',
+        '        return [(first, min(self.sinks, len(first.tokens)))] + [(p, len(p.tokens)) for p in rest]',
+        '        return [(first, len(first.tokens))] + [(p, len(p.tokens)) for p in rest]',
+        ['tests/test_policies.py', 'tests/test_toy_policy.py', 'tests/test_policy_oracles.py', 'tests/test_tip_runtime.py', 'tests/test_tip_eval.py', 'tests/test_tip_cli.py']),
+    'shard_takes_shifted_positions': (
+        'solm/core/shard.py',
+        '        return [x for i, x in enumerate(items) if i % self.count == self.index]',
+        '        return [x for i, x in enumerate(items) if (i + 1) % self.count == self.index]',
+        ['tests/test_shard.py', 'tests/test_tip_cli.py', 'tests/test_toy_decode_system.py']),
+    'decode_samples_share_one_index': (
+        'solm/decode/jobs.py',
+        '            jobs.append(Job(len(jobs), rec, ids, k))',
+        '            jobs.append(Job(len(jobs), rec, ids, 0))',
+        ['tests/test_tip_cli.py', 'tests/test_prefs.py', 'tests/test_golden_outputs.py', 'tests/test_toy_decode_system.py', 'tests/test_shard.py', 'tests/test_eval_run.py']),
+    'decode_resume_ignores_the_sample': (
+        'solm/decode/jobs.py',
+        '    return (str(row["id"]), int(row.get("sample", 0))) if per_sample else str(row["id"])',
+        '    return (str(row["id"]), 0) if per_sample else str(row["id"])',
+        ['tests/test_tip_cli.py', 'tests/test_prefs.py', 'tests/test_golden_outputs.py', 'tests/test_toy_decode_system.py', 'tests/test_shard.py', 'tests/test_eval_run.py']),
+    'tip_kill_share_per_sample': (
+        'solm/eval/tip_eval.py',
+        '            "share_steps_killed": round(sum(r["steps_killed"] for r in rs) / steps, 4)',
+        '            "share_steps_killed": round(sum(r["steps_killed"] for r in rs) / n, 4)',
+        ['tests/test_tip_eval.py', 'tests/test_cli_input_checks.py', 'tests/test_shard.py']),
+    'format_parallelism_counts_content_only': (
+        'solm/decode/pasta/format_stats.py',
+        '        return r.get("total_tokens", r["content_tokens"]) / max(1, r["critical_path"])',
+        '        return r["content_tokens"] / max(1, r["critical_path"])',
+        ['tests/test_pasta_format.py', 'tests/test_batched.py', 'tests/test_cli_validation.py']),
+    'decode_summary_flag_counts_stick_at_one': (
+        'solm/decode/jobs.py',
+        '            self.flagged[f] = self.flagged.get(f, 0) + 1',
+        '            self.flagged[f] = 1',
+        ['tests/test_tip_cli.py', 'tests/test_prefs.py', 'tests/test_golden_outputs.py', 'tests/test_toy_decode_system.py', 'tests/test_shard.py', 'tests/test_eval_run.py']),
+}
+
+
 # issue 35: the paper path without a GPU (flex, FSDP2, architectures, remote code, bf16)
 ISSUE35: dict[str, tuple] = {
     "bonbon_hands_a_flex_model_a_dense_mask": (
@@ -901,7 +981,7 @@ def run_tests(root: Path, tests: list[str]) -> tuple[int, list[str], str]:
 
 def mutated_copy(name: str, workdir: Path) -> Path:
     dest = copy_tree(workdir / name)
-    path, old, new = {**MUTATIONS, **AUDIT, **AUDIT2, **AUDIT3, **AUDIT4}[name][:3]
+    path, old, new = {**MUTATIONS, **AUDIT, **AUDIT2, **AUDIT3, **AUDIT4, **AUDIT5}[name][:3]
     target = dest / path
     text = target.read_text()
     if text.count(old) != 1:
@@ -927,10 +1007,11 @@ def main() -> int:
     p.add_argument("--audit2", action="store_true", help="the re-audit's second round")
     p.add_argument("--audit3", action="store_true", help="the re-audit's third round")
     p.add_argument("--audit4", action="store_true", help="the re-audit's fourth round")
+    p.add_argument("--audit5", action="store_true", help="the re-audit's fifth round")
     args = p.parse_args()
-    table = (AUDIT4 if args.audit4 else AUDIT3 if args.audit3 else AUDIT2 if args.audit2
+    table = (AUDIT5 if args.audit5 else AUDIT4 if args.audit4 else AUDIT3 if args.audit3 else AUDIT2 if args.audit2
              else AUDIT if args.audit else MUTATIONS)
-    args.audit = args.audit or args.audit2 or args.audit3 or args.audit4
+    args.audit = args.audit or args.audit2 or args.audit3 or args.audit4 or args.audit5
     names = args.only or list(table)
     unknown = [n for n in names if n not in table]
     if unknown:
