@@ -43,6 +43,28 @@ def test_speed_aggregates_per_prompt_ratios():
     assert speed(method, base)["distrusted_prompts"] == 0
 
 
+
+def test_a_run_with_untimed_rows_reports_no_throughput():
+    """Re-audit round 5: a batched (quality) row has no wall time; a throughput over the
+    timed rows alone would divide all the content by part of the time, so there is none."""
+    base = {"a": {"wall_s": 2.0, "content_tokens": 40}, "b": {"wall_s": 2.0,
+                                                             "content_tokens": 40}}
+    timed = {"a": {"wall_s": 1.0, "content_tokens": 40, "critical_path": 20},
+             "b": {"wall_s": 1.0, "content_tokens": 60, "critical_path": 30}}
+    assert speed(timed, base)["tokens_per_s"] == pytest.approx(100 / 2)
+    half = {**timed, "b": {**timed["b"], "wall_s": None, "batched": 2}}
+    assert speed(half, base)["tokens_per_s"] is None
+
+
+def test_geomean_raises_values_to_its_floor():
+    """Re-audit round 5: a prompt whose figure is 0 (an empty answer) counts at the floor and
+    pulls the mean down, the closed form sqrt(floor x 4); it is not dropped."""
+    from solm.core.stats import geomean
+
+    assert geomean([0.0, 4.0], floor=1e-2) == pytest.approx(math.sqrt(1e-2 * 4))
+    assert geomean([0.0, 4.0]) == pytest.approx(4.0)  # no floor: dropped
+
+
 def test_pareto_front():
     pts = [(1.0, 50.0), (2.0, 40.0), (1.5, 45.0), (1.2, 30.0), (0.8, 60.0)]
     assert pareto(pts) == [(0.8, 60.0), (1.0, 50.0), (1.5, 45.0), (2.0, 40.0)]
@@ -259,3 +281,14 @@ def test_batched_quality_run_writes_the_timed_outputs_and_resumes(tmp_path, tiny
     assert [r["id"] for r in again] == ["p0", "p2", "p1"]
     assert again[-1]["output"] == {r["id"]: r for r in rows("timed", "ap")}["p1"]["output"]
     assert len(rows("batched", "sequential")) == 3
+
+
+def test_a_decode_summary_counts_each_flag_per_row():
+    """Re-audit round 5: `flagged` counts the rows that carry each flag."""
+    from solm.decode.jobs import DecodeSummary
+
+    summary = DecodeSummary()
+    for flags in (["max_new_tokens"], ["max_new_tokens", "fork_capped"], []):
+        summary.count({"flags": flags})
+    assert summary.done == 3
+    assert summary.flagged == {"max_new_tokens": 2, "fork_capped": 1}
