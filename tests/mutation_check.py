@@ -620,7 +620,7 @@ AUDIT3: dict[str, tuple] = {
         ['tests/test_math_task.py']),
     'grpo_rollouts_share_one_seed': (
         'solm/train/grpo.py',
-        '        reqs = [TipRequest(i, p, seed=i) for i, p in enumerate(ids)]',
+        '        reqs = [TipRequest(i, p, seed=offset + i) for i, p in enumerate(ids)]',
         '        reqs = [TipRequest(i, p, seed=0) for i, p in enumerate(ids)]',
         ['tests/test_tip_grpo.py']),
     'grpo_logprobs_ignore_temperature': (
