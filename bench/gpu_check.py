@@ -26,7 +26,6 @@ Checks (tiny random models built from configs: no download, no weights travel):
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import tempfile
 import time
@@ -156,15 +155,6 @@ def flex_losses_equal_sdpa(work: Path, device: str) -> dict:
     return {"held": held, "gradients_compared": cuda, "per_trainer": figures}
 
 
-def flex_twin(model):
-    from solm.train.flex import refuse_dense_masks
-
-    twin = copy.deepcopy(model)
-    twin.set_attn_implementation("flex_attention")
-    refuse_dense_masks(twin)
-    return twin.eval()
-
-
 def flex_graphs_bounded(work: Path, device: str) -> dict:
     from torch._dynamo.utils import counters
 
@@ -172,12 +162,13 @@ def flex_graphs_bounded(work: Path, device: str) -> dict:
     from solm.core.models import load_tokenizer, tiny_model
     from solm.core.systems.pasta import PastaVocab
     from solm.core.vocabulary import add_control_tokens
+    from solm.train.flex import flex_copy
     from solm.train.sequence_logprobs import SampledAnswer, batch_answers, token_logprobs
 
     tok = load_tokenizer("smollm2-135m")
     add_control_tokens(None, tok, "pasta")
     vocab = PastaVocab.from_tokenizer(tok)
-    model = flex_twin(tiny_model(tok, seed=0)[0].to(device))
+    model = flex_copy(tiny_model(tok, seed=0)[0].to(device))
     prompt, base = text_ids(tok, "Say something."), text_ids(tok, PASTA_ROWS[0]["annotated"])
     filler = text_ids(tok, " and more words")
 

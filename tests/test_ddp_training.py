@@ -44,6 +44,19 @@ def weights(folder) -> dict[str, torch.Tensor]:
     return load_file(str(folder / "model.safetensors"))
 
 
+def max_diff(a: dict, b: dict) -> float:
+    return max((a[k] - b[k]).abs().max().item() for k in b if k in a and a[k].shape == b[k].shape)
+
+
+def ended_alike(tmp_path, tiny_folder, moved_at_least: float):
+    """(one process's weights, two processes'): the run moved the weights, and both ended
+    within 1e-4 of each other."""
+    one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
+    assert max_diff(one, weights(Path(tiny_folder))) > moved_at_least
+    assert max_diff(one, two) < 1e-4
+    return one, two
+
+
 def greedy(folder) -> list[int]:
     from solm.core.chat import prompt_ids
     from solm.core.models import load_model
@@ -67,12 +80,7 @@ def test_two_processes_train_save_and_resume_as_one(tmp_path, tiny_folder):
               "fp32", "--save-every", "2", "--quiet"]
     train(common, tmp_path / "one", 1)
     train(common, tmp_path / "two", 2)
-    one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
-    start = weights(type(tmp_path)(tiny_folder))
-    moved = max((one[k] - start[k]).abs().max().item() for k in start
-                if k in one and one[k].shape == start[k].shape)
-    assert moved > 1e-3
-    assert max((one[k] - two[k]).abs().max().item() for k in one) < 1e-4
+    one, two = ended_alike(tmp_path, tiny_folder, moved_at_least=1e-3)
     meta = json.loads((tmp_path / "two" / "solm.json").read_text())
     assert meta["effective"]["world_size"] == 2
     assert meta["effective"]["gradient_accumulation_steps"] == 2
@@ -88,7 +96,7 @@ def test_two_processes_train_save_and_resume_as_one(tmp_path, tiny_folder):
     resumed = json.loads((broken / "solm.json").read_text())
     assert resumed["results"]["resumed_from"].endswith("checkpoint-4")
     again = weights(broken)
-    assert max((again[k] - two[k]).abs().max().item() for k in two) < 1e-5
+    assert max_diff(again, two) < 1e-5
 
 
 def pairs_file(path) -> str:
@@ -121,9 +129,4 @@ def test_two_processes_end_where_one_does(tmp_path, tiny_folder, command):
               "fp32", "--quiet"]
     train(common, tmp_path / "one", 1, command)
     train(common, tmp_path / "two", 2, command)
-    one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
-    start = weights(type(tmp_path)(tiny_folder))
-    moved = max((one[k] - start[k]).abs().max().item() for k in start
-                if k in one and one[k].shape == start[k].shape)
-    assert moved > 1e-4
-    assert max((one[k] - two[k]).abs().max().item() for k in one) < 1e-4
+    ended_alike(tmp_path, tiny_folder, moved_at_least=1e-4)

@@ -18,7 +18,7 @@ from solm.core.chat import text_ids
 from solm.core.errors import SolmError
 from solm.train.base import SolmTrainer
 
-from flex_twin import flex_twin
+from solm.train.flex import flex_copy as flex_twin
 
 PASTA_ROWS = [
     {"prompt": "Give two tips.",

@@ -7,7 +7,7 @@ or of a block past its cap)."""
 import pytest
 import torch
 
-from flex_twin import flex_twin
+from solm.train.flex import flex_copy as flex_twin
 from solm.core.chat import prompt_ids, text_ids
 from solm.decode.flags import FORK_CAPPED, FORK_EOS
 from solm.decode.pasta.batched import BatchedPastaRuntime, BatchRequest

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from conftest import TIP_REGISTERS
 from solm.core.systems.tip import TipVocab
-from flex_twin import flex_twin
+from solm.train.flex import flex_copy as flex_twin
 from solm.train.grpo import (TipReward, TipRollouts, completion_logprobs, group_varies,
                              kv_term)
 

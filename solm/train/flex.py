@@ -157,6 +157,17 @@ def model_attention_mask(model, batch: dict, term: MaskTerm, device: torch.devic
     return mask.to(device) if isinstance(mask, torch.Tensor) else mask
 
 
+def flex_copy(model):
+    """The same weights under FlexAttention, refusing dense masks (for forward-only scoring
+    and for comparing a model's flex and SDPA paths)."""
+    import copy
+
+    twin = copy.deepcopy(model)
+    twin.set_attn_implementation(FLEX_IMPLEMENTATION)
+    refuse_dense_masks(twin)
+    return twin.eval()
+
+
 def refuse_dense_masks(model) -> None:
     """Make a flex model refuse a dense [B, 1, T, T] mask: FlexAttention would add it to the
     scores (transformers' `score_mask`), erasing causality and the structure silently on
