@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -942,6 +943,7 @@ MUTATIONS.update(AUDIT3)
 # round 4 but its one equivalent mutant (at left == 1 both readings take every masked slot)
 MUTATIONS.update({k: v for k, v in AUDIT4.items()
                   if k != "pdiff_last_step_leaves_slots_masked"})
+MUTATIONS.update(AUDIT5)
 
 
 def tests_of(mutation: tuple) -> list[str]:
@@ -956,17 +958,24 @@ def copy_tree(dest: Path) -> Path:
     return dest
 
 
-def run_tests(root: Path, tests: list[str]) -> tuple[int, list[str], str]:
+def run_tests(root: Path, tests: list[str], first_failure: bool = False,
+              threads: int | None = None, workers: int = 1) -> tuple[int, list[str], str]:
     """Whole test files run without their slow tests; a test named by its node id runs even
-    when it is marked slow (it was named because it catches something)."""
+    when it is marked slow (it was named because it catches something). With
+    `first_failure` the run stops at the first failing test (a mutation is caught by one)."""
     env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"}
+    if threads:
+        env |= {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     files = [t for t in tests if "::" not in t]
     named = [t for t in tests if "::" in t]
     code, failed, summaries = 0, set(), []
     for group, marker in ((files, ["-m", "not slow"]), (named, [])):
-        if not group:
+        if not group or (first_failure and failed):
             continue
-        cmd = [sys.executable, "-m", "pytest", "-q", *marker, "-p", "no:cacheprovider",
+        stop = ["-x"] if first_failure else []
+        spread = ["-n", str(workers)] if workers > 1 else []
+        cmd = [sys.executable, "-m", "pytest", "-q", *marker, *stop, *spread,
+               "-p", "no:cacheprovider",
                "-rf", *group]
         r = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
         failed |= set(re.findall(r"^FAILED (\S+)", r.stdout, re.M))
@@ -1008,6 +1017,11 @@ def main() -> int:
     p.add_argument("--audit3", action="store_true", help="the re-audit's third round")
     p.add_argument("--audit4", action="store_true", help="the re-audit's fourth round")
     p.add_argument("--audit5", action="store_true", help="the re-audit's fifth round")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="mutations tested at once (each with cores/jobs torch threads)")
+    p.add_argument("--every-failure", action="store_true",
+                   help="run each mutated suite to the end instead of stopping at the first "
+                        "failing test (slower; lists every test that catches it)")
     args = p.parse_args()
     table = (AUDIT5 if args.audit5 else AUDIT4 if args.audit4 else AUDIT3 if args.audit3 else AUDIT2 if args.audit2
              else AUDIT if args.audit else MUTATIONS)
@@ -1023,7 +1037,7 @@ def main() -> int:
         if not imported_from(clean).startswith(str(clean)):
             raise SystemExit(f"the copy is not what imports as solm ({imported_from(clean)})")
         every_test = sorted({t for n in names for t in tests_of(table[n])})
-        code, failed, summary = run_tests(clean, every_test)
+        code, failed, summary = run_tests(clean, every_test, workers=args.jobs)
         report["(no mutation)"] = {"failed": failed, "summary": summary}
         print(f"(no mutation): {summary}", flush=True)
         if code != 0:
@@ -1031,12 +1045,24 @@ def main() -> int:
                 print(f"    {f}", flush=True)
             print("the unmutated tests fail; fix them first")
             return 2
-        for name in names:
-            code, failed, summary = run_tests(mutated_copy(name, work), tests_of(table[name]))
-            report[name] = {"failed": failed, "summary": summary}
-            print(f"{name}: {len(failed)} failing tests ({summary})", flush=True)
-            for f in failed:
-                print(f"    {f}", flush=True)
+        threads = max(1, (os.cpu_count() or 1) // args.jobs) if args.jobs > 1 else None
+
+        def one(name: str) -> tuple[str, list[str], str]:
+            copy = mutated_copy(name, work)
+            _, failed, summary = run_tests(copy, tests_of(table[name]),
+                                           first_failure=not args.every_failure,
+                                           threads=threads)
+            shutil.rmtree(copy, ignore_errors=True)
+            return name, failed, summary
+
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            for name, failed, summary in pool.map(one, names):
+                report[name] = {"failed": failed, "summary": summary}
+                print(f"{name}: {len(failed)} failing tests ({summary})", flush=True)
+                for f in failed:
+                    print(f"    {f}", flush=True)
+                args.out.write_text(json.dumps(report, indent=2))  # kept if the run is cut
     uncaught = [n for n in names if not report[n]["failed"]]
     if args.audit:
         report["(caught)"] = {"caught": len(names) - len(uncaught), "planted": len(names),
