@@ -932,6 +932,9 @@ ISSUE35: dict[str, tuple] = {
         "            examples.append(self.encode(r, random.Random(zlib.crc32(key.encode()))\n"
         "                                        if r.get('held_out') else None))",
         ["tests/test_ddp_training.py::test_two_processes_end_where_one_does[command0]"]),
+    "grpo_pool_sized_by_tokens_not_steps": (
+        "solm/decode/tip/runtime.py", "    partial = registers + 2 if fresh_page_per_step else 1",
+        "    partial = 2", ["tests/test_tip_grpo.py"]),
     "check_model_ignores_unsupported_features": (
         "solm/decode/check_model.py", "        if refused:", "        if False:",
         ["tests/test_check_model.py"]),

@@ -130,3 +130,53 @@ def test_two_processes_end_where_one_does(tmp_path, tiny_folder, command):
     train(common, tmp_path / "one", 1, command)
     train(common, tmp_path / "two", 2, command)
     ended_alike(tmp_path, tiny_folder, moved_at_least=1e-4)
+
+
+def register_happy_folder(folder) -> str:
+    """A tiny random TIP model whose rollouts open registers often, so the live KV (and with
+    it the reward) varies inside a group: the last MLP's bias pushes one hidden direction,
+    and the untied head reads the register tokens off it."""
+    from solm.core.models import load_tokenizer, tiny_model
+    from solm.core.systems.tip import TipVocab
+    from solm.core.vocabulary import add_control_tokens
+
+    tok = load_tokenizer("smollm2-135m")
+    add_control_tokens(None, tok, "tip", num_registers=4)
+    model, _ = tiny_model(tok, seed=5, mlp_bias=True)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for proj in (layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj):
+                proj.bias.zero_()
+        model.model.layers[-1].mlp.down_proj.bias[0] = 20.0
+        head = model.model.embed_tokens.weight.detach().clone()
+        head[:, 0] = 0.0
+        head[TipVocab.from_tokenizer(tok, 4).control_ids, 0] = 1.2
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(head)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.slow
+def test_tip_grpo_two_processes_end_where_one_does(tmp_path):
+    """Rollouts seeded by their place in the global batch, rewards that vary inside groups
+    (live KV differs: the log shows a KV spread), so the two processes' updates are the one
+    process's split in two."""
+    model = register_happy_folder(tmp_path / "model")
+    data = tmp_path / "gsm.jsonl"
+    data.write_text("".join(json.dumps({"id": f"gsm8k-{i}", "question": f"What is {i} + 1?",
+                                        "answer": f"#### {i + 1}"}) + "\n" for i in range(8)))
+    common = ["--data", str(data), "--model", model, "--registers", "4", "--max-steps", "3",
+              "--batch-size", "8", "--num-generations", "2", "--micro-batch-size", "2",
+              "--max-completion-length", "12", "--page-size", "4", "--rollout-batch", "4",
+              "--lora-r", "0", "--lr", "1e-3", "--precision", "fp32", "--eval-rows", "0",
+              "--logging-steps", "1", "--quiet"]
+    train(common, tmp_path / "one", 1, ("tip", "grpo"))
+    train(common, tmp_path / "two", 2, ("tip", "grpo"))
+    one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
+    assert max_diff(one, weights(tmp_path / "model")) > 1e-4
+    assert max_diff(one, two) < 1e-4
+    log = [json.loads(x) for x in (tmp_path / "one" / "train_log.jsonl").read_text().split("\n")
+           if x.strip()]
+    assert any(e.get("reward_std", 0) > 0 for e in log), log

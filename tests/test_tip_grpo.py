@@ -3,6 +3,7 @@ sampling log-probs; TRL hands rollout_func repeated prompts; the reward's KV ter
 a short end-to-end run logs the share of groups whose correctness varies."""
 
 import contextlib
+import copy
 import json
 from types import SimpleNamespace
 
@@ -180,3 +181,26 @@ def test_two_processes_sample_what_one_process_does(tip_tok, register_happy_mode
     assert sample(prompts[:2], 0) + sample(prompts[2:], 1) == whole
     # not vacuous: seeded by the local index, process 1 would sample otherwise
     assert sample(prompts[2:], 0) != whole[2:]
+
+
+def test_rollouts_of_one_token_steps_fit_the_pool(tip_tok, register_happy_model):
+    """Every token a register (one-token steps, each on a fresh page): the rollout pool must
+    still hold the batch. Its peak per request, counted by hand: the prompt's pages, plus one
+    page per live step (four held registers and the step a reuse kills, freed right after the
+    new step's page is taken) and the new one; the old sizing (tokens / page size + 2) ran out."""
+    from solm.decode.tip.runtime import worst_case_pages
+
+    model = copy.deepcopy(register_happy_model)
+    with torch.no_grad():
+        model.lm_head.bias[TipVocab.from_tokenizer(tip_tok, TIP_REGISTERS).control_ids] = 60.0
+    rollouts = TipRollouts(tip_tok, TIP_REGISTERS, "tip", page_size=4, batch_size=4,
+                           max_completion_length=8, temperature=1.0, top_p=1.0)
+    trainer = SimpleNamespace(model=model, accelerator=SimpleNamespace(
+        unwrap_model=lambda m: m, autocast=contextlib.nullcontext, process_index=0))
+    prompts = ["What is 2 + 3?"] * 8
+    out = rollouts(prompts, trainer)
+    vocab = TipVocab.from_tokenizer(tip_tok, TIP_REGISTERS)
+    assert all(len(c) == 8 and set(c) <= set(vocab.control_ids) for c in out["completion_ids"])
+    for p in out["prompt_ids"]:
+        by_hand = -(-len(p) // 4) + TIP_REGISTERS + 2
+        assert worst_case_pages(len(p), 8, 4, TIP_REGISTERS, True) >= by_hand

@@ -167,10 +167,13 @@ class TipRollouts:
         self._pool_pages = 0
 
     def runtime(self, model, prompts: list[list[int]]):
-        from solm.decode.tip.runtime import TipRuntime
+        from solm.decode.tip.policies import POLICIES
+        from solm.decode.tip.runtime import TipRuntime, worst_case_pages
 
-        per_request = max(len(p) for p in prompts) + self.max_len + 1
-        pages = (per_request // self.page_size + 2) * min(self.batch_size, len(prompts))
+        per_request = worst_case_pages(max(len(p) for p in prompts), self.max_len,
+                                       self.page_size, self.registers,
+                                       POLICIES[self.policy].fresh_page_per_step)
+        pages = per_request * min(self.batch_size, len(prompts))
         if self._runtime is None or self._runtime.model is not model or pages > self._pool_pages:
             self._runtime = TipRuntime(model, self.tokenizer, num_pages=pages,
                                        page_size=self.page_size, num_registers=self.registers)

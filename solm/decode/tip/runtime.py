@@ -93,6 +93,17 @@ class _Row:
     decode_s: float = 0.0
 
 
+def worst_case_pages(prompt_tokens: int, max_new_tokens: int, page_size: int,
+                     registers: int, fresh_page_per_step: bool) -> int:
+    """Pages one request can hold at once. Under a policy that opens a fresh page per step,
+    every live step can leave a partial page: at most the preamble, one step per register,
+    the step its reuse kills (freed only after the new step's first token is placed) and the
+    new one."""
+    ceil = lambda n: -(-n // page_size)  # noqa: E731
+    partial = registers + 2 if fresh_page_per_step else 1
+    return ceil(prompt_tokens) + ceil(max_new_tokens + 1) + partial
+
+
 class TipRuntime:
     """Reuse one runtime across batches: the pool and its pages are reused."""
 
