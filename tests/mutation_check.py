@@ -935,6 +935,14 @@ ISSUE35: dict[str, tuple] = {
     "grpo_pool_sized_by_tokens_not_steps": (
         "solm/decode/tip/runtime.py", "    partial = registers + 2 if fresh_page_per_step else 1",
         "    partial = 2", ["tests/test_tip_grpo.py"]),
+    "fsdp_save_keeps_tied_copies": (
+        "solm/train/base.py", "            extra[\"state_dict\"] = without_tied_copies(state_dict, final)",
+        "            extra[\"state_dict\"] = state_dict",
+        ["tests/test_ddp_training.py::test_fsdp2_processes_shard_train_save_and_resume_as_one"]),
+    "fsdp_save_on_rank_0_alone": (
+        "solm/train/base.py", "                      if getattr(trainer, \"is_fsdp_enabled\", False) else None)",
+        "                      if False else None)",
+        ["tests/test_ddp_training.py::test_fsdp2_processes_shard_train_save_and_resume_as_one"]),
     "check_model_ignores_unsupported_features": (
         "solm/decode/check_model.py", "        if refused:", "        if False:",
         ["tests/test_check_model.py"]),

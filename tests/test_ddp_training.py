@@ -3,8 +3,10 @@ with configs/accelerate/cpu_ddp.yaml: torchrun underneath, gloo) ends with the p
 process reaches with the same global batch, saves a model that loads and decodes alike, and a
 two-process run resumed from a mid-run checkpoint ends where an unbroken one does. Planned
 Diffusion's SFT (its masking drawn per row and epoch, whichever process collates the row) and
-BoNBoN (its reference log-probs computed in each process) end alike as well. Slow: eight
-launches (about 2 minutes on a 2-core machine)."""
+BoNBoN (its reference log-probs computed in each process) and TIP-GRPO (rollouts seeded by
+their place in the global batch) end alike as well, and Pasta-SFT under FSDP2 (parameters
+sharded as DTensors) trains, saves and resumes as one process. Slow: thirteen launches (about
+3 minutes on a 2-core machine)."""
 
 import json
 import os
@@ -27,14 +29,23 @@ ROWS = [{"prompt": "Give me tips",
         {"prompt": "Name a fruit", "response": "An apple."}]
 
 
-def train(args: list[str], out, processes: int, command: tuple[str, ...] = ("pasta", "sft")
-          ) -> None:
-    launcher = ([os.path.join(os.path.dirname(sys.executable), "accelerate"), "launch",
-                 "--config_file", str(ROOT / "configs" / "accelerate" / "cpu_ddp.yaml"),
-                 "--num_processes", str(processes)] if processes > 1 else [sys.executable])
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    r = subprocess.run([*launcher, "-m", "solm.cli.main", *command, *args, "--out",
-                        str(out)], capture_output=True, text=True, timeout=900, env=env)
+def train(args: list[str], out, processes: int, command: tuple[str, ...] = ("pasta", "sft"),
+          fsdp: bool = False, env: dict | None = None) -> None:
+    """One plain process, or `processes` launched by `accelerate launch`: DDP with the CPU
+    config users get, or FSDP2 through tests/fsdp_on_cpu.py."""
+    accelerate = os.path.join(os.path.dirname(sys.executable), "accelerate")
+    if fsdp:
+        launcher = [accelerate, "launch", "--config_file", str(ROOT / "tests" / "cpu_fsdp.yaml"),
+                    "--num_processes", str(processes), str(ROOT / "tests" / "fsdp_on_cpu.py")]
+    elif processes > 1:
+        launcher = [accelerate, "launch", "--config_file",
+                    str(ROOT / "configs" / "accelerate" / "cpu_ddp.yaml"),
+                    "--num_processes", str(processes), "-m", "solm.cli.main"]
+    else:
+        launcher = [sys.executable, "-m", "solm.cli.main"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **(env or {})}
+    r = subprocess.run([*launcher, *command, *args, "--out", str(out)], capture_output=True,
+                       text=True, timeout=900, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
 
 
@@ -68,6 +79,16 @@ def greedy(folder) -> list[int]:
     return out[0, ids.shape[1]:].tolist()
 
 
+def killed_after_checkpoint_4(done, broken) -> None:
+    """A copy of a finished run as if killed after its step-4 checkpoint: the final model,
+    its record and the step-5 checkpoint are gone."""
+    shutil.copytree(done, broken)
+    for name in ("model.safetensors", "solm.json"):
+        (broken / name).unlink()
+    shutil.rmtree(broken / "checkpoints" / "checkpoint-5", ignore_errors=True)
+    assert (broken / "checkpoints" / "checkpoint-4").is_dir()
+
+
 @pytest.mark.slow
 def test_two_processes_train_save_and_resume_as_one(tmp_path, tiny_folder):
     data = tmp_path / "rows.jsonl"
@@ -85,13 +106,8 @@ def test_two_processes_train_save_and_resume_as_one(tmp_path, tiny_folder):
     assert meta["effective"]["world_size"] == 2
     assert meta["effective"]["gradient_accumulation_steps"] == 2
     assert greedy(tmp_path / "one") == greedy(tmp_path / "two")
-    # a run killed after its step-4 checkpoint: the final model and its record are gone
     broken = tmp_path / "broken"
-    shutil.copytree(tmp_path / "two", broken)
-    for name in ("model.safetensors", "solm.json"):
-        (broken / name).unlink()
-    shutil.rmtree(broken / "checkpoints" / "checkpoint-5", ignore_errors=True)
-    assert (broken / "checkpoints" / "checkpoint-4").is_dir()
+    killed_after_checkpoint_4(tmp_path / "two", broken)
     train(common, broken, 2)
     resumed = json.loads((broken / "solm.json").read_text())
     assert resumed["results"]["resumed_from"].endswith("checkpoint-4")
@@ -180,3 +196,35 @@ def test_tip_grpo_two_processes_end_where_one_does(tmp_path):
     log = [json.loads(x) for x in (tmp_path / "one" / "train_log.jsonl").read_text().split("\n")
            if x.strip()]
     assert any(e.get("reward_std", 0) > 0 for e in log), log
+
+
+@pytest.mark.slow
+def test_fsdp2_processes_shard_train_save_and_resume_as_one(tmp_path, tiny_folder):
+    """FSDP2 (accelerate's fully_shard over gloo): each process holds half of every
+    parameter as a DTensor, the run ends where one process does, the gathered save is the
+    whole model (every tensor at its full shape) and decodes alike, and a run resumed from its
+    sharded step-4 checkpoint ends where the unbroken one did."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({**ROWS[i % 3], "id": f"r{i}"}) + "\n"
+                            for i in range(12)))
+    common = ["--data", str(data), "--model", tiny_folder, "--max-steps", "5", "--batch-size",
+              "4", "--micro-batch-size", "1", "--eval-rows", "0", "--lr", "1e-3", "--precision",
+              "fp32", "--save-every", "2", "--quiet"]
+    report = tmp_path / "sharding.jsonl"
+    train(common, tmp_path / "one", 1)
+    train(common, tmp_path / "two", 2, fsdp=True, env={"SOLM_FSDP_REPORT": str(report)})
+    shards = [json.loads(x) for x in report.read_text().splitlines()]
+    assert sorted(s["rank"] for s in shards) == [0, 1]
+    for s in shards:
+        assert s["dtensors"] == s["params"] > 0
+        assert s["local"] <= s["global"] // 2 + s["params"]  # half of each, rounded up
+    one, two = ended_alike(tmp_path, tiny_folder, moved_at_least=1e-3)
+    assert {k: v.shape for k, v in two.items()} == {k: v.shape for k, v in one.items()}
+    assert greedy(tmp_path / "one") == greedy(tmp_path / "two")
+    assert (tmp_path / "two" / "checkpoints" / "checkpoint-4" / "pytorch_model_fsdp_0").is_dir()
+    broken = tmp_path / "broken"
+    killed_after_checkpoint_4(tmp_path / "two", broken)
+    train(common, broken, 2, fsdp=True)
+    resumed = json.loads((broken / "solm.json").read_text())
+    assert resumed["results"]["resumed_from"].endswith("checkpoint-4")
+    assert max_diff(weights(broken), two) < 1e-5

@@ -117,6 +117,16 @@ def use_bf16(precision: str) -> bool:
     return cuda_bf16 or (not torch.cuda.is_available() and cpu_has_fast_bf16())
 
 
+def without_tied_copies(state_dict: dict, model) -> dict:
+    """A gathered state dict holds tied weights as separate copies, which save_pretrained
+    (it finds ties by shared storage) would write twice: keep only each tie's source."""
+    ties = getattr(model, "all_tied_weights_keys", None) or {}
+    drop = {target for target, source in ties.items()
+            if target in state_dict and source in state_dict
+            and torch.equal(state_dict[target], state_dict[source])}
+    return {k: v for k, v in state_dict.items() if k not in drop}
+
+
 class SolmTrainer:
     """Subclasses set `control_tokens` (a registered system) and implement the hooks."""
 
@@ -386,7 +396,7 @@ class SolmTrainer:
             # both whole embedding matrices (226 MB for the embedded model)
             extra["save_embedding_layers"] = False
         if state_dict is not None:  # gathered from the FSDP shards
-            extra["state_dict"] = state_dict
+            extra["state_dict"] = without_tied_copies(state_dict, final)
         final.save_pretrained(str(out), safe_serialization=True, **extra)
         tok.save_pretrained(str(out))
         self._inherit_generation_config(out)
