@@ -943,6 +943,12 @@ ISSUE35: dict[str, tuple] = {
         "solm/train/base.py", "                      if getattr(trainer, \"is_fsdp_enabled\", False) else None)",
         "                      if False else None)",
         ["tests/test_ddp_training.py::test_fsdp2_processes_shard_train_save_and_resume_as_one"]),
+    "grpo_rollouts_seeded_by_call_count": (
+        "solm/train/grpo.py", "        if step is None:  # no trainer state (called on its own): one draw per call",
+        "        if True:", ["tests/test_tip_grpo.py"]),
+    "grpo_prompt_order_not_reseeded_per_epoch": (
+        "solm/train/grpo.py", "        sampler.generator.manual_seed(base + epoch)",
+        "        pass", ["tests/test_tip_grpo.py"]),
     "check_model_ignores_unsupported_features": (
         "solm/decode/check_model.py", "        if refused:", "        if False:",
         ["tests/test_check_model.py"]),

@@ -131,23 +131,6 @@ def pairs_file(path) -> str:
     return str(path)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("command", [("pdiff", "sft"), ("pasta", "bonbon")])
-def test_two_processes_end_where_one_does(tmp_path, tiny_folder, command):
-    if command == ("pasta", "bonbon"):
-        data, lr = pairs_file(tmp_path / "pairs.jsonl"), "1e-2"
-    else:
-        data, lr = tmp_path / "rows.jsonl", "1e-3"
-        data.write_text("".join(json.dumps({**ROWS[0], "id": f"r{i}"}) + "\n"
-                                for i in range(8)))
-    common = ["--data", str(data), "--model", tiny_folder, "--max-steps", "3", "--batch-size",
-              "4", "--micro-batch-size", "1", "--eval-rows", "0", "--lr", lr, "--precision",
-              "fp32", "--quiet"]
-    train(common, tmp_path / "one", 1, command)
-    train(common, tmp_path / "two", 2, command)
-    ended_alike(tmp_path, tiny_folder, moved_at_least=1e-4)
-
-
 def register_happy_folder(folder) -> str:
     """A tiny random TIP model whose rollouts open registers often, so the live KV (and with
     it the reward) varies inside a group: the last MLP's bias pushes one hidden direction,
@@ -174,28 +157,53 @@ def register_happy_folder(folder) -> str:
     return str(folder)
 
 
-@pytest.mark.slow
-def test_tip_grpo_two_processes_end_where_one_does(tmp_path):
-    """Rollouts seeded by their place in the global batch, rewards that vary inside groups
-    (live KV differs: the log shows a KV spread), so the two processes' updates are the one
-    process's split in two."""
-    model = register_happy_folder(tmp_path / "model")
+def grpo_problems(tmp_path) -> tuple[str, str, list[str]]:
     data = tmp_path / "gsm.jsonl"
     data.write_text("".join(json.dumps({"id": f"gsm8k-{i}", "question": f"What is {i} + 1?",
                                         "answer": f"#### {i + 1}"}) + "\n" for i in range(8)))
-    common = ["--data", str(data), "--model", model, "--registers", "4", "--max-steps", "3",
-              "--batch-size", "8", "--num-generations", "2", "--micro-batch-size", "2",
-              "--max-completion-length", "12", "--page-size", "4", "--rollout-batch", "4",
-              "--lora-r", "0", "--lr", "1e-3", "--precision", "fp32", "--eval-rows", "0",
-              "--logging-steps", "1", "--quiet"]
-    train(common, tmp_path / "one", 1, ("tip", "grpo"))
-    train(common, tmp_path / "two", 2, ("tip", "grpo"))
+    settings = ["--registers", "4", "--batch-size", "8", "--num-generations", "2",
+                "--micro-batch-size", "2", "--max-completion-length", "12", "--page-size", "4",
+                "--rollout-batch", "4", "--lora-r", "0", "--logging-steps", "1"]
+    return str(data), register_happy_folder(tmp_path / "model"), settings
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [("pdiff", "sft"), ("pasta", "bonbon"), ("tip", "grpo")])
+def test_two_processes_end_where_one_does(tmp_path, tiny_folder, command):
+    """Planned Diffusion's SFT (masking drawn per row and epoch wherever the row is
+    collated), BoNBoN (reference log-probs computed in each process) and TIP-GRPO (rollouts
+    seeded by their place in the global batch and by the optimizer step, so a resumed run
+    samples what an unbroken one did; rewards that vary inside groups): two processes end
+    where one does, their saved model decodes alike, and a resumed run ends where the
+    unbroken one did."""
+    model, settings, lr = tiny_folder, ["--batch-size", "4", "--micro-batch-size", "1"], "1e-3"
+    if command == ("pasta", "bonbon"):
+        data, lr = pairs_file(tmp_path / "pairs.jsonl"), "1e-2"
+    elif command == ("tip", "grpo"):
+        data, model, settings = grpo_problems(tmp_path)
+    else:
+        data = tmp_path / "rows.jsonl"
+        data.write_text("".join(json.dumps({**ROWS[0], "id": f"r{i}"}) + "\n"
+                                for i in range(8)))
+    common = ["--data", str(data), "--model", model, "--max-steps", "5", *settings,
+              "--eval-rows", "0", "--lr", lr, "--precision", "fp32", "--save-every", "2",
+              "--quiet"]
+    train(common, tmp_path / "one", 1, command)
+    train(common, tmp_path / "two", 2, command)
     one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
-    assert max_diff(one, weights(tmp_path / "model")) > 1e-4
+    assert max_diff(one, weights(Path(model))) > 1e-4
     assert max_diff(one, two) < 1e-4
-    log = [json.loads(x) for x in (tmp_path / "one" / "train_log.jsonl").read_text().split("\n")
-           if x.strip()]
-    assert any(e.get("reward_std", 0) > 0 for e in log), log
+    assert greedy(tmp_path / "one") == greedy(tmp_path / "two")
+    if command == ("tip", "grpo"):
+        log = [json.loads(x) for x in
+               (tmp_path / "one" / "train_log.jsonl").read_text().splitlines() if x.strip()]
+        assert any(e.get("reward_std", 0) > 0 for e in log), log
+    broken = tmp_path / "broken"
+    killed_after_checkpoint_4(tmp_path / "two", broken)
+    train(common, broken, 2, command)
+    resumed = json.loads((broken / "solm.json").read_text())
+    assert resumed["results"]["resumed_from"].endswith("checkpoint-4")
+    assert max_diff(weights(broken), two) < 1e-5
 
 
 @pytest.mark.slow

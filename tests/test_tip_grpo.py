@@ -204,3 +204,40 @@ def test_rollouts_of_one_token_steps_fit_the_pool(tip_tok, register_happy_model)
     for p in out["prompt_ids"]:
         by_hand = -(-len(p) // 4) + TIP_REGISTERS + 2
         assert worst_case_pages(len(p), 8, 4, TIP_REGISTERS, True) >= by_hand
+
+
+def test_a_resumed_run_draws_the_rollout_seeds_and_prompt_order_of_an_unbroken_one():
+    """Seeds come from the optimizer step (a resumed run's rollouts object is new, its call
+    counter at 0), and each epoch's prompt order from seed + epoch: written here as
+    torch.randperm under that seed, TRL's RepeatSampler layout (each prompt repeated per
+    generation)."""
+    from trl.trainer.utils import RepeatSampler
+
+    from solm.train.grpo import epoch_seeded
+
+    def at(step):
+        return SimpleNamespace(state=SimpleNamespace(global_step=step))
+
+    unbroken = TipRollouts(None, 4, "tip", 4, 4, 8, 1.0, 1.0, seed=3)
+    seeds = [unbroken.draw_seed(at(s)) for s in (0, 1, 2, 2, 3)]
+    assert len(set(seeds)) == 5  # two draws at one step differ too
+    resumed = TipRollouts(None, 4, "tip", 4, 4, 8, 1.0, 1.0, seed=3)
+    assert [resumed.draw_seed(at(s)) for s in (2, 2, 3)] == seeds[2:]
+
+    def sampler():
+        return epoch_seeded(RepeatSampler(list(range(6)), mini_repeat_count=2, batch_size=3,
+                                          seed=11))
+
+    def by_hand(epoch):
+        order = torch.randperm(6, generator=torch.Generator().manual_seed(11 + epoch)).tolist()
+        return [i for i in order for _ in range(2)]
+
+    first = sampler()
+    orders = []
+    for epoch in range(3):
+        first.set_epoch(epoch)
+        orders.append(list(first))
+    assert orders == [by_hand(e) for e in range(3)]
+    again = sampler()  # resumed in epoch 2
+    again.set_epoch(2)
+    assert list(again) == orders[2]

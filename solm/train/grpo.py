@@ -162,6 +162,7 @@ class TipRollouts:
         self.max_len, self.temperature, self.top_p = max_completion_length, temperature, top_p
         self.seed = seed
         self.calls = 0
+        self._draws: dict[int, int] = {}  # optimizer step -> rollout calls made at it
         self.prompts_seen: list[list[str]] = []  # what TRL handed over, per call
         self._runtime = None
         self._pool_pages = 0
@@ -180,6 +181,18 @@ class TipRollouts:
             self._pool_pages = pages
         return self._runtime
 
+    def draw_seed(self, trainer) -> int:
+        """The sampling seed of this call: from the optimizer step it is made at (and the
+        calls already made at that step), so a run resumed from a checkpoint samples what the
+        unbroken run did; a counter of calls would restart at 0."""
+        state = getattr(trainer, "state", None)
+        step = getattr(state, "global_step", None)
+        if step is None:  # no trainer state (called on its own): one draw per call
+            step = self.calls
+        n = self._draws.get(step, 0)
+        self._draws[step] = n + 1
+        return self.seed + 100_003 * step + 7_919 * n
+
     def __call__(self, prompts: list[str], trainer) -> dict[str, Any]:
         from solm.core.chat import prompt_ids
         from solm.core.sampling import SamplingConfig
@@ -195,7 +208,7 @@ class TipRollouts:
         cfg = TipDecodeConfig(
             policy=self.policy, batch_size=self.batch_size, max_new_tokens=self.max_len,
             sampling=SamplingConfig(temperature=self.temperature, top_p=self.top_p,
-                                    seed=self.seed + 100_003 * self.calls),
+                                    seed=self.draw_seed(trainer)),
             record_logprobs=True)
         self.calls += 1
         was_training = model.training
@@ -308,7 +321,25 @@ def tip_grpo_trainer_class(vocab, tip: bool) -> type:
                     entropies.append(ent)
             return (torch.cat(logps), torch.cat(entropies) if entropies else None, None)
 
+        def _get_train_sampler(self, dataset=None):
+            return epoch_seeded(super()._get_train_sampler(dataset))
+
     return TipGRPOTrainerTRL
+
+
+def epoch_seeded(sampler):
+    """TRL's RepeatSampler draws each epoch's order from one generator seeded once, so a run
+    resumed in epoch e replays epoch 0's order. With `set_epoch` (the Trainer calls it on
+    every epoch, the resumed one included) each epoch's order comes from seed + epoch."""
+    if not getattr(sampler, "shuffle", False):
+        return sampler
+    base = sampler.seed if sampler.seed is not None else 0
+
+    def set_epoch(epoch: int) -> None:
+        sampler.generator.manual_seed(base + epoch)
+
+    sampler.set_epoch = set_epoch
+    return sampler
 
 
 class TipGRPOTrainer(SolmTrainer):
