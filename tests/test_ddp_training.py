@@ -11,6 +11,7 @@ sharded as DTensors) trains, saves and resumes as one process. Slow: thirteen la
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -29,18 +30,25 @@ ROWS = [{"prompt": "Give me tips",
         {"prompt": "Name a fruit", "response": "An apple."}]
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def train(args: list[str], out, processes: int, command: tuple[str, ...] = ("pasta", "sft"),
           fsdp: bool = False, env: dict | None = None) -> None:
     """One plain process, or `processes` launched by `accelerate launch`: DDP with the CPU
     config users get, or FSDP2 through tests/fsdp_on_cpu.py."""
-    accelerate = os.path.join(os.path.dirname(sys.executable), "accelerate")
+    # a port of its own: launches from tests running side by side (xdist) must not meet
+    accelerate = [os.path.join(os.path.dirname(sys.executable), "accelerate"), "launch",
+                  "--main_process_port", str(free_port()), "--num_processes", str(processes)]
     if fsdp:
-        launcher = [accelerate, "launch", "--config_file", str(ROOT / "tests" / "cpu_fsdp.yaml"),
-                    "--num_processes", str(processes), str(ROOT / "tests" / "fsdp_on_cpu.py")]
+        launcher = [*accelerate, "--config_file", str(ROOT / "tests" / "cpu_fsdp.yaml"),
+                    str(ROOT / "tests" / "fsdp_on_cpu.py")]
     elif processes > 1:
-        launcher = [accelerate, "launch", "--config_file",
-                    str(ROOT / "configs" / "accelerate" / "cpu_ddp.yaml"),
-                    "--num_processes", str(processes), "-m", "solm.cli.main"]
+        launcher = [*accelerate, "--config_file",
+                    str(ROOT / "configs" / "accelerate" / "cpu_ddp.yaml"), "-m", "solm.cli.main"]
     else:
         launcher = [sys.executable, "-m", "solm.cli.main"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **(env or {})}
