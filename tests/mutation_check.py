@@ -968,7 +968,7 @@ def tests_of(mutation: tuple) -> list[str]:
 
 
 def copy_tree(dest: Path) -> Path:
-    for part in ("solm", "tests"):
+    for part in ("solm", "tests", "configs"):  # configs: the launch configs tests use
         shutil.copytree(ROOT / part, dest / part,
                         ignore=shutil.ignore_patterns("__pycache__", ".hypothesis"))
     shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
