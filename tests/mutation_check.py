@@ -953,7 +953,28 @@ ISSUE35: dict[str, tuple] = {
         "solm/decode/check_model.py", "        if refused:", "        if False:",
         ["tests/test_check_model.py"]),
 }
+GAIN_TESTS = ["tests/test_annotation_gain.py", "tests/test_rules.py"]
+ISSUE36: dict[str, tuple] = {
+    "speed_groups_never_left_plain": (
+        "solm/annotate/rules.py", "if self.gain_of is not None and self.gain_of(group) <= 1.0:",
+        "if self.gain_of is not None and self.gain_of(group) < 0.0:", GAIN_TESTS),
+    "speed_header_stays_in_main": (
+        "solm/annotate/rules.py", "        if shape.head_in_block:\n",
+        "        if False:\n", GAIN_TESTS),
+    "mix_trains_on_eval_prompts": (
+        "solm/annotate/mix.py", "            if banned and prompt_key(",
+        "            if False and prompt_key(", GAIN_TESTS),
+    "gain_counts_topic_as_content": (
+        "solm/annotate/gain.py",
+        "        return pasta_metrics(text_ids(tok, annotated), vocab).content_speedup",
+        "        m = pasta_metrics(text_ids(tok, annotated), vocab)\n"
+        "        return (m.content_tokens + m.promises) / m.critical_path", GAIN_TESTS),
+    "mix_keeps_rows_below_min_gain": (
+        "solm/annotate/mix.py", "                if min_gain is not None and gain < min_gain:",
+        "                if min_gain is not None and gain < 0:", GAIN_TESTS),
+}
 MUTATIONS.update(ISSUE35)
+MUTATIONS.update(ISSUE36)
 MUTATIONS.update(AUDIT)
 MUTATIONS.update(AUDIT2)
 MUTATIONS.update(AUDIT3)
@@ -1007,7 +1028,7 @@ def run_tests(root: Path, tests: list[str], first_failure: bool = False,
 
 def mutated_copy(name: str, workdir: Path) -> Path:
     dest = copy_tree(workdir / name)
-    path, old, new = {**MUTATIONS, **AUDIT, **AUDIT2, **AUDIT3, **AUDIT4, **AUDIT5}[name][:3]
+    path, old, new = {**MUTATIONS, **ISSUE36, **AUDIT, **AUDIT2, **AUDIT3, **AUDIT4, **AUDIT5}[name][:3]
     target = dest / path
     text = target.read_text()
     if text.count(old) != 1:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from solm.annotate.rules import annotate_rules
+from solm.annotate.rules import RuleShape, annotate_rules
 from solm.core.jsonl import JsonlWriter, done_ids
 from solm.core.pasta_lang import faithful, validate
 from solm.core.records import Record
@@ -44,8 +44,13 @@ def unseen_records(records: Iterable[Record], seen: set, summary,
 
 def annotate_rules_job(records: Iterable[Record], output: Path, rejects: Path,
                        count_tokens: Callable[[str], int], min_chunk_tokens: int = 12,
-                       on_row: Callable[[AnnotateSummary], None] | None = None) -> AnnotateSummary:
-    """Annotate with the syntactic rules; appends to `output`, skips ids already there."""
+                       on_row: Callable[[AnnotateSummary], None] | None = None,
+                       shape: RuleShape | None = None,
+                       gain_of: Callable[[str | None], float] | None = None) -> AnnotateSummary:
+    """Annotate with the syntactic rules; appends to `output`, skips ids already there. With a
+    `gain_of` meter each row carries its annotation-level `gain` (and the shape's
+    forks_that_pay leaves groups that do not pay plain)."""
+    shape = shape or RuleShape(min_chunk_tokens=min_chunk_tokens)
     summary = AnnotateSummary()
     seen = done_ids(output, rejects)
     with JsonlWriter(output) as out, JsonlWriter(rejects) as rej:
@@ -56,7 +61,8 @@ def annotate_rules_job(records: Iterable[Record], output: Path, rejects: Path,
                 summary.rejected["no_response"] = summary.rejected.get("no_response", 0) + 1
                 continue
             try:
-                annotated, n = annotate_rules(rec.response, count_tokens, min_chunk_tokens)
+                annotated, n = annotate_rules(rec.response, count_tokens, shape=shape,
+                                              gain_of=gain_of)
                 problems = validate(annotated) if n else []
             except Exception as e:  # one odd row must not stop a long job
                 annotated, n, problems = rec.response, 0, [f"annotator error: {e!r}"]
@@ -65,9 +71,12 @@ def annotate_rules_job(records: Iterable[Record], output: Path, rejects: Path,
                 summary.rejected[reason] = summary.rejected.get(reason, 0) + 1
                 rej.write({"id": rec.id, "reason": reason, "detail": problems[:1]})
             else:
-                out.write({"id": rec.id, "prompt": rec.prompt, "system": rec.system,
-                           "response": rec.response, "annotated": annotated if n else None,
-                           "promises": n, "annotator": "rules"})
+                row = {"id": rec.id, "prompt": rec.prompt, "system": rec.system,
+                       "response": rec.response, "annotated": annotated if n else None,
+                       "promises": n, "annotator": "rules"}
+                if gain_of is not None:
+                    row["gain"] = round(gain_of(annotated if n else None), 4)
+                out.write(row)
                 summary.promises += n
                 if n:
                     summary.annotated += 1

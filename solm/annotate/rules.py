@@ -108,13 +108,20 @@ def _paragraph_head_length(core: str) -> int:
     return m.end() if m else len(core)
 
 
+ARTICLES = {"the", "a", "an"}
+
+
 def make_topic(head: str, body: str, max_words: int = 4) -> str:
+    """The first `max_words` words of the head (the body's when the head has none); under
+    three words a leading article is skipped, so a short topic names the thing."""
     text = re.sub(r"^\s*(\d{1,3}[.)]|[-*•+])\s+", "", head)
     text = re.sub(r"[*_`#\"<>\n\r\t]", " ", text).strip(" :-–—.,;")
     if len(text.split()) < 1:
         text = re.sub(r"[*_`#\"<>\n\r\t]", " ", body).strip()
-    words = text.split()[:max_words]
-    return " ".join(words) or "detail"
+    words = text.split()
+    if max_words < 3 and len(words) > 1 and words[0].lower() in ARTICLES:
+        words = words[1:]
+    return " ".join(w.strip(" :-–—.,;") for w in words[:max_words]).strip() or "detail"
 
 
 def tens_for(n_tokens: int) -> int:
@@ -125,35 +132,109 @@ def promise_tag(topic: str, tens: int) -> str:
     return f'<promise topic="{topic}" tokens="{tens}"/>'
 
 
+PROMISE_TAG_TOKENS = 2  # `<promise topic="` and the closing `" tokens="N"/>` are one token each
+
+
+@dataclass(frozen=True)
+class RuleShape:
+    """How the rules lay out a fork. The defaults are the APAR-style annotation; the speed
+    shape (`RuleShape.speed()`) spends fewer main-thread tokens per fork: a short topic, an
+    item's header moved into its block (the main thread keeps only the list marker), and no
+    fork whose chunk is not longer than what its promise costs the main thread."""
+
+    min_chunk_tokens: int = 12
+    topic_words: int = 4
+    head_in_block: bool = False
+    forks_that_pay: bool = False
+
+    @classmethod
+    def speed(cls, **overrides) -> "RuleShape":
+        return cls(**{"topic_words": 1, "head_in_block": True, "forks_that_pay": True,
+                      **overrides})
+
+
+def promise_cost(topic: str, count_tokens: Callable[[str], int]) -> int:
+    """Tokens a promise adds to the main thread: its two tag tokens and its topic."""
+    return PROMISE_TAG_TOKENS + count_tokens(topic)
+
+
+def _fork_parts(unit: Unit, core: str, shape: RuleShape) -> tuple[str, str, str]:
+    """(what stays in the main thread, the topic's source, the block's text)."""
+    if unit.kind == "item":
+        split = _item_head_length(core)
+        if shape.head_in_block:
+            marker = ITEM_RE.match(core)
+            keep = marker.end() if marker else 0
+            return core[:keep], core[keep:split], core[keep:]
+        return core[:split], core[:split], core[split:]
+    split = _paragraph_head_length(core)
+    return core[:split], core[:split], core[split:]
+
+
+class _Groups:
+    """The output, one group of forks at a time (a group ends at its `<sync/>`): with a gain
+    meter, a group whose forks do not pay (its annotated text takes as many forward passes
+    as its content has tokens, or more) is written plain instead."""
+
+    def __init__(self, gain_of: Callable[[str], float] | None):
+        self.gain_of = gain_of
+        self.out: list[str] = []
+        self.plain: list[str] = []  # the open group's text, unannotated
+        self.annotated: list[str] = []  # and annotated
+        self.forks = self.promises = 0
+
+    def text(self, text: str) -> None:
+        (self.annotated if self.forks else self.out).append(text)
+        if self.forks:
+            self.plain.append(text)
+
+    def fork(self, plain: str, annotated: str) -> None:
+        self.plain.append(plain)
+        self.annotated.append(annotated)
+        self.forks += 1
+
+    def close(self) -> None:
+        if not self.forks:
+            return
+        group = "".join(self.annotated) + SYNC
+        if self.gain_of is not None and self.gain_of(group) <= 1.0:
+            self.out.extend(self.plain)
+        else:
+            self.out.append(group)
+            self.promises += self.forks
+        self.plain, self.annotated, self.forks = [], [], 0
+
+
 def annotate_rules(response: str, count_tokens: Callable[[str], int],
-                   min_chunk_tokens: int = 12) -> tuple[str, int]:
-    """Return (annotated text, number of promises); 0 promises means nothing to annotate."""
-    out: list[str] = []
-    open_blocks = 0
-    n_promises = 0
+                   min_chunk_tokens: int = 12, shape: RuleShape | None = None,
+                   gain_of: Callable[[str], float] | None = None) -> tuple[str, int]:
+    """Return (annotated text, number of promises); 0 promises means nothing to annotate.
+    `shape` (default: `RuleShape(min_chunk_tokens)`) chooses topics and which forks to make;
+    with `shape.forks_that_pay` and a `gain_of` meter (annotated text -> content tokens per
+    forward pass, `solm.annotate.gain.gain_meter`), a group of forks that does not pay is
+    left plain."""
+    shape = shape or RuleShape(min_chunk_tokens=min_chunk_tokens)
+    groups = _Groups(gain_of if shape.forks_that_pay else None)
     for unit in split_units(response):
         if unit.kind == "blank":
-            out.append(unit.text)
+            groups.text(unit.text)
             continue
-        if open_blocks and unit.kind in ("paragraph", "code", "table"):
-            out.append(SYNC)
-            open_blocks = 0
+        if unit.kind in ("paragraph", "code", "table"):
+            groups.close()
         if unit.kind not in ("item", "paragraph"):
-            out.append(unit.text)
+            groups.text(unit.text)
             continue
         core, trailing = _split_trailing_ws(unit.text)
-        split = _item_head_length(core) if unit.kind == "item" else _paragraph_head_length(core)
-        head, body = core[:split], core[split:]
-        n_body = count_tokens(body) if body.strip() else 0
-        if n_body < min_chunk_tokens:
-            out.append(unit.text)
+        head, topic_source, block = _fork_parts(unit, core, shape)
+        n_block = count_tokens(block) if block.strip() else 0
+        topic = make_topic(topic_source, block, shape.topic_words)
+        if n_block < shape.min_chunk_tokens or (
+                shape.forks_that_pay and n_block <= promise_cost(topic, count_tokens)):
+            groups.text(unit.text)
             continue
-        out.append(head + promise_tag(make_topic(head, body), tens_for(n_body)) + ASYNC_OPEN +
-                   body + ASYNC_CLOSE + trailing)
-        open_blocks += 1
-        n_promises += 1
-    if open_blocks:
-        out.append(SYNC)
-    if n_promises == 0:
+        groups.fork(unit.text, head + promise_tag(topic, tens_for(n_block)) + ASYNC_OPEN +
+                    block + ASYNC_CLOSE + trailing)
+    groups.close()
+    if groups.promises == 0:
         return response, 0
-    return "".join(out), n_promises
+    return "".join(groups.out), groups.promises

@@ -48,7 +48,11 @@ matches its block (`--fix-lengths` recomputes N instead of rejecting).
 **Annotators** (`--annotator`):
 
 - `rules`: APAR-style syntactic rules (list items, paragraphs); no model, no key.
-  `pasta annotate -i dolly.jsonl -o ann.jsonl --limit 500`
+  `pasta annotate -i dolly.jsonl -o ann.jsonl --limit 500`. `--shape speed` lays forks out
+  for speed: one-word topics, an item's header moved into its block, no fork shorter than
+  its promise, and a group of forks left plain when it does not pay (fewer forward passes
+  than content tokens). Each rules row carries its annotation-level `gain` (content tokens
+  per forward pass if a model wrote exactly this annotation; `pasta stats` sums them up).
 - `gemini:MODEL[@URL]`: Gemini via google-genai; key from `GEMINI_API_KEY` or `GOOGLE_API_KEY`.
   `pasta annotate -i slimorca.jsonl -o ann.jsonl --annotator gemini:gemini-1.5-flash --concurrency 32 --rpm 1000`
 - `openai:MODEL[@URL]`: any OpenAI-compatible server (OpenAI, vLLM, llama.cpp server, Ollama);
@@ -84,6 +88,10 @@ def annotate(
     seed: Optional[int] = typer.Option(None, help="With --limit: a seeded random subset."),
     min_chunk_tokens: int = typer.Option(12, min=1, help="rules: shorter descriptions stay in the "
                                          "main thread."),
+    shape: str = typer.Option("apar", help="rules: `apar` (headers and first sentences stay "
+                              "in the main thread, topics up to 4 words) or `speed` (see above)."),
+    topic_words: Optional[int] = typer.Option(None, min=1, help="rules: words in a topic "
+                                              "(default: the shape's)."),
     fix_lengths: bool = typer.Option(False, help="LLM: recompute tokens=N from the real block."),
     split: str = SplitOption,
     dedupe: bool = DedupeOption,
@@ -92,6 +100,7 @@ def annotate(
     **llm,
 ) -> None:
     from solm.annotate.pipeline import annotate_rules_job
+    from solm.annotate.rules import RuleShape
     from solm.core.models import load_tokenizer
     from solm.core.provenance import check_rerun_settings, write_manifest
     import os
@@ -106,20 +115,30 @@ def annotate(
     check_paths([input], [*outputs_beside(output), rejects])
     from solm.annotate.prompt import prompt_version
 
+    if shape not in ("apar", "speed"):
+        raise typer.BadParameter("choose apar or speed", param_hint="--shape")
+    rule_shape = (RuleShape.speed if shape == "speed" else RuleShape)(
+        min_chunk_tokens=min_chunk_tokens,
+        **({"topic_words": topic_words} if topic_words else {}))
     row_settings = {"annotator": annotator, "tokenizer": tokenizer,
                     "min_chunk_tokens": min_chunk_tokens, "fix_lengths": fix_lengths,
+                    "shape": shape, "topic_words": rule_shape.topic_words,
                     "temperature": llm["temperature"],
                     "max_output_tokens": llm["max_output_tokens"],
                     "prompt_version": None if annotator == "rules" else prompt_version()}
-    mixed = check_rerun_settings(output, row_settings, force)
+    mixed = check_rerun_settings(output, row_settings, force,
+                                 defaults={"shape": "apar", "topic_words": RuleShape.topic_words})
     tok = load_tokenizer(tokenizer)
     count = lambda s: len(tok(s, add_special_tokens=False).input_ids)  # noqa: E731
     records = annotation_records(input, split, limit, seed, dedupe)
     extra: dict = {}
     if annotator == "rules":
+        from solm.annotate.gain import gain_meter
+
         with progress("annotating", len(records)) as advance:
             summary = annotate_rules_job(
-                records, output, rejects, count, min_chunk_tokens,
+                records, output, rejects, count, shape=rule_shape,
+                gain_of=gain_meter(tokenizer),
                 on_row=lambda s: advance(status=f"annotated {s.annotated} plain "
                                                 f"{s.unannotated} rejected "
                                                 f"{sum(s.rejected.values())}"))
@@ -319,25 +338,48 @@ app.add_typer(eval_app, name="eval")
 @app.command()
 @handle_errors
 def stats(
-    decoded: list[Path] = typer.Argument(..., help="Outputs of `pasta decode` (`-` reads "
-                                         "standard input)."),
+    files: list[Path] = typer.Argument(..., help="Outputs of `pasta decode` or of `pasta "
+                                       "annotate` (`-` reads standard input)."),
+    tokenizer: str = typer.Option(DEFAULT_MODEL, help="Annotated files: measures the gain of "
+                                  "rows that do not carry one."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
-    """Format statistics of decode outputs: well-formed Pasta-Lang, rows with a promise,
-    and (*over rows with a promise) parallelism = tokens decoded per forward pass and content
-    speedup = text tokens (tags removed) per forward pass; tokens/s."""
+    """Statistics of decode outputs: well-formed Pasta-Lang, rows with a promise, and (*over
+    rows with a promise) parallelism = tokens decoded per forward pass and content speedup =
+    text tokens (tags removed) per forward pass; tokens/s.
+
+    Of annotated files (`pasta annotate` rows): the **annotation-level gain**, content tokens
+    per forward pass if a model wrote exactly each row's annotation (a plain row gains 1),
+    over rows with >= 2 promises: geometric mean, median, rows reaching 1.3 and 1.5."""
     from rich.table import Table
+    from solm.annotate.gain import annotation_stats, gain_meter, is_annotation_file
     from solm.decode.pasta.format_stats import format_stats, read_decode_rows
 
-    results = {str(p): format_stats(read_decode_rows(p)).to_dict() for p in decoded}
-    table = Table("file", "rows", "well-formed", "with promise", "parallelism*",
-                  "content speedup*", "tokens", "tok/s")
-    for name, st in results.items():
-        table.add_row(name, str(st["rows"]), f"{st['well_formed']:.0%}",
-                      f"{st['with_promise']:.0%}", f"{st['mean_parallelism_with_promise']:.2f}",
-                      f"{st['mean_content_speedup_with_promise']:.2f}",
-                      f"{st['mean_content_tokens']:.0f}", f"{st['tokens_per_s']:.1f}")
-    if not is_quiet():
+    annotations = [p for p in files if is_annotation_file(p)]
+    meter = gain_meter(tokenizer) if annotations else None
+    results = {str(p): (annotation_stats(p, meter) if p in annotations
+                        else format_stats(read_decode_rows(p)).to_dict()) for p in files}
+    decoded = {n: st for n, st in results.items() if "well_formed" in st}
+    if decoded and not is_quiet():
+        table = Table("file", "rows", "well-formed", "with promise", "parallelism*",
+                      "content speedup*", "tokens", "tok/s")
+        for name, st in decoded.items():
+            table.add_row(name, str(st["rows"]), f"{st['well_formed']:.0%}",
+                          f"{st['with_promise']:.0%}",
+                          f"{st['mean_parallelism_with_promise']:.2f}",
+                          f"{st['mean_content_speedup_with_promise']:.2f}",
+                          f"{st['mean_content_tokens']:.0f}", f"{st['tokens_per_s']:.1f}")
+        info(table)
+    if annotations and not is_quiet():
+        table = Table("file", "rows", ">= 1 promise", ">= 2 promises", "gain (geomean)",
+                      "gain (median)", "rows >= 1.3", "rows >= 1.5")
+        for name, st in results.items():
+            if "well_formed" in st:
+                continue
+            g = st["gain_of_rows_with_2_promises"]
+            table.add_row(name, str(st["rows"]), str(st["rows_with_promise"]), str(g["rows"]),
+                          f"{g['geomean_gain'] or 0:.3f}", f"{g['median_gain'] or 0:.3f}",
+                          str(g["rows_gain_at_least_1.3"]), str(g["rows_gain_at_least_1.5"]))
         info(table)
     out_console.print_json(json.dumps(results))
 
@@ -354,22 +396,49 @@ def mix(
     plain: int = typer.Option(200, min=0, help="Then the first N rows without a promise."),
     max_parallel: Optional[int] = typer.Option(None, min=1, help="At most N parallel rows "
                                                "(the first N; default: all)."),
+    min_gain: Optional[float] = typer.Option(None, min=1.0, help="Keep only parallel rows "
+                                             "whose annotation-level gain (content tokens "
+                                             "per forward pass of the annotated answer) "
+                                             "reaches this."),
+    exclude: list[Path] = typer.Option([], help="Prompt files (any format `pasta annotate` "
+                                       "reads, e.g. AlpacaEval) whose prompts must not be "
+                                       "trained on; repeatable."),
+    tokenizer: str = typer.Option(DEFAULT_MODEL, help="Measures the gain of rows annotated "
+                                  "without one (an LLM annotator's)."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Build the SFT mix from annotated rows: every row with several promises (in file
     order), then some rows the annotator left plain, so the model also learns when not to
-    fork. Example: `pasta mix runs/dolly_rules.jsonl runs/orca_rules.jsonl --plain 200 -o
-    runs/sft_rows.jsonl`."""
+    fork. Prints what it kept: rows, plain rows added, rows excluded as evaluation prompts,
+    rows under --min-gain, the kept rows' gain (geometric mean, rows >= 1.3 and >= 1.5) and
+    the longest row in tokens (set the trainers' --max-len at least that high to keep it).
+    Example: `pasta mix runs/dolly_rules.jsonl runs/orca_rules.jsonl --min-gain 1.3 --plain
+    100 --exclude alpaca_eval.jsonl -o runs/sft_rows.jsonl`."""
+    from solm.annotate.gain import gain_meter, gain_summary
     from solm.annotate.mix import sft_mix
     from solm.core.jsonl import write_jsonl
+    from solm.core.models import load_tokenizer
+    from solm.core.records import load_records
 
-    check_paths(annotated, [out])
-    parallel, plain_rows = sft_mix(annotated, min_promises, plain, max_parallel)
-    if not parallel and not plain_rows:
+    check_paths([*annotated, *exclude], [out])
+    banned = [r.prompt for path in exclude for r in load_records(path)]
+    meter = gain_meter(tokenizer)
+    result = sft_mix(annotated, min_promises, plain, max_parallel, min_gain, meter, banned)
+    if not result.rows:
         raise typer.BadParameter("no row qualified: nothing to write", param_hint="annotated")
-    write_jsonl(out, [*parallel, *plain_rows])
-    info(f"{len(parallel)} rows with >= {min_promises} promises + {len(plain_rows)} plain "
-         f"rows -> {out}")
+    write_jsonl(out, result.rows)
+    tok = load_tokenizer(tokenizer)
+    longest = max(len(tok(r.get("prompt", "") + (r.get("annotated") or r.get("response")
+                                                 or ""), add_special_tokens=False).input_ids)
+                  for r in result.rows)
+    summary = {"out": str(out), "parallel_rows": len(result.parallel),
+               "plain_rows_added": len(result.plain), "excluded_eval_prompts": result.excluded,
+               "below_min_gain": result.below_gain, "min_gain": min_gain,
+               "gain_of_parallel_rows": gain_summary(result.gains),
+               "longest_row_tokens": longest}
+    info(f"{len(result.parallel)} rows with >= {min_promises} promises + "
+         f"{len(result.plain)} plain rows -> {out}")
+    out_console.print_json(json.dumps(summary))
 
 
 app.command(name="bench")(bench)
