@@ -16,7 +16,7 @@ from solm.annotate.mix import prompt_key, sft_mix
 from solm.annotate.rules import ITEM_RE, RuleShape, annotate_rules, promise_cost
 from solm.core.chat import text_ids
 from solm.core.errors import DataError
-from solm.core.pasta_lang import Promise, Sync, Text, parse, strip
+from solm.core.pasta_lang import Promise, Sync, parse, strip
 from solm.core.records import load_records
 
 LIST = ("Here are tips:\n\n1. **Sleep well**: Get seven to eight hours of sleep every night, "
