@@ -292,3 +292,31 @@ def test_a_decode_summary_counts_each_flag_per_row():
         summary.count({"flags": flags})
     assert summary.done == 3
     assert summary.flagged == {"max_new_tokens": 2, "fork_capped": 1}
+
+
+def test_speed_reports_the_interval_well_formed_answers_and_repeats():
+    """Issue 36's figures, by hand: content tokens per pass against the baseline's with its
+    paired bootstrap interval, the share of well-formed Pasta-Lang answers, and repeated word
+    3-grams ('a b c a b c': 4 trigrams, the last repeats the first)."""
+    from solm.core.stats import bootstrap_geomean_ci, geomean, repeated_ngram_share
+
+    assert repeated_ngram_share("a b c a b c".split(), 3) == 0.25
+    assert repeated_ngram_share(["a", "b"], 3) == 0.0
+    assert bootstrap_geomean_ci([2.0, 2.0, 2.0]) == (2.0, 2.0)
+    assert bootstrap_geomean_ci([1.5]) is None
+    ratios = [1.1, 1.4, 0.9, 1.6, 1.3, 1.2, 2.0, 1.05]
+    lo, hi = bootstrap_geomean_ci(ratios)
+    assert min(ratios) < lo < geomean(ratios) < hi < max(ratios)
+    good = '1. <promise topic="a" tokens="1"/><async>x y</async>\n<sync/>Done.'
+    base = {k: {"content_tokens": 10, "forward_passes": 10, "output": "a b c d e"}
+            for k in "pq"}
+    method = {"p": {"content_tokens": 10, "forward_passes": 5, "critical_path": 5,
+                    "annotated": good, "flags": [], "output": "a b c a b c"},
+              "q": {"content_tokens": 10, "forward_passes": 8, "critical_path": 8,
+                    "annotated": good.replace("</async>", ""), "flags": [], "output": "a b c"}}
+    s = speed(method, base)
+    assert s["passes_per_token_reduction"]["geomean"] == pytest.approx(math.sqrt(2 * 1.25), abs=1e-4)
+    assert s["passes_per_token_reduction_ci95"][0] >= 1.25 - 1e-9
+    assert s["well_formed"] == 0.5  # q's block never closes
+    assert s["repeated_3grams"] == pytest.approx((0.25 + 0.0) / 2)
+    assert speed(base, base)["well_formed"] is None  # no Pasta-Lang answers

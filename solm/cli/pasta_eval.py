@@ -237,6 +237,8 @@ def run(
                                 "instructions: a JSONL / JSON file with `instruction`, or the "
                                 "hub dataset."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N instructions."),
+    skip: int = typer.Option(0, min=0, help="Leave out the first N instructions (before "
+                             "--limit): e.g. prompts used while choosing a recipe."),
     baseline: Optional[str] = typer.Option(None, help="Label of the baseline method (default: "
                                            "the first sequential method)."),
     judge: str = typer.Option("hf:smollm2-135m", "--judge", "-j", callback=judge_spec,
@@ -299,7 +301,7 @@ def run(
     if reference is not None and not reference.exists():
         raise SolmError(f"--reference {reference}: file not found")
     check_run_inputs(out, [prompts, reference, gamed_csv])
-    records = alpaca_eval_records(prompts, limit)
+    records = alpaca_eval_records(prompts, limit + skip if limit else None)[skip:]
     part, device = sharded(shard, device)
     if part is not None:
         out = part.folder(out)
@@ -331,7 +333,8 @@ def run(
                      "by_method": {label: {**d.values, "from": d.sources}
                                    for label, d in decoding.items()}}
     write_run_file(out, methods, baseline, {
-        "prompts": prompts, "limit": limit, "judge": None if no_judge else judge,
+        "prompts": prompts, "limit": limit, "skip": skip,
+        "judge": None if no_judge else judge,
         "reference": None if reference is None else str(reference),
         "decode": decode_record, "repeats": repeats, "compile": compile_on,
         "machine": _machine(device)})

@@ -146,19 +146,25 @@ def write_report(run_dirs: list[Path], out_dir: Path, gamed_csv: Path | None = N
                 f"{_fmt(r.get('win_rate'), 1)} / {_fmt(r.get('lc_win_rate'), 1)} |")
         lines += ["", "Per content token (geomeans; the baseline's figure over the method's on the "
                   "same prompt: > 1 is better), and Planned Diffusion's chunk health:", "",
-                  "| method | passes / token | fewer passes than baseline | wall ms / token | "
-                  "less wall than baseline | well-formed | with chunks | chunks | pad-only "
+                  "| method | passes / token | fewer passes than baseline (95% CI) | "
+                  "content tokens (mean) | wall ms / token | less wall than baseline | "
+                  "well-formed | repeated word 3-grams | with chunks | chunks | pad-only "
                   "chunks | pads / slots | repeated 3-grams in chunks |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for label, m in s["methods"].items():
             sp, h = m["speed"], m.get("chunk_health") or {}
             opts = f" `{m['options']}`" if m.get("options") else ""
+            ci = sp.get("passes_per_token_reduction_ci95")
+            ci_text = f" ({_fmt(ci[0])}-{_fmt(ci[1])})" if ci else ""
+            well = h.get("well_formed", sp.get("well_formed"))
             lines.append(
                 f"| {label}{opts} | {_fmt((sp.get('passes_per_token') or {}).get('geomean'), 3)}"
-                f" | {_times((sp.get('passes_per_token_reduction') or {}).get('geomean'))} | "
+                f" | {_times((sp.get('passes_per_token_reduction') or {}).get('geomean'))}"
+                f"{ci_text} | {_fmt(sp.get('content_tokens_mean'), 0)} | "
                 f"{_fmt((sp.get('wall_ms_per_token') or {}).get('geomean'), 1)} | "
                 f"{_times((sp.get('wall_per_token_speedup') or {}).get('geomean'))} | "
-                f"{_pct(h.get('well_formed'))} | {_pct(h.get('with_chunks'))} | "
+                f"{_pct(well)} | {_pct(sp.get('repeated_3grams'))} | "
+                f"{_pct(h.get('with_chunks'))} | "
                 f"{h.get('chunks', '—')} | {_pct(h.get('pad_only_share'))} | "
                 f"{_pct(h.get('pad_share_of_slots'))} | {_pct(h.get('repeated_ngrams'))} |")
         notes = {m.get("vs_baseline", {}).get("lc_note") for m in s["methods"].values()

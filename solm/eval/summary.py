@@ -22,7 +22,8 @@ from pathlib import Path
 from solm.core.systems.pasta_schedule import DISTRUST
 from solm.eval.length_control import find_gamed_csv, length_controlled
 from solm.eval.run import REFERENCE, judgments_path, load_outputs, read_run_file
-from solm.core.stats import geomean
+from solm.core.stats import bootstrap_geomean_ci, geomean, repeated_ngram_share
+from solm.decode.pasta.format_stats import is_well_formed
 from solm.eval.winrate import read_judgments, recorded_judge
 
 SPEED_FLOOR = 1e-3  # a prompt with an empty answer still counts (pulls the mean down)
@@ -78,6 +79,8 @@ def speed(method_rows: dict[str, dict], base_rows: dict[str, dict]) -> dict:
             distrusted += realized[-1] > DISTRUST * theoretical[-1]
         parallelism.append(_generated(m) / cp)
     rows = [method_rows[i] for i in shared]
+    annotated = [r for r in rows if r.get("annotated") is not None]
+    ci = bootstrap_geomean_ci(passes_gain, floor=SPEED_FLOOR)
     wall = sum(r["wall_s"] for r in rows if r.get("wall_s"))
     if any(not r.get("wall_s") for r in rows):
         wall = 0  # some rows untimed: no throughput figure
@@ -86,12 +89,21 @@ def speed(method_rows: dict[str, dict], base_rows: dict[str, dict]) -> dict:
             "parallelism": _means(parallelism),
             "passes_per_token": _means(passes), "wall_ms_per_token": _means(wall_ms),
             "passes_per_token_reduction": _means(passes_gain),
+            # paired over prompts: the geometric mean's 95% bootstrap interval
+            "passes_per_token_reduction_ci95": [round(x, 4) for x in ci] if ci else None,
             "wall_per_token_speedup": _means(wall_gain),
             "content_tokens_mean": round(statistics.fmean(r["content_tokens"] for r in rows), 1)
             if rows else None,
             "tokens_per_s": round(sum(r["content_tokens"] for r in rows) / wall, 2)
             if wall else None,
             "flagged": sum(1 for r in rows if r.get("flags")),
+            "well_formed": round(sum(is_well_formed(r["annotated"], r.get("flags", []))
+                                     for r in annotated) / len(annotated), 4)
+            if annotated else None,
+            # the answers' repeated word 3-grams (a degenerate loop shows here first)
+            "repeated_3grams": round(statistics.fmean(
+                repeated_ngram_share(r.get("output", "").split(), 3) for r in rows), 4)
+            if rows else None,
             # realized above theoretical by more than 10% on the same prompt: measurements
             # to distrust (a cold path, a busy machine), not results
             "distrusted_prompts": distrusted}

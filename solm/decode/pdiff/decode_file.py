@@ -10,6 +10,7 @@ from typing import Iterable, Iterator
 from solm.core.chat import text_ids
 from solm.core.pasta_lang import validate
 from solm.core.records import Record
+from solm.core.stats import repeated_ngram_share
 from solm.core.systems.pasta import walk_with_predictors
 from solm.core.systems.pdiff import PdiffTracker
 from solm.decode.flags import TOPIC_CAPPED
@@ -22,19 +23,6 @@ REPEAT_N = 3  # n of the repeated n-grams counted inside chunks
 # `pdiff decode` without --prompts: prompts the kept pdiff-cpu model answers with a plan of
 # chunks (greedy, bf16 on an AMD AVX-512 CPU), so a first try shows diffusion
 DEMO_PROMPTS = Path(__file__).with_name("demo_prompts.jsonl")
-
-
-def repeated_ngram_share(tokens: list[int], n: int = REPEAT_N) -> float:
-    """Share of a token list's n-grams that repeat an earlier n-gram of the same list."""
-    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
-    if not grams:
-        return 0.0
-    seen: set[tuple[int, ...]] = set()
-    repeats = 0
-    for g in grams:
-        repeats += g in seen
-        seen.add(g)
-    return repeats / len(grams)
 
 
 def chunk_contents(ids: list[int], rt: PdiffRuntime) -> list[list[int]]:
@@ -58,7 +46,7 @@ def result_record(rt: PdiffRuntime, rec: Record, res: PdiffDecodeResult,
     annotated = tok.decode(shown, skip_special_tokens=True)
     chunks = [{"slots": c.slots, "pads": c.pads, "content_tokens": c.content_tokens,
                "steps": c.steps, "pad_only": c.pad_only} for c in res.chunks]
-    repeats = [repeated_ngram_share(c) for c in chunk_contents(res.ids, rt)]
+    repeats = [repeated_ngram_share(c, REPEAT_N) for c in chunk_contents(res.ids, rt)]
     return {
         "id": rec.id, "prompt": rec.prompt, "response": response, "annotated": annotated,
         "content_tokens": len(text_ids(tok, response)),
