@@ -272,6 +272,61 @@ pdiff-sweep-cpu: setup $(ALPACA)
 		$(PDIFF_EVAL_ARGS)
 	$(BIN)/pasta eval report $(PDIFF_DIR)/sweep -o $(PDIFF_DIR)/sweep/report
 
+# ---- Parallelism that pays (issue 36) ----------------------------------------------------
+# Rows annotated for speed (`--shape speed`), a mix kept by annotation-level gain with the
+# AlpacaEval prompts excluded, and recipes trained side by side: each recipe trains Pasta-SFT
+# and Baseline-SFT (the same rows, tags removed) with the same settings, then decodes the
+# first P36_SELECT AlpacaEval prompts with both (greedy, batched) to choose a recipe; the
+# chosen one is measured on the P36_FINAL prompts after those (`make p36-final RECIPE=...`).
+# Resumable like the reproductions: stamps in $(P36)/.done, every command resumes itself.
+P36          ?= runs/p36
+P36_MIN_GAIN ?= 1.3
+P36_PLAIN    ?= 100
+P36_SELECT   ?= 30
+P36_FINAL    ?= 64
+RECIPE       ?= a
+P36_a        ?= --lora-r 16 --lr 1e-3 --batch-size 8 --epochs 1.5 --max-len 3200 --eval-rows 12 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
+P36_b        ?= --lora-r 16 --lr 2e-3 --batch-size 8 --epochs 1.5 --max-len 3200 --eval-rows 12 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 10 -q
+P36_c        ?= --lora-r 32 --lr 1e-3 --batch-size 8 --epochs 2 --max-len 1536 --eval-rows 12 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
+P36_EVAL_ARGS ?= --max-new-tokens 256 --batch-size 16 --repetition-penalty 1.2 --no-judge -q
+.PHONY: p36-mix p36-recipe p36-final
+.PRECIOUS: $(P36)/%
+p36-mix: $(P36)/.done/mix
+p36-recipe: $(P36)/$(RECIPE)/.done/select
+p36-final: $(P36)/$(RECIPE)/.done/final
+$(P36)/.done/mix: | $(STAMP) $(DATA)/dolly.jsonl $(DATA)/slimorca.jsonl $(ALPACA)
+	$(START)
+	$(BIN)/pasta annotate -i $(DATA)/dolly.jsonl -o $(P36)/dolly_speed.jsonl --shape speed -q
+	$(BIN)/pasta annotate -i $(DATA)/slimorca.jsonl --limit $(ORCA_ROWS) -o $(P36)/orca_speed.jsonl --shape speed -q
+	$(BIN)/pasta stats $(P36)/dolly_speed.jsonl $(P36)/orca_speed.jsonl -q > $(P36)/annotation_stats.json
+	$(BIN)/pasta mix $(P36)/dolly_speed.jsonl $(P36)/orca_speed.jsonl --min-gain $(P36_MIN_GAIN) \
+		--plain $(P36_PLAIN) --exclude $(ALPACA) -o $(P36)/sft_rows.jsonl -q > $(P36)/mix.json
+	$(DONE)
+$(P36)/%/.done/pasta-sft: $(P36)/.done/mix
+	$(START)
+	$(call trained,$(P36)/$*/pasta-sft) $(BIN)/pasta sft --data $(P36)/sft_rows.jsonl \
+		--out $(P36)/$*/pasta-sft $(P36_$*)
+	$(DONE)
+$(P36)/%/.done/baseline-sft: $(P36)/.done/mix
+	$(START)
+	$(call trained,$(P36)/$*/baseline-sft) $(BIN)/pasta sft --data $(P36)/sft_rows.jsonl \
+		--out $(P36)/$*/baseline-sft --strip-annotations $(P36_$*)
+	$(DONE)
+$(P36)/%/.done/select: $(P36)/%/.done/pasta-sft $(P36)/%/.done/baseline-sft | $(ALPACA)
+	$(START)
+	$(BIN)/pasta eval run -o $(P36)/$*/select --prompts $(ALPACA) --limit $(P36_SELECT) \
+		--method sequential:baseline-sft=$(P36)/$*/baseline-sft \
+		--method pasta:pasta-sft=$(P36)/$*/pasta-sft $(P36_EVAL_ARGS)
+	$(BIN)/pasta eval report $(P36)/$*/select -o $(P36)/$*/select/report -q
+	$(DONE)
+$(P36)/%/.done/final: $(P36)/%/.done/select | $(ALPACA)
+	$(START)
+	$(BIN)/pasta eval run -o $(P36)/$*/final --prompts $(ALPACA) --skip $(P36_SELECT) \
+		--limit $(P36_FINAL) --method sequential:baseline-sft=$(P36)/$*/baseline-sft \
+		--method pasta:pasta-sft=$(P36)/$*/pasta-sft $(P36_EVAL_ARGS)
+	$(BIN)/pasta eval report $(P36)/$*/final -o $(P36)/$*/final/report -q
+	$(DONE)
+
 # ---- Reproductions on a CPU (issue 26): `make repro-cpu` = pasta + pdiff + tip ----------
 # Each system's whole pipeline on the embedded model and small slices of the data, each step
 # one CLI call on files. A step's outputs are appendable JSONL files and checkpoint folders
