@@ -290,7 +290,7 @@ P36_b        ?= --lora-r 16 --lr 2e-3 --batch-size 8 --epochs 1.5 --max-len 3200
 P36_c        ?= --lora-r 32 --lr 1e-3 --batch-size 8 --epochs 2 --max-len 1536 --eval-rows 12 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
 P36_EVAL_ARGS ?= --max-new-tokens 256 --batch-size 16 --repetition-penalty 1.2 --no-judge -q
 .PHONY: p36-mix p36-recipe p36-final
-.PRECIOUS: $(P36)/%
+.PRECIOUS: $(P36)/%/.done/pasta-sft $(P36)/%/.done/baseline-sft $(P36)/%/.done/select
 p36-mix: $(P36)/.done/mix
 p36-recipe: $(P36)/$(RECIPE)/.done/select
 p36-final: $(P36)/$(RECIPE)/.done/final
