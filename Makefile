@@ -319,6 +319,25 @@ $(P36)/%/.done/select: $(P36)/%/.done/pasta-sft $(P36)/%/.done/baseline-sft | $(
 		--method pasta:pasta-sft=$(P36)/$*/pasta-sft $(P36_EVAL_ARGS)
 	$(BIN)/pasta eval report $(P36)/$*/select -o $(P36)/$*/select/report -q
 	$(DONE)
+# Planned Diffusion on the same rows: few extra pads, the long rows kept, measured at steps
+# ratio 0.5 without --defer-pads against recipe $(RECIPE)'s Baseline-SFT (the AR baseline)
+P36_PDIFF      ?= pd1
+P36_pd1        ?= --lora-r 16 --lr 1e-3 --batch-size 8 --epochs 1.5 --max-len 3200 --extra-pads 2 --eval-rows 12 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
+.PHONY: p36-pdiff
+p36-pdiff: $(P36)/$(P36_PDIFF)/.done/select
+.PRECIOUS: $(P36)/%/.done/pdiff-sft
+$(P36)/%/.done/pdiff-sft: $(P36)/.done/mix
+	$(START)
+	$(call trained,$(P36)/$*/pdiff-sft) $(BIN)/pdiff sft --data $(P36)/sft_rows.jsonl \
+		--out $(P36)/$*/pdiff-sft $(P36_$*)
+	$(DONE)
+$(P36)/$(P36_PDIFF)/.done/select: $(P36)/$(P36_PDIFF)/.done/pdiff-sft $(P36)/$(RECIPE)/.done/baseline-sft | $(ALPACA)
+	$(START)
+	$(BIN)/pasta eval run -o $(P36)/$(P36_PDIFF)/select --prompts $(ALPACA) --limit $(P36_SELECT) \
+		--method sequential:baseline-sft=$(P36)/$(RECIPE)/baseline-sft \
+		--method pdiff:pdiff-0.5=$(P36)/$(P36_PDIFF)/pdiff-sft,steps_ratio=0.5 $(P36_EVAL_ARGS)
+	$(BIN)/pasta eval report $(P36)/$(P36_PDIFF)/select -o $(P36)/$(P36_PDIFF)/select/report -q
+	$(DONE)
 $(P36)/%/.done/final: $(P36)/%/.done/select | $(ALPACA)
 	$(START)
 	$(BIN)/pasta eval run -o $(P36)/$*/final --prompts $(ALPACA) --skip $(P36_SELECT) \
