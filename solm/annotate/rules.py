@@ -108,19 +108,28 @@ def _paragraph_head_length(core: str) -> int:
     return m.end() if m else len(core)
 
 
-ARTICLES = {"the", "a", "an"}
+# words a short topic does not start with: it should name the chunk's subject
+FUNCTION_WORDS = set("""a an the and or but so if as at by for from in into of on onto to with
+without about after before since while when where which who whom whose what why how that this
+these those there here it its it's they them their we our you your he she his her i my me is
+are was were be been being do does did can could should would may might must will shall not no
+also just only even very more most some any each every all both many much such than then
+like""".split())
 
 
 def make_topic(head: str, body: str, max_words: int = 4) -> str:
     """The first `max_words` words of the head (the body's when the head has none); under
-    three words a leading article is skipped, so a short topic names the thing."""
+    three words, leading function words are skipped, so a short topic names the thing."""
     text = re.sub(r"^\s*(\d{1,3}[.)]|[-*•+])\s+", "", head)
     text = re.sub(r"[*_`#\"<>\n\r\t]", " ", text).strip(" :-–—.,;")
     if len(text.split()) < 1:
         text = re.sub(r"[*_`#\"<>\n\r\t]", " ", body).strip()
     words = text.split()
-    if max_words < 3 and len(words) > 1 and words[0].lower() in ARTICLES:
-        words = words[1:]
+    if max_words < 3:
+        content = [i for i, w in enumerate(words) if w.lower().strip(" :-–—.,;'") not in
+                   FUNCTION_WORDS]
+        if content:
+            words = words[content[0]:]
     return " ".join(w.strip(" :-–—.,;") for w in words[:max_words]).strip() or "detail"
 
 
