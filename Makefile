@@ -136,9 +136,9 @@ BONBON_ARGS ?= --lora-r 8 --lr 2e-4 --epochs 2 --batch-size 4 --eval-rows 6 --ev
 ANNOTATIONS ?= $(DATA)/alpaca_eval_annotations_llama2_vs_davinci003.jsonl
 RUN_TAG     ?= lambda-$(LAMBDA)
 BASELINE_FILE ?=
-$(PREFS_DIR)/dolly_heldout.jsonl: | $(SFT_DIR)/sft_rows.jsonl $(DATA)/dolly.jsonl
+$(PREFS_DIR)/dolly_heldout.jsonl: | $(SFT_DIR)/sft_rows.jsonl $(DATA)/dolly.jsonl $(ALPACA)
 	$(BIN)/python bench/heldout_prompts.py --prompts $(DATA)/dolly.jsonl --trained $(SFT_DIR)/sft_rows.jsonl \
-		--annotated $(SFT_DIR)/dolly_rules.jsonl --n 40 --out $@
+		--annotated $(SFT_DIR)/dolly_rules.jsonl --n 40 --exclude $(ALPACA) --out $@
 
 pasta-agreement: setup
 	$(BIN)/pasta eval agreement --annotations $(ANNOTATIONS) --judge $(JUDGE) --limit 100 \
@@ -422,11 +422,11 @@ $(R_PASTA)/.done/sft: $(R_COMMON)/.done/mix
 	$(call trained,$(R_PASTA)/pasta-sft) $(BIN)/pasta sft --data $(R_COMMON)/sft_rows.jsonl \
 		--out $(R_PASTA)/pasta-sft $(R_SFT_ARGS)
 	$(DONE)
-$(R_PASTA)/.done/heldout: $(R_COMMON)/.done/mix | $(DATA)/dolly.jsonl
+$(R_PASTA)/.done/heldout: $(R_COMMON)/.done/mix | $(DATA)/dolly.jsonl $(ALPACA)
 	$(START)
 	mkdir -p $(R_PASTA)
 	$(BIN)/python bench/heldout_prompts.py --prompts $(DATA)/dolly.jsonl --trained $(R_COMMON)/sft_rows.jsonl \
-		--annotated $(R_COMMON)/dolly_rules.jsonl --n $(R_PREFS_N) --out $(R_PASTA)/heldout.jsonl
+		--annotated $(R_COMMON)/dolly_rules.jsonl --n $(R_PREFS_N) --exclude $(ALPACA) --out $(R_PASTA)/heldout.jsonl
 	$(DONE)
 $(R_PASTA)/.done/prefs: $(R_PASTA)/.done/sft $(R_COMMON)/.done/baseline-sft $(R_PASTA)/.done/heldout
 	$(START)

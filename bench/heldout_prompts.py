@@ -32,6 +32,9 @@ def main() -> None:
     p.add_argument("--n", type=int, default=40)
     p.add_argument("--max-chars", type=int, default=300)
     p.add_argument("--skip", type=int, default=0, help="Leave out the first N eligible rows.")
+    p.add_argument("--exclude", type=Path, nargs="*", default=[],
+                   help="Prompt files (e.g. AlpacaEval) whose prompts are never held out: "
+                        "the evaluation must not see its own selection prompts.")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
 
@@ -48,9 +51,14 @@ def main() -> None:
             if line.strip():
                 row = json.loads(line)
                 promises[row["id"]] = row.get("promises", 0)
+    from solm.annotate.mix import prompt_key
+
+    banned = {prompt_key(r.prompt) for path in args.exclude for r in load_records(path)}
     kept, skipped = [], 0
     for r in records[last_plain + 1:]:
         if r.id in trained or len(r.prompt) > args.max_chars or not r.response:
+            continue
+        if prompt_key(r.prompt) in banned:
             continue
         if promises.get(r.id, 0) > 1:
             continue

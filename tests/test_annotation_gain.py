@@ -206,3 +206,37 @@ def test_annotate_speed_then_mix_by_gain_from_the_command_line(tmp_path):
     assert [json.loads(x)["id"] for x in mixed.read_text().splitlines()] == ["r0", "r2"]
     assert summary["excluded_eval_prompts"] == 1 and summary["plain_rows_added"] == 0
     assert summary["longest_row_tokens"] > 40
+
+
+def test_no_evaluation_prompt_is_held_out_and_selection_never_meets_the_final_set(tmp_path):
+    """The held-out prompts of the preference rounds leave out evaluation prompts
+    (bench/heldout_prompts.py --exclude), and `pasta eval run --limit 30` (choosing a recipe)
+    and `--skip 30 --limit 64` (the final measurement) share no prompt: the final set is the
+    64 instructions after the first 30, in file order."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from solm.eval.run import alpaca_eval_records
+
+    root = Path(__file__).resolve().parents[1]
+    prompts = tmp_path / "dolly.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"d{i}", "prompt": p, "response": "ok"}) + "\n"
+                               for i, p in enumerate(["Name a fruit.", "What is  LOVE?",
+                                                      "Say hi.", "Count to 3."])))
+    trained = rows_file(tmp_path / "trained.jsonl", [{"id": "d0", "promises": 0}])
+    alpaca = tmp_path / "alpaca.jsonl"
+    alpaca.write_text("".join(json.dumps({"instruction": f"instruction {i}"}) + "\n"
+                              for i in range(100)) + json.dumps({"instruction": "what is love?"})
+                      + "\n")
+    out = tmp_path / "heldout.jsonl"
+    r = subprocess.run([sys.executable, str(root / "bench" / "heldout_prompts.py"), "--prompts",
+                        str(prompts), "--trained", trained, "--n", "2", "--exclude", str(alpaca),
+                        "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == ["d2", "d3"]
+    select = alpaca_eval_records(str(alpaca), 30)
+    final = alpaca_eval_records(str(alpaca), 64, skip=30)
+    assert [i for i, _ in select] == list(range(30)) and [i for i, _ in final] == list(
+        range(30, 94))
+    assert not {rec.prompt for _, rec in select} & {rec.prompt for _, rec in final}

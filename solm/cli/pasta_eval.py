@@ -301,7 +301,7 @@ def run(
     if reference is not None and not reference.exists():
         raise SolmError(f"--reference {reference}: file not found")
     check_run_inputs(out, [prompts, reference, gamed_csv])
-    records = alpaca_eval_records(prompts, limit + skip if limit else None)[skip:]
+    records = alpaca_eval_records(prompts, limit, skip)
     part, device = sharded(shard, device)
     if part is not None:
         out = part.folder(out)

@@ -139,9 +139,14 @@ def _the_row(job, row: dict) -> dict:
 ALPACA_EVAL_HUB = "tatsu-lab/alpaca_eval"
 
 
-def alpaca_eval_records(source: str, limit: int | None) -> list[tuple[int, Record]]:
+def alpaca_eval_records(source: str, limit: int | None, skip: int = 0
+                        ) -> list[tuple[int, Record]]:
     """(index in the set, record) for AlpacaEval's instructions: a local JSONL or JSON list
-    with `instruction`, or `tatsu-lab/alpaca_eval` (its `alpaca_eval.json` from the hub)."""
+    with `instruction`, or `tatsu-lab/alpaca_eval` (its `alpaca_eval.json` from the hub).
+    `skip` leaves out the first N (before `limit`), so `--limit 30` and `--skip 30` never
+    share a prompt."""
+    if skip:
+        return alpaca_eval_records(source, limit + skip if limit else None)[skip:]
     from solm.core.records import load_records, record_from_dict
 
     if source == ALPACA_EVAL_HUB and not Path(source).exists():
