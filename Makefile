@@ -319,6 +319,21 @@ $(P36)/%/.done/select: $(P36)/%/.done/pasta-sft $(P36)/%/.done/baseline-sft | $(
 		--method pasta:pasta-sft=$(P36)/$*/pasta-sft $(P36_EVAL_ARGS)
 	$(BIN)/pasta eval report $(P36)/$*/select -o $(P36)/$*/select/report -q
 	$(DONE)
+# the realized figure: batch 1, warm, methods side by side per prompt (timed mode), on the
+# first P36_TIMED prompts of the final set; run on a quiet machine
+P36_TIMED    ?= 16
+.PHONY: p36-timed
+p36-timed: $(P36)/$(RECIPE)/.done/timed
+.PRECIOUS: $(P36)/%/.done/timed
+$(P36)/%/.done/timed: $(P36)/%/.done/select | $(ALPACA)
+	$(START)
+	$(BIN)/pasta eval run -o $(P36)/$*/timed --prompts $(ALPACA) --skip $(P36_SELECT) \
+		--limit $(P36_TIMED) --method sequential:baseline-sft=$(P36)/$*/baseline-sft \
+		--method pasta:pasta-sft=$(P36)/$*/pasta-sft --max-new-tokens 256 --batch-size 1 \
+		--repetition-penalty 1.2 --no-judge -q
+	$(BIN)/pasta eval report $(P36)/$*/timed -o $(P36)/$*/timed/report -q
+	$(DONE)
+
 # Planned Diffusion on the same rows: few extra pads, the long rows kept, measured at steps
 # ratio 0.5 without --defer-pads against recipe $(RECIPE)'s Baseline-SFT (the AR baseline)
 P36_PDIFF      ?= pd1
