@@ -275,11 +275,14 @@ pdiff-sweep-cpu: setup $(ALPACA)
 # ---- Parallelism that pays (issue 36) ----------------------------------------------------
 # Rows annotated for speed (`--shape speed`), a mix kept by annotation-level gain with the
 # AlpacaEval prompts excluded, and recipes trained side by side: each recipe trains Pasta-SFT
-# and Baseline-SFT (the same rows, tags removed) with the same settings, then decodes the
+# (and, for P36_BASE, Baseline-SFT: the same rows, tags removed) with its settings, then decodes the
 # first P36_SELECT AlpacaEval prompts with both (greedy, batched) to choose a recipe; the
 # chosen one is measured on the P36_FINAL prompts after those (`make p36-final RECIPE=...`).
-# Resumable like the reproductions: stamps in $(P36)/.done, every command resumes itself.
+# Every recipe is measured against one Baseline-SFT (recipe P36_BASE's settings, the same rows
+# with tags removed). Resumable like the reproductions: stamps in $(P36)/.done, every command
+# resumes itself.
 P36          ?= runs/p36
+P36_BASE     ?= a
 P36_MIN_GAIN ?= 1.3
 P36_PLAIN    ?= 100
 P36_SELECT   ?= 30
@@ -312,10 +315,10 @@ $(P36)/%/.done/baseline-sft: $(P36)/.done/mix
 	$(call trained,$(P36)/$*/baseline-sft) $(BIN)/pasta sft --data $(P36)/sft_rows.jsonl \
 		--out $(P36)/$*/baseline-sft --strip-annotations $(P36_$*)
 	$(DONE)
-$(P36)/%/.done/select: $(P36)/%/.done/pasta-sft $(P36)/%/.done/baseline-sft | $(ALPACA)
+$(P36)/%/.done/select: $(P36)/%/.done/pasta-sft $(P36)/$(P36_BASE)/.done/baseline-sft | $(ALPACA)
 	$(START)
 	$(BIN)/pasta eval run -o $(P36)/$*/select --prompts $(ALPACA) --limit $(P36_SELECT) \
-		--method sequential:baseline-sft=$(P36)/$*/baseline-sft \
+		--method sequential:baseline-sft=$(P36)/$(P36_BASE)/baseline-sft \
 		--method pasta:pasta-sft=$(P36)/$*/pasta-sft $(P36_EVAL_ARGS)
 	$(BIN)/pasta eval report $(P36)/$*/select -o $(P36)/$*/select/report -q
 	$(DONE)
@@ -328,7 +331,7 @@ p36-timed: $(P36)/$(RECIPE)/.done/timed
 $(P36)/%/.done/timed: $(P36)/%/.done/select | $(ALPACA)
 	$(START)
 	$(BIN)/pasta eval run -o $(P36)/$*/timed --prompts $(ALPACA) --skip $(P36_SELECT) \
-		--limit $(P36_TIMED) --method sequential:baseline-sft=$(P36)/$*/baseline-sft \
+		--limit $(P36_TIMED) --method sequential:baseline-sft=$(P36)/$(P36_BASE)/baseline-sft \
 		--method pasta:pasta-sft=$(P36)/$*/pasta-sft --max-new-tokens 256 --batch-size 1 \
 		--repetition-penalty 1.2 --no-judge -q
 	$(BIN)/pasta eval report $(P36)/$*/timed -o $(P36)/$*/timed/report -q
@@ -346,17 +349,17 @@ $(P36)/%/.done/pdiff-sft: $(P36)/.done/mix
 	$(call trained,$(P36)/$*/pdiff-sft) $(BIN)/pdiff sft --data $(P36)/sft_rows.jsonl \
 		--out $(P36)/$*/pdiff-sft $(P36_$*)
 	$(DONE)
-$(P36)/$(P36_PDIFF)/.done/select: $(P36)/$(P36_PDIFF)/.done/pdiff-sft $(P36)/$(RECIPE)/.done/baseline-sft | $(ALPACA)
+$(P36)/$(P36_PDIFF)/.done/select: $(P36)/$(P36_PDIFF)/.done/pdiff-sft $(P36)/$(P36_BASE)/.done/baseline-sft | $(ALPACA)
 	$(START)
 	$(BIN)/pasta eval run -o $(P36)/$(P36_PDIFF)/select --prompts $(ALPACA) --limit $(P36_SELECT) \
-		--method sequential:baseline-sft=$(P36)/$(RECIPE)/baseline-sft \
+		--method sequential:baseline-sft=$(P36)/$(P36_BASE)/baseline-sft \
 		--method pdiff:pdiff-0.5=$(P36)/$(P36_PDIFF)/pdiff-sft,steps_ratio=0.5 $(P36_EVAL_ARGS)
 	$(BIN)/pasta eval report $(P36)/$(P36_PDIFF)/select -o $(P36)/$(P36_PDIFF)/select/report -q
 	$(DONE)
 $(P36)/%/.done/final: $(P36)/%/.done/select | $(ALPACA)
 	$(START)
 	$(BIN)/pasta eval run -o $(P36)/$*/final --prompts $(ALPACA) --skip $(P36_SELECT) \
-		--limit $(P36_FINAL) --method sequential:baseline-sft=$(P36)/$*/baseline-sft \
+		--limit $(P36_FINAL) --method sequential:baseline-sft=$(P36)/$(P36_BASE)/baseline-sft \
 		--method pasta:pasta-sft=$(P36)/$*/pasta-sft $(P36_EVAL_ARGS)
 	$(BIN)/pasta eval report $(P36)/$*/final -o $(P36)/$*/final/report -q
 	$(DONE)
