@@ -284,6 +284,7 @@ pdiff-sweep-cpu: setup $(ALPACA)
 P36          ?= runs/p36
 P36_BASE     ?= a
 P36_MIN_GAIN ?= 1.3
+P36_SHAPE    ?=
 P36_PLAIN    ?= 100
 P36_SELECT   ?= 30
 P36_FINAL    ?= 64
@@ -299,8 +300,8 @@ p36-recipe: $(P36)/$(RECIPE)/.done/select
 p36-final: $(P36)/$(RECIPE)/.done/final
 $(P36)/.done/mix: | $(STAMP) $(DATA)/dolly.jsonl $(DATA)/slimorca.jsonl $(ALPACA)
 	$(START)
-	$(BIN)/pasta annotate -i $(DATA)/dolly.jsonl -o $(P36)/dolly_speed.jsonl --shape speed -q
-	$(BIN)/pasta annotate -i $(DATA)/slimorca.jsonl --limit $(ORCA_ROWS) -o $(P36)/orca_speed.jsonl --shape speed -q
+	$(BIN)/pasta annotate -i $(DATA)/dolly.jsonl -o $(P36)/dolly_speed.jsonl --shape speed $(P36_SHAPE) -q
+	$(BIN)/pasta annotate -i $(DATA)/slimorca.jsonl --limit $(ORCA_ROWS) -o $(P36)/orca_speed.jsonl --shape speed $(P36_SHAPE) -q
 	$(BIN)/pasta stats $(P36)/dolly_speed.jsonl $(P36)/orca_speed.jsonl -q > $(P36)/annotation_stats.json
 	$(BIN)/pasta mix $(P36)/dolly_speed.jsonl $(P36)/orca_speed.jsonl --min-gain $(P36_MIN_GAIN) \
 		--plain $(P36_PLAIN) --exclude $(ALPACA) -o $(P36)/sft_rows.jsonl -q > $(P36)/mix.json
