@@ -29,6 +29,9 @@ def files(tmp_path_factory):
     (d / "utf8.jsonl").write_bytes(b'{"id": "a", "prompt": "hi"}\n{"id": "b", "prompt": "\xff"}\n')
     (d / "utf8d.jsonl").write_bytes(json.dumps({"annotated": "x", "content_tokens": 1,
                                                 "critical_path": 1}).encode() + b"\n\xfe\n")
+    (d / "badgain.jsonl").write_text(
+        json.dumps({"id": "a", "annotated": None, "promises": 0, "gain": 1.0}) + "\n"
+        + json.dumps({"id": "b", "annotated": "x", "promises": 2, "gain": "fast"}) + "\n")
     (d / "dupes.jsonl").write_text(json.dumps({"id": 1, "prompt": "a"}) + "\n"
                                    + json.dumps({"id": "1", "prompt": "b"}) + "\n")
     (d / "hello.jsonl").write_text(json.dumps({"id": "m", "messages": "hello"}) + "\n")
@@ -113,6 +116,9 @@ CASES = [
     # errors that named no path or field
     (pasta, ["decode", "-p", "{d}/utf8.jsonl", "-o", "{d}/o.jsonl"], "utf8.jsonl:2"),
     (pasta, ["stats", "{d}/utf8d.jsonl"], "utf8d.jsonl:2"),
+    (pasta, ["stats", "{d}/badgain.jsonl"], "badgain.jsonl:2 [field 'gain']"),
+    (pasta, ["mix", "{d}/badgain.jsonl", "--min-gain", "1.2", "-o", "{d}/mix.jsonl"],
+     "badgain.jsonl:2 [field 'gain']"),
     (pasta, ["decode", "-p", "{d}/prompts.jsonl", "-o", "{d}/decoded.jsonl"],
      "decoded.jsonl.manifest.json"),
     (pasta, ["decode", "-p", "{d}/hello.jsonl", "-o", "{d}/o.jsonl"],

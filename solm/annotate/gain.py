@@ -50,12 +50,12 @@ def is_annotation_file(path) -> bool:
 
     if str(path) == "-" or not Path(path).is_file():
         return False
-    with open(path) as f:
-        for line in f:
-            if line.strip():
+    with open(path, "rb") as f:  # the first row only: a reader reports any later bad line
+        for raw in f:
+            if raw.strip():
                 try:
-                    row = json.loads(line)
-                except ValueError:
+                    row = json.loads(raw.decode("utf-8"))
+                except ValueError:  # UnicodeDecodeError included
                     return False
                 return (isinstance(row, dict) and "promises" in row
                         and "content_tokens" not in row)
