@@ -97,16 +97,20 @@ def killed_after_checkpoint_4(done, broken) -> None:
     assert (broken / "checkpoints" / "checkpoint-4").is_dir()
 
 
-@pytest.mark.slow
-def test_two_processes_train_save_and_resume_as_one(tmp_path, tiny_folder):
+def pasta_sft_settings(tmp_path, model: str) -> list[str]:
+    """Twelve rows; fp32 and a learning rate that moves the weights (3e-3 over 5 steps):
+    global batch 4, micro-batch 1, so one process accumulates 4 and two processes 2 each."""
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps({**ROWS[i % 3], "id": f"r{i}"}) + "\n"
                             for i in range(12)))
-    # fp32 and a learning rate that moves the weights (3e-3 over 5 steps): global batch 4,
-    # micro-batch 1, so one process accumulates 4 and two processes 2 each
-    common = ["--data", str(data), "--model", tiny_folder, "--max-steps", "5", "--batch-size",
-              "4", "--micro-batch-size", "1", "--eval-rows", "0", "--lr", "1e-3", "--precision",
-              "fp32", "--save-every", "2", "--quiet"]
+    return ["--data", str(data), "--model", model, "--max-steps", "5", "--batch-size", "4",
+            "--micro-batch-size", "1", "--eval-rows", "0", "--lr", "1e-3", "--precision",
+            "fp32", "--save-every", "2", "--quiet"]
+
+
+@pytest.mark.slow
+def test_two_processes_train_save_and_resume_as_one(tmp_path, tiny_folder):
+    common = pasta_sft_settings(tmp_path, tiny_folder)
     train(common, tmp_path / "one", 1)
     train(common, tmp_path / "two", 2)
     one, two = ended_alike(tmp_path, tiny_folder, moved_at_least=1e-3)
@@ -220,12 +224,7 @@ def test_fsdp2_processes_shard_train_save_and_resume_as_one(tmp_path, tiny_folde
     parameter as a DTensor, the run ends where one process does, the gathered save is the
     whole model (every tensor at its full shape) and decodes alike, and a run resumed from its
     sharded step-4 checkpoint ends where the unbroken one did."""
-    data = tmp_path / "rows.jsonl"
-    data.write_text("".join(json.dumps({**ROWS[i % 3], "id": f"r{i}"}) + "\n"
-                            for i in range(12)))
-    common = ["--data", str(data), "--model", tiny_folder, "--max-steps", "5", "--batch-size",
-              "4", "--micro-batch-size", "1", "--eval-rows", "0", "--lr", "1e-3", "--precision",
-              "fp32", "--save-every", "2", "--quiet"]
+    common = pasta_sft_settings(tmp_path, tiny_folder)
     report = tmp_path / "sharding.jsonl"
     train(common, tmp_path / "one", 1)
     train(common, tmp_path / "two", 2, fsdp=True, env={"SOLM_FSDP_REPORT": str(report)})
