@@ -95,6 +95,17 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+def end_process_group() -> None:
+    """Wait for every process, then close the process group. A process that leaves with the
+    group open can abort at exit (gloo's threads: "terminate called without an active
+    exception"), failing a launch whose training succeeded."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def accumulation_steps(cfg: TrainConfig) -> int:
     per_step = cfg.micro_batch_size * world_size()
     if cfg.batch_size % per_step:
@@ -317,14 +328,15 @@ class SolmTrainer:
         # one writes them (a rank-0-only save_pretrained would hang or write a shard)
         state_dict = (trainer.accelerator.get_state_dict(trainer.model)
                       if getattr(trainer, "is_fsdp_enabled", False) else None)
-        if not trainer.is_world_process_zero():
-            return {}
-        fmt = self._save(trainer.model, tok, out, state_dict)
-        meta = self._metadata(data, fmt, accum, bf16, grad_ckpt, trainer, result, resume,
-                              eval_before, eval_after, wall)
-        write_metadata(out, meta)
-        from solm.train.plots import plot_losses
-        plot_losses(log_path, out / "loss.png", train_label=self.loss_label())
+        meta: dict = {}
+        if trainer.is_world_process_zero():
+            fmt = self._save(trainer.model, tok, out, state_dict)
+            meta = self._metadata(data, fmt, accum, bf16, grad_ckpt, trainer, result, resume,
+                                  eval_before, eval_after, wall)
+            write_metadata(out, meta)
+            from solm.train.plots import plot_losses
+            plot_losses(log_path, out / "loss.png", train_label=self.loss_label())
+        end_process_group()
         return meta
 
     # ---- pieces of train() ------------------------------------------------------------
