@@ -290,9 +290,9 @@ P36_SELECT   ?= 30
 P36_FINAL    ?= 64
 RECIPE       ?= a
 P36_a        ?= --lora-r 16 --lr 1e-3 --batch-size 8 --epochs 1.5 --max-len 3200 --eval-rows 12 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
-P36_b        ?= --lora-r 16 --lr 2e-3 --batch-size 8 --epochs 1.5 --max-len 3200 --eval-rows 12 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 10 -q
+P36_b        ?= --lora-r 0 --lr 2e-4 --control-token-lr-scale 30 --batch-size 8 --epochs 2 --max-len 3200 --eval-rows 12 --save-every 20 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
 P36_c        ?= --lora-r 32 --lr 1e-3 --batch-size 8 --epochs 2 --max-len 1536 --eval-rows 12 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
-P36_EVAL_ARGS ?= --max-new-tokens 256 --batch-size 16 --repetition-penalty 1.2 --no-judge -q
+P36_EVAL_ARGS ?= --max-new-tokens 512 --batch-size 16 --repetition-penalty 1.2 --no-judge -q
 .PHONY: p36-mix p36-recipe p36-final
 .PRECIOUS: $(P36)/%/.done/pasta-sft $(P36)/%/.done/baseline-sft $(P36)/%/.done/select
 p36-mix: $(P36)/.done/mix
@@ -333,7 +333,7 @@ $(P36)/%/.done/timed: $(P36)/%/.done/select | $(ALPACA)
 	$(START)
 	$(BIN)/pasta eval run -o $(P36)/$*/timed --prompts $(ALPACA) --skip $(P36_SELECT) \
 		--limit $(P36_TIMED) --method sequential:baseline-sft=$(P36)/$(P36_BASE)/baseline-sft \
-		--method pasta:pasta-sft=$(P36)/$*/pasta-sft --max-new-tokens 256 --batch-size 1 \
+		--method pasta:$(P36_PICK_NAME)=$(P36)/$*/$(P36_PICK) --max-new-tokens 512 --batch-size 1 \
 		--repetition-penalty 1.2 --no-judge -q
 	$(BIN)/pasta eval report $(P36)/$*/timed -o $(P36)/$*/timed/report -q
 	$(DONE)
@@ -342,6 +342,7 @@ $(P36)/%/.done/timed: $(P36)/%/.done/select | $(ALPACA)
 # ratio 0.5 without --defer-pads against recipe $(RECIPE)'s Baseline-SFT (the AR baseline)
 P36_PDIFF      ?= pd1
 P36_pd1        ?= --lora-r 16 --lr 1e-3 --batch-size 8 --epochs 1.5 --max-len 3200 --extra-pads 2 --eval-rows 12 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
+P36_pd2        ?= --lora-r 0 --lr 2e-4 --control-token-lr-scale 30 --batch-size 8 --epochs 2 --max-len 3200 --extra-pads 2 --eval-rows 12 --save-every 20 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
 .PHONY: p36-pdiff
 p36-pdiff: $(P36)/$(P36_PDIFF)/.done/select
 .PRECIOUS: $(P36)/%/.done/pdiff-sft
@@ -357,11 +358,41 @@ $(P36)/$(P36_PDIFF)/.done/select: $(P36)/$(P36_PDIFF)/.done/pdiff-sft $(P36)/$(P
 		--method pdiff:pdiff-0.5=$(P36)/$(P36_PDIFF)/pdiff-sft,steps_ratio=0.5 $(P36_EVAL_ARGS)
 	$(BIN)/pasta eval report $(P36)/$(P36_PDIFF)/select -o $(P36)/$(P36_PDIFF)/select/report -q
 	$(DONE)
+# BoNBoN rounds on a recipe's Pasta-SFT (`make p36-bonbon RECIPE=b`): 40 held-out Dolly prompts
+# (neither trained on nor AlpacaEval), N samples each scored by their own speedup (--speed own,
+# no judge), a sample shorter than P36_MIN_LENGTH x the Baseline-SFT answer or malformed never
+# chosen; then the last round's model on the selection prompts beside its parent.
+P36_ROUNDS      ?= 1
+P36_MIN_LENGTH  ?= 0.9
+P36_PREFS_ARGS  ?= -n 4 --max-new-tokens 512 --repetition-penalty 1.2 --speed own \
+	--min-length-ratio $(P36_MIN_LENGTH) --baseline-model $(P36)/$(P36_BASE)/baseline-sft -q
+P36_BONBON_ARGS ?= --lora-r 16 --lr 2e-4 --epochs 2 --batch-size 4 --eval-rows 6 --eval-every 4 --save-every 10 -q
+P36_BONBON = $(P36)/$(RECIPE)/prefs/lambda-0/round-$(P36_ROUNDS)/bonbon
+.PHONY: p36-bonbon
+p36-bonbon: $(P36)/$(RECIPE)/.done/bonbon-select
+.PRECIOUS: $(P36)/%/prefs/dolly_heldout.jsonl
+$(P36)/%/prefs/dolly_heldout.jsonl: $(P36)/.done/mix | $(DATA)/dolly.jsonl $(ALPACA)
+	$(BIN)/python bench/heldout_prompts.py --prompts $(DATA)/dolly.jsonl --trained $(P36)/sft_rows.jsonl \
+		--n 40 --exclude $(ALPACA) --out $@
+$(P36)/%/.done/bonbon-select: $(P36)/%/.done/select $(P36)/%/prefs/dolly_heldout.jsonl
+	$(START)
+	$(MAKE) pasta-rounds PREFS_DIR=$(P36)/$*/prefs START_MODEL=$(P36)/$*/pasta-sft SFT_DIR=$(P36) LAMBDA=0 \
+		ROUNDS=$(P36_ROUNDS) PREFS_ARGS="$(P36_PREFS_ARGS)" BONBON_ARGS="$(P36_BONBON_ARGS)"
+	$(BIN)/pasta eval run -o $(P36)/$*/bonbon-select --prompts $(ALPACA) --limit $(P36_SELECT) \
+		--method sequential:baseline-sft=$(P36)/$(P36_BASE)/baseline-sft \
+		--method pasta:pasta-sft=$(P36)/$*/pasta-sft \
+		--method pasta:pasta-bonbon=$(P36)/$*/prefs/lambda-0/round-$(P36_ROUNDS)/bonbon $(P36_EVAL_ARGS)
+	$(BIN)/pasta eval report $(P36)/$*/bonbon-select -o $(P36)/$*/bonbon-select/report -q
+	$(DONE)
+# the final measurement of the chosen model (P36_PICK, under the recipe's folder; the BoNBoN
+# child: P36_PICK=prefs/lambda-0/round-1/bonbon P36_PICK_NAME=pasta-bonbon)
+P36_PICK      ?= pasta-sft
+P36_PICK_NAME ?= pasta-sft
 $(P36)/%/.done/final: $(P36)/%/.done/select | $(ALPACA)
 	$(START)
 	$(BIN)/pasta eval run -o $(P36)/$*/final --prompts $(ALPACA) --skip $(P36_SELECT) \
 		--limit $(P36_FINAL) --method sequential:baseline-sft=$(P36)/$(P36_BASE)/baseline-sft \
-		--method pasta:pasta-sft=$(P36)/$*/pasta-sft $(P36_EVAL_ARGS)
+		--method pasta:$(P36_PICK_NAME)=$(P36)/$*/$(P36_PICK) $(P36_EVAL_ARGS)
 	$(BIN)/pasta eval report $(P36)/$*/final -o $(P36)/$*/final/report -q
 	$(DONE)
 
