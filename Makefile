@@ -343,12 +343,18 @@ $(P36)/%/.done/timed: $(P36)/%/.done/select | $(ALPACA)
 P36_PDIFF      ?= pd1
 P36_pd1        ?= --lora-r 16 --lr 1e-3 --batch-size 8 --epochs 1.5 --max-len 3200 --extra-pads 2 --eval-rows 12 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
 P36_pd2        ?= --lora-r 0 --lr 2e-4 --control-token-lr-scale 30 --batch-size 8 --epochs 2 --max-len 3200 --extra-pads 2 --eval-rows 12 --save-every 20 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
+P36_pd3        ?= --lora-r 0 --lr 2e-4 --control-token-lr-scale 30 --batch-size 8 --epochs 3 --max-len 3200 --extra-pads 2 --eval-rows 12 --save-every 20 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
+P36_PLAIN_pd3  ?= 0
 .PHONY: p36-pdiff
 p36-pdiff: $(P36)/$(P36_PDIFF)/.done/select
 .PRECIOUS: $(P36)/%/.done/pdiff-sft
+# P36_PLAIN_<recipe> sets a recipe's own count of plain rows (pd3: none, since pd2 learned
+# from the short plain rows to answer in one sentence whenever it plans nothing)
 $(P36)/%/.done/pdiff-sft: $(P36)/.done/mix
 	$(START)
-	$(call trained,$(P36)/$*/pdiff-sft) $(BIN)/pdiff sft --data $(P36)/sft_rows.jsonl \
+	$(BIN)/pasta mix $(P36)/dolly_speed.jsonl $(P36)/orca_speed.jsonl --min-gain $(P36_MIN_GAIN) \
+		--plain $(or $(P36_PLAIN_$*),$(P36_PLAIN)) --exclude $(ALPACA) -o $(P36)/$*/rows.jsonl -q > $(P36)/$*/mix.json
+	$(call trained,$(P36)/$*/pdiff-sft) $(BIN)/pdiff sft --data $(P36)/$*/rows.jsonl \
 		--out $(P36)/$*/pdiff-sft $(P36_$*)
 	$(DONE)
 $(P36)/$(P36_PDIFF)/.done/select: $(P36)/$(P36_PDIFF)/.done/pdiff-sft $(P36)/$(P36_BASE)/.done/baseline-sft | $(ALPACA)
