@@ -100,7 +100,9 @@ class BatchedPastaRuntime:
     """`run(requests)` yields a `BatchResult` per request as it ends (in finishing order)."""
 
     def __init__(self, model, tokenizer, pool_size: int = 8192, max_batch: int = 16,
-                 compile: bool = False, compile_backend: str = "inductor"):
+                 compile: bool = False, compile_backend: str = "inductor", forward=None):
+        """`forward`: another engine's pass with `SlotStep`'s call (`solm.llamacpp.step`);
+        default: solm's own over `pool_size` slots."""
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         # the decoding rules of one request (grammar, scheduling, caps, finish); its own pool
@@ -110,9 +112,10 @@ class BatchedPastaRuntime:
         self.vocab = self.rules.vocab
         self.max_batch = max_batch
         self.pool_size = pool_size
-        self.forward = SlotStep(model, pool_size, and_masks(same_request, pasta_visible),
-                                (*ATTR_NAMES, *BATCH_ATTR_NAMES), compile=compile,
-                                backend=compile_backend)
+        self.forward = forward or SlotStep(model, pool_size,
+                                           and_masks(same_request, pasta_visible),
+                                           (*ATTR_NAMES, *BATCH_ATTR_NAMES), compile=compile,
+                                           backend=compile_backend)
         self.slots = SlotAllocator(pool_size)
         self.steps = 0
         self._owners = 0

@@ -9,6 +9,8 @@ from solm.core.settings import setting
 from solm.decode.pasta.config import PastaDecodeConfig
 from solm.decode.pasta.decode_file import DEMO_PROMPTS, PastaDecodeSummary, result_record
 from solm.decode.registry import CompiledEngine, DecodeSystem, register_system
+from solm.llamacpp.engine import ENGINE_HELP, ENGINES, GGUF_TYPE_HELP, choose_engine, gguf_for
+from solm.llamacpp.export import OUTTYPES
 
 
 @dataclass
@@ -22,12 +24,58 @@ class PastaEngine(CompiledEngine):
         "steps.", min=1)
     compare: bool = setting(False, "With a single prompt: also decode it sequentially and "
                                    "print the realized speedup.")
+    engine: str = setting("torch", ENGINE_HELP, choices=ENGINES)
+    gguf_type: str = setting("q8_0", GGUF_TYPE_HELP, choices=OUTTYPES)
+    gguf: Optional[str] = None  # the llama.cpp engine's GGUF, found or exported by `load`
+
+
+def llama_refusal(config: PastaDecodeConfig, engine: PastaEngine, model: str) -> str | None:
+    """Why llama.cpp cannot run this PASTA decode (None: it can)."""
+    if config.mode == "parallel":
+        return (f"PASTA's parallel threads on llama.cpp need a model laid out with overlapping "
+                f"positions; {model} is laid out Pred-10X (its main thread resumes 10N "
+                f"positions past a promise, and llama.cpp requires each sequence's next "
+                f"position to follow its last): decode it with --engine torch, or --mode "
+                f"sequential")
+    if engine.quantize:
+        return ("--quantize quantizes torch's weights; on llama.cpp the export's type is "
+                "--gguf-type")
+    if engine.compare:
+        return "--compare decodes the parallel mode too, which this model cannot on llama.cpp"
+    return None
+
+
+def prepare(config: PastaDecodeConfig, engine: PastaEngine, model: str) -> None:
+    engine.engine = choose_engine(engine.engine, llama_refusal(config, engine, model))
 
 
 def load(model: str, engine: PastaEngine, dtype: str, device: str | None):
     from solm.core.models import load_decoder
 
+    if engine.engine == "llama.cpp":
+        # fp32 on the CPU: the export's source (once) and the decoding rules' vocabulary
+        loaded = load_decoder(model, dtype="float32", device="cpu", system="pasta")
+        engine.gguf = str(gguf_for(model, engine.gguf_type, "pasta", loaded=loaded))
+        return loaded
     return load_decoder(model, dtype=dtype, device=device, quantize=engine.quantize)
+
+
+def llama_runner(model, tokenizer, config: PastaDecodeConfig, engine: PastaEngine,
+                 batch: int):
+    """Continuous batching on llama.cpp: a request per sequence of one unified KV cache."""
+    from solm.decode.pasta.batched import BatchedPastaRuntime
+    from solm.decode.pasta.decode_file import BatchedPastaRunner
+    from solm.llamacpp.binding import LlamaContext
+    from solm.llamacpp.step import LlamaCppStep
+
+    pool = engine.pool_size * batch
+    ctx = LlamaContext(engine.gguf, n_ctx=pool, n_seq=2 * batch,
+                       kv_type="f32" if engine.gguf_type == "f32" else "f16")
+    out = BatchedPastaRunner(BatchedPastaRuntime(model, tokenizer, pool_size=pool,
+                                                 max_batch=batch, forward=LlamaCppStep(ctx)),
+                             config)
+    out.compiled, out.batch_size, out.engine = False, batch, "llama.cpp"
+    return out
 
 
 def runner(model, tokenizer, config: PastaDecodeConfig, engine: PastaEngine, prompts: int,
@@ -39,6 +87,8 @@ def runner(model, tokenizer, config: PastaDecodeConfig, engine: PastaEngine, pro
 
     batch = 1 if single else (engine.batch_size or default_batch_size(model.device))
     batch = min(batch, max(1, prompts))
+    if engine.engine == "llama.cpp":
+        return llama_runner(model, tokenizer, config, engine, batch)
     # batched steps compile only when asked: their time goes to GEMMs and per-request
     # attention, and a compiled step measured no faster on the CPUs here (README)
     compiled = should_compile(engine.compile, max(1, prompts) * min(config.max_new_tokens,
@@ -51,13 +101,14 @@ def runner(model, tokenizer, config: PastaDecodeConfig, engine: PastaEngine, pro
         out = BatchedPastaRunner(BatchedPastaRuntime(model, tokenizer,
                                                      pool_size=engine.pool_size * batch,
                                                      max_batch=batch, compile=compiled), config)
-    out.compiled, out.batch_size = compiled, batch
+    out.compiled, out.batch_size, out.engine = compiled, batch, "torch"
     return out
 
 
 def describe(runner) -> str:
     batch = runner.batch_size
-    return f"decoding ({runner.config.mode}{f', batches of {batch}' if batch > 1 else ''})"
+    return (f"decoding ({runner.config.mode}{f', batches of {batch}' if batch > 1 else ''}"
+            f"{', llama.cpp' if runner.engine == 'llama.cpp' else ''})")
 
 
 def decode_bandwidth(model, steps: int, kv_read: int, seconds: float) -> dict:
@@ -96,6 +147,10 @@ def answer(runner, job, engine: PastaEngine) -> tuple[str, list[str]]:
     beside them (`solm.decode.compare`), both paths warmed before either is timed."""
     from solm.decode.compare import compare_lines
 
+    if engine.engine == "llama.cpp":
+        done = next(iter(runner.run([job])))
+        row = runner.row(job, done.result)
+        return row["response"], [figures_line(row, done.result) + " (llama.cpp)"]
     rt, cfg, ids = runner.rt, runner.config, list(job.prompt_ids)
     if engine.compare:
         rt.generate(ids, replace(cfg, max_new_tokens=4))
@@ -114,10 +169,13 @@ def answer(runner, job, engine: PastaEngine) -> tuple[str, list[str]]:
 def report(rows: list, summary: PastaDecodeSummary, runner, engine: PastaEngine) -> dict:
     from solm.decode.pasta.format_stats import format_stats
 
-    speed = {"compiled": runner.compiled, "quantize": engine.quantize,
-             "batch_size": runner.batch_size,
-             **decode_bandwidth(runner.rt.model, summary.forward_passes, summary.kv_read,
-                                summary.decode_s)}
+    speed = {"engine": runner.engine, "compiled": runner.compiled, "quantize": engine.quantize,
+             "batch_size": runner.batch_size}
+    if runner.engine == "llama.cpp":
+        speed.update(gguf=engine.gguf, gguf_type=engine.gguf_type)
+    else:
+        speed.update(decode_bandwidth(runner.rt.model, summary.forward_passes, summary.kv_read,
+                                      summary.decode_s))
     return {"format": format_stats(rows).to_dict() if rows else {}, "speed": speed}
 
 
@@ -145,7 +203,8 @@ SYSTEM = register_system(DecodeSystem(
     name="pasta", help="PASTA: promised chunks decoded as parallel threads in one KV pool.",
     config_cls=PastaDecodeConfig, engine_cls=PastaEngine, load=load, runner=runner,
     summary_cls=PastaDecodeSummary, demo_prompts=DEMO_PROMPTS,
-    default_out="runs/decode.jsonl", row_engine_settings=("quantize",), status=status,
+    default_out="runs/decode.jsonl", row_engine_settings=("quantize", "engine", "gguf_type"),
+    status=status, prepare=prepare,
     report=report, describe=describe, shown_rows=3, row_figures=row_figures, answer=answer,
     # APAR and PASTA decode alike: the models differ in how they were trained
     methods={"sequential": {"mode": "sequential"}, "pasta": {"mode": "parallel"},

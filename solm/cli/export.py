@@ -1,0 +1,49 @@
+"""`solm export`: solm models in other engines' formats."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from solm.cli.console import info, out_console
+from solm.cli.errors import command_group
+from solm.cli.flags import ConfigOption, DebugOption, QuietOption, model_command
+
+app = command_group("export", "Write solm models in other engines' formats.")
+
+GGUF_HELP = """Write a model as a GGUF file llama.cpp loads: a model folder, a kept model
+(`solm models`) or an alias; a LoRA output is merged into its parent first (a GGUF LoRA
+adapter cannot add the control tokens). The model's control tokens are in the vocabulary as
+whole tokens, and its solm.json facts (system, control tokens, position layout, registers) are
+GGUF keys `solm.*`. The file is written beside OUT and renamed into place: an error leaves no
+half-written file.
+
+Types: f32 (llama.cpp's logits equal torch's fp32 ones to ~1e-4), f16, bf16, q8_0 (weights;
+norms stay f32).
+
+Examples:
+
+- `solm export gguf pasta-sft-cpu runs/pasta-sft.q8_0.gguf --outtype q8_0`
+- `solm export gguf runs/tip/sft runs/tip.f16.gguf`
+"""
+
+
+@app.command(help=GGUF_HELP)
+@model_command
+def gguf(
+    model: str = typer.Argument(..., help="Model folder, kept model or alias."),
+    out: Path = typer.Argument(..., help="The .gguf file to write."),
+    outtype: str = typer.Option("f16", "--outtype", help="Weight type: f32, f16, bf16 or q8_0."),
+    system: Optional[str] = typer.Option(None, "--system", help="Add this system's control "
+                                         "tokens (pasta, tip, pdiff) to a model whose "
+                                         "solm.json names none (a base model)."),
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+) -> None:
+    from solm.llamacpp.export import export_gguf
+
+    info(f"exporting {model} to {out} ({outtype}) ...")
+    done = export_gguf(model, out, outtype, system=system)
+    out_console.print(f"{done.path}: {done.tensors} tensors, vocabulary {done.vocab}, "
+                      f"{done.bytes / 2**20:.1f} MiB ({done.outtype})")

@@ -1,0 +1,100 @@
+"""Which engine decodes (`--engine torch|llama.cpp|auto`), and the GGUF the llama.cpp engine
+reads: exported from the model on first use into solm's cache, reused while the model's
+files are unchanged.
+
+torch stays the reference (training consistency, log-probs); llama.cpp runs what its KV cache
+can express (`refusal`), and `auto` picks it when it is installed and may run the decode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from solm.core.errors import SolmError
+from solm.llamacpp.binding import INSTALL_HINT, llama_cpp_available
+from solm.llamacpp.export import OUTTYPES
+
+ENGINES = ("torch", "llama.cpp", "auto")
+ENGINE_HELP = ("Decoding engine: torch (solm's own runtime, the reference), llama.cpp (the "
+               "model exported to a GGUF in solm's cache on first use, decoded by "
+               "llama-cpp-python: faster on a CPU), auto (llama.cpp when installed and able "
+               "to run this decode, else torch). Sampled outputs differ between engines; "
+               "greedy ones agree up to near-ties.")
+GGUF_TYPE_HELP = ("llama.cpp engine: the weight type of the exported GGUF (f32 equals torch's "
+                  "fp32 logits to ~1e-4; q8_0 and bf16 batch parallel threads well on a CPU).")
+EXPORT_VERSION = 1  # bump when the exporter writes different files for the same model
+
+
+def choose_engine(choice: str, refusal: str | None) -> str:
+    """'torch' or 'llama.cpp' for `--engine choice`, given why llama.cpp cannot run this
+    decode (None: it can). An explicit llama.cpp that cannot run is a one-line error."""
+    if choice not in ENGINES:
+        raise SolmError(f"--engine must be one of {', '.join(ENGINES)}, got {choice!r}")
+    if choice == "torch":
+        return "torch"
+    if choice == "llama.cpp":
+        if refusal:
+            raise SolmError(f"--engine llama.cpp: {refusal}")
+        if not llama_cpp_available():
+            raise SolmError(f"--engine llama.cpp needs llama-cpp-python: {INSTALL_HINT}")
+        return "llama.cpp"
+    return "llama.cpp" if refusal is None and llama_cpp_available() else "torch"
+
+
+def _source_identity(model: str) -> dict:
+    """What decides a model's weights: its files' names, sizes and modification times (a
+    kept model's cache folder is already named by its packed file's hash)."""
+    from solm.core.models import ALIASES, alias_gguf_path, artifact_folder
+
+    if model in ALIASES:
+        path = alias_gguf_path(model)
+        return {"alias": model, "file": str(path), "size": path.stat().st_size,
+                "mtime": path.stat().st_mtime_ns}
+    folder = Path(artifact_folder(model) or model)
+    if folder.is_dir():
+        files = sorted(p for p in folder.iterdir() if p.is_file())
+        return {"folder": str(folder.resolve()),
+                "files": [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]}
+    return {"name": model}
+
+
+def cached_gguf_path(model: str, control_tokens: str | None, num_registers: int,
+                     outtype: str) -> Path:
+    from solm.core.models import cache_root
+
+    key = json.dumps({"source": _source_identity(model), "tokens": control_tokens,
+                      "registers": num_registers, "outtype": outtype,
+                      "exporter": EXPORT_VERSION}, sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    stem = Path(str(model).rstrip("/")).name or "model"
+    return cache_root() / "gguf" / f"{stem}-{outtype}-{digest}.gguf"
+
+
+def gguf_for(model: str, outtype: str, control_tokens: str | None = None,
+             num_registers: int = 16, loaded=None) -> Path:
+    """The GGUF of `model` with `control_tokens` added, exported once (under a lock, written
+    atomically). `loaded`: the (model, tokenizer) already in memory in fp32 with the tokens
+    added, to export without loading again."""
+    from solm.core.models import _file_lock
+    from solm.llamacpp.export import model_meta, write_gguf
+
+    if outtype not in OUTTYPES:
+        raise SolmError(f"--gguf-type must be one of {', '.join(OUTTYPES)}, got {outtype!r}")
+    path = cached_gguf_path(model, control_tokens, num_registers, outtype)
+    if path.is_file():
+        return path
+    with _file_lock(path.with_name(path.name + ".lock")):
+        if path.is_file():
+            return path
+        if loaded is None:
+            from solm.core.models import load_decoder
+
+            loaded = load_decoder(model, dtype="float32", device="cpu",
+                                  system=control_tokens or "pasta",
+                                  num_registers=num_registers)
+        meta = model_meta(model)
+        meta["control_tokens"] = control_tokens
+        write_gguf(*loaded, path, outtype, meta=meta, source=str(model))
+    return path

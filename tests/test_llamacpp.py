@@ -1,0 +1,264 @@
+"""The llama.cpp engine against the reference: a GGUF export's logits against the Hugging Face
+model's own forward pass (not solm's runtime), greedy decodes against the torch engine, and
+the errors a user meets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from solm.core.errors import SolmError
+
+runner = CliRunner()
+TOL = 1e-3  # the acceptance's: fp32 logits of an f32 export, F32 KV cache
+
+
+def hf_logits(model, ids: list[int]) -> torch.Tensor:
+    """The oracle: the Hugging Face model's own forward pass over the whole sequence."""
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].float()
+
+
+def agree_up_to_near_ties(ours: torch.Tensor, ref: torch.Tensor) -> None:
+    """Within TOL everywhere, the same argmax wherever the reference's top-2 gap exceeds TOL."""
+    assert (ours - ref).abs().max().item() < TOL
+    top2 = ref.topk(2, dim=-1).values
+    clear = (top2[:, 0] - top2[:, 1]) > TOL
+    assert torch.equal(ours.argmax(-1)[clear], ref.argmax(-1)[clear])
+
+
+def first_near_tie(model, prompt: list[int], answer: list[int]) -> int:
+    """How many tokens of a greedy answer are decided by a top-2 gap above TOL (the oracle's
+    logits along the answer): two engines must agree on at least those."""
+    logits = hf_logits(model, prompt + answer)[len(prompt) - 1:]
+    for i in range(len(answer)):
+        top2 = logits[i].topk(2).values
+        if top2[0] - top2[1] <= TOL:
+            return i
+    return len(answer)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, pasta_tokenizer):
+    """A tiny random llama with PASTA's control tokens, and its f32 export."""
+    from solm.core.models import tiny_model
+    from solm.llamacpp.export import write_gguf
+
+    model, tok = tiny_model(pasta_tokenizer, seed=3, hidden_size=64, num_layers=2)
+    path = tmp_path_factory.mktemp("gguf") / "tiny.f32.gguf"
+    write_gguf(model, tok, path, "f32", meta={"system": "pasta"})
+    return model, tok, path
+
+
+def prompt_ids(tok, texts):
+    from solm.core.chat import prompt_ids as chat_prompt
+
+    return [chat_prompt(tok, t) for t in texts]
+
+
+def test_teacher_forced_logits_equal_the_hf_forward(exported):
+    from solm.llamacpp.binding import LlamaContext, Token
+
+    model, tok, path = exported
+    ids = tok("The quick brown fox jumps over the lazy dog, twice: the quick brown fox.")[
+        "input_ids"] + [tok.convert_tokens_to_ids("<sync/>")]
+    with LlamaContext(path, n_ctx=256, n_seq=1, kv_type="f32") as ctx:
+        ours = ctx.decode([Token(t, i, 0) for i, t in enumerate(ids)])
+    agree_up_to_near_ties(ours, hf_logits(model, ids))
+
+
+def test_two_sequences_in_one_call_see_only_their_own_cells(exported):
+    """Two prompts fed in one llama_decode, as two sequences, get the logits each gets alone:
+    a sequence is exactly what a request sees."""
+    from solm.llamacpp.binding import LlamaContext, Token
+
+    model, tok, path = exported
+    a, b = prompt_ids(tok, ["Name a colour.", "Why is the sky blue? Answer briefly."])
+    with LlamaContext(path, n_ctx=512, n_seq=2, kv_type="f32") as ctx:
+        both = ctx.decode([Token(t, i, 0) for i, t in enumerate(a)]
+                          + [Token(t, i, 1) for i, t in enumerate(b)])
+    agree_up_to_near_ties(both[:len(a)], hf_logits(model, a))
+    agree_up_to_near_ties(both[len(a):], hf_logits(model, b))
+
+
+def greedy(model, tok, prompts, engine: str, gguf=None, batch: int = 4, max_new: int = 24):
+    from solm.core.sampling import SamplingConfig
+    from solm.decode.pasta.batched import BatchedPastaRuntime
+    from solm.decode.pasta.runtime import PastaDecodeConfig
+
+    config = PastaDecodeConfig(mode="sequential", max_new_tokens=max_new,
+                               sampling=SamplingConfig(temperature=0.0))
+    forward = None
+    if engine == "llama.cpp":
+        from solm.llamacpp.binding import LlamaContext
+        from solm.llamacpp.step import LlamaCppStep
+
+        forward = LlamaCppStep(LlamaContext(gguf, n_ctx=batch * 256, n_seq=2 * batch,
+                                            kv_type="f32"))
+    rt = BatchedPastaRuntime(model, tok, pool_size=batch * 256, max_batch=batch,
+                             forward=forward)
+    return [r.ids for r in rt.generate_many(prompts, config)]
+
+
+TEXTS = ["Give three tips for staying healthy.", "What is 2 + 2?", "Describe a cat.",
+         "Write a haiku about rain.", "List the planets.", "Translate 'hello' to French.",
+         "Why do leaves fall?", "Name a famous painter.", "How do magnets work?",
+         "Suggest a name for a dog.", "What is the capital of Peru?", "Define entropy.",
+         "Tell me a joke.", "How far is the moon?", "What is a prime number?", "Say hi."]
+
+
+def test_greedy_sequential_equals_torch_up_to_the_first_near_tie(exported):
+    """16 prompts, continuous batching 4 at a time on both engines: each answer is the
+    torch engine's up to the first token the oracle's logits leave within TOL."""
+    model, tok, path = exported
+    prompts = prompt_ids(tok, TEXTS)
+    ours = greedy(model, tok, prompts, "llama.cpp", path)
+    ref = greedy(model, tok, prompts, "torch")
+    compared = 0
+    for p, a, b in zip(prompts, ours, ref):
+        n = first_near_tie(model, p, b)
+        assert a[:n] == b[:n]
+        compared += n
+    assert compared >= 16 * 12  # most of the answers were compared, not skipped as ties
+
+
+def test_requests_sharing_a_prompt_read_one_copy(exported):
+    """Samples of one prompt (a group: the prompt written once, given to each sample's
+    sequence by seq_cp) decode as the prompt decoded alone does."""
+    from solm.core.sampling import SamplingConfig
+    from solm.decode.pasta.batched import BatchedPastaRuntime
+    from solm.decode.pasta.runtime import PastaDecodeConfig
+    from solm.llamacpp.binding import LlamaContext
+    from solm.llamacpp.step import LlamaCppStep
+
+    model, tok, path = exported
+    (prompt,) = prompt_ids(tok, ["Give three tips for staying healthy."])
+    config = PastaDecodeConfig(mode="sequential", max_new_tokens=16,
+                               sampling=SamplingConfig(temperature=0.0))
+    ctx = LlamaContext(path, n_ctx=2048, n_seq=8, kv_type="f32")
+    rt = BatchedPastaRuntime(model, tok, pool_size=2048, max_batch=3, forward=LlamaCppStep(ctx))
+    shared = [r.ids for r in rt.sample(prompt, config, 3)]
+    alone = greedy(model, tok, [prompt], "llama.cpp", path, batch=1, max_new=16)[0]
+    assert shared == [alone] * 3
+    # every sequence was released: the cache is empty again
+    assert all(ctx.seq_pos_max(s) == -1 for s in range(ctx.n_seq))
+
+
+def test_decode_command_on_llama_cpp_writes_the_torch_engines_rows(tmp_path, exported,
+                                                                    monkeypatch):
+    """`pasta decode --engine llama.cpp --mode sequential` on a model folder: the GGUF is
+    exported into the cache once, the rows are the torch engine's (greedy), the manifest
+    names the engine."""
+    from solm.cli import pasta
+
+    monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
+    model, tok, _ = exported
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": str(i), "prompt": t}) + "\n"
+                               for i, t in enumerate(TEXTS[:4])))
+    rows = {}
+    for engine in ("torch", "llama.cpp"):
+        out = tmp_path / f"{engine}.jsonl"
+        r = runner.invoke(pasta.app, ["decode", "-m", str(tmp_path / "m"), "-p", str(prompts),
+                                      "-o", str(out), "--mode", "sequential", "--engine",
+                                      engine, "--gguf-type", "f32", "--temperature", "0",
+                                      "--max-new-tokens", "12", "--dtype", "fp32", "-q"])
+        assert r.exit_code == 0, r.output
+        rows[engine] = {x["id"]: x["response"] for x in map(json.loads, open(out))}
+        manifest = json.loads((tmp_path / f"{engine}.jsonl.manifest.json").read_text())
+        assert manifest["speed"]["engine"] == engine
+    assert rows["llama.cpp"] == rows["torch"]
+    assert len(list((tmp_path / "cache" / "gguf").glob("*.gguf"))) == 1
+
+
+def test_llama_cpp_refusals_are_one_line(tmp_path, exported):
+    from solm.cli import pasta
+
+    model, tok, _ = exported
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    r = runner.invoke(pasta.app, ["decode", "hi", "-m", str(tmp_path / "m"), "--engine",
+                                  "llama.cpp", "--mode", "parallel"])
+    assert r.exit_code != 0 and "Pred-10X" in r.output and "Traceback" not in r.output
+    r = runner.invoke(pasta.app, ["decode", "hi", "-m", str(tmp_path / "m"), "--engine",
+                                  "llama.cpp", "--mode", "sequential", "--quantize", "int8"])
+    assert r.exit_code != 0 and "--gguf-type" in r.output
+
+
+def test_export_errors_are_one_line_and_leave_no_file(tmp_path, pasta_tokenizer, monkeypatch):
+    from solm.cli.main import app
+    from solm.core.models import tiny_model
+
+    out = tmp_path / "o.gguf"
+    not_a_model = tmp_path / "notes.txt"
+    not_a_model.write_text("hello")
+    r = runner.invoke(app, ["export", "gguf", str(not_a_model), str(out)])
+    assert r.exit_code != 0 and "not a model" in r.output and not out.exists()
+    model, tok = tiny_model(pasta_tokenizer, arch="qwen2")
+    model.save_pretrained(tmp_path / "qwen")
+    tok.save_pretrained(tmp_path / "qwen")
+    r = runner.invoke(app, ["export", "gguf", str(tmp_path / "qwen"), str(out)])
+    assert r.exit_code != 0 and "Qwen2ForCausalLM" in r.output and not out.exists()
+    same = tmp_path / "same.gguf"
+    same.write_bytes(b"GGUF")
+    r = runner.invoke(app, ["export", "gguf", str(same), str(same)])
+    assert r.exit_code != 0 and "output is the input" in r.output
+    r = runner.invoke(app, ["export", "gguf", str(tmp_path / "qwen"), str(tmp_path / "x.bin")])
+    assert r.exit_code != 0 and ".gguf" in r.output
+
+    # a failure while the tensors are written leaves neither the file nor its partial copy
+    import gguf
+
+    from solm.llamacpp.export import write_gguf
+
+    llama, tok = tiny_model(pasta_tokenizer)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(gguf.GGUFWriter, "write_tensors_to_file", broken)
+    with pytest.raises(RuntimeError):
+        write_gguf(llama, tok, out, "f16")
+    assert list(tmp_path.glob("o.gguf*")) == []
+
+
+@pytest.mark.parametrize("outtype", ["f16", "bf16", "q8_0"])
+def test_smaller_exports_stay_close_to_the_reference(exported, tmp_path, outtype):
+    """f16 / bf16 / q8_0 weights: the same model, rounded: logits close, top token mostly the
+    same (a check that the tensors are laid out right, not only that the file loads)."""
+    from solm.llamacpp.binding import LlamaContext, Token
+    from solm.llamacpp.export import write_gguf
+
+    model, tok, _ = exported
+    path = tmp_path / f"tiny.{outtype}.gguf"
+    write_gguf(model, tok, path, outtype)
+    ids = tok("Planets orbit the sun because gravity pulls them inward.")["input_ids"]
+    with LlamaContext(path, n_ctx=128, kv_type="f16") as ctx:
+        ours = ctx.decode([Token(t, i, 0) for i, t in enumerate(ids)])
+    ref = hf_logits(model, ids)
+    assert (ours - ref).abs().max().item() < 0.05 * ref.abs().max().item()
+    assert (ours.argmax(-1) == ref.argmax(-1)).float().mean().item() >= 0.8
+
+
+def test_export_records_the_models_solm_facts(tmp_path, tiny_folder):
+    import gguf
+
+    from solm.cli.main import app
+
+    out = tmp_path / "t.gguf"
+    r = runner.invoke(app, ["export", "gguf", tiny_folder, str(out), "--outtype", "f32",
+                            "--system", "tip"])
+    assert r.exit_code == 0, r.output
+    fields = gguf.GGUFReader(out).fields
+    assert fields["solm.control_tokens"].contents() == "tip"
+    tokens = fields["tokenizer.ggml.tokens"].contents()
+    assert "<reg_0>" in tokens
+    with pytest.raises(SolmError):
+        from solm.llamacpp.engine import choose_engine
+
+        choose_engine("llama.cpp", "a reason")
