@@ -262,3 +262,89 @@ def test_export_records_the_models_solm_facts(tmp_path, tiny_folder):
         from solm.llamacpp.engine import choose_engine
 
         choose_engine("llama.cpp", "a reason")
+
+
+# ---- TIP ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def register_happy(tmp_path_factory):
+    """A tiny TIP model that opens registers often (an MLP bias pushes one hidden direction,
+    the untied head reads the registers off it) and its f32 export."""
+    from solm.core.models import load_tokenizer, tiny_model
+    from solm.core.systems.tip import TipVocab
+    from solm.core.vocabulary import add_control_tokens
+    from solm.llamacpp.export import write_gguf
+
+    tok = load_tokenizer("smollm2-135m")
+    add_control_tokens(None, tok, "tip", num_registers=4)
+    model, _ = tiny_model(tok, seed=5, mlp_bias=True)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for proj in (layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj):
+                proj.bias.zero_()
+        model.model.layers[-1].mlp.down_proj.bias[0] = 20.0
+        head = model.model.embed_tokens.weight.detach().clone()
+        head[:, 0] = 0.0
+        head[TipVocab.from_tokenizer(tok, 4).control_ids, 0] = 1.0
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(head)
+    path = tmp_path_factory.mktemp("tip") / "tip.f32.gguf"
+    write_gguf(model, tok, path, "f32", meta={"control_tokens": "tip", "num_registers": 4})
+    return model.eval(), tok, path
+
+
+def tip_decode(model, tok, prompts, policy, budget, engine, gguf=None, batch=2, new=96):
+    from solm.core.sampling import SamplingConfig
+    from solm.decode.tip.runtime import TipDecodeConfig, TipRequest, TipRuntime
+
+    llama = None
+    if engine == "llama.cpp":
+        from solm.llamacpp.binding import LlamaContext
+
+        llama = LlamaContext(gguf, n_ctx=batch * 512, n_seq=batch, kv_type="f32",
+                             unified=False)
+    rt = TipRuntime(model, tok, num_pages=64, page_size=16, num_registers=4, llama=llama)
+    cfg = TipDecodeConfig(policy=policy, budget=budget, batch_size=batch, max_new_tokens=new,
+                          sampling=SamplingConfig(temperature=0.0), record_logits=True,
+                          record_reads=True)
+    out = {r.rid: r for r in rt.run([TipRequest(i, p) for i, p in enumerate(prompts)], cfg)}
+    return [out[i] for i in range(len(prompts))]
+
+
+PROBLEMS = ["What is 17 * 23?", "Solve x^2 - 5x + 6 = 0.", "How many primes are below 30?",
+            "Simplify (a+b)^2 - (a-b)^2."]
+
+
+@pytest.mark.parametrize("policy,budget", [("tip", None), ("streamingllm", 48), ("dense", None)])
+def test_tip_runtime_on_llama_cpp_equals_torch(register_happy, policy, budget):
+    """4 problems, 2 at a time, greedy: the same tokens up to the first near-tie, the same
+    tokens read at every step (the same steps evicted), logits within TOL."""
+    from solm.core.systems.tip import TipVocab
+
+    model, tok, path = register_happy
+    prompts = prompt_ids(tok, PROBLEMS)
+    ours = tip_decode(model, tok, prompts, policy, budget, "llama.cpp", path)
+    ref = tip_decode(model, tok, prompts, policy, budget, "torch")
+    vocab = TipVocab.from_tokenizer(tok, 4)
+    newest_kills = 0
+    for p, a, b in zip(prompts, ours, ref):
+        n = first_near_tie(model, p, b.ids) if policy == "dense" else len(b.ids)
+        assert a.ids[:n] == b.ids[:n]
+        same = min(n, len(a.logits))
+        assert (a.logits[:same] - b.logits[:same]).abs().max().item() < TOL
+        assert a.reads[:same] == b.reads[:same]
+        regs = [vocab.registers.get(t) for t in b.ids]
+        newest_kills += sum(1 for x, y in zip(regs, regs[1:]) if x is not None and x == y)
+        if policy != "dense":
+            assert a.evicted_pages == b.evicted_pages
+    if policy == "tip":
+        assert sum(r.evicted_pages for r in ref) > 0
+        assert newest_kills > 0  # the deferred kill was exercised
+
+
+def test_h2o_on_llama_cpp_is_refused_in_one_line(tmp_path, tiny_folder):
+    from solm.cli import tip
+
+    r = runner.invoke(tip.app, ["decode", "What is 2+2?", "-m", tiny_folder, "--engine",
+                                "llama.cpp", "--policy", "h2o", "--budget", "256"])
+    assert r.exit_code != 0 and "attention" in r.output and "Traceback" not in r.output

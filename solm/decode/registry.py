@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from solm.core.settings import is_setting, setting
+from solm.llamacpp.engine import ENGINE_HELP, ENGINES, GGUF_TYPE_HELP
+from solm.llamacpp.export import OUTTYPES
 
 COMPILE_HELP = ("Run decode steps as graphs compiled per shape bucket (torch.compile; cached "
                 "on disk). Default: on for CUDA, and on a CPU for jobs long enough to repay the "
@@ -33,6 +35,15 @@ class EngineSettings:
 class CompiledEngine(EngineSettings):
     compile: Optional[bool] = setting(None, COMPILE_HELP, flags=("--compile/--no-compile",))
     quantize: Optional[str] = setting(None, QUANTIZE_HELP, choices=("int8", "int4"))
+
+
+@dataclass
+class EngineChoice(CompiledEngine):
+    """A system that decodes on torch or llama.cpp (`solm.llamacpp.engine`)."""
+
+    engine: str = setting("torch", ENGINE_HELP, choices=ENGINES)
+    gguf_type: str = setting("q8_0", GGUF_TYPE_HELP, choices=OUTTYPES)
+    gguf: Optional[str] = None  # the llama.cpp engine's GGUF, found or exported at load
 
 
 @dataclass(frozen=True)

@@ -71,12 +71,18 @@ class Token:
 
 
 class LlamaContext:
-    """A GGUF model and one context: `n_ctx` KV cells shared by up to `n_seq` sequences
-    (a unified cache), F32 or F16 KV, `threads` CPU threads."""
+    """A GGUF model and one context of `n_ctx` KV cells for up to `n_seq` sequences, F32 or
+    F16 KV, `threads` CPU threads.
+
+    `unified`: one cache all sequences share, where `seq_cp` shares cells without copying
+    them (what threads forked from one main thread need); but every token's attention then
+    spans every used cell of every sequence (masked), so its cost grows with the whole
+    batch's KV. Not unified: each sequence has a stream of `n_ctx / n_seq` cells of its own
+    and a token reads its own stream only (what independent requests want)."""
 
     def __init__(self, gguf_path: str | Path, n_ctx: int = 4096, n_seq: int = 1,
                  n_batch: int | None = None, threads: int | None = None,
-                 kv_type: str = "f16"):
+                 kv_type: str = "f16", unified: bool = True):
         L = llama_cpp_module()
         _init_backend(L)
         self.L = L
@@ -98,7 +104,7 @@ class LlamaContext:
         cparams.n_seq_max = self.n_seq
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
-        cparams.kv_unified = True
+        cparams.kv_unified = unified
         kinds = {"f32": L.GGML_TYPE_F32, "f16": L.GGML_TYPE_F16}
         if kv_type not in kinds:
             raise SolmError(f"KV cache type must be one of {', '.join(kinds)}, got {kv_type!r}")

@@ -98,3 +98,33 @@ def gguf_for(model: str, outtype: str, control_tokens: str | None = None,
         meta["control_tokens"] = control_tokens
         write_gguf(*loaded, path, outtype, meta=meta, source=str(model))
     return path
+
+
+def engine_refusal(engine) -> str | None:
+    """Why llama.cpp cannot take an engine's settings, whatever the system."""
+    if engine.quantize:
+        return ("--quantize quantizes torch's weights; on llama.cpp the export's type is "
+                "--gguf-type")
+    return None
+
+
+def load_on_engine(model: str, engine, dtype: str, device: str | None, system: str,
+                   num_registers: int = 16):
+    """(model, tokenizer) for a decode on `engine.engine`. On llama.cpp: the model in fp32 on
+    the CPU (the export's source, once, and the decoding rules' vocabulary), and
+    `engine.gguf` set to its GGUF."""
+    from solm.core.models import load_decoder
+
+    if engine.engine == "llama.cpp":
+        loaded = load_decoder(model, dtype="fp32", device="cpu", system=system,
+                              num_registers=num_registers)
+        engine.gguf = str(gguf_for(model, engine.gguf_type, system, num_registers,
+                                   loaded=loaded))
+        return loaded
+    return load_decoder(model, dtype=dtype, device=device, system=system,
+                        quantize=engine.quantize, num_registers=num_registers)
+
+
+def kv_type(engine) -> str:
+    """The KV cache's type: F32 beside f32 weights (equal to torch's fp32), else F16."""
+    return "f32" if engine.gguf_type == "f32" else "f16"

@@ -8,13 +8,12 @@ from typing import Optional
 from solm.core.settings import setting
 from solm.decode.pasta.config import PastaDecodeConfig
 from solm.decode.pasta.decode_file import DEMO_PROMPTS, PastaDecodeSummary, result_record
-from solm.decode.registry import CompiledEngine, DecodeSystem, register_system
-from solm.llamacpp.engine import ENGINE_HELP, ENGINES, GGUF_TYPE_HELP, choose_engine, gguf_for
-from solm.llamacpp.export import OUTTYPES
+from solm.decode.registry import DecodeSystem, EngineChoice, register_system
+from solm.llamacpp.engine import choose_engine, engine_refusal, kv_type, load_on_engine
 
 
 @dataclass
-class PastaEngine(CompiledEngine):
+class PastaEngine(EngineChoice):
     pool_size: int = setting(2048, "KV pool slots shared by all threads (per prompt in "
                                    "flight).", min=2)
     batch_size: Optional[int] = setting(
@@ -24,9 +23,6 @@ class PastaEngine(CompiledEngine):
         "steps.", min=1)
     compare: bool = setting(False, "With a single prompt: also decode it sequentially and "
                                    "print the realized speedup.")
-    engine: str = setting("torch", ENGINE_HELP, choices=ENGINES)
-    gguf_type: str = setting("q8_0", GGUF_TYPE_HELP, choices=OUTTYPES)
-    gguf: Optional[str] = None  # the llama.cpp engine's GGUF, found or exported by `load`
 
 
 def llama_refusal(config: PastaDecodeConfig, engine: PastaEngine, model: str) -> str | None:
@@ -37,9 +33,8 @@ def llama_refusal(config: PastaDecodeConfig, engine: PastaEngine, model: str) ->
                 f"positions past a promise, and llama.cpp requires each sequence's next "
                 f"position to follow its last): decode it with --engine torch, or --mode "
                 f"sequential")
-    if engine.quantize:
-        return ("--quantize quantizes torch's weights; on llama.cpp the export's type is "
-                "--gguf-type")
+    if engine_refusal(engine):
+        return engine_refusal(engine)
     if engine.compare:
         return "--compare decodes the parallel mode too, which this model cannot on llama.cpp"
     return None
@@ -50,14 +45,7 @@ def prepare(config: PastaDecodeConfig, engine: PastaEngine, model: str) -> None:
 
 
 def load(model: str, engine: PastaEngine, dtype: str, device: str | None):
-    from solm.core.models import load_decoder
-
-    if engine.engine == "llama.cpp":
-        # fp32 on the CPU: the export's source (once) and the decoding rules' vocabulary
-        loaded = load_decoder(model, dtype="float32", device="cpu", system="pasta")
-        engine.gguf = str(gguf_for(model, engine.gguf_type, "pasta", loaded=loaded))
-        return loaded
-    return load_decoder(model, dtype=dtype, device=device, quantize=engine.quantize)
+    return load_on_engine(model, engine, dtype, device, "pasta")
 
 
 def llama_runner(model, tokenizer, config: PastaDecodeConfig, engine: PastaEngine,
@@ -69,8 +57,7 @@ def llama_runner(model, tokenizer, config: PastaDecodeConfig, engine: PastaEngin
     from solm.llamacpp.step import LlamaCppStep
 
     pool = engine.pool_size * batch
-    ctx = LlamaContext(engine.gguf, n_ctx=pool, n_seq=2 * batch,
-                       kv_type="f32" if engine.gguf_type == "f32" else "f16")
+    ctx = LlamaContext(engine.gguf, n_ctx=pool, n_seq=2 * batch, kv_type=kv_type(engine))
     out = BatchedPastaRunner(BatchedPastaRuntime(model, tokenizer, pool_size=pool,
                                                  max_batch=batch, forward=LlamaCppStep(ctx)),
                              config)

@@ -109,8 +109,15 @@ class TipRuntime:
 
     def __init__(self, model, tokenizer, num_pages: int = 1024, page_size: int = 64,
                  num_registers: int = 16, compile: bool = False,
-                 compile_backend: str = "inductor"):
+                 compile_backend: str = "inductor", llama=None):
+        """`llama`: a `solm.llamacpp.binding.LlamaContext` to run the forward passes on
+        (`LlamaKV`); the pages then only keep the books (live tokens, peak pages)."""
         self.model, self.tokenizer = model, tokenizer
+        self.llama = None
+        if llama is not None:
+            from solm.llamacpp.tip import LlamaKV
+
+            self.llama = LlamaKV(llama)
         self.device = next(model.parameters()).device
         self.page_size, self.num_pages = page_size, num_pages
         self.cache = PagedCache(num_layers_of(model), num_pages, page_size,
@@ -161,6 +168,13 @@ class TipRuntime:
         for p in pages:
             self.allocator.free(p.id)
 
+    def _forget(self, row: _Row) -> None:
+        """A row that ended: its pages (and its llama.cpp sequence) are free again."""
+        self._release(row.kv.pages)
+        row.kv.pages = []
+        if self.llama is not None:
+            self.llama.end(row)
+
     def _evict(self, row: _Row, policy: EvictionPolicy) -> None:
         gone = policy.evict(row.kv)
         row.evicted_pages += len(gone)
@@ -182,9 +196,16 @@ class TipRuntime:
                  positions: list[list[int]], policy: EvictionPolicy,
                  prefill_causal: bool = False) -> torch.Tensor:
         """One forward pass; returns logits of each row's last token [B, V]."""
-        st = self.cache.state
         vis = ([[(p, len(p.tokens)) for p in rows[0].kv.pages]] if prefill_causal
                else [policy.visible(r.kv) for r in rows])
+        if self.llama is not None:
+            if policy.needs_scores:
+                raise SolmError(f"--policy {policy.name} needs attention mass, which "
+                                f"llama.cpp does not expose: decode it with --engine torch")
+            logits = self.llama.forward(rows, tokens, positions, vis)
+            self._account(rows, [sum(n for _, n in v) for v in vis], vis, prefill_causal)
+            return logits
+        st = self.cache.state
         read = [self._slots_of(v) for v in vis]
         st.write_slots = torch.tensor(write_slots, dtype=torch.long, device=self.device)
         st.set_reads([x.to(self.device) for x in read], causal=prefill_causal)
@@ -206,18 +227,22 @@ class TipRuntime:
                 for p, n in v:
                     p.score += float(total[start:start + n].sum())
                     start += n
-        for r, x, v in zip(rows, read, vis):
-            if not prefill_causal:
-                r.live_sum += len(x)
+        self._account(rows, [len(x) for x in read], vis, prefill_causal)
+        return logits
+
+    def _account(self, rows: list[_Row], live: list[int], vis: list, prefill: bool) -> None:
+        """Each row's live-KV books after a pass that read `live` tokens."""
+        for r, x, v in zip(rows, live, vis):
+            if not prefill:
+                r.live_sum += x
                 # token i of a request is its prompt's for i < len(prompt); a page holds
                 # its tokens in increasing order
                 first = len(r.req.prompt)
                 r.live_response_sum += sum(n - bisect_left(p.tokens, first, 0, n)
                                            for p, n in v)
-            r.peak_live = max(r.peak_live, len(x))
-            if self._record_reads and not prefill_causal:
+            r.peak_live = max(r.peak_live, x)
+            if self._record_reads and not prefill:
                 r.reads.append([t for p, n in v for t in p.tokens[:n]])
-        return logits
 
     def _compiled_forward(self, tokens: list[list[int]], positions: list[list[int]],
                           read: list[torch.Tensor], write_slots: list[int]) -> torch.Tensor:
@@ -332,8 +357,7 @@ class TipRuntime:
             done = [(r, f) for r in rows if (f := self._finished(r, config)) is not None]
             for r, flags in done:
                 rows.remove(r)
-                self._release(r.kv.pages)
-                r.kv.pages = []
+                self._forget(r)
                 yield self._result(r, flags)
             if done:
                 continue  # refill before the next step
@@ -409,14 +433,12 @@ class TipSession:
 
     def abandon(self) -> None:
         for r in self.rows:
-            self.rt._release(r.kv.pages)
-            r.kv.pages = []
+            self.rt._forget(r)
         self.rows, self.waiting = [], []
 
     def _end(self, row: _Row, flags: list[str]) -> TipResult:
         self.rows.remove(row)
-        self.rt._release(row.kv.pages)
-        row.kv.pages = []
+        self.rt._forget(row)
         return self.rt._result(row, flags)
 
     def step(self) -> list[TipResult]:

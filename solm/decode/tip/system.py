@@ -6,13 +6,14 @@ from dataclasses import dataclass
 from typing import Optional
 
 from solm.core.settings import setting
-from solm.decode.registry import CompiledEngine, DecodeSystem, register_system
+from solm.decode.registry import DecodeSystem, EngineChoice, register_system
+from solm.llamacpp.engine import choose_engine, engine_refusal, kv_type, load_on_engine
 from solm.decode.tip.config import TipDecodeConfig
 from solm.decode.tip.decode_file import TipSummary
 
 
 @dataclass
-class TipEngine(CompiledEngine):
+class TipEngine(EngineChoice):
     registers: Optional[int] = setting(None, "Thought registers <reg_0> ... <reg_{N-1}> "
                                              "(default: the model's solm.json, else 16).",
                                        min=1)
@@ -25,15 +26,32 @@ def prepare(config: TipDecodeConfig, engine: TipEngine, model: str) -> None:
     from solm.core.models import model_registers
     from solm.decode.tip.policies import make_policy
 
-    make_policy(config.policy, config.budget, engine.page_size)  # bad flags fail here
+    policy = make_policy(config.policy, config.budget, engine.page_size)  # bad flags fail here
     engine.registers = engine.registers or model_registers(model) or 16
+    engine.engine = choose_engine(engine.engine, llama_refusal(policy, engine))
+
+
+def llama_refusal(policy, engine: TipEngine) -> str | None:
+    """Why llama.cpp cannot run this TIP decode (None: it can)."""
+    if policy.needs_scores:
+        return (f"--policy {policy.name} ranks pages by the attention they received, which "
+                f"llama.cpp does not expose: decode it with --engine torch")
+    return engine_refusal(engine)
 
 
 def load(model: str, engine: TipEngine, dtype: str, device: str | None):
-    from solm.core.models import load_decoder
+    return load_on_engine(model, engine, dtype, device, "tip", engine.registers)
 
-    return load_decoder(model, dtype=dtype, device=device, system="tip",
-                        quantize=engine.quantize, num_registers=engine.registers)
+
+def llama_context(engine: TipEngine, config: TipDecodeConfig):
+    """One stream per request (they share nothing): each token's attention reads its own
+    request's cells only."""
+    from solm.llamacpp.binding import LlamaContext
+
+    cells = min(engine.num_pages * engine.page_size,
+                config.batch_size * (config.max_new_tokens + 2048))
+    return LlamaContext(engine.gguf, n_ctx=cells, n_seq=config.batch_size,
+                        kv_type=kv_type(engine), unified=False)
 
 
 def runner(model, tokenizer, config: TipDecodeConfig, engine: TipEngine, prompts: int,
@@ -43,11 +61,18 @@ def runner(model, tokenizer, config: TipDecodeConfig, engine: TipEngine, prompts
     from solm.decode.tip.runtime import TipRuntime
 
     jobs = max(1, prompts) * engine.samples
-    rt = TipRuntime(model, tokenizer, num_pages=engine.num_pages, page_size=engine.page_size,
-                    num_registers=engine.registers,
-                    compile=should_compile(engine.compile, jobs * config.max_new_tokens,
-                                           model.device))
-    return TipRunner(rt, config)
+    if engine.engine == "llama.cpp":
+        rt = TipRuntime(model, tokenizer, num_pages=engine.num_pages,
+                        page_size=engine.page_size, num_registers=engine.registers,
+                        llama=llama_context(engine, config))
+    else:
+        rt = TipRuntime(model, tokenizer, num_pages=engine.num_pages,
+                        page_size=engine.page_size, num_registers=engine.registers,
+                        compile=should_compile(engine.compile, jobs * config.max_new_tokens,
+                                               model.device))
+    out = TipRunner(rt, config)
+    out.engine = engine.engine
+    return out
 
 
 def status(summary: TipSummary, row: dict) -> str:
@@ -76,6 +101,8 @@ SYSTEM = register_system(DecodeSystem(
     config_cls=TipDecodeConfig, engine_cls=TipEngine, load=load, runner=runner,
     summary_cls=TipSummary, sampling=("temperature", "top_p", "seed"), per_sample=True,
     samples=lambda engine: engine.samples, default_out="runs/tip_decode.jsonl",
-    row_engine_settings=("registers", "page_size", "quantize"), row_excluded=("batch_size",),
-    status=status, describe=lambda runner: f"decoding ({runner.config.policy})",
+    row_engine_settings=("registers", "page_size", "quantize", "engine", "gguf_type"),
+    row_excluded=("batch_size",), status=status,
+    describe=lambda runner: (f"decoding ({runner.config.policy}"
+                             f"{', llama.cpp' if runner.engine == 'llama.cpp' else ''})"),
     shown_rows=0, answer=answer, prepare=prepare))

@@ -1,0 +1,76 @@
+"""TIP's paged runtime on llama.cpp: the runtime keeps its pages as books (which tokens a
+policy shows, live KV, peak pages) and llama.cpp holds the KV itself.
+
+A request is a llama.cpp sequence. Before each pass, whatever the request's policy no longer
+shows is removed from its sequence (`seq_rm` by position range: freed for good, as evicted
+pages are), then its new tokens are fed at their plain positions. Every policy that shows a
+suffix-closed set fits llama.cpp's rule that a sequence continues at its largest position + 1:
+the newest token is always shown, and TIP's one case that would leave a gap (a newest step
+killed by the register right after it) is deferred by one token in the structure itself
+(`solm.core.systems.tip`). A policy that showed a token again after hiding it is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from solm.llamacpp.binding import LlamaContext, Token
+
+
+class LlamaKV:
+    def __init__(self, ctx: LlamaContext):
+        self.ctx = ctx
+        self._free = list(range(ctx.n_seq))[::-1]
+        self._seq: dict[int, int] = {}  # id(row) -> sequence
+        # id(page) -> (page, tokens held): keyed by the object, since page ids are reused
+        self._held: dict[int, dict[int, tuple[object, int]]] = {}
+
+    def _sequence(self, row) -> int:
+        key = id(row)
+        if key not in self._seq:
+            if not self._free:
+                raise RuntimeError(f"more requests in flight than the {self.ctx.n_seq} "
+                                   f"llama.cpp sequences of this context")
+            self._seq[key] = self._free.pop()
+            self._held[key] = {}
+        return self._seq[key]
+
+    def _hide(self, row, seq: int, visible: Sequence[tuple[object, int]], fed: int) -> None:
+        """Remove from the sequence what the policy stopped showing; check the rest."""
+        held = self._held[id(row)]
+        shown = {id(p): n for p, n in visible}
+        for pid, (page, n_held) in list(held.items()):
+            keep = min(shown.get(pid, 0), n_held)
+            if keep < n_held:  # a page's tokens are consecutive positions
+                self.ctx.seq_rm(seq, page.tokens[keep], page.tokens[n_held - 1] + 1)
+            if keep:
+                held[pid] = (page, keep)
+            else:
+                del held[pid]
+        before = sum(n for _, n in held.values())
+        if sum(shown.values()) != before + fed:
+            raise RuntimeError("an eviction policy showed a token again after hiding it")
+        for p, n in visible:
+            held[id(p)] = (p, n)
+
+    def forward(self, rows: Sequence, tokens: Sequence[Sequence[int]],
+                positions: Sequence[Sequence[int]],
+                visible: Sequence[Sequence[tuple[object, int]]]) -> torch.Tensor:
+        """One `llama_decode` for every row's new tokens; the logits of each row's last."""
+        batch: list[Token] = []
+        for row, toks, pos, vis in zip(rows, tokens, positions, visible):
+            seq = self._sequence(row)
+            self._hide(row, seq, vis, len(toks))
+            batch += [Token(int(t), int(p), seq, logits=i == len(toks) - 1)
+                      for i, (t, p) in enumerate(zip(toks, pos))]
+        return self.ctx.decode(batch)
+
+    def end(self, row) -> None:
+        seq = self._seq.pop(id(row), None)
+        if seq is None:
+            return
+        del self._held[id(row)]
+        self.ctx.seq_rm(seq)
+        self._free.append(seq)
