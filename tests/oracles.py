@@ -34,14 +34,17 @@ def wellformed_pasta(tok):
         lambda ps: [t for p in ps for t in p]).filter(bool)
 
 
-def pasta_oracle(ids: list[int], tokenizer) -> tuple[torch.Tensor, list[int], list[int]]:
+def pasta_oracle(ids: list[int], tokenizer, layout: str = "pred10x"
+                 ) -> tuple[torch.Tensor, list[int], list[int]]:
     """(visible [T, T], positions, targets) of a Pasta-Lang sequence in training order.
 
     Spec: `<promise topic="T" tokens="N"/>` in the main thread, directly followed by
     `<async>`, opens a block that runs to its first `</async>` (or the end); anything else is
-    main text, and inside a block every token is ordinary. A block starts at the position
-    after its promise; main continues at promise position + 1 + 10 N (every closer in main
-    moves main by 10 N, with or without a block). A block sees main up to its promise, itself,
+    main text, and inside a block every token is ordinary. Positions, Pred-10X: a block
+    starts at the position after its promise; main continues at promise position + 1 + 10 N
+    (every closer in main moves main by 10 N, with or without a block). Overlap: every
+    token's position is 1 + the largest position among the other tokens it sees (0 for one
+    that sees none). A block sees main up to its promise, itself,
     and blocks joined by a `<sync/>` before its promise; main sees a block from the first main
     `<sync/>` after its promise on. Each token predicts the next token of its own thread;
     every `</async>` (a stray one in main too) and the last token of a thread predict
@@ -100,6 +103,11 @@ def pasta_oracle(ids: list[int], tokenizer) -> tuple[torch.Tensor, list[int], li
                 ok = joined(bk, -1, promise_at[bq] - 1)
             visible[q, k] = ok
 
+    if layout == "overlap":
+        for q in range(n):  # every key a token sees comes before it in training order
+            seen = [positions[k] for k in range(q) if visible[q, k]]
+            positions[q] = 1 + max(seen) if seen else 0
+
     targets = [IGNORE] * n
     for thread in set(block_of):
         members = [i for i in range(n) if block_of[i] == thread]
@@ -143,14 +151,14 @@ def tip_oracle(ids: list[int], tokenizer, prompt_len: int) -> tuple[torch.Tensor
     return visible, list(range(n)), targets
 
 
-def pdiff_oracle(ids: list[int], tokenizer) -> tuple[torch.Tensor, list[int], list[int],
-                                                      list[bool]]:
+def pdiff_oracle(ids: list[int], tokenizer, layout: str = "pred10x"
+                 ) -> tuple[torch.Tensor, list[int], list[int], list[bool]]:
     """(visible, positions, autoregressive targets, diffusable) of a Planned Diffusion
     sequence, from the issue's rules: PASTA's spans and positions; inside a block every
     token sees every token of the same block (bidirectional); only main-thread tokens have
     autoregressive targets (the next main token; a stray `</async>` none); a block's tokens
     other than `<async>`/`</async>` are the diffused ones."""
-    visible, positions, targets = pasta_oracle(ids, tokenizer)
+    visible, positions, targets = pasta_oracle(ids, tokenizer, layout)
     text = tokenizer.convert_ids_to_tokens([int(t) for t in ids])
     n = len(ids)
     # block membership a second time: a closer + <async> starts it, the first later

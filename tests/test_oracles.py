@@ -21,25 +21,55 @@ def pasta_alphabet(tok) -> list[int]:
 
 def assert_pasta_matches_oracle(ids, tok, vocab):
     s = pasta.structure(ids, vocab)
-    visible, positions, targets = pasta_oracle(ids, tok)
+    visible, positions, targets = pasta_oracle(ids, tok, vocab.positions)
     assert s.position_ids.tolist() == positions
     assert s.targets.tolist() == targets
     assert torch.equal(s.visible, visible)
 
 
+LAYOUTS = pytest.mark.parametrize("layout", pasta.POSITIONS)
+
+
+@LAYOUTS
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
-def test_pasta_structure_equals_the_oracle_on_arbitrary_streams(pasta_tokenizer, vocab, data):
+def test_pasta_structure_equals_the_oracle_on_arbitrary_streams(pasta_tokenizer, layout, data):
+    vocab = pasta.PastaVocab.from_tokenizer(pasta_tokenizer, layout)
     ids = data.draw(st.lists(st.sampled_from(pasta_alphabet(pasta_tokenizer)), min_size=1,
                              max_size=50))
     assert_pasta_matches_oracle(ids, pasta_tokenizer, vocab)
 
 
+@LAYOUTS
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
-def test_pasta_structure_equals_the_oracle_on_annotated_streams(pasta_tokenizer, vocab, data):
+def test_pasta_structure_equals_the_oracle_on_annotated_streams(pasta_tokenizer, layout, data):
+    vocab = pasta.PastaVocab.from_tokenizer(pasta_tokenizer, layout)
     ids = data.draw(wellformed_pasta(pasta_tokenizer))
     assert_pasta_matches_oracle(ids, pasta_tokenizer, vocab)
+
+
+def test_overlap_positions_on_a_hand_checked_sequence(pasta_tokenizer):
+    """The overlap oracle itself: blocks start after their promise, main continues after its
+    own last token, the sync after the longest joined block."""
+    text = ('A<promise topic="x" tokens="2"/><async> b b b</async>'
+            '<promise topic="y" tokens="1"/><async> c</async> d<sync/> e')
+    ids = text_ids(pasta_tokenizer, text)
+    _, positions, _ = pasta_oracle(ids, pasta_tokenizer, "overlap")
+    toks = pasta_tokenizer.convert_ids_to_tokens(ids)
+    at = {t: i for i, t in reversed(list(enumerate(toks)))}  # first occurrence
+    close1 = toks.index(promise_close(2))
+    assert positions[close1 + 1] == positions[close1] + 1  # <async> after its promise
+    block1_end = toks.index("</async>")
+    assert positions[block1_end] == positions[close1] + 5  # <async> b b b </async>
+    open2 = block1_end + 1  # main resumes right after the first closer
+    assert positions[open2] == positions[close1] + 1
+    block2_end = len(toks) - 1 - toks[::-1].index("</async>")
+    assert positions[block2_end] == positions[open2] + 5  # <p y close <async> c </async>
+    sync = at["<sync/>"]
+    assert positions[sync - 1] == positions[block2_end - 2]  # " d" overlaps the block's " c"
+    assert positions[sync] == positions[block2_end] + 1  # past the farthest joined block
+    assert positions[sync + 1] == positions[sync] + 1
 
 
 def test_the_promise_text_sets_the_position_jump(pasta_tokenizer, vocab):

@@ -27,12 +27,14 @@ def test_registered_with_its_structure_module(pdiff_tok):
     assert "<|mdm_mask|>" in tokens and "<|pdiff_pad|>" in tokens
 
 
+@pytest.mark.parametrize("layout", ["pred10x", "overlap"])
 @settings(max_examples=150, deadline=None)
 @given(data=st.data())
-def test_structure_equals_the_rules_written_again(pdiff_tok, data):
+def test_structure_equals_the_rules_written_again(pdiff_tok, layout, data):
     ids = data.draw(wellformed_pasta(pdiff_tok))
-    s = structure(ids, get_system("pdiff").structure_module().Vocab.from_tokenizer(pdiff_tok))
-    visible, positions, targets, diffusable = pdiff_oracle(ids, pdiff_tok)
+    s = structure(ids, get_system("pdiff").structure_module().Vocab.from_tokenizer(
+        pdiff_tok, layout))
+    visible, positions, targets, diffusable = pdiff_oracle(ids, pdiff_tok, layout)
     assert torch.equal(s.visible, visible)
     assert s.position_ids.tolist() == positions
     assert s.targets.tolist() == targets

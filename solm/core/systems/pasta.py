@@ -11,8 +11,15 @@ Pasta-Lang rules implemented here (see DESIGN.md):
 - an async block sees the main thread up to and including its promise, and itself;
 - main-thread tokens do not see an async block until a `<sync/>` after its promise;
 - an async block sees blocks that were joined (synced) before its promise;
-- positions: the block starts right after its promise; the main thread continues at
-  promise position + 1 + 10·N ("Pred-10X");
+- positions, in one of two layouts a model is trained with (`PastaVocab.positions`):
+  - "pred10x" (the paper's): the block starts right after its promise; the main thread
+    continues at promise position + 1 + 10·N;
+  - "overlap": the block starts right after its promise; the main thread continues right
+    after its own last token (blocks overlap its positions instead of reserving room); a
+    `<sync/>` and what follows it continue at 1 + the largest position they see. Every
+    token's position is then 1 + the largest position among the keys it sees, so a thread
+    always continues where what it sees ends: what an engine whose sequences must continue at
+    their largest position + 1 (llama.cpp) can express, with no predicted length;
 - targets: the next token of the same thread; the promise's closing token therefore
   predicts the first main-thread token after its block; `</async>` predicts nothing.
 
@@ -40,6 +47,7 @@ from solm.core.structure import IGNORE, Attrs, Structure, or_masks
 
 NAME = "pasta"
 MAIN = 0
+POSITIONS = ("pred10x", "overlap")  # the position layouts (module docstring)
 ATTR_NAMES = ("thread", "order", "anchor", "epoch", "join")  # what visibility reads
 
 
@@ -53,9 +61,11 @@ class PastaVocab:
     sync: int
     close_tens: dict[int, int]  # closing-token id -> N
     eos: tuple[int, ...] = ()
+    positions: str = "pred10x"  # the position layout a model was trained with
 
     @classmethod
-    def from_tokenizer(cls, tokenizer) -> "PastaVocab":
+    def from_tokenizer(cls, tokenizer, positions: str = "pred10x") -> "PastaVocab":
+        check_positions(positions)
         vocab = tokenizer.get_vocab()
         missing = [t for t in (PROMISE_OPEN, ASYNC_OPEN, ASYNC_CLOSE, SYNC) if t not in vocab]
         if missing:
@@ -63,7 +73,7 @@ class PastaVocab:
                              f"call add_control_tokens(model, tokenizer, 'pasta') first")
         close = {vocab[promise_close(n)]: n for n in range(1, MAX_PROMISE_TENS + 1)}
         return cls(vocab[PROMISE_OPEN], vocab[ASYNC_OPEN], vocab[ASYNC_CLOSE], vocab[SYNC],
-                   close, eos_ids(tokenizer))
+                   close, eos_ids(tokenizer), positions)
 
     @property
     def control_ids(self) -> list[int]:
@@ -72,6 +82,12 @@ class PastaVocab:
 
 
 Vocab = PastaVocab  # the name every structure module exports
+
+
+def check_positions(positions: str) -> str:
+    if positions not in POSITIONS:
+        raise ValueError(f"positions must be one of {', '.join(POSITIONS)}, got {positions!r}")
+    return positions
 
 
 @dataclass
@@ -112,18 +128,25 @@ class PastaTracker:
         """Positions a promise of `tokens="tens"` reserves for its block (Pred-10X)."""
         return 10 * tens
 
+    @property
+    def overlap(self) -> bool:
+        return self.vocab.positions == "overlap"
+
     def main(self, tok: int) -> TokenAttrs:
         v = self.vocab
         is_sync = tok == v.sync
         if is_sync:
             self.epoch += 1
+            if self.overlap:  # main now sees the blocks this sync joins: continue past them
+                joined = [f.next_pos for f in self.forks.values() if f.epoch + 1 == self.epoch]
+                self.main_pos = max([self.main_pos, *joined])
         is_close = tok in v.close_tens
         is_tag = self._in_topic or is_close or tok in (v.promise_open, v.sync)
         attrs = TokenAttrs(MAIN, self.main_order, self.main_order, self.epoch, 0, self.main_pos,
                            is_tag)
         if is_close:
             self._last_close = (self.main_order, self.main_pos, self.epoch)
-            self.main_pos += 1 + self.block_span(v.close_tens[tok])
+            self.main_pos += 1 + (0 if self.overlap else self.block_span(v.close_tens[tok]))
             self._in_topic = False
         else:
             self.main_pos += 1

@@ -11,10 +11,12 @@ Layout (what a training sequence looks like; `to_slots` writes it from Pasta-Lan
   the content fits with at least one pad, and a random 0-10 extra pads (as the published
   method draws) go *inside* the slot count: N grows to hold them, never past it. The rule
   annotator writes N as the content length rounded to the nearest ten.
-- **Positions.** Pred-10X, as in PASTA: the chunk starts right after its promise and the
-  main thread continues at promise position + 1 + slots. At decode `--length-scale s`
-  makes a chunk `round(10 x N x s)` slots (at least 3), and positions follow the same
-  spans (`PdiffTracker(length_scale=s)`).
+- **Positions.** PASTA's two layouts (`PdiffVocab.positions`). Pred-10X: the chunk starts
+  right after its promise and the main thread continues at promise position + 1 + slots.
+  At decode `--length-scale s` makes a chunk `round(10 x N x s)` slots (at least 3), and
+  positions follow the same spans (`PdiffTracker(length_scale=s)`). Overlap: the chunk
+  starts right after its promise, the main thread continues right after its own last token,
+  and the `<sync/>` after the chunks at 1 + the largest slot position it sees.
 - **Tokens.** `<async>` and `</async>` stay in the sequence at the chunk's first and last
   slot; they are never masked (the layout fixes them). The pad token is a control token of
   its own, `PAD_TOKEN` = `<|pdiff_pad|>` (the embedded model's EOS also serves as the
@@ -75,15 +77,16 @@ class PdiffVocab(PastaVocab):
     pad: int = -1
 
     @classmethod
-    def from_tokenizer(cls, tokenizer) -> "PdiffVocab":
+    def from_tokenizer(cls, tokenizer, positions: str = "pred10x") -> "PdiffVocab":
         vocab = tokenizer.get_vocab()
         missing = [t for t in (MASK_TOKEN, PAD_TOKEN) if t not in vocab]
         if missing:
             raise ValueError(f"tokenizer lacks Planned Diffusion tokens {missing}; call "
                              f"add_control_tokens(model, tokenizer, 'pdiff') first")
-        base = PastaVocab.from_tokenizer(tokenizer)
+        base = PastaVocab.from_tokenizer(tokenizer, positions)
         return cls(base.promise_open, base.async_open, base.async_close, base.sync,
-                   base.close_tens, eos_ids(tokenizer), vocab[MASK_TOKEN], vocab[PAD_TOKEN])
+                   base.close_tens, eos_ids(tokenizer), positions, vocab[MASK_TOKEN],
+                   vocab[PAD_TOKEN])
 
     @property
     def control_ids(self) -> list[int]:
