@@ -33,6 +33,18 @@ ANNOTATED = [
 ]
 
 
+LAYOUTS = pytest.mark.parametrize("layout", ["pred10x", "overlap"])
+
+
+def laid_out(model, layout: str):
+    """The model as `load_decoder` gives one trained with `layout` (its config records it)."""
+    import copy
+
+    model = copy.deepcopy(model)
+    model.config.solm_positions = layout
+    return model
+
+
 def full_forward_logits(model, ids, vocab):
     s = structure(ids, vocab)
     with torch.no_grad():
@@ -41,11 +53,15 @@ def full_forward_logits(model, ids, vocab):
     return out.logits[0]
 
 
+@LAYOUTS
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("text", ANNOTATED)
-def test_parallel_decode_logits_equal_one_forward_under_structure(pasta_tokenizer, text, seed):
+def test_parallel_decode_logits_equal_one_forward_under_structure(pasta_tokenizer, text, seed,
+                                                                  layout):
     model, tok = tiny_model(pasta_tokenizer, seed=seed, num_layers=3)
+    model.config.solm_positions = layout
     rt = PastaRuntime(model, tok, pool_size=512)
+    assert rt.vocab.positions == layout
     prompt, resp = text_ids(tok, PROMPT), text_ids(tok, text)
     res = rt.replay(prompt, resp, record_logits=True)
     ref = full_forward_logits(model, prompt + resp, rt.vocab)[len(prompt):]
@@ -317,7 +333,9 @@ def test_sync_waits_for_every_open_block_not_the_first_to_finish(pasta_tokenizer
 
 
 def oracle_forward_logits(model, ids, tokenizer):
-    visible, positions, _ = pasta_oracle(ids, tokenizer)
+    visible, positions, _ = pasta_oracle(ids, tokenizer, model.config.solm_positions
+                                         if hasattr(model.config, "solm_positions")
+                                         else "pred10x")
     with torch.no_grad():
         return model(input_ids=torch.tensor([ids]), position_ids=torch.tensor([positions]),
                      attention_mask=model_mask(visible, model)).logits[0]
@@ -341,11 +359,14 @@ def named_sequences(v):
     }
 
 
+@LAYOUTS
 @pytest.mark.parametrize("name", ["sync_after_uneven_blocks",
                                   "block_after_sync_sees_joined_blocks",
                                   "three_blocks_two_syncs", "promise_without_block_then_block"])
-def test_runtime_replay_equals_the_oracle_on_named_sequences(pasta_tokenizer, tiny, vocab, name):
-    assert_replay_matches_oracle(tiny, pasta_tokenizer, named_sequences(vocab)[name])
+def test_runtime_replay_equals_the_oracle_on_named_sequences(pasta_tokenizer, tiny, vocab, name,
+                                                             layout):
+    assert_replay_matches_oracle(laid_out(tiny, layout), pasta_tokenizer,
+                                 named_sequences(vocab)[name])
 
 
 def assert_replay_matches_oracle(model, tokenizer, resp, prompt=(1, 2, 3)):
@@ -356,14 +377,15 @@ def assert_replay_matches_oracle(model, tokenizer, resp, prompt=(1, 2, 3)):
     assert (res.logits - ref).abs().max().item() < 1e-4
 
 
+@LAYOUTS
 @settings(max_examples=25, deadline=None)
 @given(data=st.data())
-def test_runtime_replay_equals_a_forward_under_the_oracle(pasta_tokenizer, tiny, data):
+def test_runtime_replay_equals_a_forward_under_the_oracle(pasta_tokenizer, tiny, data, layout):
     """Decoding, step by step, computes what one forward pass under the spec's mask and
     positions computes (oracle, not structure()): a rule the tracker got wrong for both
     training and decoding still fails here."""
     resp = data.draw(wellformed_pasta(pasta_tokenizer))
-    assert_replay_matches_oracle(tiny, pasta_tokenizer, resp)
+    assert_replay_matches_oracle(laid_out(tiny, layout), pasta_tokenizer, resp)
 
 
 def test_one_step_at_a_time_is_the_whole_run(pasta_tokenizer, tiny, vocab):

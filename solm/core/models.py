@@ -329,6 +329,27 @@ def model_registers(name_or_path: str) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
+def model_positions(name_or_path: str) -> str:
+    """The PASTA / Planned Diffusion position layout a solm-trained model records in its
+    solm.json ("pred10x" for any other model, and for models trained before the choice)."""
+    import json
+
+    folder = Path(artifact_folder(str(name_or_path)) or str(name_or_path))
+    meta = folder / "solm.json"
+    if not meta.is_file():
+        return "pred10x"
+    try:
+        value = json.loads(meta.read_text()).get("positions")
+    except (OSError, ValueError):
+        return "pred10x"
+    return value if value in ("pred10x", "overlap") else "pred10x"
+
+
+def positions_of(model) -> str:
+    """The layout of a loaded model (`load_decoder` records it on the config)."""
+    return getattr(model.config, "solm_positions", None) or "pred10x"
+
+
 def adapter_parent(folder: Path) -> str:
     """The model a LoRA adapter folder was trained on: solm.json's parent_model, else the
     adapter's own record."""
@@ -448,6 +469,7 @@ def load_decoder(name_or_path: str, dtype: str = "auto", device: str | None = No
 
     model, tokenizer = load_model(name_or_path, dtype=dtype, device=device)
     add_control_tokens(model, tokenizer, system, num_registers=num_registers)
+    model.config.solm_positions = model_positions(name_or_path)
     if quantize:
         from solm.core.quantize import quantize_weights
 

@@ -183,6 +183,11 @@ class SolmTrainer:
         tokenizer, the vocab and solm.json, which loading reads back."""
         return {}
 
+    def vocab_options(self) -> dict[str, Any]:
+        """Options of the system's vocab that are no tokens (PASTA: the `positions` layout);
+        they reach the vocab and solm.json, which loading reads back."""
+        return {}
+
     def trainer_class(self) -> type:
         from transformers import Trainer
         return Trainer
@@ -240,7 +245,7 @@ class SolmTrainer:
         options = self.control_token_options()
         add_control_tokens(model, tok, self.control_tokens, **options)
         vocab = get_system(self.control_tokens).structure_module().Vocab.from_tokenizer(
-            tok, **options)
+            tok, **options, **self.vocab_options())
         model.config.use_cache = False
         if cfg.lora_r:
             from peft import LoraConfig, get_peft_model
@@ -453,5 +458,6 @@ class SolmTrainer:
                         "wall_s": round(wall, 1), "resumed_from": resume},
             "versions": package_versions(),
             **self.control_token_options(),
+            **self.vocab_options(),
             **cfg.extra,
         }

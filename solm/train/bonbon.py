@@ -262,6 +262,12 @@ class BonbonTrainer(SolmTrainer):
                                 f"from ({sampler}): the reference is then not the sampler, "
                                 f"which BoNBoN's objective assumes")
 
+    def vocab_options(self) -> dict[str, Any]:
+        """The position layout the model being tuned was trained with."""
+        from solm.core.models import model_positions
+
+        return {"positions": model_positions(self.config.model)}
+
     def read_data(self) -> list[dict]:
         return load_pairs(self.config.data, limit=self.config.limit)
 

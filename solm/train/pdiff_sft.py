@@ -49,6 +49,7 @@ import torch.nn.functional as F
 
 from solm.core.errors import SolmError
 from solm.core.settings import setting
+from solm.core.systems.pasta import POSITIONS, POSITIONS_HELP
 from solm.core.structure import IGNORE, MaskTerm
 from solm.train.collator import StructuredExample, add_structure_masks, batch_length
 from solm.train.base import PreparedData, SolmTrainer, TrainConfig
@@ -76,6 +77,7 @@ class PdiffSFTConfig(TrainConfig):
         1.0, "Autoregressive targets that are control tokens (promise, topic closers, sync) "
              "count this many times in the training loss (as in `pasta sft`); held-out loss "
              "stays unweighted.", above=0)
+    positions: str = setting("pred10x", POSITIONS_HELP, choices=POSITIONS)
 
 
 @dataclass
@@ -272,6 +274,9 @@ class PdiffSFTTrainer(SolmTrainer):
                                "traces file)" if looks_tip else "")
                             + "; train on `pasta annotate` output")
         return rows
+
+    def vocab_options(self) -> dict[str, Any]:
+        return {"positions": self.config.positions}
 
     def data_collator(self, tokenizer, vocab) -> Callable:
         cfg = self.config

@@ -13,6 +13,7 @@ from typing import Callable
 
 from solm.core.errors import SolmError
 from solm.core.settings import setting
+from solm.core.systems.pasta import POSITIONS, POSITIONS_HELP
 from solm.train.base import PreparedData, SolmTrainer, TrainConfig
 from solm.train.data import load_sft_rows, split_rows
 
@@ -31,6 +32,7 @@ class PastaSFTConfig(TrainConfig):
     control_token_loss_weight: float = setting(
         1.0, "Targets that are control tokens (promise, topic closers, async, sync) count this "
              "many times in the training loss; held-out loss stays unweighted.", above=0)
+    positions: str = setting("pred10x", POSITIONS_HELP, choices=POSITIONS)
 
 
 def drop_long_rows(rows: list[dict], collator) -> tuple[list[dict], int]:
@@ -55,6 +57,9 @@ class PastaSFTTrainer(SolmTrainer):
     def read_data(self) -> list[dict]:
         cfg = self.config
         return load_sft_rows(cfg.data, strip_annotations=cfg.strip_annotations, limit=cfg.limit)
+
+    def vocab_options(self) -> dict:
+        return {"positions": self.config.positions}
 
     def data_collator(self, tokenizer, vocab):
         from solm.train.collator import PastaCollator

@@ -48,6 +48,10 @@ from solm.core.structure import IGNORE, Attrs, Structure, or_masks
 NAME = "pasta"
 MAIN = 0
 POSITIONS = ("pred10x", "overlap")  # the position layouts (module docstring)
+POSITIONS_HELP = ("Position layout of the threads: pred10x (the paper's: the main thread "
+                  "resumes 10N positions past a promise) or overlap (blocks overlap the main "
+                  "thread's positions, which llama.cpp can decode). Recorded in solm.json; "
+                  "decoding reads it from there.")
 ATTR_NAMES = ("thread", "order", "anchor", "epoch", "join")  # what visibility reads
 
 

@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from solm.core.models import positions_of
 from solm.core.model_features import past_the_window
 from solm.core.sampling import Sampler, formatting_token_ids
 from solm.core.systems.pasta import (ATTR_NAMES, MAIN, PastaTracker, PastaVocab, TokenAttrs,
@@ -144,7 +145,8 @@ class PastaRuntime:
                  compile_backend: str = "inductor"):
         self.model = model
         self.tokenizer = tokenizer
-        self.vocab = PastaVocab.from_tokenizer(tokenizer)
+        self.vocab = PastaVocab.from_tokenizer(tokenizer, positions_of(model))
+        self.join_before_sync = False  # True: a `<sync/>` waits a pass for its blocks' ends
         self.forward = PoolStep(model, pool_size, pasta_visible, ATTR_NAMES, compile=compile,
                                 backend=compile_backend)
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
@@ -329,10 +331,16 @@ class PastaRuntime:
                   if tid != MAIN and not t.done and t.pending is not None]
         feed_main = main.pending is not None
         if feed_main and state.parallel and main.pending == v.sync and active:
-            feed_main = all(t.pending == v.async_close for t in active)
+            # the sync joins the blocks in the pass that closes them, unless the engine can
+            # only join what it already holds (llama.cpp: then one pass later)
+            feed_main = not self.join_before_sync and all(t.pending == v.async_close
+                                                          for t in active)
         batch: list[tuple[_Thread, int]] = []
         attrs: list[TokenAttrs] = []
         new_fork: _Thread | None = None
+        # the open blocks' attributes first: a `<sync/>` fed in the pass that closes them
+        # continues past their `</async>` (overlap positions), as in training order
+        fork_attrs = [tracker.fork(th.tid, th.pending) for th in active]
         if feed_main:
             tok = main.pending
             batch.append((main, tok))
@@ -345,9 +353,9 @@ class PastaRuntime:
                 new_fork.pending_forced = True
                 state.generated += 1  # the forced `<async>` is part of the answer too
                 state.fork_anchor[fid] = len(main.fed)
-        for th in active:
+        for th, a in zip(active, fork_attrs):
             batch.append((th, th.pending))
-            attrs.append(tracker.fork(th.tid, th.pending))
+            attrs.append(a)
         if new_fork is not None:
             batch.append((new_fork, new_fork.pending))
             attrs.append(tracker.fork(new_fork.tid, new_fork.pending))

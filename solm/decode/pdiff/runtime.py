@@ -36,6 +36,7 @@ from typing import Hashable, Iterable, Iterator, Sequence
 
 import torch
 
+from solm.core.models import positions_of
 from solm.core.model_features import past_the_window
 from solm.core.sampling import Sampler, formatting_token_ids
 from solm.core.structure import BATCH_ATTR_NAMES, and_masks, same_request
@@ -144,7 +145,7 @@ class PdiffRuntime:
 
     def __init__(self, model, tokenizer, pool_size: int = 4096, max_batch: int = 16):
         self.model, self.tokenizer = model, tokenizer
-        self.vocab = PdiffVocab.from_tokenizer(tokenizer)
+        self.vocab = PdiffVocab.from_tokenizer(tokenizer, positions_of(model))
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.pool_size, self.max_batch = pool_size, max_batch
         self.forward = SlotStep(model, pool_size, and_masks(same_request, pdiff_visible),
