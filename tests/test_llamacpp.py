@@ -348,3 +348,131 @@ def test_h2o_on_llama_cpp_is_refused_in_one_line(tmp_path, tiny_folder):
     r = runner.invoke(tip.app, ["decode", "What is 2+2?", "-m", tiny_folder, "--engine",
                                 "llama.cpp", "--policy", "h2o", "--budget", "256"])
     assert r.exit_code != 0 and "attention" in r.output and "Traceback" not in r.output
+
+
+# ---- PASTA's parallel threads (overlap layout) ---------------------------------------------
+
+def replay_on_llama(model, tok, gguf, prompt, responses, batch=3):
+    """Teacher-force Pasta-Lang responses through the batched runtime on llama.cpp, several
+    requests at once; each result's logits in training order."""
+    from solm.decode.pasta.batched import BatchedPastaRuntime, BatchRequest
+    from solm.decode.pasta.runtime import PastaDecodeConfig, replay_scripts
+    from solm.llamacpp.binding import LlamaContext
+    from solm.llamacpp.step import LlamaCppStep
+
+    ctx = LlamaContext(gguf, n_ctx=4096, n_seq=64, kv_type="f32")
+    rt = BatchedPastaRuntime(model, tok, pool_size=4096, max_batch=batch,
+                             forward=LlamaCppStep(ctx))
+    reqs = []
+    for i, resp in enumerate(responses):
+        streams, anchors = replay_scripts(resp, rt.vocab)
+        cfg = PastaDecodeConfig(mode="parallel", record_logits=True,
+                                max_new_tokens=len(resp) + 1, max_fork_tokens=len(resp) + 1)
+        reqs.append(BatchRequest(i, prompt, cfg, scripts=streams,
+                                 replay_anchors=frozenset(anchors)))
+    out = {d.rid: d.result for d in rt.run(reqs)}
+    assert all(ctx.seq_pos_max(s) == -1 for s in range(ctx.n_seq))  # everything released
+    return [out[i] for i in range(len(responses))]
+
+
+@pytest.fixture(scope="module")
+def overlap_model(exported):
+    import copy
+
+    model, tok, path = exported
+    model = copy.deepcopy(model)
+    model.config.solm_positions = "overlap"
+    return model, tok, path
+
+
+def test_overlap_threads_on_llama_cpp_equal_a_forward_under_the_oracle(overlap_model):
+    """Annotated answers with 1-3 blocks, uneven lengths and two syncs, three requests in
+    flight at once: every logits row equals one forward pass of the HF model under the
+    spec's overlap mask and positions (tests/oracles.py), not solm's structure."""
+    from oracles import pasta_oracle
+
+    from solm.core.chat import text_ids
+    from solm.core.structure import model_mask
+
+    model, tok, path = overlap_model
+    texts = [
+        'Sure:<promise topic="sleep" tokens="1"/><async> Get eight hours of sleep.</async>\n'
+        '<sync/>That is all.',
+        'Tips:\n1. Sleep:<promise topic="sleep" tokens="1"/><async> Get 8 hours.</async>\n'
+        '2. Eat:<promise topic="eat" tokens="2"/><async> Eat vegetables and fruit daily, '
+        'and drink water.</async>\n<sync/>Also:<promise topic="move" tokens="1"/><async> Walk '
+        'every day.</async><sync/> Done.',
+        'A<promise topic="x" tokens="3"/><async> one two three four five six seven eight nine '
+        'ten eleven twelve</async>B<promise topic="y" tokens="1"/><async> short</async>'
+        'C<promise topic="z" tokens="1"/><async> mid length block here</async><sync/> End.']
+    prompt = text_ids(tok, "User: give me some tips\nAssistant:")
+    responses = [text_ids(tok, t) for t in texts]
+    results = replay_on_llama(model, tok, path, prompt, responses)
+    for resp, res in zip(responses, results):
+        ids = prompt + resp
+        visible, positions, _ = pasta_oracle(ids, tok, "overlap")
+        with torch.no_grad():
+            ref = model(input_ids=torch.tensor([ids]), position_ids=torch.tensor([positions]),
+                        attention_mask=model_mask(visible, model)).logits[0][len(prompt):]
+        assert res.ids == resp
+        assert (res.logits - ref).abs().max().item() < TOL
+    assert max(r.threads for r in results) >= 3
+
+
+def test_a_pred10x_model_is_refused_on_llama_cpp_in_parallel_mode_only(overlap_model):
+    from solm.decode.pasta.config import PastaDecodeConfig
+    from solm.decode.pasta.system import PastaEngine, llama_refusal
+
+    engine = PastaEngine()
+    assert "Pred-10X" in llama_refusal(PastaDecodeConfig(mode="parallel"), engine,
+                                       "smollm2-135m")
+    assert llama_refusal(PastaDecodeConfig(mode="sequential"), engine, "smollm2-135m") is None
+
+
+def test_pasta_decode_parallel_on_llama_cpp_writes_the_torch_engines_answers(tmp_path,
+                                                                             monkeypatch):
+    """An overlap model that writes promises (its head favours the tags) decoded with
+    `pasta decode --mode parallel` on both engines: the same answers, greedy, with threads."""
+    from solm.core.systems.pasta import PastaVocab
+
+    from solm.cli import pasta
+
+    monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
+    from solm.core.models import load_tokenizer, tiny_model
+    from solm.core.vocabulary import add_control_tokens
+
+    tok = load_tokenizer("smollm2-135m")
+    model, _ = tiny_model(tok, seed=4, mlp_bias=True)
+    add_control_tokens(model, tok, "pasta")
+    vocab = PastaVocab.from_tokenizer(tok)
+    with torch.no_grad():  # an MLP bias pushes one direction the head reads tags off
+        for layer in model.model.layers:
+            for proj in (layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj):
+                proj.bias.zero_()
+        model.model.layers[-1].mlp.down_proj.bias[0] = 20.0
+        head = model.model.embed_tokens.weight.detach().clone()
+        head[:, 0] = 0.0
+        head[[vocab.promise_open, vocab.sync, *list(vocab.close_tens)[:3]], 0] = 0.07
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(head)
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    (tmp_path / "m" / "solm.json").write_text(json.dumps(
+        {"complete": True, "system": "pasta", "control_tokens": "pasta",
+         "positions": "overlap"}))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": str(i), "prompt": t}) + "\n"
+                               for i, t in enumerate(TEXTS[:6])))
+    rows = {}
+    for engine in ("torch", "llama.cpp"):
+        out = tmp_path / f"{engine}.jsonl"
+        r = runner.invoke(pasta.app, ["decode", "-m", str(tmp_path / "m"), "-p", str(prompts),
+                                      "-o", str(out), "--mode", "parallel", "--engine", engine,
+                                      "--gguf-type", "f32", "--temperature", "0",
+                                      "--max-new-tokens", "40", "--dtype", "fp32", "-q"])
+        assert r.exit_code == 0, r.output
+        rows[engine] = {x["id"]: (x["annotated"], x["threads"], x["forward_passes"])
+                        for x in map(json.loads, open(out))}
+    assert [a for a, _, _ in rows["llama.cpp"].values()] == \
+        [a for a, _, _ in rows["torch"].values()]
+    assert max(t for _, t, _ in rows["torch"].values()) >= 3

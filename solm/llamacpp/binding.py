@@ -20,6 +20,7 @@ import torch
 
 from solm.core.errors import SolmError
 
+MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ
 INSTALL_HINT = ("pip install llama-cpp-python==0.3.36 (built from source: see README "
                 "\"llama.cpp engine\" for the flags an AMX CPU needs)")
 
@@ -61,13 +62,14 @@ def _init_backend(L) -> None:
 
 @dataclass(frozen=True)
 class Token:
-    """One token of a `decode` call: its id, position, sequence, and whether its logits are
-    wanted."""
+    """One token of a `decode` call: its id, position, sequence, whether its logits are
+    wanted, and more sequences its cell joins (it attends to `seq`'s cells only)."""
 
     id: int
     pos: int
     seq: int
     logits: bool = True
+    also: tuple[int, ...] = ()
 
 
 class LlamaContext:
@@ -85,7 +87,7 @@ class LlamaContext:
                  kv_type: str = "f16", unified: bool = True):
         L = llama_cpp_module()
         _init_backend(L)
-        self.L = L
+        self.L, self.model, self.ctx, self._batch = L, None, None, None
         path = Path(gguf_path)
         if not path.is_file():
             raise SolmError(f"GGUF file not found: {path}")
@@ -94,6 +96,8 @@ class LlamaContext:
         if not self.model:
             raise SolmError(f"{path}: llama.cpp could not load this GGUF (run with "
                             f"SOLM_LLAMA_LOG=1 to see why)")
+        if not 1 <= n_seq <= MAX_SEQUENCES:
+            raise SolmError(f"llama.cpp holds 1 to {MAX_SEQUENCES} sequences, not {n_seq}")
         threads = threads or torch.get_num_threads()
         self.n_ctx, self.n_seq = int(n_ctx), int(n_seq)
         self.n_batch = int(n_batch or min(self.n_ctx, 2048))
@@ -113,6 +117,7 @@ class LlamaContext:
         self.ctx = L.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             L.llama_model_free(self.model)
+            self.model = None
             raise SolmError(f"{path}: llama.cpp could not make a context of {self.n_ctx} cells "
                             f"for {self.n_seq} sequences")
         self.memory = L.llama_get_memory(self.ctx)
@@ -137,8 +142,10 @@ class LlamaContext:
         for i, t in enumerate(tokens):
             b.token[i] = t.id
             b.pos[i] = t.pos
-            b.n_seq_id[i] = 1
+            b.n_seq_id[i] = 1 + len(t.also)
             b.seq_id[i][0] = t.seq
+            for j, extra in enumerate(t.also):
+                b.seq_id[i][1 + j] = extra
             b.logits[i] = 1 if t.logits else 0
             wanted += bool(t.logits)
         b.n_tokens = len(tokens)

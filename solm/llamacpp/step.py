@@ -1,66 +1,115 @@
-"""A batched runtime's forward pass on llama.cpp: the same call as `solm.decode.slots.SlotStep`
-(tokens, positions, attribute columns, slots, reads), for layouts in which every request sees
-exactly one llama.cpp sequence: its own tokens, after the prompt it may share.
+"""A batched PASTA runtime's forward pass on llama.cpp: the same call as
+`solm.decode.slots.SlotStep` (tokens, positions, attribute columns, slots, reads), with what
+a token sees expressed as llama.cpp sequence membership in one unified KV cache.
 
-A request (the `request` column) is given a free sequence id the first time it is fed; the
-slot ranges it reads that another request wrote (a prompt written once for N samples) are
-given to its sequence by `seq_cp`, which shares the cells without copying them. `release`
-(the runtime's end of a request) removes the sequence from its cells; llama.cpp frees a cell
-when no sequence holds it any more. One call is one `llama_decode`: every running request's
-tokens in one batch.
+- A request's main thread is a sequence; the slot ranges it reads that another request wrote
+  (a prompt written once for N samples) are given to it by `seq_cp`, which shares cells
+  without copying them.
+- A block (overlap layout only) is a sequence forked from its main thread: `seq_cp(main,
+  block)` just before the pass that feeds the promise's closing token, which joins both
+  sequences (a token's cell can belong to several), so the block's `<async>` in the same
+  pass sees main up to and including its promise, and nothing of main after it.
+- A main token whose epoch reached a block's join epoch (the `<sync/>` that joins it) is fed
+  after `seq_cp(block, main)`: main then sees the whole block; the block's sequence id is
+  freed. llama.cpp can only join cells it already holds, so a `<sync/>` waits one pass for
+  the `</async>` tokens of its blocks (`join_before_sync`); positions and logits are those of
+  training, the pass count is one higher per sync than on torch.
+
+Under the overlap layout every token's position is 1 + the largest position it sees, so
+every sequence continues at its largest position + 1, as llama.cpp requires. `release` (a
+request's end) removes all its sequences; a cell no sequence holds is free.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
 
 from solm.llamacpp.binding import LlamaContext, Token
 
+MAIN = 0
+
+
+@dataclass
+class _Request:
+    main: int  # its main thread's sequence
+    blocks: dict[int, tuple[int, int]] = field(default_factory=dict)  # thread -> (seq, join)
+
 
 class LlamaCppStep:
     compile_s = 0.0  # nothing is compiled at run time
+    join_before_sync = True
 
     def __init__(self, ctx: LlamaContext):
         self.ctx = ctx
         self._free = list(range(ctx.n_seq))[::-1]
-        self._seq: dict[int, int] = {}  # request (owner) -> sequence id
+        self._requests: dict[int, _Request] = {}
         self._owner_at: dict[int, int] = {}  # first slot of a range -> the request writing it
 
-    def _sequence(self, owner: int, first_slot: int, reads: Sequence[tuple[int, int]]) -> int:
-        seq = self._seq.get(owner)
-        if seq is not None:
-            return seq
+    def _take(self) -> int:
         if not self._free:
-            raise RuntimeError(f"more requests in flight than the {self.ctx.n_seq} llama.cpp "
+            raise RuntimeError(f"more threads in flight than the {self.ctx.n_seq} llama.cpp "
                                f"sequences of this context")
-        seq = self._free.pop()
-        self._seq[owner] = seq
+        return self._free.pop()
+
+    def _request(self, owner: int, first_slot: int, reads: Sequence[tuple[int, int]]
+                 ) -> _Request:
+        req = self._requests.get(owner)
+        if req is not None:
+            return req
+        req = self._requests[owner] = _Request(self._take())
         self._owner_at[first_slot] = owner
         for start, _ in reads:  # ranges written by another request: a shared prompt
             writer = self._owner_at.get(start)
             if writer is not None and writer != owner:
-                self.ctx.seq_cp(self._seq[writer], seq)
-        return seq
+                self.ctx.seq_cp(self._requests[writer].main, req.main)
+        return req
+
+    def _join(self, req: _Request, epoch: int) -> None:
+        """Give main the blocks joined at `epoch` (theirs is done) and free their ids."""
+        for thread, (seq, join) in list(req.blocks.items()):
+            if join <= epoch:
+                self.ctx.seq_cp(seq, req.main)
+                self.ctx.seq_rm(seq)
+                self._free.append(seq)
+                del req.blocks[thread]
 
     def __call__(self, tokens: Sequence[int], positions: Sequence[int], columns: dict,
                  slots: Sequence[int], reads: Sequence[tuple[int, Sequence[tuple[int, int]]]],
                  prefill: bool = False) -> torch.Tensor:
         """Logits of every token fed; in a prefill, of each request's last token only (what a
         runtime reads of a prompt)."""
-        owners = columns["request"]
+        owners, thread = columns["request"], columns["thread"]
         slots = list(slots)
         batch: list[Token] = []
         at = 0
         for count, ranges in reads:
             owner = int(owners[at])
-            seq = self._sequence(owner, slots[at], ranges)
-            for i in range(at, at + count):
-                if int(owners[i]) != owner:
-                    raise RuntimeError("a read group holds tokens of two requests")
+            req = self._request(owner, slots[at], ranges)
+            rows = range(at, at + count)
+            if any(int(owners[i]) != owner for i in rows):
+                raise RuntimeError("a read group holds tokens of two requests")
+            also: dict[int, list[int]] = {}  # main order -> forks its token starts
+            for i in rows:
+                t = int(thread[i])
+                if t != MAIN and t not in req.blocks:  # a fork's first token
+                    seq = self._take()
+                    self.ctx.seq_cp(req.main, seq)
+                    req.blocks[t] = (seq, int(columns["join"][i]))
+                    also.setdefault(int(columns["anchor"][i]), []).append(seq)
+            for i in rows:
+                t = int(thread[i])
+                if t == MAIN:
+                    self._join(req, int(columns["epoch"][i]))
+                    seq, extra = req.main, tuple(also.pop(int(columns["order"][i]), ()))
+                else:
+                    seq, extra = req.blocks[t][0], ()
                 batch.append(Token(int(tokens[i]), int(positions[i]), seq,
-                                   logits=not prefill or i == at + count - 1))
+                                   logits=not prefill or i == at + count - 1, also=extra))
+            if also:
+                raise RuntimeError("a block started without its promise in the same pass")
             at += count
         return self.ctx.decode(batch)
 
@@ -68,6 +117,7 @@ class LlamaCppStep:
         owner = self._owner_at.pop(start, None)
         if owner is None:
             return
-        seq = self._seq.pop(owner)
-        self.ctx.seq_rm(seq)
-        self._free.append(seq)
+        req = self._requests.pop(owner)
+        for seq in [req.main, *(s for s, _ in req.blocks.values())]:
+            self.ctx.seq_rm(seq)
+            self._free.append(seq)

@@ -108,6 +108,8 @@ class BatchedPastaRuntime:
         # the decoding rules of one request (grammar, scheduling, caps, finish); its own pool
         # is never used
         self.rules = PastaRuntime(model, tokenizer, pool_size=2)
+        # an engine that joins only blocks it already holds makes a sync wait for their ends
+        self.rules.join_before_sync = bool(getattr(forward, "join_before_sync", False))
         self.model, self.tokenizer = model, tokenizer
         self.vocab = self.rules.vocab
         self.max_batch = max_batch

@@ -27,17 +27,16 @@ class PastaEngine(EngineChoice):
 
 def llama_refusal(config: PastaDecodeConfig, engine: PastaEngine, model: str) -> str | None:
     """Why llama.cpp cannot run this PASTA decode (None: it can)."""
-    if config.mode == "parallel":
-        return (f"PASTA's parallel threads on llama.cpp need a model laid out with overlapping "
-                f"positions; {model} is laid out Pred-10X (its main thread resumes 10N "
-                f"positions past a promise, and llama.cpp requires each sequence's next "
+    from solm.core.models import model_positions
+
+    parallel = config.mode == "parallel" or engine.compare
+    if parallel and model_positions(model) != "overlap":
+        return (f"PASTA's parallel threads on llama.cpp need a model trained with "
+                f"--positions overlap; {model} is laid out Pred-10X (its main thread resumes "
+                f"10N positions past a promise, and llama.cpp requires each sequence's next "
                 f"position to follow its last): decode it with --engine torch, or --mode "
                 f"sequential")
-    if engine_refusal(engine):
-        return engine_refusal(engine)
-    if engine.compare:
-        return "--compare decodes the parallel mode too, which this model cannot on llama.cpp"
-    return None
+    return engine_refusal(engine)
 
 
 def prepare(config: PastaDecodeConfig, engine: PastaEngine, model: str) -> None:
@@ -53,11 +52,13 @@ def llama_runner(model, tokenizer, config: PastaDecodeConfig, engine: PastaEngin
     """Continuous batching on llama.cpp: a request per sequence of one unified KV cache."""
     from solm.decode.pasta.batched import BatchedPastaRuntime
     from solm.decode.pasta.decode_file import BatchedPastaRunner
-    from solm.llamacpp.binding import LlamaContext
+    from solm.llamacpp.binding import MAX_SEQUENCES, LlamaContext
     from solm.llamacpp.step import LlamaCppStep
 
     pool = engine.pool_size * batch
-    ctx = LlamaContext(engine.gguf, n_ctx=pool, n_seq=2 * batch, kv_type=kv_type(engine))
+    # parallel: a sequence per thread of every request in flight, as many as llama.cpp holds
+    seqs = MAX_SEQUENCES if config.mode == "parallel" else min(MAX_SEQUENCES, 2 * batch)
+    ctx = LlamaContext(engine.gguf, n_ctx=pool, n_seq=seqs, kv_type=kv_type(engine))
     out = BatchedPastaRunner(BatchedPastaRuntime(model, tokenizer, pool_size=pool,
                                                  max_batch=batch, forward=LlamaCppStep(ctx)),
                              config)
@@ -135,9 +136,7 @@ def answer(runner, job, engine: PastaEngine) -> tuple[str, list[str]]:
     from solm.decode.compare import compare_lines
 
     if engine.engine == "llama.cpp":
-        done = next(iter(runner.run([job])))
-        row = runner.row(job, done.result)
-        return row["response"], [figures_line(row, done.result) + " (llama.cpp)"]
+        return llama_answer(runner, job, engine)
     rt, cfg, ids = runner.rt, runner.config, list(job.prompt_ids)
     if engine.compare:
         rt.generate(ids, replace(cfg, max_new_tokens=4))
@@ -148,6 +147,34 @@ def answer(runner, job, engine: PastaEngine) -> tuple[str, list[str]]:
     if engine.compare and cfg.mode == "parallel":
         seq_res = rt.generate(ids, replace(cfg, mode="sequential"))
         lines += compare_lines(row, result_record(rt, job.record, seq_res, "sequential"))
+    elif engine.compare:
+        lines.append("--compare compares with --mode parallel; this decode was sequential")
+    return row["response"], lines
+
+
+def llama_answer(runner, job, engine: PastaEngine) -> tuple[str, list[str]]:
+    """`answer` on llama.cpp: the decode through the batched runner; with `compare`, the
+    sequential decode on the same engine beside it, both warmed before either is timed."""
+    from solm.decode.compare import compare_lines
+    from solm.decode.pasta.decode_file import BatchedPastaRunner
+
+    cfg = runner.config
+    sequential = BatchedPastaRunner(runner.batched, replace(cfg, mode="sequential"))
+
+    def decode(r):
+        done = next(iter(r.run([job])))
+        return runner.row(job, done.result) if r is runner else r.row(job, done.result), \
+            done.result
+
+    if engine.compare:
+        for r in (runner, sequential):
+            short = replace(r.config, max_new_tokens=4)
+            next(iter(BatchedPastaRunner(runner.batched, short).run([job])))
+    row, res = decode(runner)
+    lines = [figures_line(row, res) + " (llama.cpp)"]
+    if engine.compare and cfg.mode == "parallel":
+        seq_row, _ = decode(sequential)
+        lines += compare_lines(row, seq_row)
     elif engine.compare:
         lines.append("--compare compares with --mode parallel; this decode was sequential")
     return row["response"], lines
