@@ -38,7 +38,7 @@ class CompiledEngine(EngineSettings):
 
 
 @dataclass
-class EngineChoice(CompiledEngine):
+class EngineChoice(EngineSettings):
     """A system that decodes on torch or llama.cpp (`solm.llamacpp.engine`)."""
 
     engine: str = setting("torch", ENGINE_HELP, choices=ENGINES)

@@ -102,7 +102,7 @@ def gguf_for(model: str, outtype: str, control_tokens: str | None = None,
 
 def engine_refusal(engine) -> str | None:
     """Why llama.cpp cannot take an engine's settings, whatever the system."""
-    if engine.quantize:
+    if getattr(engine, "quantize", None):
         return ("--quantize quantizes torch's weights; on llama.cpp the export's type is "
                 "--gguf-type")
     return None
@@ -122,7 +122,7 @@ def load_on_engine(model: str, engine, dtype: str, device: str | None, system: s
                                    loaded=loaded))
         return loaded
     return load_decoder(model, dtype=dtype, device=device, system=system,
-                        quantize=engine.quantize, num_registers=num_registers)
+                        quantize=getattr(engine, "quantize", None), num_registers=num_registers)
 
 
 def kv_type(engine) -> str:

@@ -121,3 +121,76 @@ class LlamaCppStep:
         for seq in [req.main, *(s for s, _ in req.blocks.values())]:
             self.ctx.seq_rm(seq)
             self._free.append(seq)
+
+
+class LlamaPdiffStep(LlamaCppStep):
+    """Planned Diffusion's passes on llama.cpp (overlap layout). Main-thread tokens go as in
+    PASTA. A chunk is a sequence given its main thread's cells up to its promise; every
+    denoising pass removes the chunk's cells and feeds all its slots again with causal
+    attention off (llama.cpp then lets a token read every cell of its sequence: the chunk is
+    bidirectional, as `whole_chunk` says). The pass that writes the chunks' final tokens also
+    feeds the `<sync/>` that joins them: chunks first, then `seq_cp(chunk, main)`, then the
+    main tokens, causally. A step is then two `llama_decode` calls when both kinds are fed."""
+
+    join_before_sync = False  # the sync is fed after its chunks in the same step
+
+    def __call__(self, tokens: Sequence[int], positions: Sequence[int], columns: dict,
+                 slots: Sequence[int], reads: Sequence[tuple[int, Sequence[tuple[int, int]]]],
+                 prefill: bool = False) -> torch.Tensor:
+        owners, thread = columns["request"], columns["thread"]
+        slots = list(slots)
+        chunk_rows: list[int] = []
+        main_rows: list[int] = []
+        chunk_batch: list[Token] = []
+        main_batch: list[Token] = []
+        at = 0
+        for count, ranges in reads:
+            owner = int(owners[at])
+            req = self._request(owner, slots[at], ranges)
+            rows = list(range(at, at + count))
+            firsts: dict[int, int] = {}
+            for i in rows:
+                t = int(thread[i])
+                if t != MAIN:
+                    firsts[t] = min(firsts.get(t, int(positions[i])), int(positions[i]))
+            for t, first in firsts.items():
+                if t in req.blocks:  # a chunk fed again: its earlier cells go
+                    self.ctx.seq_rm(req.blocks[t][0], first, -1)
+                else:
+                    seq = self._take()
+                    self.ctx.seq_cp(req.main, seq, -1, first)
+                    join = next(int(columns["join"][i]) for i in rows if int(thread[i]) == t)
+                    req.blocks[t] = (seq, join)
+            for i in rows:
+                t = int(thread[i])
+                if t == MAIN:
+                    main_rows.append(i)
+                    main_batch.append(Token(int(tokens[i]), int(positions[i]), req.main,
+                                            logits=not prefill or i == at + count - 1))
+                else:
+                    chunk_rows.append(i)
+                    chunk_batch.append(Token(int(tokens[i]), int(positions[i]),
+                                             req.blocks[t][0]))
+            at += count
+        out: list[torch.Tensor | None] = [None] * len(tokens)
+        if chunk_batch:
+            self.ctx.set_causal(False)
+            for i, row in zip(chunk_rows, self.ctx.decode(chunk_batch)):
+                out[i] = row
+            self.ctx.set_causal(True)
+        if main_batch:
+            at = 0
+            for count, _ in reads:  # a main token past its chunks' join sees them now
+                owner = int(owners[at])
+                epochs = [int(columns["epoch"][i]) for i in range(at, at + count)
+                          if int(thread[i]) == MAIN]
+                if epochs:
+                    self._join(self._requests[owner], max(epochs))
+                at += count
+            logits = self.ctx.decode(main_batch)
+            wanted = [i for i, tok in zip(main_rows, main_batch) if tok.logits]
+            for i, row in zip(wanted, logits):
+                out[i] = row
+        return torch.stack([r if r is not None else torch.zeros(self.ctx.n_vocab)
+                            for r in out]) if not prefill else torch.stack(
+            [r for r in out if r is not None])

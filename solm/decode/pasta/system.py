@@ -8,12 +8,12 @@ from typing import Optional
 from solm.core.settings import setting
 from solm.decode.pasta.config import PastaDecodeConfig
 from solm.decode.pasta.decode_file import DEMO_PROMPTS, PastaDecodeSummary, result_record
-from solm.decode.registry import DecodeSystem, EngineChoice, register_system
+from solm.decode.registry import CompiledEngine, DecodeSystem, EngineChoice, register_system
 from solm.llamacpp.engine import choose_engine, engine_refusal, kv_type, load_on_engine
 
 
 @dataclass
-class PastaEngine(EngineChoice):
+class PastaEngine(CompiledEngine, EngineChoice):
     pool_size: int = setting(2048, "KV pool slots shared by all threads (per prompt in "
                                    "flight).", min=2)
     batch_size: Optional[int] = setting(

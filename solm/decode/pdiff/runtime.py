@@ -143,13 +143,17 @@ class PdiffRuntime:
     """`run(requests)` yields `Done(rid, result, error)` as each request ends;
     `generate(prompt_ids, config)` decodes one."""
 
-    def __init__(self, model, tokenizer, pool_size: int = 4096, max_batch: int = 16):
+    def __init__(self, model, tokenizer, pool_size: int = 4096, max_batch: int = 16,
+                 forward=None):
+        """`forward`: another engine's pass with `SlotStep`'s call
+        (`solm.llamacpp.step.LlamaPdiffStep`); default: solm's own over `pool_size` slots."""
         self.model, self.tokenizer = model, tokenizer
         self.vocab = PdiffVocab.from_tokenizer(tokenizer, positions_of(model))
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.pool_size, self.max_batch = pool_size, max_batch
-        self.forward = SlotStep(model, pool_size, and_masks(same_request, pdiff_visible),
-                                (*ATTR_NAMES, *BATCH_ATTR_NAMES))
+        self.forward = forward or SlotStep(model, pool_size,
+                                           and_masks(same_request, pdiff_visible),
+                                           (*ATTR_NAMES, *BATCH_ATTR_NAMES))
         self.slots = SlotAllocator(pool_size)
         self._owners = 0
         self.waiting: deque[PdiffRequest] = deque()

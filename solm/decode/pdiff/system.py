@@ -7,20 +7,35 @@ from dataclasses import dataclass
 from solm.core.settings import setting
 from solm.decode.pdiff.config import PdiffDecodeConfig
 from solm.decode.pdiff.decode_file import DEMO_PROMPTS, PdiffDecodeSummary
-from solm.decode.registry import DecodeSystem, EngineSettings, register_system
+from solm.decode.registry import DecodeSystem, EngineChoice, register_system
+from solm.llamacpp.engine import choose_engine, kv_type, load_on_engine
 
 
 @dataclass
-class PdiffEngine(EngineSettings):
+class PdiffEngine(EngineChoice):
     batch_size: int = setting(8, "Prompts decoded together over one KV pool (1: one at a "
                                  "time, for per-prompt wall times).", min=1)
     pool_size: int = setting(2048, "KV slots per prompt in flight.", min=16)
 
 
-def load(model: str, engine: PdiffEngine, dtype: str, device: str | None):
-    from solm.core.models import load_decoder
+def llama_refusal(model: str) -> str | None:
+    """Why llama.cpp cannot run this model's Planned Diffusion (None: it can)."""
+    from solm.core.models import model_positions
 
-    return load_decoder(model, dtype=dtype, device=device, system="pdiff")
+    if model_positions(model) != "overlap":
+        return (f"Planned Diffusion on llama.cpp needs a model trained with --positions "
+                f"overlap; {model} is laid out Pred-10X (its chunks reserve positions the main "
+                f"thread jumps over, and llama.cpp requires each sequence's next position to "
+                f"follow its last): decode it with --engine torch")
+    return None
+
+
+def prepare(config: PdiffDecodeConfig, engine: PdiffEngine, model: str) -> None:
+    engine.engine = choose_engine(engine.engine, llama_refusal(model))
+
+
+def load(model: str, engine: PdiffEngine, dtype: str, device: str | None):
+    return load_on_engine(model, engine, dtype, device, "pdiff")
 
 
 def runner(model, tokenizer, config: PdiffDecodeConfig, engine: PdiffEngine, prompts: int,
@@ -29,8 +44,17 @@ def runner(model, tokenizer, config: PdiffDecodeConfig, engine: PdiffEngine, pro
     from solm.decode.pdiff.runtime import PdiffRuntime
 
     batch = 1 if single else max(1, min(engine.batch_size, prompts))
-    return PdiffRunner(PdiffRuntime(model, tokenizer, pool_size=engine.pool_size * batch,
-                                    max_batch=batch), config)
+    forward = None
+    if engine.engine == "llama.cpp":
+        from solm.llamacpp.binding import MAX_SEQUENCES, LlamaContext
+        from solm.llamacpp.step import LlamaPdiffStep
+
+        forward = LlamaPdiffStep(LlamaContext(engine.gguf, n_ctx=engine.pool_size * batch,
+                                              n_seq=MAX_SEQUENCES, kv_type=kv_type(engine)))
+    out = PdiffRunner(PdiffRuntime(model, tokenizer, pool_size=engine.pool_size * batch,
+                                   max_batch=batch, forward=forward), config)
+    out.engine = engine.engine
+    return out
 
 
 def figures_line(row: dict) -> str:
@@ -45,7 +69,8 @@ def figures_line(row: dict) -> str:
 
 def describe(runner) -> str:
     batch = runner.rt.max_batch
-    return f"decoding (planned diffusion{f', batches of {batch}' if batch > 1 else ''})"
+    return (f"decoding (planned diffusion{f', batches of {batch}' if batch > 1 else ''}"
+            f"{', llama.cpp' if runner.engine == 'llama.cpp' else ''})")
 
 
 def eval_row(row: dict) -> dict:
@@ -67,5 +92,6 @@ SYSTEM = register_system(DecodeSystem(
     name="pdiff", help="Planned Diffusion: a plan of promises, chunks denoised in parallel.",
     config_cls=PdiffDecodeConfig, engine_cls=PdiffEngine, load=load, runner=runner,
     summary_cls=PdiffDecodeSummary, demo_prompts=DEMO_PROMPTS,
-    default_out="runs/pdiff_decode.jsonl", describe=describe, shown_rows=2,
+    default_out="runs/pdiff_decode.jsonl", describe=describe, shown_rows=2, prepare=prepare,
+    row_engine_settings=("engine", "gguf_type"),
     row_figures=figures_line, methods={"pdiff": {}}, eval_row=eval_row))

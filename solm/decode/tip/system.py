@@ -6,14 +6,14 @@ from dataclasses import dataclass
 from typing import Optional
 
 from solm.core.settings import setting
-from solm.decode.registry import DecodeSystem, EngineChoice, register_system
+from solm.decode.registry import CompiledEngine, DecodeSystem, EngineChoice, register_system
 from solm.llamacpp.engine import choose_engine, engine_refusal, kv_type, load_on_engine
 from solm.decode.tip.config import TipDecodeConfig
 from solm.decode.tip.decode_file import TipSummary
 
 
 @dataclass
-class TipEngine(EngineChoice):
+class TipEngine(CompiledEngine, EngineChoice):
     registers: Optional[int] = setting(None, "Thought registers <reg_0> ... <reg_{N-1}> "
                                              "(default: the model's solm.json, else 16).",
                                        min=1)
