@@ -542,3 +542,38 @@ def test_planned_diffusion_on_llama_cpp_equals_torch(pdiff_overlap):
                 compared += 1
         assert a.ids == b.ids
     assert compared >= 20 and sum(len(r.chunks) for r in ref) >= 12
+
+
+def test_eval_run_on_llama_cpp_gives_the_torch_runs_outputs(tmp_path, tiny_folder, monkeypatch):
+    """`pasta eval run --engine llama.cpp` (timed, then batched): every method's outputs are
+    the torch run's (greedy, f32 export); `auto` puts sot on torch; run.json names each
+    method's engine, and a rerun on another engine is refused instead of mixing rows."""
+    from solm.cli import pasta_eval
+
+    monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
+    prompts = tmp_path / "alpaca.jsonl"
+    prompts.write_text("".join(json.dumps({"instruction": p}) + "\n" for p in TEXTS[:3]))
+    outs = {}
+    for engine, batch in (("torch", 1), ("llama.cpp", 1), ("auto", 3)):
+        run_dir = tmp_path / f"run-{engine}"
+        methods = ["--method", f"sequential={tiny_folder}"] + (
+            ["--method", f"sot={tiny_folder}", "--sot-skeleton-tokens", "8"]
+            if engine != "llama.cpp" else [])
+        r = runner.invoke(pasta_eval.app, [
+            "run", "-o", str(run_dir), "--prompts", str(prompts), *methods, "--no-judge",
+            "--max-new-tokens", "10", "--dtype", "fp32", "--no-compile", "--engine", engine,
+            "--gguf-type", "f32", "--batch-size", str(batch), "-q"])
+        assert r.exit_code == 0, r.output
+        outs[engine] = {x["id"]: x["output"] for x in map(json.loads, (
+            run_dir / "outputs" / "sequential.jsonl").read_text().splitlines())}
+        run = json.loads((run_dir / "run.json").read_text())
+        expected = {"torch": "torch", "llama.cpp": "llama.cpp", "auto": "llama.cpp"}[engine]
+        assert run["engines"]["sequential"] == expected
+        if engine == "auto":
+            assert run["engines"]["sot"] == "torch"
+    assert outs["llama.cpp"] == outs["torch"] == outs["auto"]
+    r = runner.invoke(pasta_eval.app, [
+        "run", "-o", str(tmp_path / "run-llama.cpp"), "--prompts", str(prompts), "--method",
+        f"sequential={tiny_folder}", "--no-judge", "--max-new-tokens", "10", "--dtype", "fp32",
+        "--no-compile", "-q"])
+    assert r.exit_code != 0 and "engines" in r.output

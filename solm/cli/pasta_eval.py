@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from solm.llamacpp.engine import ENGINE_HELP, ENGINES, GGUF_TYPE_HELP
+from solm.llamacpp.export import OUTTYPES
 from solm.decode.pasta.config import PastaDecodeConfig
 from solm.cli.options import sampling_options, without_seed
 from solm.cli.setting_options import setting_option
@@ -274,6 +276,11 @@ def run(
                                           "timed (default: 2 on CUDA, 1 on a CPU after a "
                                           "warm-up decode)."),
     pool_size: int = typer.Option(2048, min=64, help="KV pool slots per runtime."),
+    engine: str = typer.Option("torch", "--engine", callback=one_of(*ENGINES),
+                               help=ENGINE_HELP + " Every method's; under auto each method "
+                               "picks its own, named in run.json (sot decodes on torch)."),
+    gguf_type: str = typer.Option("q8_0", "--gguf-type", callback=one_of(*OUTTYPES),
+                                  help=GGUF_TYPE_HELP),
     shard: Optional[str] = ShardOption,
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
@@ -339,7 +346,16 @@ def run(
         "decode": decode_record, "repeats": repeats, "compile": compile_on,
         "machine": _machine(device)})
     runners = load_runners(methods, settings, dtype=dtype, device=device, pool_size=pool_size,
-                           compile=compile_on)
+                           compile=compile_on, engine=engine, gguf_type=gguf_type)
+    engines = {label: r.engine_name for label, r in runners.items()}
+    if set(engines.values()) != {"torch"}:
+        info("engines: " + ", ".join(f"{k} {v}" for k, v in engines.items()))
+    write_run_file(out, methods, baseline, {
+        "prompts": prompts, "limit": limit, "skip": skip,
+        "judge": None if no_judge else judge,
+        "reference": None if reference is None else str(reference),
+        "decode": decode_record, "repeats": repeats, "compile": compile_on,
+        "machine": _machine(device), "engines": engines, "gguf_type": gguf_type})
     with progress(f"decoding {len(records)} prompts x {len(methods)} methods",
                   len(records) * len(methods)) as advance:
         def on_row(label: str, row: dict | None) -> None:

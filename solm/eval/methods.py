@@ -165,17 +165,25 @@ class MethodRunner:
     returns the outputs row (timed fields from the last of `repeats` decodes)."""
 
     def __init__(self, method: Method, model, tokenizer, settings: DecodeSettings,
-                 pool_size: int = 2048, compile: bool = False):
+                 pool_size: int = 2048, compile: bool = False, engine: dict | None = None):
+        """`engine`: engine settings of the method's system beyond the pool and compile
+        (the resolved `engine`, its `gguf`)."""
         self.method, self.settings, self.tokenizer = method, settings, tokenizer
         self.model = model
         self.system = method.system
         self.config = method.config(settings)
+        self.engine_values = dict(engine or {})
         self.engine = self._engine(pool_size=pool_size, compile=compile)
         self.runner = self.system.runner(model, tokenizer, self.config, self.engine, 1, True)
 
     def _engine(self, **values: Any) -> Any:
         names = {f.name for f in dataclasses.fields(self.system.engine_cls)}
+        values = {**values, **self.engine_values}
         return self.system.engine_cls(**{k: v for k, v in values.items() if k in names})
+
+    @property
+    def engine_name(self) -> str:
+        return getattr(self.engine, "engine", "torch")
 
     def _job(self, record: Record):
         from solm.decode.jobs import pending_jobs
@@ -252,21 +260,43 @@ def answer_tokens(tokenizer, text: str) -> int:
     return len(text_ids(tokenizer, text))
 
 
+def method_engine(m: Method, settings: DecodeSettings, engine: str, gguf_type: str) -> Any:
+    """The method's engine settings with `--engine` resolved for it (`auto`: llama.cpp where
+    the method can run there); a system with no engine choice decodes on torch."""
+    system = m.system
+    names = {f.name for f in dataclasses.fields(system.engine_cls)}
+    if "engine" not in names:
+        if engine == "llama.cpp":
+            raise SolmError(f"--engine llama.cpp: {m.label} ({m.kind}) decodes on torch only")
+        return system.engine_cls()
+    out = system.engine_cls(engine=engine, gguf_type=gguf_type)
+    system.prepare(m.config(settings), out, m.model)
+    return out
+
+
 def load_runners(methods: list[Method], settings: DecodeSettings | dict[str, DecodeSettings],
                  dtype: str = "auto", device: str | None = None, pool_size: int = 2048,
-                 compile: bool = False) -> dict[str, MethodRunner]:
+                 compile: bool = False, engine: str = "torch",
+                 gguf_type: str = "q8_0") -> dict[str, MethodRunner]:
     """A runner per method (settings shared, or per label); methods whose systems load a
-    model alike share its weights."""
-    loaded: dict[tuple[str, Any], tuple] = {}
+    model alike on one engine share its weights. `engine`: every method's (`auto`: each
+    method's own choice, recorded in its runner's `engine_name`)."""
+    loaded: dict[tuple[str, Any, str], tuple] = {}
+    engines = {m.label: method_engine(m, settings[m.label] if isinstance(settings, dict)
+                                      else settings, engine, gguf_type) for m in methods}
     runners = {}
     for m in methods:
         system = m.system
-        key = (m.model, system.tokens)
+        chosen = engines[m.label]
+        key = (m.model, system.tokens, getattr(chosen, "engine", "torch"))
         if key not in loaded:
-            loaded[key] = system.load(m.model, system.engine_cls(), dtype, device)
-        model, tok = loaded[key]
+            loaded[key] = (system.load(m.model, chosen, dtype, device),
+                           getattr(chosen, "gguf", None))
+        (model, tok), gguf = loaded[key]
         own = settings[m.label] if isinstance(settings, dict) else settings
-        runners[m.label] = MethodRunner(m, model, tok, own, pool_size, compile)
+        values = ({"engine": chosen.engine, "gguf_type": chosen.gguf_type, "gguf": gguf}
+                  if hasattr(chosen, "engine") else {})
+        runners[m.label] = MethodRunner(m, model, tok, own, pool_size, compile, values)
     return runners
 
 

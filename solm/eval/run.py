@@ -52,7 +52,7 @@ def write_run_file(run_dir: Path, methods: list[Method], baseline: str, settings
         # outputs are reused by prompt id and judgments by pair: the prompts file, the
         # judge and the reference must be the run's own (a run decoded with --no-judge
         # records none, and takes the first judge it is given)
-        for name in ("decode", "baseline", "prompts", "judge", "reference"):
+        for name in ("decode", "baseline", "prompts", "judge", "reference", "engines"):
             if old.get(name) is not None and record.get(name) is not None \
                     and old.get(name) != record.get(name):
                 raise SolmError(f"{run_dir}: its {name} settings were {old.get(name)}; now "
@@ -62,6 +62,8 @@ def write_run_file(run_dir: Path, methods: list[Method], baseline: str, settings
         for name in ("judge", "reference"):  # a --no-judge rerun keeps what is recorded
             if record.get(name) is None and old.get(name) is not None:
                 record[name] = old[name]
+        for name in old.keys() - record.keys():  # recorded later in the run (`engines`)
+            record[name] = old[name]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1))
 
