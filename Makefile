@@ -12,7 +12,8 @@ PYTEST_ARGS ?=
 DATA ?= $(or $(SOLM_DATA),$(HOME)/.cache/solm/data)
 export SOLM_DATA := $(DATA)
 
-.PHONY: setup demo test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu tip-grpo-cpu tip-eval-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
+PHONY_37 := sft-overlap-cpu overlap-vs-pred10x
+.PHONY: $(PHONY_37) setup demo test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu tip-grpo-cpu tip-eval-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
 
 setup: $(STAMP)
 
@@ -113,6 +114,32 @@ sft-lora-cpu: setup $(SFT_DIR)/sft_rows.jsonl
 	for m in pasta-sft-cpu baseline-sft-cpu; do printf '{\n  "do_sample": false,\n  "repetition_penalty": 1.2\n}\n' \
 		> $(ARTIFACTS)/$$m/generation_config.json; done
 	du -sh $(ARTIFACTS)/*
+
+# The overlap layout beside Pred-10X (issue 37): pasta-sft-cpu's rows and recipe, trained with
+# --positions overlap (threads overlap the main thread's positions, so llama.cpp can decode
+# them) and kept as pasta-sft-overlap-cpu; then both measured side by side on the first
+# $(OVERLAP_PROMPTS) AlpacaEval prompts against baseline-sft-cpu (greedy, batched, torch),
+# and the overlap model on llama.cpp against the baseline on llama.cpp (batch 1, timed).
+OVERLAP_DIR ?= runs/overlap
+OVERLAP_PROMPTS ?= 30
+OVERLAP_EVAL ?= --max-new-tokens 384 --repetition-penalty 1.2 --no-judge -q
+sft-overlap-cpu: setup $(SFT_DIR)/sft_rows.jsonl
+	$(call trained,$(SFT_DIR)/pasta-sft-overlap) $(BIN)/pasta sft --data $(SFT_DIR)/sft_rows.jsonl \
+		--out $(SFT_DIR)/pasta-sft-overlap $(LORA_ARGS) --positions overlap
+	$(PACK) '$(SFT_DIR)/pasta-sft-overlap', '$(ARTIFACTS)/pasta-sft-overlap-cpu')"
+	printf '{\n  "do_sample": false,\n  "repetition_penalty": 1.2\n}\n' \
+		> $(ARTIFACTS)/pasta-sft-overlap-cpu/generation_config.json
+
+overlap-vs-pred10x: setup $(ALPACA)
+	$(BIN)/pasta eval run -o $(OVERLAP_DIR)/batched --prompts $(ALPACA) --limit $(OVERLAP_PROMPTS) \
+		--method sequential:baseline-sft=baseline-sft-cpu --method pasta:pred10x=pasta-sft-cpu \
+		--method pasta:overlap=pasta-sft-overlap-cpu --batch-size 16 $(OVERLAP_EVAL)
+	$(BIN)/pasta eval run -o $(OVERLAP_DIR)/llama-timed --prompts $(ALPACA) --limit 16 \
+		--method sequential:baseline-sft=baseline-sft-cpu --method pasta:overlap=pasta-sft-overlap-cpu \
+		--engine llama.cpp $(OVERLAP_EVAL)
+	$(BIN)/pasta eval run -o $(OVERLAP_DIR)/torch-timed --prompts $(ALPACA) --limit 16 \
+		--method sequential:baseline-sft=baseline-sft-cpu --method pasta:overlap=pasta-sft-overlap-cpu \
+		$(OVERLAP_EVAL)
 
 # The issue-6 acceptance run (~1 h 45 min on 2 cores): 16 synthetic register traces of
 # 4,000 tokens replayed with dense and tip at batch 16. See README "TIP runtime".

@@ -429,23 +429,18 @@ def test_a_pred10x_model_is_refused_on_llama_cpp_in_parallel_mode_only(overlap_m
     assert llama_refusal(PastaDecodeConfig(mode="sequential"), engine, "smollm2-135m") is None
 
 
-def test_pasta_decode_parallel_on_llama_cpp_writes_the_torch_engines_answers(tmp_path,
-                                                                             monkeypatch):
-    """An overlap model that writes promises (its head favours the tags) decoded with
-    `pasta decode --mode parallel` on both engines: the same answers, greedy, with threads."""
-    from solm.core.systems.pasta import PastaVocab
-
-    from solm.cli import pasta
-
-    monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
+def tag_happy_overlap_model():
+    """A tiny overlap-layout model that writes promises: an MLP bias pushes one hidden
+    direction and the untied head reads a few tags off it."""
     from solm.core.models import load_tokenizer, tiny_model
+    from solm.core.systems.pasta import PastaVocab
     from solm.core.vocabulary import add_control_tokens
 
     tok = load_tokenizer("smollm2-135m")
     model, _ = tiny_model(tok, seed=4, mlp_bias=True)
     add_control_tokens(model, tok, "pasta")
     vocab = PastaVocab.from_tokenizer(tok)
-    with torch.no_grad():  # an MLP bias pushes one direction the head reads tags off
+    with torch.no_grad():
         for layer in model.model.layers:
             for proj in (layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj):
                 proj.bias.zero_()
@@ -455,6 +450,42 @@ def test_pasta_decode_parallel_on_llama_cpp_writes_the_torch_engines_answers(tmp
         head[[vocab.promise_open, vocab.sync, *list(vocab.close_tens)[:3]], 0] = 0.07
     model.config.tie_word_embeddings = False
     model.lm_head.weight = torch.nn.Parameter(head)
+    model.config.solm_positions = "overlap"
+    return model.eval(), tok
+
+
+def test_the_demo_runtime_on_llama_cpp_decodes_what_torch_does(tmp_path):
+    """`pasta demo`'s one-request runtime (`PastaRuntime` on `LlamaPoolStep`): the same
+    threads and answer as on torch, greedy, and its timed replays run on llama.cpp."""
+    from solm.core.sampling import SamplingConfig
+    from solm.decode.pasta.demo import run_demo
+    from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
+    from solm.llamacpp.binding import LlamaContext
+    from solm.llamacpp.export import write_gguf
+    from solm.llamacpp.step import LlamaPoolStep
+
+    model, tok = tag_happy_overlap_model()
+    path = tmp_path / "m.gguf"
+    write_gguf(model, tok, path, "f32")
+    cfg = PastaDecodeConfig(max_new_tokens=48, sampling=SamplingConfig(temperature=0.0))
+    ours = PastaRuntime(model, tok, pool_size=1024, forward=LlamaPoolStep(
+        LlamaContext(path, n_ctx=1024, n_seq=64, kv_type="f32"), 1024))
+    ref = PastaRuntime(model, tok, pool_size=1024)
+    a, b = (run_demo(rt, "List three colours.", cfg, repeats=1) for rt in (ours, ref))
+    assert a.decoded.ids == b.decoded.ids and a.decoded.threads == b.decoded.threads >= 3
+    # llama.cpp joins a sync's blocks one pass later: never fewer passes than torch
+    assert a.parallel.forward_passes >= b.parallel.forward_passes
+    assert a.sequential.forward_passes == b.sequential.forward_passes
+
+
+def test_pasta_decode_parallel_on_llama_cpp_writes_the_torch_engines_answers(tmp_path,
+                                                                             monkeypatch):
+    """An overlap model that writes promises (its head favours the tags) decoded with
+    `pasta decode --mode parallel` on both engines: the same answers, greedy, with threads."""
+    from solm.cli import pasta
+
+    monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
+    model, tok = tag_happy_overlap_model()
     model.save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
     (tmp_path / "m" / "solm.json").write_text(json.dumps(

@@ -10,7 +10,9 @@ import typer
 
 from solm.decode.pasta.config import PastaDecodeConfig
 from solm.cli.setting_options import setting_option
-from solm.cli.checks import check_paths
+from solm.cli.checks import check_paths, one_of
+from solm.llamacpp.engine import ENGINE_HELP, ENGINES, GGUF_TYPE_HELP
+from solm.llamacpp.export import OUTTYPES
 from solm.cli.console import console, handle_errors, info, is_quiet, out_console, progress
 from solm.cli.flags import (model_command, out_option, model_option, ConfigOption,
                             DebugOption, decode_flags, DedupeOption, DEFAULT_MODEL, DeviceOption,
@@ -230,8 +232,9 @@ app.command(name="chat")(chat)
 @app.command()
 @model_command
 def demo(
-    model: str = model_option("pasta-sft-cpu", help="A PASTA model: alias, "
-                              "HF folder or hub id."),
+    model: str = model_option("pasta-sft-overlap-cpu", help="A PASTA model: alias, "
+                              "HF folder or hub id (default: the kept Pasta-SFT model trained "
+                              "with the overlap layout, which llama.cpp decodes too)."),
     prompt: Optional[str] = typer.Option(None, help="The prompt (default: one the kept "
                                          "pasta-sft-cpu model answers with a list)."),
     max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 96),
@@ -241,6 +244,10 @@ def demo(
                                 "each side are compared."),
     out: Optional[Path] = out_option(None, help="Also write the figures "
                                        "and the answer as JSON here."),
+    engine: str = typer.Option("auto", "--engine", callback=one_of(*ENGINES),
+                               help=ENGINE_HELP),
+    gguf_type: str = typer.Option("q8_0", "--gguf-type", callback=one_of(*OUTTYPES),
+                                  help=GGUF_TYPE_HELP),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
@@ -257,22 +264,25 @@ def demo(
     from rich.live import Live
     from rich.text import Text
 
-    from solm.core.models import load_decoder
     from solm.core.sampling import SamplingConfig
     from solm.decode.bandwidth import cpu_description
     from solm.decode.pasta.demo import DEMO_PROMPT, run_demo, timeline_rows
-    from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
+    from solm.decode.pasta.runtime import PastaDecodeConfig
+    from solm.decode.pasta.system import runtime_on_engine
 
     if out is not None:
         check_paths([], [out])
     prompt = prompt or DEMO_PROMPT
     decoding = resolve_decode(model, decode_flags(None, None, None, None))
-    m, tok = load_decoder(model, dtype=dtype, device=device)
+    rt, settings = runtime_on_engine(model, "parallel", engine, gguf_type, dtype, device,
+                                     max(1024, 4 * max_new_tokens))
+    m = rt.model
     where = cpu_description() if m.device.type == "cpu" else str(m.device)
-    console.print(f"[bold]{model}[/] on {where}, {str(m.dtype).replace('torch.', '')}; "
-                  f"decoding with {decoding.describe()}", highlight=False)
+    on = (f"llama.cpp ({settings.gguf_type} GGUF)" if settings.engine == "llama.cpp" else
+          f"torch ({str(m.dtype).replace('torch.', '')})")
+    console.print(f"[bold]{model}[/] on {where}, engine {on}; decoding with "
+                  f"{decoding.describe()}", highlight=False)
     console.print(f"[bold cyan]prompt>[/] {prompt}", highlight=False)
-    rt = PastaRuntime(m, tok, pool_size=max(1024, 4 * max_new_tokens))
     cfg = PastaDecodeConfig(max_new_tokens=max_new_tokens,
                             sampling=SamplingConfig(**decoding.values))
     with Live(console=console, transient=True, refresh_per_second=10) as live:
@@ -318,6 +328,8 @@ def demo(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(_json.dumps({
             "model": model, "prompt": prompt, "response": res.response, "machine": where,
+            "engine": settings.engine, "gguf_type": settings.gguf_type if
+            settings.engine == "llama.cpp" else None,
             "dtype": str(m.dtype), "answer_tokens": n, "threads": live_run.threads,
             "decode_forward_passes": live_run.forward_passes,
             "decode_tokens_fed": live_run.tokens_fed,

@@ -50,11 +50,15 @@ ARTIFACTS: dict[str, str] = {
                         "over pasta-sft-cpu, kept at rank 12 (`make pasta-bonbon-cpu`)",
     "pdiff-cpu": "Planned Diffusion on the embedded model: hybrid AR + diffusion SFT, LoRA r=8 "
                  "on the rule-annotated rows laid out in chunk slots (`make pdiff-cpu`)",
+    "pasta-sft-overlap-cpu": "pasta-sft-cpu's rows and recipe trained with the overlap "
+                             "layout (--positions overlap): its threads decode on llama.cpp "
+                             "too (`make sft-overlap-cpu`)",
 }
 
 # the make target that builds each kept model, for the error when one is missing
 ARTIFACT_TARGETS = {"pasta-sft-cpu": "sft-lora-cpu", "baseline-sft-cpu": "sft-lora-cpu",
-                    "pasta-bonbon-cpu": "pasta-bonbon-cpu", "pdiff-cpu": "pdiff-cpu"}
+                    "pasta-bonbon-cpu": "pasta-bonbon-cpu", "pdiff-cpu": "pdiff-cpu",
+                    "pasta-sft-overlap-cpu": "sft-overlap-cpu"}
 
 
 def artifact_folder(name: str) -> str | None:

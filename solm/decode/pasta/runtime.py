@@ -142,13 +142,17 @@ class PastaRuntime:
     """Decode with one model; reuse the object across prompts (the pool is reused)."""
 
     def __init__(self, model, tokenizer, pool_size: int = 2048, compile: bool = False,
-                 compile_backend: str = "inductor"):
+                 compile_backend: str = "inductor", forward=None):
+        """`forward`: another engine's pass with `PoolStep`'s call
+        (`solm.llamacpp.step.LlamaPoolStep`); default: solm's own over `pool_size` slots."""
         self.model = model
         self.tokenizer = tokenizer
         self.vocab = PastaVocab.from_tokenizer(tokenizer, positions_of(model))
-        self.join_before_sync = False  # True: a `<sync/>` waits a pass for its blocks' ends
-        self.forward = PoolStep(model, pool_size, pasta_visible, ATTR_NAMES, compile=compile,
-                                backend=compile_backend)
+        # True: a `<sync/>` waits a pass for its blocks' ends (an engine that joins only
+        # the cells it already holds)
+        self.join_before_sync = bool(getattr(forward, "join_before_sync", False))
+        self.forward = forward or PoolStep(model, pool_size, pasta_visible, ATTR_NAMES,
+                                           compile=compile, backend=compile_backend)
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self._grammar: PastaGrammar | None = None
 

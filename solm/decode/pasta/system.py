@@ -47,6 +47,26 @@ def load(model: str, engine: PastaEngine, dtype: str, device: str | None):
     return load_on_engine(model, engine, dtype, device, "pasta")
 
 
+def runtime_on_engine(model: str, mode: str, engine: str, gguf_type: str, dtype: str,
+                      device: str | None, pool_size: int):
+    """(a one-request `PastaRuntime` for `model` on the engine `engine` resolves to for a
+    `mode` decode, that engine's settings): for `pasta demo` and other single decodes."""
+    from solm.decode.pasta.runtime import PastaRuntime
+
+    settings = PastaEngine(engine=engine, gguf_type=gguf_type, pool_size=pool_size)
+    prepare(PastaDecodeConfig(mode=mode), settings, model)
+    m, tok = load(model, settings, dtype, device)
+    if settings.engine != "llama.cpp":
+        return PastaRuntime(m, tok, pool_size=pool_size), settings
+    from solm.llamacpp.binding import MAX_SEQUENCES, LlamaContext
+    from solm.llamacpp.step import LlamaPoolStep
+
+    ctx = LlamaContext(settings.gguf, n_ctx=pool_size, n_seq=MAX_SEQUENCES,
+                       kv_type=kv_type(settings))
+    return PastaRuntime(m, tok, pool_size=pool_size,
+                        forward=LlamaPoolStep(ctx, pool_size)), settings
+
+
 def llama_runner(model, tokenizer, config: PastaDecodeConfig, engine: PastaEngine,
                  batch: int):
     """Continuous batching on llama.cpp: a request per sequence of one unified KV cache."""
