@@ -608,3 +608,64 @@ def test_eval_run_on_llama_cpp_gives_the_torch_runs_outputs(tmp_path, tiny_folde
         f"sequential={tiny_folder}", "--no-judge", "--max-new-tokens", "10", "--dtype", "fp32",
         "--no-compile", "-q"])
     assert r.exit_code != 0 and "engines" in r.output
+
+
+def test_the_server_on_llama_cpp_answers_what_torch_does(tmp_path, monkeypatch):
+    """`solm serve --engine llama.cpp` in process (`make_engine`), an overlap model: chat
+    answers in both modes equal the torch server's, 4 requests at once; on a Pred-10X model
+    a parallel request is a 400 naming the mode."""
+    import concurrent.futures
+
+    from fastapi.testclient import TestClient
+
+    from solm.core.generation import resolve_decode
+    from solm.decode.registry import get_system
+    from solm.serve.app import ServeSettings, create_app
+    from solm.serve.systems import make_engine
+
+    monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
+    model, tok = tag_happy_overlap_model()
+    folder = tmp_path / "m"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    (folder / "solm.json").write_text(json.dumps({"complete": True, "system": "pasta",
+                                                  "control_tokens": "pasta",
+                                                  "positions": "overlap"}))
+    opts = dict(mode="parallel", max_new_tokens=40, penalize="blocks", seed=0, pool_size=512,
+                max_fork_tokens=64, max_queue=8, max_batch=4, compile=False, quantize=None,
+                policy="tip", budget=None, registers=None, page_size=64, gguf_type="f32")
+    answers = {}
+    for engine_name in ("torch", "llama.cpp"):
+        decoding = resolve_decode(str(folder), {"temperature": 0.0})
+        engine, defaults, what = make_engine(get_system("pasta"), str(folder),
+                                             {**opts, "engine": engine_name}, decoding,
+                                             "fp32", "cpu")
+        assert what.endswith(engine_name)
+        engine.start_in_thread()
+        app = create_app(engine, ServeSettings("m", defaults))
+        with TestClient(app) as client:
+            def ask(args):
+                text, mode = args
+                r = client.post("/v1/chat/completions", json={
+                    "model": "m", "messages": [{"role": "user", "content": text}],
+                    "max_tokens": 40, "temperature": 0, "mode": mode})
+                assert r.status_code == 200, r.text
+                return r.json()["choices"][0]["message"]["content"]
+
+            asks = [(t, m) for t in TEXTS[:2] for m in ("parallel", "sequential")]
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                answers[engine_name] = list(pool.map(ask, asks))
+    assert answers["llama.cpp"] == answers["torch"]
+
+    pred10x = tmp_path / "p"
+    model.save_pretrained(pred10x)
+    tok.save_pretrained(pred10x)
+    engine, defaults, _ = make_engine(get_system("pasta"), str(pred10x),
+                                      {**opts, "mode": "sequential", "engine": "llama.cpp"},
+                                      resolve_decode(str(pred10x), {}), "fp32", "cpu")
+    engine.start_in_thread()
+    with TestClient(create_app(engine, ServeSettings("m", defaults))) as client:
+        r = client.post("/v1/chat/completions", json={
+            "model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8,
+            "mode": "parallel"})
+        assert r.status_code == 400 and "Pred-10X" in r.text

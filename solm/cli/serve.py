@@ -11,7 +11,7 @@ import typer
 
 from solm.cli.options import settings_options, without_seed
 from solm.core.sampling import SamplingConfig
-from solm.decode.registry import CompiledEngine
+from solm.decode.registry import CompiledEngine, EngineChoice
 from solm.cli.setting_options import setting_option
 from solm.cli.console import (console, handle_errors, info)
 from solm.cli.flags import (loads_models, ConfigOption, DebugOption, decode_flags,
@@ -81,7 +81,7 @@ def _registered_system(value: str) -> str:
 
 
 @handle_errors
-@settings_options(SamplingConfig, CompiledEngine)
+@settings_options(SamplingConfig, CompiledEngine, EngineChoice)
 @loads_models
 def serve(
     ctx: typer.Context,
@@ -145,7 +145,8 @@ def serve(
                 pool_size=pool_size, max_fork_tokens=max_fork_tokens, max_queue=max_queue,
                 max_batch=max_batch, compile=options["compile"],
                 quantize=options["quantize"], policy=policy,
-                budget=budget, registers=registers, page_size=page_size)
+                budget=budget, registers=registers, page_size=page_size,
+                engine=options["engine"], gguf_type=options["gguf_type"])
     info(f"loading {model} ...")
     engine, defaults, what = make_engine(chosen, model, opts, decoding, dtype, device)
     s = defaults.sampling

@@ -14,30 +14,58 @@ from solm.decode.registry import DecodeSystem
 
 def pasta_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: str,
                  device: str | None):
-    from solm.core.models import load_decoder
     from solm.decode.compiled import should_compile
     from solm.decode.pasta.config import PastaDecodeConfig
     from solm.decode.pasta.runtime import PastaRuntime
     from solm.serve.engine import ServeEngine
 
-    m, tok = load_decoder(model, dtype=dtype, device=device, quantize=opts["quantize"])
-    # a CPU server compiles only when asked: each new shape bucket would stall a request
-    rt = PastaRuntime(m, tok, pool_size=opts["pool_size"],
-                      compile=should_compile(opts["compile"], 0, m.device))
-    rt.grammar  # built once now, not inside the first request
+    from solm.decode.pasta.system import PastaEngine, load, prepare
+
     defaults = PastaDecodeConfig(
         mode=opts["mode"], max_new_tokens=opts["max_new_tokens"],
         max_fork_tokens=opts["max_fork_tokens"], penalize=opts["penalize"],
         sampling=SamplingConfig(seed=opts["seed"], **decoding.values))
-    engine = ServeEngine(rt, max_queue=opts["max_queue"], max_batch=opts["max_batch"])
-    return engine, defaults, f"{opts['mode']} by default"
+    settings = PastaEngine(engine=opts.get("engine") or "torch",
+                           gguf_type=opts.get("gguf_type") or "q8_0",
+                           quantize=opts["quantize"], pool_size=opts["pool_size"])
+    prepare(defaults, settings, model)  # under auto, llama.cpp where the default mode runs
+    m, tok = load(model, settings, dtype, device)
+    forward = None
+    if settings.engine == "llama.cpp":
+        from solm.llamacpp.binding import MAX_SEQUENCES, LlamaContext
+        from solm.llamacpp.engine import kv_type
+        from solm.llamacpp.step import LlamaCppStep, LlamaPoolStep
+
+        def context(cells: int) -> LlamaContext:
+            return LlamaContext(settings.gguf, n_ctx=cells, n_seq=MAX_SEQUENCES,
+                                kv_type=kv_type(settings))
+
+        # the one-request runtime serves `compare`'s sequential side
+        rt = PastaRuntime(m, tok, pool_size=opts["pool_size"],
+                          forward=LlamaPoolStep(context(opts["pool_size"]), opts["pool_size"]))
+        forward = LlamaCppStep(context(opts["pool_size"] * opts["max_batch"]))
+    else:
+        # a CPU server compiles only when asked: each new shape bucket would stall a request
+        rt = PastaRuntime(m, tok, pool_size=opts["pool_size"],
+                          compile=should_compile(opts["compile"], 0, m.device))
+    rt.grammar  # built once now, not inside the first request
+    engine = ServeEngine(rt, max_queue=opts["max_queue"], max_batch=opts["max_batch"],
+                         forward=forward)
+    if settings.engine == "llama.cpp":
+        from dataclasses import replace
+
+        from solm.decode.pasta.system import llama_refusal
+
+        engine.parallel_refusal = llama_refusal(replace(defaults, mode="parallel"), settings,
+                                                model)
+    return engine, defaults, f"{opts['mode']} by default, engine {settings.engine}"
 
 
 def tip_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: str,
                device: str | None):
     """A TIP model on the paged runtime: `pool_size` tokens per batch row."""
     from solm.core.errors import SolmError
-    from solm.core.models import load_decoder, model_registers
+    from solm.core.models import model_registers
     from solm.decode.tip.config import TipDecodeConfig
     from solm.decode.tip.policies import make_policy
     from solm.decode.tip.runtime import TipRuntime
@@ -50,19 +78,33 @@ def tip_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: st
         raise SolmError("the TIP runtime applies no repetition penalty or n-gram ban; drop "
                         "--repetition-penalty / --no-repeat-ngram (or the model's "
                         "generation_config.json's)")
+    from solm.decode.tip.system import TipEngine, llama_refusal
+    from solm.llamacpp.engine import choose_engine, kv_type, load_on_engine
+
     registers = opts["registers"] or model_registers(model) or 16
     max_batch = opts["max_batch"]
-    m, tok = load_decoder(model, dtype=dtype, device=device, system="tip",
-                          quantize=opts["quantize"], num_registers=registers)
+    settings = TipEngine(engine=opts.get("engine") or "torch",
+                         gguf_type=opts.get("gguf_type") or "q8_0", quantize=opts["quantize"],
+                         registers=registers)
+    settings.engine = choose_engine(settings.engine, llama_refusal(
+        make_policy(policy, budget, page_size), settings))
+    m, tok = load_on_engine(model, settings, dtype, device, "tip", registers)
     pages = max_batch * (-(-opts["pool_size"] // page_size) + registers + 2)
-    rt = TipRuntime(m, tok, num_pages=pages, page_size=page_size, num_registers=registers)
+    llama = None
+    if settings.engine == "llama.cpp":
+        from solm.llamacpp.binding import LlamaContext
+
+        llama = LlamaContext(settings.gguf, n_ctx=max_batch * opts["pool_size"],
+                             n_seq=max_batch, kv_type=kv_type(settings), unified=False)
+    rt = TipRuntime(m, tok, num_pages=pages, page_size=page_size, num_registers=registers,
+                    llama=llama)
     defaults = TipDecodeConfig(policy=policy, budget=budget, batch_size=max_batch,
                                max_new_tokens=opts["max_new_tokens"],
                                sampling=SamplingConfig(temperature=values["temperature"],
                                                        top_p=values["top_p"],
                                                        seed=opts["seed"]))
     engine = TipServeEngine(rt, defaults, max_queue=opts["max_queue"], max_batch=max_batch)
-    return engine, defaults, f"tip runtime, policy {policy}"
+    return engine, defaults, f"tip runtime, policy {policy}, engine {settings.engine}"
 
 
 def runner_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: str,
