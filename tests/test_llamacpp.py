@@ -669,3 +669,34 @@ def test_the_server_on_llama_cpp_answers_what_torch_does(tmp_path, monkeypatch):
             "model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8,
             "mode": "parallel"})
         assert r.status_code == 400 and "Pred-10X" in r.text
+
+
+def test_prefs_samples_on_llama_cpp_are_the_torch_samples(tmp_path, monkeypatch):
+    """`pasta prefs --engine llama.cpp` on an overlap model (f32): the same seeded samples
+    and pairs as on torch (solm samples from llama.cpp's logits with its own sampler; an f32
+    export's logits differ from torch's by ~1e-5, far inside any sampling boundary here)."""
+    from solm.cli import pasta
+
+    monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
+    model, tok = tag_happy_overlap_model()
+    folder = tmp_path / "m"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    (folder / "solm.json").write_text(json.dumps({"complete": True, "system": "pasta",
+                                                  "control_tokens": "pasta",
+                                                  "positions": "overlap"}))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": str(i), "prompt": t}) + "\n"
+                               for i, t in enumerate(TEXTS[:2])))
+    got = {}
+    for engine in ("torch", "llama.cpp"):
+        out = tmp_path / engine
+        r = runner.invoke(pasta.app, [
+            "prefs", "-p", str(prompts), "-o", str(out), "-m", str(folder), "--baseline-model",
+            str(folder), "-n", "3", "--quality-weight", "0", "--max-new-tokens", "30",
+            "--engine", engine, "--gguf-type", "f32", "--dtype", "fp32", "--batch-size", "4",
+            "-q"])
+        assert r.exit_code == 0, r.output
+        got[engine] = [(x["id"], x["sample"], x["response"]) if "sample" in x else x
+                       for x in map(json.loads, (out / "samples.jsonl").read_text().splitlines())]
+    assert got["llama.cpp"] == got["torch"] and len(got["torch"]) >= 4

@@ -9,6 +9,8 @@ from typing import Optional
 
 import typer
 
+from solm.llamacpp.engine import ENGINE_HELP, ENGINES, GGUF_TYPE_HELP
+from solm.llamacpp.export import OUTTYPES
 from solm.decode.pasta.config import PastaDecodeConfig
 from solm.cli.setting_options import setting_option
 from solm.core.sampling import SamplingConfig
@@ -114,6 +116,12 @@ def prefs(
     batch_size: Optional[int] = typer.Option(None, min=1, help="Requests decoded together "
                                              "(default: 16 on a CPU, 32 on CUDA)."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N prompts."),
+    engine: str = typer.Option("torch", "--engine", callback=one_of(*ENGINES),
+                               help=ENGINE_HELP + " Samples are parallel decodes: llama.cpp "
+                               "needs an overlap model for them; the baseline's answers are "
+                               "sequential."),
+    gguf_type: str = typer.Option("q8_0", "--gguf-type", callback=one_of(*OUTTYPES),
+                                  help=GGUF_TYPE_HELP),
     shard: Optional[str] = ShardOption,
     seed: int = SeedOption,
     dtype: str = DtypeOption,
@@ -122,12 +130,12 @@ def prefs(
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     from solm.core.generation import resolve_decode
-    from solm.core.models import load_decoder
+    from solm.core.models import default_device
     from solm.core.provenance import file_sha256, guard_folder, write_manifest
     from solm.core.records import load_records
     from solm.core.sampling import SamplingConfig
-    from solm.decode.pasta.batched import BatchedPastaRuntime
     from solm.decode.pasta.batched import default_batch_size
+    from solm.decode.pasta.system import batched_on_engine
     from solm.decode.pasta.format_stats import is_well_formed
     from solm.prefs import job
 
@@ -151,7 +159,8 @@ def prefs(
         "samples": samples, "max_new_tokens": max_new_tokens, "seed": seed,
         "quality_weight": "inf" if math.isinf(weight) else weight,
         "judge": judge if weight != 0 else None, "min_length_ratio": min_length_ratio,
-        "speed": speed, "dtype": dtype, **{k: v for k, v in decoding.values.items()}}
+        "speed": speed, "dtype": dtype, **{k: v for k, v in decoding.values.items()},
+        **({"engine": engine, "gguf_type": gguf_type} if engine != "torch" else {})}
     aside = guard_folder(out, row_settings, restart, RESULT_FILES)
     if aside is not None:
         info(f"--restart: the earlier results were moved into {aside}")
@@ -173,23 +182,26 @@ def prefs(
     summary = job.PrefsSummary(prompts=len(records), samples=len(records) * samples)
 
     info(f"loading {model} ...")
-    m, tok = load_decoder(model, dtype=dtype, device=device)
-    batch = batch_size or default_batch_size(m.device)
+    batch = batch_size or default_batch_size(device or default_device())
     pool = batch * (max_new_tokens + 1024)
+    rt, sampled_on = batched_on_engine(model, "parallel", engine, gguf_type, dtype, device,
+                                       pool, batch)
+    tok = rt.tokenizer
     with job.timed(summary, "baseline"):
         if given is not None:
             base = job.given_baseline(tok, records, given, str(baseline))
         else:
             info(f"loading {baseline_model} ...")
-            bm, btok = load_decoder(baseline_model, dtype=dtype, device=device)
+            base_rt, base_on = batched_on_engine(baseline_model, "sequential", engine,
+                                                 gguf_type, dtype, device, pool, batch)
             cfg.baseline_sampling = SamplingConfig(**resolve_decode(baseline_model, {}).values)
-            with progress(f"Baseline-SFT answers ({baseline_model})", len(records)) as adv:
-                base = job.baseline_answers(BatchedPastaRuntime(bm, btok, pool, batch),
-                                            records, out, cfg, on_done=adv)
-            del bm
+            with progress(f"Baseline-SFT answers ({baseline_model}, {base_on})",
+                          len(records)) as adv:
+                base = job.baseline_answers(base_rt, records, out, cfg, on_done=adv)
+            del base_rt
     with job.timed(summary, "sampling"):
-        rt = BatchedPastaRuntime(m, tok, pool, batch)
-        with progress(f"sampling {samples} per prompt ({model})", len(records) * samples) as adv:
+        with progress(f"sampling {samples} per prompt ({model}, {sampled_on})",
+                      len(records) * samples) as adv:
             drawn, summary.samples_decoded_now = job.sample_answers(rt, records, out, cfg,
                                                                     seed, on_done=adv)
     references = {r.id: {job.BASELINE: base[r.id]["response"],

@@ -67,6 +67,25 @@ def runtime_on_engine(model: str, mode: str, engine: str, gguf_type: str, dtype:
                         forward=LlamaPoolStep(ctx, pool_size)), settings
 
 
+def batched_on_engine(model: str, mode: str, engine: str, gguf_type: str, dtype: str,
+                      device: str | None, pool_size: int, batch: int):
+    """(a `BatchedPastaRuntime` for `model` on the engine `engine` resolves to for `mode`
+    decodes over `pool_size` slots, that engine's name): for `pasta prefs`."""
+    from solm.decode.pasta.batched import BatchedPastaRuntime
+
+    settings = PastaEngine(engine=engine, gguf_type=gguf_type)
+    prepare(PastaDecodeConfig(mode=mode), settings, model)
+    m, tok = load(model, settings, dtype, device)
+    forward = None
+    if settings.engine == "llama.cpp":
+        from solm.llamacpp.binding import MAX_SEQUENCES, LlamaContext
+        from solm.llamacpp.step import LlamaCppStep
+
+        forward = LlamaCppStep(LlamaContext(settings.gguf, n_ctx=pool_size,
+                                            n_seq=MAX_SEQUENCES, kv_type=kv_type(settings)))
+    return BatchedPastaRuntime(m, tok, pool_size, batch, forward=forward), settings.engine
+
+
 def llama_runner(model, tokenizer, config: PastaDecodeConfig, engine: PastaEngine,
                  batch: int):
     """Continuous batching on llama.cpp: a request per sequence of one unified KV cache."""
