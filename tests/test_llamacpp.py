@@ -342,6 +342,20 @@ def test_tip_runtime_on_llama_cpp_equals_torch(register_happy, policy, budget):
         assert newest_kills > 0  # the deferred kill was exercised
 
 
+def test_a_one_page_streaming_window_is_refused_on_llama_cpp(register_happy):
+    """A window of one recent page drops the token before each new page: the refusal says
+    so, and forcing it anyway is what llama.cpp would refuse (so the rule is needed)."""
+    from solm.decode.tip.policies import make_policy
+    from solm.llamacpp.tip import policy_refusal
+
+    assert "--budget >= 36" in policy_refusal(make_policy("streamingllm", 32, 16))
+    assert policy_refusal(make_policy("streamingllm", 36, 16)) is None
+    model, tok, path = register_happy
+    with pytest.raises(RuntimeError, match="llama_decode failed"):
+        tip_decode(model, tok, prompt_ids(tok, PROBLEMS[:1]), "streamingllm", 32,
+                   "llama.cpp", path)
+
+
 def test_h2o_on_llama_cpp_is_refused_in_one_line(tmp_path, tiny_folder):
     from solm.cli import tip
 
@@ -700,3 +714,35 @@ def test_prefs_samples_on_llama_cpp_are_the_torch_samples(tmp_path, monkeypatch)
         got[engine] = [(x["id"], x["sample"], x["response"]) if "sample" in x else x
                        for x in map(json.loads, (out / "samples.jsonl").read_text().splitlines())]
     assert got["llama.cpp"] == got["torch"] and len(got["torch"]) >= 4
+
+
+def test_tip_eval_run_on_llama_cpp_gives_the_torch_runs_samples(tmp_path, tiny_folder,
+                                                                 monkeypatch):
+    """`tip eval run --engine auto`: dense, streamingllm and tip on llama.cpp, h2o on torch
+    (named in run.json); greedy samples and live KV equal the torch run's."""
+    from solm.cli import tip
+
+    monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
+    data = tmp_path / "probs.jsonl"
+    data.write_text("".join(json.dumps({"id": f"p{i}", "problem": f"What is {i}+1?",
+                                        "answer": str(i + 1)}) + "\n" for i in range(3)))
+    rows = {}
+    for engine in ("torch", "auto"):
+        out = tmp_path / engine
+        r = runner.invoke(tip.app, [
+            "eval", "run", "-o", str(out), "--data", str(data), "--model", tiny_folder,
+            "--registers", "4", "--policies", "dense,streamingllm,h2o,tip", "--budgets", "8,12",
+            "--samples", "1", "--max-new-tokens", "12", "--page-size", "4", "--batch-size",
+            "3", "--temperature", "0", "--engine", engine, "--gguf-type", "f32",
+            "--dtype", "fp32", "--quiet"])
+        assert r.exit_code == 0, r.output
+        rows[engine] = sorted((x["data"], x["id"], x["policy"], x["response"],
+                               x["mean_live_tokens"])
+                              for x in map(json.loads, (out / "samples.jsonl").read_text()
+                                           .splitlines()))
+    run = json.loads((tmp_path / "auto" / "run.json").read_text())
+    # streamingllm@8 keeps one recent page of 4 tokens: a gap llama.cpp cannot express
+    assert run["engines"] == {"dense": "llama.cpp", "streamingllm@8": "torch",
+                              "streamingllm@12": "llama.cpp", "h2o@8": "torch",
+                              "h2o@12": "torch", "tip": "llama.cpp"}
+    assert rows["auto"] == rows["torch"] and len(rows["torch"]) == 18

@@ -8,9 +8,11 @@ from typing import Optional
 
 import typer
 
+from solm.llamacpp.engine import ENGINE_HELP, ENGINES, GGUF_TYPE_HELP
+from solm.llamacpp.export import OUTTYPES
 from solm.core.sampling import SamplingConfig
 from solm.cli.setting_options import setting_option
-from solm.cli.checks import check_run_inputs
+from solm.cli.checks import one_of, check_run_inputs
 from solm.cli.console import handle_errors, info, out_console, progress
 from solm.cli.flags import (model_command, out_option, ConfigOption, DebugOption,
                             DeviceOption, DtypeOption, ForceOption, ModelOption, QuietOption,
@@ -84,6 +86,11 @@ def run(
                                        help="Cap on generated tokens per sample."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N problems of "
                                         "each data set."),
+    engine: str = typer.Option("torch", "--engine", callback=one_of(*ENGINES),
+                               help=ENGINE_HELP + " h2o decodes on torch only (it reads "
+                               "attention mass); under auto it does, named in run.json."),
+    gguf_type: str = typer.Option("q8_0", "--gguf-type", callback=one_of(*OUTTYPES),
+                                  help=GGUF_TYPE_HELP),
     shard: Optional[str] = ShardOption,
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
@@ -91,7 +98,8 @@ def run(
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     from solm.core.models import model_registers
-    from solm.eval.tip_eval import data_file, eval_points, pending, run_tip_eval
+    from solm.eval.tip_eval import (data_file, eval_points, pending, point_engine,
+                                    run_tip_eval)
 
     points = eval_points([p.strip() for p in policies.split(",") if p.strip()],
                          _ints(budgets, "--budgets"), page_size)
@@ -105,8 +113,11 @@ def run(
     protocol = {"samples": samples, "temperature": temperature, "top_p": top_p, "seed": seed,
                 "batch_size": batch_size, "page_size": page_size,
                 "max_new_tokens": max_new_tokens}
+    engines = {p.label: point_engine(p, page_size, engine) for p in points}
     settings = {"model": model, "dense_model": dense_model or model, "registers": registers,
-                **{k: v for k, v in protocol.items() if k != "batch_size"}}
+                **{k: v for k, v in protocol.items() if k != "batch_size"},
+                **({"engines": engines, "gguf_type": gguf_type}
+                   if set(engines.values()) != {"torch"} else {})}
     run_file = out / "run.json"
     if run_file.exists() and not force:
         before = json.loads(run_file.read_text())
@@ -126,7 +137,7 @@ def run(
                                                 part)) as advance:
         summaries = run_tip_eval(
             out, data, points, model, dense_model, registers, protocol, limit, dtype, device,
-            shard=part,
+            shard=part, engines=engines, gguf_type=gguf_type,
             on_row=lambda r: advance(status=f"{r['policy']}"
                                             f"{'' if r['budget'] is None else '@' + str(r['budget'])}"
                                             f" {r['data']}: live {r['mean_live_tokens']:.0f}"))

@@ -226,20 +226,34 @@ def pages_for(prompts: list[int], max_new_tokens: int, page_size: int, batch_siz
     return batch_size * (-(-longest // page_size) + 18)
 
 
+def point_engine(point: Point, page_size: int, engine: str) -> str:
+    """The engine a policy point decodes on under `--engine` (`auto`: torch where llama.cpp
+    cannot: h2o, a one-page streamingllm window)."""
+    from solm.decode.tip.policies import make_policy
+    from solm.llamacpp.engine import choose_engine
+    from solm.llamacpp.tip import policy_refusal
+
+    return choose_engine(engine, policy_refusal(make_policy(point.policy, point.budget,
+                                                            page_size)))
+
+
 def run_tip_eval(run_dir: Path, data_specs: list[str], points: list[Point], model: str,
                  dense_model: str | None, registers: int, protocol: dict, limit: int | None,
                  dtype: str = "auto", device: str | None = None,
                  on_row: Callable[[dict], None] | None = None,
                  on_point: Callable[[str, Point, int], None] | None = None,
-                 shard=None) -> list[dict]:
+                 shard=None, engines: dict[str, str] | None = None,
+                 gguf_type: str = "q8_0") -> list[dict]:
     """Decode everything not yet in `run_dir` (with `shard`, a `solm.core.shard.Shard`, only
-    its problems of each data set); returns the summaries."""
+    its problems of each data set); returns the summaries. `engines`: each policy's engine
+    (`point_engine`; default torch)."""
     from solm.core.shard import take
 
     from solm.core.chat import prompt_ids
-    from solm.core.models import load_decoder
     from solm.decode.tip.runtime import TipRuntime
+    from solm.decode.tip.system import TipEngine
     from solm.core.math_task import load_problems
+    from solm.llamacpp.engine import load_on_engine
 
     run_dir.mkdir(parents=True, exist_ok=True)
     sets = [data_file(spec) for spec in data_specs]
@@ -256,16 +270,29 @@ def run_tip_eval(run_dir: Path, data_specs: list[str], points: list[Point], mode
                 on_point(data, point, todo)
             if not todo:
                 continue
-            if name not in loaded:
+            engine = (engines or {}).get(point.label, "torch")
+            key = (name, engine)
+            if key not in loaded:
                 loaded.clear()  # one model in memory at a time
-                loaded[name] = load_decoder(name, dtype=dtype, device=device, system="tip",
-                                            num_registers=registers)
-            m, tok = loaded[name]
+                settings = TipEngine(engine=engine, gguf_type=gguf_type, registers=registers)
+                loaded[key] = (load_on_engine(name, settings, dtype, device, "tip",
+                                              registers), settings.gguf)
+            (m, tok), gguf = loaded[key]
             lengths = [len(prompt_ids(tok, p["prompt"])) for p in rows]
+            llama = None
+            if engine == "llama.cpp":
+                from solm.llamacpp.binding import LlamaContext
+
+                longest = max(lengths) + protocol["max_new_tokens"] + 1
+                llama = LlamaContext(gguf, n_ctx=protocol["batch_size"] * longest,
+                                     n_seq=protocol["batch_size"],
+                                     kv_type="f32" if gguf_type == "f32" else "f16",
+                                     unified=False)
             rt = TipRuntime(m, tok, num_pages=pages_for(lengths, protocol["max_new_tokens"],
                                                         protocol["page_size"],
                                                         protocol["batch_size"]),
-                            page_size=protocol["page_size"], num_registers=registers)
+                            page_size=protocol["page_size"], num_registers=registers,
+                            llama=llama)
             run_point(rt, point, data, rows, protocol["samples"], protocol, run_dir, done,
                       on_row)
     return summarise(read_rows(run_dir / "samples.jsonl"), read_rows(run_dir / "timing.jsonl"))

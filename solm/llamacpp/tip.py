@@ -19,6 +19,23 @@ import torch
 from solm.llamacpp.binding import LlamaContext, Token
 
 
+def policy_refusal(policy) -> str | None:
+    """Why llama.cpp cannot decode under this eviction policy (None: it can)."""
+    if policy.needs_scores:
+        return (f"--policy {policy.name} ranks pages by the attention they received, which "
+                f"llama.cpp does not expose: decode it with --engine torch")
+    recent = getattr(policy, "recent_pages", None)
+    if recent is not None and recent() < 2:
+        # one recent page: when a page starts, the token before it leaves the window, and
+        # llama.cpp's next position must follow the largest one a sequence holds
+        return (f"--policy {policy.name} at --budget {policy.budget} keeps one recent page of "
+                f"{policy.page_size} tokens, so the token before each new page leaves the "
+                f"window, which llama.cpp cannot express: use --budget >= "
+                f"{policy.sinks + 2 * policy.page_size} or a smaller --page-size, or "
+                f"--engine torch")
+    return None
+
+
 class LlamaKV:
     def __init__(self, ctx: LlamaContext):
         self.ctx = ctx

@@ -33,10 +33,9 @@ def prepare(config: TipDecodeConfig, engine: TipEngine, model: str) -> None:
 
 def llama_refusal(policy, engine: TipEngine) -> str | None:
     """Why llama.cpp cannot run this TIP decode (None: it can)."""
-    if policy.needs_scores:
-        return (f"--policy {policy.name} ranks pages by the attention they received, which "
-                f"llama.cpp does not expose: decode it with --engine torch")
-    return engine_refusal(engine)
+    from solm.llamacpp.tip import policy_refusal
+
+    return policy_refusal(policy) or engine_refusal(engine)
 
 
 def load(model: str, engine: TipEngine, dtype: str, device: str | None):
