@@ -115,9 +115,10 @@ sft-lora-cpu: setup $(SFT_DIR)/sft_rows.jsonl
 		> $(ARTIFACTS)/$$m/generation_config.json; done
 	du -sh $(ARTIFACTS)/*
 
-# The overlap layout beside Pred-10X (issue 37): pasta-sft-cpu's rows and recipe, trained with
-# --positions overlap (threads overlap the main thread's positions, so llama.cpp can decode
-# them) and kept as pasta-sft-overlap-cpu; then both measured side by side on the first
+# The overlap layout beside Pred-10X (issue 37): pasta-sft-cpu's recipe on today's rows, trained
+# with --positions overlap (threads overlap the main thread's positions, so llama.cpp can
+# decode them; kept as pasta-sft-overlap-cpu) and with --positions pred10x; then both
+# measured side by side on the first
 # $(OVERLAP_PROMPTS) AlpacaEval prompts against baseline-sft-cpu (greedy, batched, torch),
 # and the overlap model on llama.cpp against the baseline on llama.cpp (batch 1, timed).
 OVERLAP_DIR ?= runs/overlap
@@ -126,13 +127,15 @@ OVERLAP_EVAL ?= --max-new-tokens 384 --repetition-penalty 1.2 --no-judge -q
 sft-overlap-cpu: setup $(SFT_DIR)/sft_rows.jsonl
 	$(call trained,$(SFT_DIR)/pasta-sft-overlap) $(BIN)/pasta sft --data $(SFT_DIR)/sft_rows.jsonl \
 		--out $(SFT_DIR)/pasta-sft-overlap $(LORA_ARGS) --positions overlap
+	$(call trained,$(SFT_DIR)/pasta-sft-pred10x) $(BIN)/pasta sft --data $(SFT_DIR)/sft_rows.jsonl \
+		--out $(SFT_DIR)/pasta-sft-pred10x $(LORA_ARGS) --positions pred10x
 	$(PACK) '$(SFT_DIR)/pasta-sft-overlap', '$(ARTIFACTS)/pasta-sft-overlap-cpu')"
 	printf '{\n  "do_sample": false,\n  "repetition_penalty": 1.2\n}\n' \
 		> $(ARTIFACTS)/pasta-sft-overlap-cpu/generation_config.json
 
 overlap-vs-pred10x: setup $(ALPACA)
 	$(BIN)/pasta eval run -o $(OVERLAP_DIR)/batched --prompts $(ALPACA) --limit $(OVERLAP_PROMPTS) \
-		--method sequential:baseline-sft=baseline-sft-cpu --method pasta:pred10x=pasta-sft-cpu \
+		--method sequential:baseline-sft=baseline-sft-cpu --method pasta:pred10x=$(SFT_DIR)/pasta-sft-pred10x \
 		--method pasta:overlap=pasta-sft-overlap-cpu --batch-size 16 $(OVERLAP_EVAL)
 	$(BIN)/pasta eval run -o $(OVERLAP_DIR)/llama-timed --prompts $(ALPACA) --limit 16 \
 		--method sequential:baseline-sft=baseline-sft-cpu --method pasta:overlap=pasta-sft-overlap-cpu \

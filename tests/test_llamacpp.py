@@ -227,10 +227,12 @@ def test_export_errors_are_one_line_and_leave_no_file(tmp_path, pasta_tokenizer,
     assert list(tmp_path.glob("o.gguf*")) == []
 
 
-@pytest.mark.parametrize("outtype", ["f16", "bf16", "q8_0"])
-def test_smaller_exports_stay_close_to_the_reference(exported, tmp_path, outtype):
-    """f16 / bf16 / q8_0 weights: the same model, rounded: logits close, top token mostly the
-    same (a check that the tensors are laid out right, not only that the file loads)."""
+@pytest.mark.parametrize("outtype,tol,agree", [("f16", 0.05, 0.8), ("bf16", 0.05, 0.8),
+                                               ("q8_0", 0.05, 0.8), ("q4_1", 0.3, 0.5),
+                                               ("q4_0", 0.3, 0.5)])
+def test_smaller_exports_stay_close_to_the_reference(exported, tmp_path, outtype, tol, agree):
+    """Rounded weights, the same model: logits close, top token mostly the same (a check that
+    the tensors are laid out right, not only that the file loads)."""
     from solm.llamacpp.binding import LlamaContext, Token
     from solm.llamacpp.export import write_gguf
 
@@ -241,8 +243,8 @@ def test_smaller_exports_stay_close_to_the_reference(exported, tmp_path, outtype
     with LlamaContext(path, n_ctx=128, kv_type="f16") as ctx:
         ours = ctx.decode([Token(t, i, 0) for i, t in enumerate(ids)])
     ref = hf_logits(model, ids)
-    assert (ours - ref).abs().max().item() < 0.05 * ref.abs().max().item()
-    assert (ours.argmax(-1) == ref.argmax(-1)).float().mean().item() >= 0.8
+    assert (ours - ref).abs().max().item() < tol * ref.abs().max().item()
+    assert (ours.argmax(-1) == ref.argmax(-1)).float().mean().item() >= agree
 
 
 def test_export_records_the_models_solm_facts(tmp_path, tiny_folder):

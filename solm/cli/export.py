@@ -20,8 +20,9 @@ whole tokens, and its solm.json facts (system, control tokens, position layout, 
 GGUF keys `solm.*`. The file is written beside OUT and renamed into place: an error leaves no
 half-written file.
 
-Types: f32 (llama.cpp's logits equal torch's fp32 ones to ~1e-4), f16, bf16, q8_0 (weights;
-norms stay f32).
+Types: f32 (llama.cpp's logits equal torch's fp32 ones to ~1e-4), f16, bf16, q8_0, and the
+4-bit q4_1 / q4_0 (the embedded model's weights came from a Q4_1 file, so q4_1 gives them back
+nearly unchanged); norms stay f32.
 
 Examples:
 
@@ -35,7 +36,8 @@ Examples:
 def gguf(
     model: str = typer.Argument(..., help="Model folder, kept model or alias."),
     out: Path = typer.Argument(..., help="The .gguf file to write."),
-    outtype: str = typer.Option("f16", "--outtype", help="Weight type: f32, f16, bf16 or q8_0."),
+    outtype: str = typer.Option("f16", "--outtype", help="Weight type: f32, f16, bf16, q8_0, "
+                                "q4_1 or q4_0."),
     system: Optional[str] = typer.Option(None, "--system", help="Add this system's control "
                                          "tokens (pasta, tip, pdiff) to a model whose "
                                          "solm.json names none (a base model)."),

@@ -23,7 +23,8 @@ ENGINE_HELP = ("Decoding engine: torch (solm's own runtime, the reference), llam
                "to run this decode, else torch). Sampled outputs differ between engines; "
                "greedy ones agree up to near-ties.")
 GGUF_TYPE_HELP = ("llama.cpp engine: the weight type of the exported GGUF (f32 equals torch's "
-                  "fp32 logits to ~1e-4; q8_0 and bf16 batch parallel threads well on a CPU).")
+                  "fp32 logits to ~1e-4; q8_0 and bf16 batch parallel threads well on a CPU; "
+                  "the 4-bit q4_1 / q4_0 decode one request fastest, batch worst).")
 EXPORT_VERSION = 1  # bump when the exporter writes different files for the same model
 
 

@@ -31,9 +31,10 @@ import torch
 
 from solm.core.errors import SolmError
 
-OUTTYPES = ("f32", "f16", "bf16", "q8_0")
+OUTTYPES = ("f32", "f16", "bf16", "q8_0", "q4_1", "q4_0")
 # general.file_type values (llama.cpp's LLAMA_FTYPE_*)
-_FILE_TYPES = {"f32": 0, "f16": 1, "q8_0": 7, "bf16": 32}
+_FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "bf16": 32}
+_BLOCKED = ("q8_0", "q4_1", "q4_0")  # types stored in blocks of 32 along a row
 # architectures written, by the Hugging Face class that loads them
 ARCHITECTURES = {"LlamaForCausalLM": "llama"}
 SOLM_KEYS = ("solm.system", "solm.control_tokens", "solm.positions", "solm.num_registers",
@@ -147,9 +148,10 @@ def _array(tensor: torch.Tensor, outtype: str) -> tuple[np.ndarray, Any]:
         return data, None
     if outtype == "f16":
         return data.astype(np.float16), None
-    kind = {"bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0}[outtype]
-    if outtype == "q8_0" and data.shape[-1] % 32:
-        return data.astype(np.float16), None  # rows not a whole number of q8_0 blocks
+    Q = gguf.GGMLQuantizationType
+    kind = {"bf16": Q.BF16, "q8_0": Q.Q8_0, "q4_1": Q.Q4_1, "q4_0": Q.Q4_0}[outtype]
+    if outtype in _BLOCKED and data.shape[-1] % 32:
+        return data.astype(np.float16), None  # rows not a whole number of blocks
     return gguf.quants.quantize(data, kind), kind
 
 
