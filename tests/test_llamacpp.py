@@ -207,7 +207,7 @@ def test_export_errors_are_one_line_and_leave_no_file(tmp_path, pasta_tokenizer,
     same = tmp_path / "same.gguf"
     same.write_bytes(b"GGUF")
     r = runner.invoke(app, ["export", "gguf", str(same), str(same)])
-    assert r.exit_code != 0 and "output is the input" in r.output
+    assert r.exit_code != 0 and "it is the input" in r.output
     r = runner.invoke(app, ["export", "gguf", str(tmp_path / "qwen"), str(tmp_path / "x.bin")])
     assert r.exit_code != 0 and ".gguf" in r.output
 

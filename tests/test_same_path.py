@@ -111,6 +111,7 @@ CASES["pasta mix"] = [
     (["{X}", "-o", "{L}"], "{X}"),
 ]
 CASES["merge"] = [(["{X}", "-p", "{L}"], "{X}")]
+CASES["export gguf"] = [(["{X}", "{X}"], "{X}"), (["{X}", "{L}"], "{X}")]
 EXEMPT = {
     "pasta stats": "reads only; writes to standard output",
     "pasta eval winrate": "reads only; writes to standard output",

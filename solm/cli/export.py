@@ -43,8 +43,9 @@ def gguf(
                                          "solm.json names none (a base model)."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
-    from solm.llamacpp.export import export_gguf
+    from solm.llamacpp.export import check_export, export_gguf
 
+    check_export(model, out, outtype)
     info(f"exporting {model} to {out} ({outtype}) ...")
     done = export_gguf(model, out, outtype, system=system)
     out_console.print(f"{done.path}: {done.tensors} tensors, vocabulary {done.vocab}, "

@@ -255,30 +255,38 @@ def export_gguf(source: str, out: Path, outtype: str = "f16",
                 system: str | None = None) -> ExportedModel:
     """`solm export gguf`: load `source` (LoRA merged, fp32), add the control tokens of its
     system (solm.json's, else `system`, else none), write `out`."""
-    from solm.core.models import load_model, resolve_model_path
+    from solm.core.models import load_model
     from solm.core.vocabulary import add_control_tokens
 
-    if outtype not in OUTTYPES:
-        raise SolmError(f"--outtype must be one of {', '.join(OUTTYPES)}, got {outtype!r}")
+    check_export(source, out, outtype)
     out = Path(out)
-    if out.suffix != ".gguf":
-        raise SolmError(f"{out}: the output must be a .gguf file")
-    if Path(source).resolve() == out.resolve():
-        raise SolmError(f"{out}: the output is the input model; choose another file")
-    if out.is_dir():
-        raise SolmError(f"{out}: a folder; the output is a .gguf file")
     meta = model_meta(source)
     tokens = meta.get("control_tokens") or system
     if str(source).endswith(".gguf"):
         meta["source"] = str(source)
-    if Path(source).exists() and not Path(source).is_dir() and not str(source).endswith(".gguf"):
-        raise SolmError(f"{source}: not a model (a model folder, a kept model, an alias or a "
-                        f".gguf file)")
-    if not Path(source).exists():
-        resolve_model_path(source)  # an unknown name fails here, in one line
     model, tokenizer = load_model(source, dtype=torch.float32, device="cpu")
     if tokens:
         add_control_tokens(model, tokenizer, tokens,
                            num_registers=meta.get("num_registers") or 16)
         meta["control_tokens"] = tokens
     return write_gguf(model, tokenizer, out, outtype, meta=meta, source=str(source))
+
+
+def check_export(source: str, out: Path, outtype: str) -> None:
+    """A one-line error for an export that cannot be written, before anything loads."""
+    from solm.core.models import resolve_model_path
+
+    if outtype not in OUTTYPES:
+        raise SolmError(f"--outtype must be one of {', '.join(OUTTYPES)}, got {outtype!r}")
+    out = Path(out)
+    if Path(source).resolve() == out.resolve():
+        raise SolmError(f"{out}: it is the input model; write the GGUF to another file")
+    if out.suffix != ".gguf":
+        raise SolmError(f"{out}: the output must be a .gguf file")
+    if out.is_dir():
+        raise SolmError(f"{out}: a folder; the output is a .gguf file")
+    if Path(source).exists() and not Path(source).is_dir() and not str(source).endswith(".gguf"):
+        raise SolmError(f"{source}: not a model (a model folder, a kept model, an alias or a "
+                        f".gguf file)")
+    if not Path(source).exists():
+        resolve_model_path(source)  # an unknown name fails here, in one line

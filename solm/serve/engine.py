@@ -200,13 +200,14 @@ class ServeEngine(BaseEngine):
     pool size slots); `max_batch=1` decodes one request at a time. `runtime` decodes
     `compare` requests' sequential side and gives the tokenizer and the sampler."""
 
+    parallel_refusal: str | None = None  # why this engine decodes no parallel mode
+
     def __init__(self, runtime: PastaRuntime, max_queue: int = 32, max_batch: int = 8,
                  forward=None):
         """`forward`: the batched runtime's pass on another engine (llama.cpp)."""
         from solm.decode.pasta.batched import BatchedPastaRuntime
 
         super().__init__(runtime, max_queue, max_batch)
-        self.parallel_refusal: str | None = None  # why this engine decodes no parallel mode
         self.batched = BatchedPastaRuntime(runtime.model, runtime.tokenizer,
                                            pool_size=runtime.pool_size * max_batch,
                                            max_batch=max_batch, forward=forward)
@@ -221,8 +222,9 @@ class ServeEngine(BaseEngine):
         config = replace(defaults, mode=req.mode or defaults.mode,
                          max_new_tokens=cap or defaults.max_new_tokens, sampling=sampling,
                          penalize=req.penalize or defaults.penalize, record_logits=False)
-        if config.mode == "parallel" and self.parallel_refusal:
-            raise ApiError(400, self.parallel_refusal, param="mode")
+        refusal = getattr(self, "parallel_refusal", None)
+        if config.mode == "parallel" and refusal:
+            raise ApiError(400, refusal, param="mode")
         if req.top_k is not None and config.mode != "sequential":
             raise ApiError(400, "logprobs are given for sequential decoding only: add "
                                 "\"mode\": \"sequential\" (a parallel decode has no single "
