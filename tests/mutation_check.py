@@ -44,8 +44,8 @@ TESTS = ["tests/test_structure.py", "tests/test_oracles.py", "tests/test_runtime
 MUTATIONS: dict[str, tuple] = {
     "sync_waits_for_any_block": (
         "solm/decode/pasta/runtime.py",
-        "feed_main = all(t.pending == v.async_close for t in active)",
-        "feed_main = any(t.pending == v.async_close for t in active)"),
+        "feed_main = not self.join_before_sync and all(t.pending == v.async_close",
+        "feed_main = not self.join_before_sync and any(t.pending == v.async_close"),
     "promise_length_table_rotated": (
         "solm/core/systems/pasta.py",
         "close = {vocab[promise_close(n)]: n for n in range(1, MAX_PROMISE_TENS + 1)}",
@@ -57,7 +57,7 @@ MUTATIONS: dict[str, tuple] = {
         "        return []\n        dead = req.tracker.dead  # type: ignore[attr-defined]\n"),
     "pred_10x_dropped": (
         "solm/core/systems/pasta.py",
-        "self.main_pos += 1 + self.block_span(v.close_tens[tok])",
+        "self.main_pos += 1 + (0 if self.overlap else self.block_span(v.close_tens[tok]))",
         "self.main_pos += 1"),
     "block_starts_one_late": (
         "solm/core/systems/pasta.py",
@@ -973,8 +973,44 @@ ISSUE36: dict[str, tuple] = {
         "solm/annotate/mix.py", "                if min_gain is not None and gain < min_gain:",
         "                if min_gain is not None and gain < 0:", GAIN_TESTS),
 }
+# issue 37: the rules llama.cpp needed, and the engine's sequence bookkeeping
+LLAMA_TESTS = ["tests/test_llamacpp.py"]
+ISSUE37 = {
+    "overlap_sync_does_not_pass_its_blocks": (
+        "solm/core/systems/pasta.py",
+        "                self.main_pos = max([self.main_pos, *joined])",
+        "                pass", ["tests/test_oracles.py", "tests/test_runtime.py"]),
+    "overlap_fork_attrs_after_main": (
+        "solm/decode/pasta/runtime.py",
+        "        fork_attrs = [tracker.fork(th.tid, th.pending) for th in active]\n"
+        "        if feed_main:",
+        "        fork_attrs = None\n        if feed_main:",
+        ["tests/test_runtime.py"]),
+    "tip_newest_step_killed_at_once": (
+        "solm/core/systems/tip.py", "newest = killed == self.step", "newest = False",
+        ["tests/test_oracles.py", *LLAMA_TESTS]),
+    "llama_fork_misses_its_promise": (
+        "solm/llamacpp/step.py",
+        "seq, extra = req.main, tuple(also.pop(int(columns[\"order\"][i]), ()))",
+        "seq, extra = req.main, (); also.pop(int(columns[\"order\"][i]), ())", LLAMA_TESTS),
+    "llama_sync_joins_nothing": (
+        "solm/llamacpp/step.py", "                self.ctx.seq_cp(seq, req.main)\n",
+        "                pass\n", LLAMA_TESTS),
+    "llama_chunks_causal": (
+        "solm/llamacpp/step.py", "            self.ctx.set_causal(False)\n",
+        "            pass\n", LLAMA_TESTS),
+    "llama_tip_never_removes": (
+        "solm/llamacpp/tip.py",
+        "                self.ctx.seq_rm(seq, page.tokens[keep], page.tokens[n_held - 1] + 1)",
+        "                pass", LLAMA_TESTS),
+    "gguf_rotary_not_permuted": (
+        "solm/llamacpp/export.py",
+        "array = torch.from_numpy(_permute_rotary(tensor.float().cpu().numpy(), n_head))",
+        "array = tensor", LLAMA_TESTS),
+}
 MUTATIONS.update(ISSUE35)
 MUTATIONS.update(ISSUE36)
+MUTATIONS.update(ISSUE37)
 MUTATIONS.update(AUDIT)
 MUTATIONS.update(AUDIT2)
 MUTATIONS.update(AUDIT3)
