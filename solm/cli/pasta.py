@@ -236,7 +236,8 @@ def demo(
                               "HF folder or hub id (default: the kept Pasta-SFT model trained "
                               "with the overlap layout, which llama.cpp decodes too)."),
     prompt: Optional[str] = typer.Option(None, help="The prompt (default: one the kept "
-                                         "pasta-sft-cpu model answers with a list)."),
+                                         "pasta-sft-overlap-cpu model answers with a "
+                                         "list)."),
     max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 96),
     width: int = typer.Option(60, min=10, max=400, help="Columns of the thread timeline."),
     repeats: int = typer.Option(3, min=1, max=50, help="Timed decodes of each side (after a "
