@@ -145,28 +145,17 @@ def pairs_file(path) -> str:
 
 def register_happy_folder(folder) -> str:
     """A tiny random TIP model whose rollouts open registers often, so the live KV (and with
-    it the reward) varies inside a group: the last MLP's bias pushes one hidden direction,
-    and the untied head reads the register tokens off it."""
-    from solm.core.models import load_tokenizer, tiny_model
+    it the reward) varies inside a group (`steered_models`)."""
+    from steered_models import save_model, steered_model
+
+    from solm.core.models import load_tokenizer
     from solm.core.systems.tip import TipVocab
     from solm.core.vocabulary import add_control_tokens
 
     tok = load_tokenizer("smollm2-135m")
     add_control_tokens(None, tok, "tip", num_registers=4)
-    model, _ = tiny_model(tok, seed=5, mlp_bias=True)
-    with torch.no_grad():
-        for layer in model.model.layers:
-            for proj in (layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj):
-                proj.bias.zero_()
-        model.model.layers[-1].mlp.down_proj.bias[0] = 20.0
-        head = model.model.embed_tokens.weight.detach().clone()
-        head[:, 0] = 0.0
-        head[TipVocab.from_tokenizer(tok, 4).control_ids, 0] = 1.2
-    model.config.tie_word_embeddings = False
-    model.lm_head.weight = torch.nn.Parameter(head)
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return str(folder)
+    model = steered_model(tok, TipVocab.from_tokenizer(tok, 4).control_ids, 1.2, seed=5)
+    return save_model(model, tok, folder)
 
 
 def grpo_problems(tmp_path) -> tuple[str, str, list[str]]:

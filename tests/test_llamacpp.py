@@ -10,6 +10,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from steered_models import save_model
+from test_runtime import ANNOTATED
+
 from solm.core.errors import SolmError
 
 runner = CliRunner()
@@ -156,8 +159,7 @@ def test_decode_command_on_llama_cpp_writes_the_torch_engines_rows(tmp_path, exp
 
     monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
     model, tok, _ = exported
-    model.save_pretrained(tmp_path / "m")
-    tok.save_pretrained(tmp_path / "m")
+    save_model(model, tok, tmp_path / "m")
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"id": str(i), "prompt": t}) + "\n"
                                for i, t in enumerate(TEXTS[:4])))
@@ -180,8 +182,7 @@ def test_llama_cpp_refusals_are_one_line(tmp_path, exported):
     from solm.cli import pasta
 
     model, tok, _ = exported
-    model.save_pretrained(tmp_path / "m")
-    tok.save_pretrained(tmp_path / "m")
+    save_model(model, tok, tmp_path / "m")
     r = runner.invoke(pasta.app, ["decode", "hi", "-m", str(tmp_path / "m"), "--engine",
                                   "llama.cpp", "--mode", "parallel"])
     assert r.exit_code != 0 and "Pred-10X" in r.output and "Traceback" not in r.output
@@ -270,26 +271,17 @@ def test_export_records_the_models_solm_facts(tmp_path, tiny_folder):
 
 @pytest.fixture(scope="module")
 def register_happy(tmp_path_factory):
-    """A tiny TIP model that opens registers often (an MLP bias pushes one hidden direction,
-    the untied head reads the registers off it) and its f32 export."""
-    from solm.core.models import load_tokenizer, tiny_model
+    """A tiny TIP model that opens registers often (`steered_models`) and its f32 export."""
+    from steered_models import steered_model
+
+    from solm.core.models import load_tokenizer
     from solm.core.systems.tip import TipVocab
     from solm.core.vocabulary import add_control_tokens
     from solm.llamacpp.export import write_gguf
 
     tok = load_tokenizer("smollm2-135m")
     add_control_tokens(None, tok, "tip", num_registers=4)
-    model, _ = tiny_model(tok, seed=5, mlp_bias=True)
-    with torch.no_grad():
-        for layer in model.model.layers:
-            for proj in (layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj):
-                proj.bias.zero_()
-        model.model.layers[-1].mlp.down_proj.bias[0] = 20.0
-        head = model.model.embed_tokens.weight.detach().clone()
-        head[:, 0] = 0.0
-        head[TipVocab.from_tokenizer(tok, 4).control_ids, 0] = 1.0
-    model.config.tie_word_embeddings = False
-    model.lm_head.weight = torch.nn.Parameter(head)
+    model = steered_model(tok, TipVocab.from_tokenizer(tok, 4).control_ids, 1.0, seed=5)
     path = tmp_path_factory.mktemp("tip") / "tip.f32.gguf"
     write_gguf(model, tok, path, "f32", meta={"control_tokens": "tip", "num_registers": 4})
     return model.eval(), tok, path
@@ -411,16 +403,7 @@ def test_overlap_threads_on_llama_cpp_equal_a_forward_under_the_oracle(overlap_m
     from solm.core.structure import model_mask
 
     model, tok, path = overlap_model
-    texts = [
-        'Sure:<promise topic="sleep" tokens="1"/><async> Get eight hours of sleep.</async>\n'
-        '<sync/>That is all.',
-        'Tips:\n1. Sleep:<promise topic="sleep" tokens="1"/><async> Get 8 hours.</async>\n'
-        '2. Eat:<promise topic="eat" tokens="2"/><async> Eat vegetables and fruit daily, '
-        'and drink water.</async>\n<sync/>Also:<promise topic="move" tokens="1"/><async> Walk '
-        'every day.</async><sync/> Done.',
-        'A<promise topic="x" tokens="3"/><async> one two three four five six seven eight nine '
-        'ten eleven twelve</async>B<promise topic="y" tokens="1"/><async> short</async>'
-        'C<promise topic="z" tokens="1"/><async> mid length block here</async><sync/> End.']
+    texts = [*ANNOTATED[:2], ANNOTATED[2] + " End."]  # test_runtime's, ending in main
     prompt = text_ids(tok, "User: give me some tips\nAssistant:")
     responses = [text_ids(tok, t) for t in texts]
     results = replay_on_llama(model, tok, path, prompt, responses)
@@ -446,26 +429,18 @@ def test_a_pred10x_model_is_refused_on_llama_cpp_in_parallel_mode_only(overlap_m
 
 
 def tag_happy_overlap_model():
-    """A tiny overlap-layout model that writes promises: an MLP bias pushes one hidden
-    direction and the untied head reads a few tags off it."""
-    from solm.core.models import load_tokenizer, tiny_model
+    """A tiny overlap-layout model that writes promises (`steered_models`)."""
+    from steered_models import steered_model
+
+    from solm.core.models import load_tokenizer
     from solm.core.systems.pasta import PastaVocab
     from solm.core.vocabulary import add_control_tokens
 
     tok = load_tokenizer("smollm2-135m")
-    model, _ = tiny_model(tok, seed=4, mlp_bias=True)
-    add_control_tokens(model, tok, "pasta")
+    add_control_tokens(None, tok, "pasta")
     vocab = PastaVocab.from_tokenizer(tok)
-    with torch.no_grad():
-        for layer in model.model.layers:
-            for proj in (layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj):
-                proj.bias.zero_()
-        model.model.layers[-1].mlp.down_proj.bias[0] = 20.0
-        head = model.model.embed_tokens.weight.detach().clone()
-        head[:, 0] = 0.0
-        head[[vocab.promise_open, vocab.sync, *list(vocab.close_tens)[:3]], 0] = 0.07
-    model.config.tie_word_embeddings = False
-    model.lm_head.weight = torch.nn.Parameter(head)
+    model = steered_model(tok, [vocab.promise_open, vocab.sync, *list(vocab.close_tens)[:3]],
+                          0.07, seed=4)
     model.config.solm_positions = "overlap"
     return model.eval(), tok
 
@@ -502,11 +477,8 @@ def test_pasta_decode_parallel_on_llama_cpp_writes_the_torch_engines_answers(tmp
 
     monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
     model, tok = tag_happy_overlap_model()
-    model.save_pretrained(tmp_path / "m")
-    tok.save_pretrained(tmp_path / "m")
-    (tmp_path / "m" / "solm.json").write_text(json.dumps(
-        {"complete": True, "system": "pasta", "control_tokens": "pasta",
-         "positions": "overlap"}))
+    save_model(model, tok, tmp_path / "m", system="pasta", control_tokens="pasta",
+               positions="overlap")
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"id": str(i), "prompt": t}) + "\n"
                                for i, t in enumerate(TEXTS[:6])))
@@ -642,11 +614,8 @@ def test_the_server_on_llama_cpp_answers_what_torch_does(tmp_path, monkeypatch):
     monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
     model, tok = tag_happy_overlap_model()
     folder = tmp_path / "m"
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    (folder / "solm.json").write_text(json.dumps({"complete": True, "system": "pasta",
-                                                  "control_tokens": "pasta",
-                                                  "positions": "overlap"}))
+    save_model(model, tok, folder, system="pasta", control_tokens="pasta",
+               positions="overlap")
     opts = dict(mode="parallel", max_new_tokens=40, penalize="blocks", seed=0, pool_size=512,
                 max_fork_tokens=64, max_queue=8, max_batch=4, compile=False, quantize=None,
                 policy="tip", budget=None, registers=None, page_size=64, gguf_type="f32")
@@ -674,8 +643,7 @@ def test_the_server_on_llama_cpp_answers_what_torch_does(tmp_path, monkeypatch):
     assert answers["llama.cpp"] == answers["torch"]
 
     pred10x = tmp_path / "p"
-    model.save_pretrained(pred10x)
-    tok.save_pretrained(pred10x)
+    save_model(model, tok, pred10x)
     engine, defaults, _ = make_engine(get_system("pasta"), str(pred10x),
                                       {**opts, "mode": "sequential", "engine": "llama.cpp"},
                                       resolve_decode(str(pred10x), {}), "fp32", "cpu")
@@ -696,11 +664,8 @@ def test_prefs_samples_on_llama_cpp_are_the_torch_samples(tmp_path, monkeypatch)
     monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
     model, tok = tag_happy_overlap_model()
     folder = tmp_path / "m"
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    (folder / "solm.json").write_text(json.dumps({"complete": True, "system": "pasta",
-                                                  "control_tokens": "pasta",
-                                                  "positions": "overlap"}))
+    save_model(model, tok, folder, system="pasta", control_tokens="pasta",
+               positions="overlap")
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"id": str(i), "prompt": t}) + "\n"
                                for i, t in enumerate(TEXTS[:2])))

@@ -253,7 +253,7 @@ def run_tip_eval(run_dir: Path, data_specs: list[str], points: list[Point], mode
     from solm.decode.tip.runtime import TipRuntime
     from solm.decode.tip.system import TipEngine
     from solm.core.math_task import load_problems
-    from solm.llamacpp.engine import load_on_engine
+    from solm.llamacpp.engine import llama_context, load_on_engine
 
     run_dir.mkdir(parents=True, exist_ok=True)
     sets = [data_file(spec) for spec in data_specs]
@@ -276,18 +276,14 @@ def run_tip_eval(run_dir: Path, data_specs: list[str], points: list[Point], mode
                 loaded.clear()  # one model in memory at a time
                 settings = TipEngine(engine=engine, gguf_type=gguf_type, registers=registers)
                 loaded[key] = (load_on_engine(name, settings, dtype, device, "tip",
-                                              registers), settings.gguf)
-            (m, tok), gguf = loaded[key]
+                                              registers), settings)
+            (m, tok), settings = loaded[key]
             lengths = [len(prompt_ids(tok, p["prompt"])) for p in rows]
             llama = None
             if engine == "llama.cpp":
-                from solm.llamacpp.binding import LlamaContext
-
                 longest = max(lengths) + protocol["max_new_tokens"] + 1
-                llama = LlamaContext(gguf, n_ctx=protocol["batch_size"] * longest,
-                                     n_seq=protocol["batch_size"],
-                                     kv_type="f32" if gguf_type == "f32" else "f16",
-                                     unified=False)
+                llama = llama_context(settings, protocol["batch_size"] * longest,
+                                      protocol["batch_size"], unified=False)
             rt = TipRuntime(m, tok, num_pages=pages_for(lengths, protocol["max_new_tokens"],
                                                         protocol["page_size"],
                                                         protocol["batch_size"]),

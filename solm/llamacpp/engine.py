@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from solm.core.errors import SolmError
-from solm.llamacpp.binding import INSTALL_HINT, llama_cpp_available
+from solm.llamacpp.binding import INSTALL_HINT, MAX_SEQUENCES, llama_cpp_available
 from solm.llamacpp.export import OUTTYPES
 
 ENGINES = ("torch", "llama.cpp", "auto")
@@ -129,3 +129,12 @@ def load_on_engine(model: str, engine, dtype: str, device: str | None, system: s
 def kv_type(engine) -> str:
     """The KV cache's type: F32 beside f32 weights (equal to torch's fp32), else F16."""
     return "f32" if engine.gguf_type == "f32" else "f16"
+
+
+def llama_context(engine, cells: int, sequences: int = MAX_SEQUENCES, unified: bool = True):
+    """The llama.cpp context of a decode on `engine` (its `gguf`, `gguf_type`): `cells` KV
+    cells for up to `sequences` sequences (`LlamaContext`)."""
+    from solm.llamacpp.binding import LlamaContext
+
+    return LlamaContext(engine.gguf, n_ctx=cells, n_seq=sequences, kv_type=kv_type(engine),
+                        unified=unified)

@@ -191,9 +191,8 @@ class LlamaPdiffStep(LlamaCppStep):
             wanted = [i for i, tok in zip(main_rows, main_batch) if tok.logits]
             for i, row in zip(wanted, logits):
                 out[i] = row
-        return torch.stack([r if r is not None else torch.zeros(self.ctx.n_vocab)
-                            for r in out]) if not prefill else torch.stack(
-            [r for r in out if r is not None])
+        # every token asked for its logits but a prompt's (only its last)
+        return torch.stack([r for r in out if r is not None])
 
 
 class LlamaPoolStep:

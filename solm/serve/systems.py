@@ -32,18 +32,13 @@ def pasta_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: 
     m, tok = load(model, settings, dtype, device)
     forward = None
     if settings.engine == "llama.cpp":
-        from solm.llamacpp.binding import MAX_SEQUENCES, LlamaContext
-        from solm.llamacpp.engine import kv_type
+        from solm.llamacpp.engine import llama_context
         from solm.llamacpp.step import LlamaCppStep, LlamaPoolStep
 
-        def context(cells: int) -> LlamaContext:
-            return LlamaContext(settings.gguf, n_ctx=cells, n_seq=MAX_SEQUENCES,
-                                kv_type=kv_type(settings))
-
         # the one-request runtime serves `compare`'s sequential side
-        rt = PastaRuntime(m, tok, pool_size=opts["pool_size"],
-                          forward=LlamaPoolStep(context(opts["pool_size"]), opts["pool_size"]))
-        forward = LlamaCppStep(context(opts["pool_size"] * opts["max_batch"]))
+        rt = PastaRuntime(m, tok, pool_size=opts["pool_size"], forward=LlamaPoolStep(
+            llama_context(settings, opts["pool_size"]), opts["pool_size"]))
+        forward = LlamaCppStep(llama_context(settings, opts["pool_size"] * opts["max_batch"]))
     else:
         # a CPU server compiles only when asked: each new shape bucket would stall a request
         rt = PastaRuntime(m, tok, pool_size=opts["pool_size"],
@@ -79,7 +74,7 @@ def tip_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: st
                         "--repetition-penalty / --no-repeat-ngram (or the model's "
                         "generation_config.json's)")
     from solm.decode.tip.system import TipEngine, llama_refusal
-    from solm.llamacpp.engine import choose_engine, kv_type, load_on_engine
+    from solm.llamacpp.engine import choose_engine, llama_context, load_on_engine
 
     registers = opts["registers"] or model_registers(model) or 16
     max_batch = opts["max_batch"]
@@ -92,10 +87,8 @@ def tip_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: st
     pages = max_batch * (-(-opts["pool_size"] // page_size) + registers + 2)
     llama = None
     if settings.engine == "llama.cpp":
-        from solm.llamacpp.binding import LlamaContext
-
-        llama = LlamaContext(settings.gguf, n_ctx=max_batch * opts["pool_size"],
-                             n_seq=max_batch, kv_type=kv_type(settings), unified=False)
+        llama = llama_context(settings, max_batch * opts["pool_size"], max_batch,
+                              unified=False)
     rt = TipRuntime(m, tok, num_pages=pages, page_size=page_size, num_registers=registers,
                     llama=llama)
     defaults = TipDecodeConfig(policy=policy, budget=budget, batch_size=max_batch,

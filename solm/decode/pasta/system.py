@@ -9,7 +9,7 @@ from solm.core.settings import setting
 from solm.decode.pasta.config import PastaDecodeConfig
 from solm.decode.pasta.decode_file import DEMO_PROMPTS, PastaDecodeSummary, result_record
 from solm.decode.registry import CompiledEngine, DecodeSystem, EngineChoice, register_system
-from solm.llamacpp.engine import choose_engine, engine_refusal, kv_type, load_on_engine
+from solm.llamacpp.engine import choose_engine, engine_refusal, llama_context, load_on_engine
 
 
 @dataclass
@@ -58,13 +58,10 @@ def runtime_on_engine(model: str, mode: str, engine: str, gguf_type: str, dtype:
     m, tok = load(model, settings, dtype, device)
     if settings.engine != "llama.cpp":
         return PastaRuntime(m, tok, pool_size=pool_size), settings
-    from solm.llamacpp.binding import MAX_SEQUENCES, LlamaContext
     from solm.llamacpp.step import LlamaPoolStep
 
-    ctx = LlamaContext(settings.gguf, n_ctx=pool_size, n_seq=MAX_SEQUENCES,
-                       kv_type=kv_type(settings))
-    return PastaRuntime(m, tok, pool_size=pool_size,
-                        forward=LlamaPoolStep(ctx, pool_size)), settings
+    return PastaRuntime(m, tok, pool_size=pool_size, forward=LlamaPoolStep(
+        llama_context(settings, pool_size), pool_size)), settings
 
 
 def batched_on_engine(model: str, mode: str, engine: str, gguf_type: str, dtype: str,
@@ -78,11 +75,9 @@ def batched_on_engine(model: str, mode: str, engine: str, gguf_type: str, dtype:
     m, tok = load(model, settings, dtype, device)
     forward = None
     if settings.engine == "llama.cpp":
-        from solm.llamacpp.binding import MAX_SEQUENCES, LlamaContext
         from solm.llamacpp.step import LlamaCppStep
 
-        forward = LlamaCppStep(LlamaContext(settings.gguf, n_ctx=pool_size,
-                                            n_seq=MAX_SEQUENCES, kv_type=kv_type(settings)))
+        forward = LlamaCppStep(llama_context(settings, pool_size))
     return BatchedPastaRuntime(m, tok, pool_size, batch, forward=forward), settings.engine
 
 
@@ -91,13 +86,13 @@ def llama_runner(model, tokenizer, config: PastaDecodeConfig, engine: PastaEngin
     """Continuous batching on llama.cpp: a request per sequence of one unified KV cache."""
     from solm.decode.pasta.batched import BatchedPastaRuntime
     from solm.decode.pasta.decode_file import BatchedPastaRunner
-    from solm.llamacpp.binding import MAX_SEQUENCES, LlamaContext
+    from solm.llamacpp.binding import MAX_SEQUENCES
     from solm.llamacpp.step import LlamaCppStep
 
     pool = engine.pool_size * batch
     # parallel: a sequence per thread of every request in flight, as many as llama.cpp holds
     seqs = MAX_SEQUENCES if config.mode == "parallel" else min(MAX_SEQUENCES, 2 * batch)
-    ctx = LlamaContext(engine.gguf, n_ctx=pool, n_seq=seqs, kv_type=kv_type(engine))
+    ctx = llama_context(engine, pool, seqs)
     out = BatchedPastaRunner(BatchedPastaRuntime(model, tokenizer, pool_size=pool,
                                                  max_batch=batch, forward=LlamaCppStep(ctx)),
                              config)

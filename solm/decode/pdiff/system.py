@@ -8,7 +8,7 @@ from solm.core.settings import setting
 from solm.decode.pdiff.config import PdiffDecodeConfig
 from solm.decode.pdiff.decode_file import DEMO_PROMPTS, PdiffDecodeSummary
 from solm.decode.registry import DecodeSystem, EngineChoice, register_system
-from solm.llamacpp.engine import choose_engine, kv_type, load_on_engine
+from solm.llamacpp.engine import choose_engine, llama_context, load_on_engine
 
 
 @dataclass
@@ -46,11 +46,9 @@ def runner(model, tokenizer, config: PdiffDecodeConfig, engine: PdiffEngine, pro
     batch = 1 if single else max(1, min(engine.batch_size, prompts))
     forward = None
     if engine.engine == "llama.cpp":
-        from solm.llamacpp.binding import MAX_SEQUENCES, LlamaContext
         from solm.llamacpp.step import LlamaPdiffStep
 
-        forward = LlamaPdiffStep(LlamaContext(engine.gguf, n_ctx=engine.pool_size * batch,
-                                              n_seq=MAX_SEQUENCES, kv_type=kv_type(engine)))
+        forward = LlamaPdiffStep(llama_context(engine, engine.pool_size * batch))
     out = PdiffRunner(PdiffRuntime(model, tokenizer, pool_size=engine.pool_size * batch,
                                    max_batch=batch, forward=forward), config)
     out.engine = engine.engine

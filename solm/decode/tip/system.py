@@ -7,7 +7,8 @@ from typing import Optional
 
 from solm.core.settings import setting
 from solm.decode.registry import CompiledEngine, DecodeSystem, EngineChoice, register_system
-from solm.llamacpp.engine import choose_engine, engine_refusal, kv_type, load_on_engine
+from solm.llamacpp.engine import (choose_engine, engine_refusal, llama_context,
+                                  load_on_engine)
 from solm.decode.tip.config import TipDecodeConfig
 from solm.decode.tip.decode_file import TipSummary
 
@@ -42,15 +43,12 @@ def load(model: str, engine: TipEngine, dtype: str, device: str | None):
     return load_on_engine(model, engine, dtype, device, "tip", engine.registers)
 
 
-def llama_context(engine: TipEngine, config: TipDecodeConfig):
+def tip_llama_context(engine: TipEngine, config: TipDecodeConfig):
     """One stream per request (they share nothing): each token's attention reads its own
     request's cells only."""
-    from solm.llamacpp.binding import LlamaContext
-
     cells = min(engine.num_pages * engine.page_size,
                 config.batch_size * (config.max_new_tokens + 2048))
-    return LlamaContext(engine.gguf, n_ctx=cells, n_seq=config.batch_size,
-                        kv_type=kv_type(engine), unified=False)
+    return llama_context(engine, cells, config.batch_size, unified=False)
 
 
 def runner(model, tokenizer, config: TipDecodeConfig, engine: TipEngine, prompts: int,
@@ -63,7 +61,7 @@ def runner(model, tokenizer, config: TipDecodeConfig, engine: TipEngine, prompts
     if engine.engine == "llama.cpp":
         rt = TipRuntime(model, tokenizer, num_pages=engine.num_pages,
                         page_size=engine.page_size, num_registers=engine.registers,
-                        llama=llama_context(engine, config))
+                        llama=tip_llama_context(engine, config))
     else:
         rt = TipRuntime(model, tokenizer, num_pages=engine.num_pages,
                         page_size=engine.page_size, num_registers=engine.registers,
