@@ -1003,6 +1003,13 @@ ISSUE37 = {
         "solm/llamacpp/tip.py",
         "                self.ctx.seq_rm(seq, page.tokens[keep], page.tokens[n_held - 1] + 1)",
         "                pass", LLAMA_TESTS),
+    "llama_streaming_one_page_allowed": (
+        "solm/llamacpp/tip.py", "if recent is not None and recent() < 2:",
+        "if recent is not None and recent() < 1:", LLAMA_TESTS),
+    "auto_ignores_the_refusal": (
+        "solm/llamacpp/engine.py",
+        'return "llama.cpp" if refusal is None and llama_cpp_available() else "torch"',
+        'return "llama.cpp" if llama_cpp_available() else "torch"', LLAMA_TESTS),
     "gguf_rotary_not_permuted": (
         "solm/llamacpp/export.py",
         "array = torch.from_numpy(_permute_rotary(tensor.float().cpu().numpy(), n_head))",
