@@ -713,3 +713,42 @@ def test_tip_eval_run_on_llama_cpp_gives_the_torch_runs_samples(tmp_path, tiny_f
                               "streamingllm@12": "llama.cpp", "h2o@8": "torch",
                               "h2o@12": "torch", "tip": "llama.cpp"}
     assert rows["auto"] == rows["torch"] and len(rows["torch"]) == 18
+
+
+def test_tip_bench_replays_on_both_engines_side_by_side(tmp_path, tiny_folder, monkeypatch):
+    """`tip bench --engine torch,llama.cpp`: llama.cpp reads the same live KV as torch under
+    each policy it can run (so its cells go when torch's pages do), leaves h2o out and says
+    why when the policies were not named, and refuses it in one line when they were."""
+    from test_tip_cli import SOLUTION, words
+
+    from solm.annotate.tip_traces import build_traces
+    from solm.cli import tip
+
+    monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
+    rows = build_traces(iter([("q", SOLUTION)] * 100), words, n_traces=3, min_tokens=60,
+                        registers=4, min_step_tokens=4)
+    traces = tmp_path / "t.jsonl"
+    traces.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "bench.json"
+    common = ["bench", "--traces", str(traces), "--model", tiny_folder, "--registers", "4",
+              "--budget", "40", "--page-size", "8", "--batch-size", "2", "--gguf-type", "f32",
+              "--dtype", "fp32", "--no-compile", "--quiet"]
+    r = runner.invoke(tip.app, common + ["--engine", "torch,llama.cpp", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    s = json.loads(out.read_text())
+    by = {(p["engine"], p["policy"]): p for p in s["policies"]}
+    assert {p for e, p in by if e == "torch"} == {"dense", "tip", "streamingllm", "h2o"}
+    assert {p for e, p in by if e == "llama.cpp"} == {"dense", "tip", "streamingllm"}
+    assert "attention" in s["engines"]["llama.cpp"]["refused"]["h2o"]
+    for policy in ("dense", "tip", "streamingllm"):
+        ours, ref = by["llama.cpp", policy], by["torch", policy]
+        assert ours["tokens"] == ref["tokens"]
+        assert ours["mean_live_tokens"] == pytest.approx(ref["mean_live_tokens"])
+        assert ours["peak_pages"] == ref["peak_pages"]
+    assert by["llama.cpp", "tip"]["live_kv_vs_dense"] < 0.95
+    assert set(s["llama_cpp_vs_torch_throughput"]) == {"dense", "tip", "streamingllm"}
+    assert out.with_suffix(".png").stat().st_size > 0
+    r = runner.invoke(tip.app, common + ["--engine", "llama.cpp", "--policies", "dense,h2o"])
+    assert r.exit_code != 0 and "attention" in r.output and "Traceback" not in r.output
+    r = runner.invoke(tip.app, common + ["--engine", "torch,auto", "--policies", "h2o"])
+    assert r.exit_code != 0 and "already in the list" in r.output

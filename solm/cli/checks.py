@@ -23,6 +23,22 @@ def one_of(*allowed: str) -> Callable:
     return check
 
 
+def engine_list(value: str | None) -> list[str] | None:
+    """Option callback: a comma-separated list of decoding engines, run side by side."""
+    from solm.llamacpp.engine import ENGINES
+
+    if value is None:
+        return None
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [n for n in names if n not in ENGINES]
+    if not names or bad:
+        raise typer.BadParameter(f"{','.join(bad) or repr(value)}: engines are "
+                                 f"{', '.join(ENGINES)}, comma-separated")
+    if len(set(names)) != len(names):
+        raise typer.BadParameter(f"{value}: an engine is named twice")
+    return names
+
+
 def judge_spec(value: str | None) -> str | None:
     """Option callback: a judge / annotator backend spec (gemini:M, openai:M, hf:M), checked
     before anything loads."""

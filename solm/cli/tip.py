@@ -10,7 +10,7 @@ import typer
 
 from solm.decode.tip.config import TipDecodeConfig
 from solm.cli.setting_options import setting_option
-from solm.cli.checks import check_paths
+from solm.cli.checks import check_paths, engine_list, one_of
 from solm.cli.console import handle_errors, info, out_console, progress
 from solm.cli.flags import (model_command, out_option, CompileOption, ConfigOption,
                             DebugOption, DedupeOption, DEFAULT_MODEL, DeviceOption, DtypeOption,
@@ -25,6 +25,8 @@ from solm.cli.tip_eval import app as tip_eval_app
 from solm.core.errors import SolmError
 from solm.core.paths import outputs_beside
 from solm.decode.tip.policies import POLICIES, policies_help
+from solm.llamacpp.engine import ENGINE_HELP, GGUF_TYPE_HELP
+from solm.llamacpp.export import OUTTYPES
 from solm.train.grpo import TipGRPOConfig
 from solm.train.tip_sft import TipSFTConfig
 
@@ -291,58 +293,84 @@ def bench(
     out: Optional[Path] = out_option(None, help="Summary JSON here."),
     compile: Optional[bool] = CompileOption,
     quantize: Optional[str] = QuantizeOption,
+    engine: Optional[str] = typer.Option(
+        "torch", "--engine", callback=engine_list,
+        help=ENGINE_HELP + " A comma-separated list (`torch,llama.cpp`) replays every policy "
+        "on each engine, side by side in one run, with llama.cpp's throughput over torch's "
+        "per policy; with `--policies all`, llama.cpp leaves out the policies it cannot run "
+        "(h2o) and says why."),
+    gguf_type: str = typer.Option("q8_0", "--gguf-type", callback=one_of(*OUTTYPES),
+                                  help=GGUF_TYPE_HELP),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Replay traces token by token with each policy, side by side in one run: throughput,
-    live KV tokens, peak pages, fragmentation, and the ratios against dense.
+    live KV tokens, peak pages, fragmentation, and the ratios against dense (per engine).
 
     Input: JSONL with `prompt` and a register-annotated `response`, e.g.
     `{"prompt": "Solve ...", "response": "<reg_0>First, ...\n<reg_1>Then ..."}` (`tip traces`
     writes such files).
 
-    Example: `tip bench -t runs/tip/traces.jsonl --max-tokens 4000 --policies dense,tip -o runs/tip/bench.json`
+    Examples:
+
+    - `tip bench -t runs/tip/traces.jsonl --max-tokens 4000 --policies dense,tip -o runs/tip/bench.json`
+    - `tip bench -t runs/tip/traces.jsonl --max-tokens 2000 --policies dense,tip,streamingllm --engine torch,llama.cpp -o runs/tip/engines.json`
     """
     from solm.core.chat import prompt_ids, text_ids
     from solm.core.provenance import write_manifest
-    from solm.eval.tip_bench import pages_needed, read_trace_rows, run_tip_bench
+    from solm.decode.compiled import should_compile
+    from solm.eval.tip_bench import (bench_runtime, merge_engines, plan_engines,
+                                     read_trace_rows, run_tip_bench)
+    from solm.llamacpp.engine import load_on_engine
 
     from solm.decode.tip.policies import make_policy
-    from solm.decode.tip.runtime import TipRuntime
 
     registers = _registers(model, registers)
-    names = (list(POLICIES) if policies.strip() == "all"
+    named = policies.strip() != "all"
+    names = (list(POLICIES) if not named
              else [p.strip() for p in policies.split(",") if p.strip()])
     for name in names:  # fail on bad flags before loading the model
         make_policy(name, budget, page_size)
+    plans = plan_engines(engine, names, budget, page_size, named, registers=registers,
+                         gguf_type=gguf_type, quantize=quantize, compile=compile)
     plot = None if out is None else out.with_suffix(".png")
     check_paths([traces_file], [*outputs_beside(out), plot])
     rows = read_trace_rows(traces_file, limit)
-
-    m, tok = _load(model, registers, dtype, device, quantize)  # one load: its own tokenizer
-    pairs = [(prompt_ids(tok, r["prompt"]), text_ids(tok, r["response"])[:max_tokens])
-             for r in rows]
-    from solm.decode.compiled import should_compile
-
-    compiled = should_compile(compile, sum(len(r) for _, r in pairs) * len(names), m.device)
-    rt = TipRuntime(m, tok, num_pages=pages_needed(pairs, page_size, batch_size, registers),
-                    page_size=page_size, num_registers=registers, compile=compiled)
-    info(f"replaying {len(pairs)} traces (mean {sum(len(r) for _, r in pairs) / len(pairs):.0f}"
-         f" tokens) with {', '.join(names)}")
     done: list[dict] = []
 
     def policy_done(row: dict) -> None:
-        info(f"{row['policy']}: {row['throughput_tok_s']:.1f} tok/s, live "
+        info(f"{row['policy']} ({row['engine']}): {row['throughput_tok_s']:.1f} tok/s, live "
              f"{row['mean_live_tokens']:.0f} tokens")
         done.append(row)
         if out:  # what finished is kept if a later policy is interrupted
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps({"partial": True, "policies": done}, indent=2))
 
-    with progress("replaying (tokens)", sum(len(r) for _, r in pairs) * len(names)) as advance:
-        summary = run_tip_bench(rt, pairs, names, budget, batch_size,
-                                on_policy=policy_done, on_step=advance)
-    summary.update({"model": model, "compiled": compiled, "quantize": quantize,
-                    "compile_s": round(rt.compile_s, 1)})
+    summaries, pairs = [], None
+    for settings, runs, refused in plans:
+        for name, why in refused.items():
+            info(f"{name} left out on llama.cpp: {why}")
+        info(f"loading {model} ({registers} registers) for {settings.engine} ...")
+        m, tok = load_on_engine(model, settings, dtype, device, "tip", registers)
+        if pairs is None:  # every engine's tokenizer has the same tokens
+            pairs = [(prompt_ids(tok, r["prompt"]),
+                      text_ids(tok, r["response"])[:max_tokens]) for r in rows]
+        compiled = settings.engine == "torch" and should_compile(
+            compile, sum(len(r) for _, r in pairs) * len(runs), m.device)
+        rt = bench_runtime(m, tok, pairs, settings, batch_size, compiled)
+        info(f"replaying {len(pairs)} traces (mean "
+             f"{sum(len(r) for _, r in pairs) / len(pairs):.0f} tokens) with {', '.join(runs)}"
+             f" on {settings.engine}")
+        with progress(f"replaying on {settings.engine} (tokens)",
+                      sum(len(r) for _, r in pairs) * len(runs)) as advance:
+            summary = run_tip_bench(rt, pairs, runs, budget, batch_size,
+                                    on_policy=policy_done, on_step=advance)
+        summary.update({"compiled": compiled, "compile_s": round(rt.compile_s, 1),
+                        "refused": refused,
+                        "gguf_type": gguf_type if settings.engine == "llama.cpp" else None})
+        summaries.append(summary)
+        del rt, m  # one model in memory at a time
+    summary = merge_engines(summaries)
+    summary.update({"model": model, "quantize": quantize})
     if out:
         from solm.eval.tip_plots import plot_tip_bench
 

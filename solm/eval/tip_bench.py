@@ -71,7 +71,10 @@ def replay_policy(rt: TipRuntime, traces: list[tuple[list[int], list[int]]], pol
 
 def step_bandwidth(rt: TipRuntime, steps: int, slot_reads: int, seconds: float) -> dict:
     """Bandwidth the decode steps achieved: weights once per step plus the KV slots gathered
-    (counted per layer by the paged cache), against the machine's probed bandwidth."""
+    (counted per layer by the paged cache), against the machine's probed bandwidth. Not on
+    llama.cpp, whose reads solm does not see (nothing is reported there)."""
+    if rt.llama is not None:
+        return {}
     from solm.core.quantize import weight_bytes
     from solm.decode.bandwidth import achieved, kv_bytes_per_token, machine_bandwidth
 
@@ -92,20 +95,87 @@ def run_tip_bench(rt: TipRuntime, traces: list[tuple[list[int], list[int]]],
         replay_policy(rt, warm, policy, budget, batch_size)
     rows = []
     for policy in policies:
-        row = replay_policy(rt, traces, policy, budget if POLICIES[policy].needs_budget
-                            else None, batch_size, on_step)
+        row = {"engine": "llama.cpp" if rt.llama is not None else "torch",
+               **replay_policy(rt, traces, policy, budget if POLICIES[policy].needs_budget
+                               else None, batch_size, on_step)}
         rows.append(row)
         _add_ratios(rows)
         if on_policy:
             on_policy(row)
     by = {r["policy"]: r for r in rows}
-    summary: dict = {"policies": rows, "traces": len(traces), "page_size": rt.page_size,
+    summary: dict = {"engine": rows[0]["engine"], "policies": rows, "traces": len(traces), "page_size": rt.page_size,
                      "batch_size": batch_size, "budget": budget,
                      "mean_trace_tokens": sum(len(r) for _, r in traces) / len(traces)}
     if "dense" in by and "tip" in by:
         summary["throughput_vs_dense"] = by["tip"]["throughput_vs_dense"]
         summary["live_kv_vs_dense"] = by["tip"]["live_kv_vs_dense"]
     return summary
+
+
+def plan_engines(choices: list[str], policies: list[str], budget: int, page_size: int,
+                 named: bool, **settings) -> list[tuple]:
+    """(engine settings, the policies it replays, {refused policy: why}) per engine choice.
+    llama.cpp leaves out the policies it cannot run when the policies were not named (`all`);
+    a named one it cannot run is a one-line error, as in `tip decode`."""
+    from solm.core.errors import SolmError
+    from solm.decode.tip.policies import make_policy
+    from solm.decode.tip.system import TipEngine, llama_refusal
+    from solm.llamacpp.engine import choose_engine
+
+    plans, resolved = [], set()
+    for choice in choices:
+        engine = TipEngine(engine=choice, page_size=page_size, **settings)
+        why = {n: llama_refusal(make_policy(n, budget, page_size), engine) for n in policies}
+        refused = {n: r for n, r in why.items() if r}
+        if choice == "llama.cpp" and not named and len(refused) < len(policies):
+            engine.engine = choose_engine(choice, None)
+        else:
+            engine.engine = choose_engine(choice, next(iter(refused.values()), None))
+            refused = {}
+        if engine.engine in resolved:
+            raise SolmError(f"--engine {','.join(choices)}: {choice} resolves to "
+                            f"{engine.engine}, which is already in the list")
+        resolved.add(engine.engine)
+        runs = [n for n in policies if n not in refused] if engine.engine == "llama.cpp" \
+            else list(policies)
+        plans.append((engine, runs, refused if engine.engine == "llama.cpp" else {}))
+    return plans
+
+
+def bench_runtime(model, tokenizer, traces: list[tuple[list[int], list[int]]], engine,
+                  batch_size: int, compile: bool) -> TipRuntime:
+    """The paged runtime a replay runs on: torch's pool, or llama.cpp with one KV stream per
+    batch row, each as long as the longest trace."""
+    llama = None
+    if engine.engine == "llama.cpp":
+        from solm.llamacpp.engine import llama_context
+
+        longest = max(len(p) + len(r) for p, r in traces) + 2
+        llama = llama_context(engine, batch_size * longest, batch_size, unified=False)
+    return TipRuntime(model, tokenizer,
+                      num_pages=pages_needed(traces, engine.page_size, batch_size,
+                                             engine.registers),
+                      page_size=engine.page_size, num_registers=engine.registers,
+                      compile=compile and llama is None, llama=llama)
+
+
+def merge_engines(summaries: list[dict]) -> dict:
+    """One report of several engines' replays: every policy row (with its engine), the
+    first engine's ratios against dense on top, each engine's beside them, and llama.cpp's
+    throughput over torch's per policy when both ran."""
+    first = summaries[0]
+    merged = {k: v for k, v in first.items() if k != "policies"}
+    merged["policies"] = [r for s in summaries for r in s["policies"]]
+    merged["engines"] = {s["engine"]: {k: s[k] for k in
+                                       ("throughput_vs_dense", "live_kv_vs_dense",
+                                        "compiled", "refused") if k in s}
+                         for s in summaries}
+    by = {(r["engine"], r["policy"]): r for r in merged["policies"]}
+    ratios = {p: by["llama.cpp", p]["throughput_tok_s"] / by["torch", p]["throughput_tok_s"]
+              for e, p in by if e == "torch" and ("llama.cpp", p) in by}
+    if ratios:
+        merged["llama_cpp_vs_torch_throughput"] = ratios
+    return merged
 
 
 def _add_ratios(rows: list[dict]) -> None:
