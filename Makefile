@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 DATA ?= $(or $(SOLM_DATA),$(HOME)/.cache/solm/data)
 export SOLM_DATA := $(DATA)
 
-PHONY_37 := sft-overlap-cpu overlap-vs-pred10x
+PHONY_37 := sft-overlap-cpu overlap-vs-pred10x pdiff-sft-overlap-cpu pdiff-overlap-vs-pred10x
 .PHONY: $(PHONY_37) setup demo test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu tip-grpo-cpu tip-eval-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
 
 setup: $(STAMP)
@@ -143,6 +143,30 @@ overlap-vs-pred10x: setup $(ALPACA)
 	$(BIN)/pasta eval run -o $(OVERLAP_DIR)/torch-timed --prompts $(ALPACA) --limit 16 \
 		--method sequential:baseline-sft=baseline-sft-cpu --method pasta:overlap=pasta-sft-overlap-cpu \
 		$(OVERLAP_EVAL)
+
+# Planned Diffusion in the overlap layout beside Pred-10X (issue 37): pdiff-cpu's recipe on
+# today's rows, trained with --positions overlap (kept as pdiff-overlap-cpu; llama.cpp decodes
+# it) and --positions pred10x; both on the first $(OVERLAP_PROMPTS) AlpacaEval prompts against
+# baseline-sft-cpu (greedy, batched 16, torch, steps ratio 0.5), then the overlap model and the
+# baseline timed at batch 1 on llama.cpp. Resumable: rerun after a kill.
+PDIFF_OVERLAP_DIR ?= runs/pdiff-overlap
+pdiff-sft-overlap-cpu: setup $(SFT_DIR)/sft_rows.jsonl
+	$(call trained,$(PDIFF_OVERLAP_DIR)/overlap) $(BIN)/pdiff sft --data $(SFT_DIR)/sft_rows.jsonl \
+		--out $(PDIFF_OVERLAP_DIR)/overlap $(PDIFF_SFT_ARGS) --positions overlap
+	$(call trained,$(PDIFF_OVERLAP_DIR)/pred10x) $(BIN)/pdiff sft --data $(SFT_DIR)/sft_rows.jsonl \
+		--out $(PDIFF_OVERLAP_DIR)/pred10x $(PDIFF_SFT_ARGS) --positions pred10x
+	$(PACK) '$(PDIFF_OVERLAP_DIR)/overlap', '$(ARTIFACTS)/pdiff-overlap-cpu')"
+	printf '{\n  "do_sample": false,\n  "repetition_penalty": 1.2\n}\n' \
+		> $(ARTIFACTS)/pdiff-overlap-cpu/generation_config.json
+
+pdiff-overlap-vs-pred10x: setup $(ALPACA)
+	$(BIN)/pasta eval run -o $(PDIFF_OVERLAP_DIR)/batched --prompts $(ALPACA) --limit $(OVERLAP_PROMPTS) \
+		--method sequential:baseline-sft=baseline-sft-cpu \
+		--method pdiff:pred10x=$(PDIFF_OVERLAP_DIR)/pred10x,steps_ratio=0.5 \
+		--method pdiff:overlap=pdiff-overlap-cpu,steps_ratio=0.5 --batch-size 16 $(OVERLAP_EVAL)
+	$(BIN)/pasta eval run -o $(PDIFF_OVERLAP_DIR)/llama-timed --prompts $(ALPACA) --limit 16 \
+		--method sequential:baseline-sft=baseline-sft-cpu \
+		--method pdiff:overlap=pdiff-overlap-cpu,steps_ratio=0.5 --engine llama.cpp $(OVERLAP_EVAL)
 
 # The issue-6 acceptance run (~1 h 45 min on 2 cores): 16 synthetic register traces of
 # 4,000 tokens replayed with dense and tip at batch 16. See README "TIP runtime".

@@ -40,32 +40,18 @@ def cpu_name() -> str:
 
 def llama_own(gguf: str, prompts: list[list[int]], new: int, threads: int) -> dict:
     """llama.cpp's own loop: decode one token, sample greedily in C, repeat."""
-    import llama_cpp as L
-
-    from solm.llamacpp.binding import LlamaContext, Token
+    from solm.llamacpp.binding import LlamaContext
+    from solm.llamacpp.own_loop import OwnLoop
 
     ctx = LlamaContext(gguf, n_ctx=2048, n_seq=1, threads=threads)
-    chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
-    L.llama_sampler_chain_add(chain, L.llama_sampler_init_greedy())
-    batch = L.llama_batch_init(1, 0, 1)
+    loop = OwnLoop(ctx)
     tokens, seconds = 0, 0.0
     for i, ids in enumerate([prompts[0]] + prompts):  # the first decode warms up
-        ctx.clear()
-        ctx.decode([Token(t, p, 0, logits=p == len(ids) - 1) for p, t in enumerate(ids)])
-        t0 = time.perf_counter()
-        tok = L.llama_sampler_sample(chain, ctx.ctx, -1)
-        for step in range(new - 1):
-            batch.n_tokens = 1
-            batch.token[0], batch.pos[0], batch.n_seq_id[0] = tok, len(ids) + step, 1
-            batch.seq_id[0][0], batch.logits[0] = 0, 1
-            if L.llama_decode(ctx.ctx, batch) != 0:
-                raise RuntimeError("llama_decode failed")
-            tok = L.llama_sampler_sample(chain, ctx.ctx, -1)
+        _, _, decode_s = loop.generate(ids, new)
         if i:
-            seconds += time.perf_counter() - t0
+            seconds += decode_s
             tokens += new
-    L.llama_batch_free(batch)
-    L.llama_sampler_free(chain)
+    loop.close()
     ctx.close()
     return {"tokens": tokens, "decode_s": round(seconds, 3), "tokens_per_s": tokens / seconds}
 

@@ -497,6 +497,118 @@ def test_pasta_decode_parallel_on_llama_cpp_writes_the_torch_engines_answers(tmp
     assert max(t for _, t, _ in rows["torch"].values()) >= 3
 
 
+def test_pasta_chat_on_llama_cpp_answers_what_torch_does(tmp_path, monkeypatch):
+    """Two turns of `pasta chat` on the promise-writing overlap model, greedy: the same
+    answers (with threads) on both engines; the engine is named; a Pred-10X model on
+    llama.cpp is refused in one line."""
+    from solm.cli import pasta
+
+    monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
+    model, tok = tag_happy_overlap_model()
+    save_model(model, tok, tmp_path / "m", system="pasta", control_tokens="pasta",
+               positions="overlap")
+    answers = {}
+    for engine in ("torch", "llama.cpp"):
+        r = runner.invoke(pasta.app, ["chat", "-m", str(tmp_path / "m"), "--engine", engine,
+                                      "--gguf-type", "f32", "--temperature", "0",
+                                      "--max-new-tokens", "40", "--dtype", "fp32"],
+                          input=f"{TEXTS[0]}\n{TEXTS[1]}\n\n")
+        assert r.exit_code == 0, r.output
+        assert f"decoding on {engine}" in r.stderr
+        answers[engine] = [line for line in r.stdout.splitlines() if "model>" in line]
+    assert len(answers["torch"]) == 2 and answers["llama.cpp"] == answers["torch"]
+    assert "forward passes" in r.stderr and "threads" in r.stderr
+    save_model(model, tok, tmp_path / "p10", system="pasta", control_tokens="pasta")
+    r = runner.invoke(pasta.app, ["chat", "-m", str(tmp_path / "p10"), "--engine", "llama.cpp"],
+                      input="hi\n\n")
+    assert r.exit_code != 0 and "overlap" in r.output and "Traceback" not in r.output
+
+
+def test_llama_cpps_own_loop_generates_the_hf_greedy_answer(exported):
+    """The yardstick `pasta bench --engine llama.cpp` and bench/llamacpp_speed.py time:
+    llama.cpp's own loop gives the HF model's greedy tokens up to the first near-tie."""
+    from solm.llamacpp.binding import LlamaContext
+    from solm.llamacpp.own_loop import OwnLoop
+
+    model, tok, path = exported
+    loop = OwnLoop(LlamaContext(path, n_ctx=512, n_seq=1, kv_type="f32"))
+    for ids in prompt_ids(tok, TEXTS[:4]):
+        ours, _, _ = loop.generate(ids, 24)
+        ref = model.generate(torch.tensor([ids]), max_new_tokens=24, min_new_tokens=24,
+                             do_sample=False)[0, len(ids):].tolist()
+        n = first_near_tie(model, ids, ref)
+        assert ours[:n] == ref[:n] and n >= 8
+    loop.close()
+
+
+def test_pasta_bench_on_llama_cpp_replays_what_torch_replays(tmp_path, monkeypatch):
+    """`pasta bench --engine llama.cpp` on an overlap model: every annotated row replayed
+    exactly, the same theoretical speedups as on torch and never fewer passes (a sync joins
+    one pass later there), timed against llama.cpp's own loop; a Pred-10X model is refused."""
+    from solm.cli import pasta
+
+    monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
+    model, tok = tag_happy_overlap_model()
+    save_model(model, tok, tmp_path / "m", system="pasta", control_tokens="pasta",
+               positions="overlap")
+    annotated = tmp_path / "a.jsonl"
+    annotated.write_text("".join(json.dumps({"id": str(i), "prompt": "Give me tips.",
+                                             "annotated": a}) + "\n"
+                                 for i, a in enumerate(ANNOTATED[:3])))
+    rows = {}
+    for engine in ("torch", "llama.cpp"):
+        out = tmp_path / f"{engine}.jsonl"
+        r = runner.invoke(pasta.app, ["bench", "-a", str(annotated), "-m", str(tmp_path / "m"),
+                                      "--engine", engine, "--gguf-type", "f32", "--repeats", "1",
+                                      "--dtype", "fp32", "--no-compile", "-o", str(out), "-q"])
+        assert r.exit_code == 0, r.output
+        summary = json.loads((tmp_path / f"{engine}.jsonl.summary.json").read_text())
+        assert summary["engine"] == engine and summary["replay_exact"]
+        rows[engine] = {x["id"]: x for x in map(json.loads, open(out))}
+    assert summary["generate"] == "llama.cpp's own loop" and summary["seq_vs_generate"] > 0
+    for i, ref in rows["torch"].items():
+        ours = rows["llama.cpp"][i]
+        assert ours["theoretical_speedup"] == ref["theoretical_speedup"]
+        assert ours["forward_passes"] >= ref["forward_passes"]
+    save_model(model, tok, tmp_path / "p10", system="pasta", control_tokens="pasta")
+    r = runner.invoke(pasta.app, ["bench", "-a", str(annotated), "-m", str(tmp_path / "p10"),
+                                  "--engine", "llama.cpp"])
+    assert r.exit_code != 0 and "overlap" in r.output and "Traceback" not in r.output
+
+
+def test_sot_points_on_llama_cpp_equal_the_hf_forward(exported, monkeypatch):
+    """Skeleton-of-Thought on llama.cpp (`BatchedSotRuntime` on `LlamaCppStep`), three
+    questions at once: every point's logits equal one HF forward over the shared prefix, its
+    own prompt and its tokens (each point as if decoded alone), the same answers as torch's
+    batched runtime, and every sequence is released at the end."""
+    from solm.decode.sot import runtime as sot_runtime
+    from solm.decode.sot.batched import BatchedSotRuntime
+    from solm.decode.sot.runtime import SotConfig
+    from solm.llamacpp.binding import LlamaContext
+    from solm.llamacpp.step import LlamaCppStep
+
+    model, tok, path = exported
+    monkeypatch.setattr(sot_runtime, "parse_skeleton", lambda text: ["Apples", "Pears",
+                                                                     "Plums"])
+    cfg = SotConfig(max_skeleton_tokens=10, max_point_tokens=6, stop_at_newline=False,
+                    record_logits=True, max_new_tokens=30)
+    step = LlamaCppStep(LlamaContext(path, n_ctx=4096, n_seq=32, kv_type="f32"))
+    ours = dict(BatchedSotRuntime(model, tok, pool_size=4096, max_batch=3, forward=step)
+                .run(list(enumerate(TEXTS[:4])), cfg))
+    ref = dict(BatchedSotRuntime(model, tok, pool_size=4096, max_batch=3)
+               .run(list(enumerate(TEXTS[:4])), cfg))
+    for i in range(4):
+        a = ours[i]
+        assert (a.text, a.point_tokens, a.forward_passes) == \
+            (ref[i].text, ref[i].point_tokens, ref[i].forward_passes)
+        assert len(a.point_ids) == 3
+        for own, gen, rows in zip(a.point_prompts, a.point_ids, a.point_logits):
+            full = hf_logits(model, a.prefix_ids + own + gen)
+            start = len(a.prefix_ids) + len(own) - 1
+            agree_up_to_near_ties(rows, full[start:start + rows.shape[0]])
+    assert all(step.ctx.seq_pos_max(s) == -1 for s in range(32))
+
+
 # ---- Planned Diffusion (overlap layout) -----------------------------------------------------
 
 PLANS = ['Intro <promise topic="a" tokens="1"/> and <promise topic="b" tokens="2"/><sync/> end.',
@@ -565,8 +677,9 @@ def test_planned_diffusion_on_llama_cpp_equals_torch(pdiff_overlap):
 
 def test_eval_run_on_llama_cpp_gives_the_torch_runs_outputs(tmp_path, tiny_folder, monkeypatch):
     """`pasta eval run --engine llama.cpp` (timed, then batched): every method's outputs are
-    the torch run's (greedy, f32 export); `auto` puts sot on torch; run.json names each
-    method's engine, and a rerun on another engine is refused instead of mixing rows."""
+    the torch run's (greedy, f32 export); `auto` puts sequential and sot on llama.cpp;
+    run.json names each method's engine, and a rerun on another engine is refused instead of
+    mixing rows."""
     from solm.cli import pasta_eval
 
     monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
@@ -575,26 +688,23 @@ def test_eval_run_on_llama_cpp_gives_the_torch_runs_outputs(tmp_path, tiny_folde
     outs = {}
     for engine, batch in (("torch", 1), ("llama.cpp", 1), ("auto", 3)):
         run_dir = tmp_path / f"run-{engine}"
-        methods = ["--method", f"sequential={tiny_folder}"] + (
-            ["--method", f"sot={tiny_folder}", "--sot-skeleton-tokens", "8"]
-            if engine != "llama.cpp" else [])
+        methods = ["--method", f"sequential={tiny_folder}", "--method", f"sot={tiny_folder}",
+                   "--sot-skeleton-tokens", "8"]
         r = runner.invoke(pasta_eval.app, [
             "run", "-o", str(run_dir), "--prompts", str(prompts), *methods, "--no-judge",
             "--max-new-tokens", "10", "--dtype", "fp32", "--no-compile", "--engine", engine,
             "--gguf-type", "f32", "--batch-size", str(batch), "-q"])
         assert r.exit_code == 0, r.output
-        outs[engine] = {x["id"]: x["output"] for x in map(json.loads, (
-            run_dir / "outputs" / "sequential.jsonl").read_text().splitlines())}
+        outs[engine] = {(kind, x["id"]): x["output"] for kind in ("sequential", "sot")
+                        for x in map(json.loads, (run_dir / "outputs" / f"{kind}.jsonl")
+                                     .read_text().splitlines())}
         run = json.loads((run_dir / "run.json").read_text())
         expected = {"torch": "torch", "llama.cpp": "llama.cpp", "auto": "llama.cpp"}[engine]
-        assert run["engines"]["sequential"] == expected
-        if engine == "auto":
-            assert run["engines"]["sot"] == "torch"
+        assert run["engines"]["sequential"] == run["engines"]["sot"] == expected
     assert outs["llama.cpp"] == outs["torch"] == outs["auto"]
     r = runner.invoke(pasta_eval.app, [
-        "run", "-o", str(tmp_path / "run-llama.cpp"), "--prompts", str(prompts), "--method",
-        f"sequential={tiny_folder}", "--no-judge", "--max-new-tokens", "10", "--dtype", "fp32",
-        "--no-compile", "-q"])
+        "run", "-o", str(tmp_path / "run-llama.cpp"), "--prompts", str(prompts), *methods,
+        "--no-judge", "--max-new-tokens", "10", "--dtype", "fp32", "--no-compile", "-q"])
     assert r.exit_code != 0 and "engines" in r.output
 
 

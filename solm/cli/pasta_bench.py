@@ -9,12 +9,14 @@ from typing import Optional
 
 import typer
 
-from solm.cli.checks import check_paths
+from solm.cli.checks import check_paths, one_of
 from solm.cli.console import console, info, out_console, progress
 from solm.cli.flags import (model_command, out_option, CompileOption, ConfigOption,
                             DebugOption, DeviceOption, DtypeOption, ModelOption, QuantizeOption,
                             QuietOption)
 from solm.cli.job_helpers import settings_from
+from solm.llamacpp.engine import ENGINE_HELP, ENGINES, GGUF_TYPE_HELP
+from solm.llamacpp.export import OUTTYPES
 
 
 BENCH_BESIDE = (".summary.json", ".png")  # what `pasta bench -o OUT` writes beside OUT
@@ -40,6 +42,12 @@ def bench(
                                        "summary next to it."),
     compile: Optional[bool] = CompileOption,
     quantize: Optional[str] = QuantizeOption,
+    engine: str = typer.Option("torch", "--engine", callback=one_of(*ENGINES),
+                               help=ENGINE_HELP + " On llama.cpp (a model trained with "
+                               "--positions overlap), `seq_vs_generate` compares with "
+                               "llama.cpp's own generation loop on the same GGUF."),
+    gguf_type: str = typer.Option("q8_0", "--gguf-type", callback=one_of(*OUTTYPES),
+                                  help=GGUF_TYPE_HELP),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Replay annotated responses: realized vs theoretical speedup, efficiency, vs generate.
@@ -48,7 +56,8 @@ def bench(
     `pasta annotate` writes them (README "Input formats" has a two-line example).
     Each row is teacher-forced on the real parallel schedule and its stripped text
     sequentially. Prints a JSON summary with `realized_speedup`, `theoretical_speedup`,
-    `efficiency` (geometric means) and `seq_vs_generate`; warm-up time is reported separately.
+    `efficiency` (geometric means) and `seq_vs_generate` (against `model.generate`, or on
+    `--engine llama.cpp` against llama.cpp's own loop); warm-up time is reported separately.
 
     Example: `pasta bench -a runs/bench/gpt4_rules.jsonl --config configs/pasta_bench_cpu.yaml -o runs/bench/replay.jsonl`
     """
@@ -56,18 +65,22 @@ def bench(
 
     from solm.core.chat import text_ids
     from solm.core.jsonl import JsonlWriter, read_jsonl
-    from solm.core.models import load_decoder
     from solm.core.pasta_lang import promises, strip
     from solm.core.provenance import write_manifest
     from solm.core.quantize import weight_bytes
     from solm.decode.bandwidth import kv_bytes_per_token, machine_bandwidth
     from solm.decode.compiled import should_compile
-    from solm.decode.pasta.runtime import PastaRuntime
+    from solm.decode.pasta.config import PastaDecodeConfig
+    from solm.decode.pasta.system import PastaEngine, load, one_request_runtime, prepare
     from solm.core.paths import outputs_beside
     from solm.eval.pasta_bench import plot_speedups, run_pasta_bench, sequential_bandwidth
 
     check_paths([annotated], outputs_beside(out, *BENCH_BESIDE))
-    m, tok = load_decoder(model, dtype=dtype, device=device, quantize=quantize)
+    settings = PastaEngine(engine=engine, gguf_type=gguf_type, pool_size=pool_size,
+                           compile=compile, quantize=quantize)
+    prepare(PastaDecodeConfig(mode="parallel"), settings, model)  # a refusal before loading
+    on_llama = settings.engine == "llama.cpp"
+    m, tok = load(model, settings, dtype, device)
     chosen = []
     for row in read_jsonl(annotated):
         text = row.get("annotated")
@@ -79,10 +92,24 @@ def bench(
         if len(chosen) >= rows:
             break
     expected = sum(2 * repeats * len(text_ids(tok, strip(r["annotated"]))) for r in chosen)
-    compiled = should_compile(compile, expected, m.device)
-    info(f"replaying {len(chosen)} rows from {annotated} (dtype {m.dtype}"
-         f"{', compiled step' if compiled else ''}{', ' + quantize if quantize else ''})")
-    rt = PastaRuntime(m, tok, pool_size=pool_size, compile=compiled)
+    compiled = not on_llama and should_compile(compile, expected, m.device)
+    on = (f"llama.cpp, {gguf_type} GGUF" if on_llama else
+          f"dtype {m.dtype}{', compiled step' if compiled else ''}"
+          f"{', ' + quantize if quantize else ''}")
+    info(f"replaying {len(chosen)} rows from {annotated} ({on})")
+    rt = one_request_runtime(m, tok, settings, compiled)
+    generate, own = None, None
+    if on_llama:  # the yardstick on the same engine: llama.cpp's own loop, same GGUF
+        from solm.llamacpp.engine import llama_context
+        from solm.llamacpp.own_loop import OwnLoop
+
+        own = OwnLoop(llama_context(settings, pool_size, sequences=1))
+
+        def own_generate(ids, n):
+            _, prefill_s, decode_s = own.generate(ids, n)
+            return prefill_s + decode_s
+
+        generate = own_generate
     writer = None
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -96,11 +123,16 @@ def bench(
 
     with progress("replaying", len(chosen)) as advance:
         results, summary = run_pasta_bench(rt, chosen, repeats=repeats, generate_rows=generate_rows,
-                                     on_row=lambda r: on_row(r, advance))
-    summary.update({"model": model, "dtype": str(m.dtype).replace("torch.", ""),
+                                     on_row=lambda r: on_row(r, advance), generate=generate)
+    if own is not None:
+        own.close()
+    summary.update({"model": model, "engine": settings.engine,
+                    "generate": "llama.cpp's own loop" if on_llama else "model.generate",
+                    "dtype": gguf_type if on_llama else str(m.dtype).replace("torch.", ""),
                     "repeats": repeats, "max_tokens": max_tokens, "compiled": compiled,
                     "quantize": quantize,
-                    "sequential_bandwidth": sequential_bandwidth(
+                    # solm does not see llama.cpp's reads
+                    "sequential_bandwidth": None if on_llama else sequential_bandwidth(
                         results, weight_bytes(m), kv_bytes_per_token(m),
                         machine_bandwidth(m.device))})
     if out:

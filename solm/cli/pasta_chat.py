@@ -16,7 +16,7 @@ from solm.cli.setting_options import setting_option
 from solm.core.generation import resolve_decode
 from solm.core.sampling import SamplingConfig
 from solm.decode.pasta.config import PastaDecodeConfig
-from solm.decode.registry import CompiledEngine
+from solm.decode.registry import CompiledEngine, EngineChoice
 
 
 def render_threads(views) -> Group:
@@ -35,7 +35,7 @@ def render_threads(views) -> Group:
 
 
 @handle_errors
-@settings_options(SamplingConfig, CompiledEngine)
+@settings_options(SamplingConfig, CompiledEngine, EngineChoice)
 @loads_models
 def chat(
     model: str = ModelOption,
@@ -49,24 +49,27 @@ def chat(
 ) -> None:
     """Talk to a model. A PASTA model's threads are shown live as they fork and join, and
     each answer ends with its threads, steps and speedup over sequential decoding. An empty
-    line or Ctrl-D ends the chat."""
+    line or Ctrl-D ends the chat. On `--engine llama.cpp` the model must be laid out
+    overlap (`pasta sft --positions overlap`), as the kept pasta-sft-overlap-cpu is."""
     from rich.live import Live
 
     from solm.core.chat import messages_ids
-    from solm.core.models import load_decoder
     from solm.core.records import Record
-    from solm.decode.compiled import should_compile
     from solm.decode.pasta.decode_file import result_record
     from solm.decode.pasta.live import thread_views
-    from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
+    from solm.decode.pasta.runtime import PastaDecodeConfig
+    from solm.decode.pasta.system import runtime_on_engine
 
     decoding = resolve_decode(model, decode_flags(**without_seed(options)))
     info(f"loading {model} ...")
-    m, tok = load_decoder(model, dtype=dtype, device=device, quantize=options["quantize"])
-    info(f"decoding with {decoding.describe()}")
-    rt = PastaRuntime(m, tok, pool_size=pool_size,
-                      compile=should_compile(options["compile"], min(max_new_tokens, pool_size),
-                                             m.device))
+    rt, settings = runtime_on_engine(model, "parallel", options["engine"], options["gguf_type"],
+                                     dtype, device, pool_size, compile=options["compile"],
+                                     quantize=options["quantize"],
+                                     expected_tokens=min(max_new_tokens, pool_size))
+    tok, on_llama = rt.tokenizer, settings.engine == "llama.cpp"
+    on = (f"llama.cpp ({settings.gguf_type} GGUF)" if on_llama
+          else "torch")
+    info(f"decoding on {on} with {decoding.describe()}")
     cfg = PastaDecodeConfig(max_new_tokens=max_new_tokens, sampling=SamplingConfig(
         seed=options["seed"], **decoding.values))
     messages = [{"role": "system", "content": system}] if system else []
@@ -88,5 +91,7 @@ def chat(
         out_console.print(f"[bold green]model>[/] {row['response']}", highlight=False)
         from solm.decode.pasta.system import figures_line
 
-        console.print(f"[dim]{figures_line(row, res, m)}[/]", highlight=False)
+        figures = (figures_line(row, res) + " (llama.cpp)" if on_llama
+                   else figures_line(row, res, rt.model))
+        console.print(f"[dim]{figures}[/]", highlight=False)
         messages.append({"role": "assistant", "content": row["response"]})

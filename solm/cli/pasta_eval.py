@@ -278,7 +278,9 @@ def run(
     pool_size: int = typer.Option(2048, min=64, help="KV pool slots per runtime."),
     engine: str = typer.Option("torch", "--engine", callback=one_of(*ENGINES),
                                help=ENGINE_HELP + " Every method's; under auto each method "
-                               "picks its own, named in run.json (sot decodes on torch)."),
+                               "picks its own, named in run.json (pasta/apar/pdiff methods need a model "
+                               "trained with --positions overlap for llama.cpp; sequential "
+                               "and sot run any model there)."),
     gguf_type: str = typer.Option("q8_0", "--gguf-type", callback=one_of(*OUTTYPES),
                                   help=GGUF_TYPE_HELP),
     shard: Optional[str] = ShardOption,

@@ -59,8 +59,11 @@ def time_generate(model, ids: list[int], n_tokens: int) -> float:
     return time.perf_counter() - t
 
 
-def bench_row(rt: PastaRuntime, row: dict, repeats: int = 2, compare_generate: bool = False
-              ) -> PastaBenchRow:
+def bench_row(rt: PastaRuntime, row: dict, repeats: int = 2, compare_generate: bool = False,
+              generate: Callable[[list[int], int], float] | None = None) -> PastaBenchRow:
+    """`generate(ids, n)`: seconds for the yardstick to produce n tokens from ids (default:
+    `model.generate`)."""
+    generate = generate or (lambda ids, n: time_generate(rt.model, ids, n))
     tok = rt.tokenizer
     prompt = prompt_ids(tok, row["prompt"], row.get("system"))
     annotated = text_ids(tok, row["annotated"])
@@ -69,7 +72,7 @@ def bench_row(rt: PastaRuntime, row: dict, repeats: int = 2, compare_generate: b
     seqs, pars, gens = [], [], []
     runs = {"sequential": lambda: seqs.append(rt.replay(prompt, plain, mode="sequential")),
             "parallel": lambda: pars.append(rt.replay(prompt, annotated, mode="parallel")),
-            "generate": lambda: gens.append(time_generate(rt.model, prompt, len(plain)))}
+            "generate": lambda: gens.append(generate(prompt, len(plain)))}
     order = ["sequential", "parallel"] + (["generate"] if compare_generate else [])
     for k in range(max(1, repeats)):  # interleaved, order alternating: drift hits all alike
         for name in (order if k % 2 == 0 else order[::-1]):
@@ -109,7 +112,7 @@ def sequential_bandwidth(rows: list[PastaBenchRow], weight_bytes: int, kv_token_
 def compile_for(rt: PastaRuntime, rows: list[dict]) -> float:
     """With a compiled step: build every graph these rows' replays will use, before timing.
     Returns the seconds it took (0 when the step is not compiled)."""
-    if rt.forward.compiled is None:
+    if getattr(rt.forward, "compiled", None) is None:
         return 0.0
     t = time.perf_counter()
     tok = rt.tokenizer
@@ -123,7 +126,8 @@ def compile_for(rt: PastaRuntime, rows: list[dict]) -> float:
     return time.perf_counter() - t
 
 
-def warm_up(rt: PastaRuntime, row: dict, compare_generate: bool) -> float:
+def warm_up(rt: PastaRuntime, row: dict, compare_generate: bool,
+            generate: Callable[[list[int], int], float] | None = None) -> float:
     """One untimed pass of every code path (first-call costs, allocator growth)."""
     t = time.perf_counter()
     tok = rt.tokenizer
@@ -132,7 +136,7 @@ def warm_up(rt: PastaRuntime, row: dict, compare_generate: bool) -> float:
     rt.replay(prompt, annotated[:32], mode="sequential")
     rt.replay(prompt, annotated, mode="parallel", max_new_tokens=64)
     if compare_generate:
-        time_generate(rt.model, prompt, 8)
+        (generate or (lambda ids, n: time_generate(rt.model, ids, n)))(prompt, 8)
     return time.perf_counter() - t
 
 
@@ -161,22 +165,25 @@ def summarize(rows: list[PastaBenchRow], warmup_s: float) -> dict:
 
 def run_pasta_bench(rt: PastaRuntime, rows: Iterable[dict], repeats: int = 2,
               generate_rows: int | None = None,
-              on_row: Callable[[PastaBenchRow], None] | None = None) -> tuple[list[PastaBenchRow], dict]:
+              on_row: Callable[[PastaBenchRow], None] | None = None,
+              generate: Callable[[list[int], int], float] | None = None
+              ) -> tuple[list[PastaBenchRow], dict]:
+    """Every row replayed on `rt`; `generate`: the sequential yardstick (`bench_row`)."""
     rows = list(rows)
     if not rows:
         raise ValueError("no annotated rows to benchmark")
     want_generate = generate_rows is None or generate_rows > 0
     build_s = compile_for(rt, rows)
-    warmup_s = build_s + warm_up(rt, rows[0], want_generate)
+    warmup_s = build_s + warm_up(rt, rows[0], want_generate, generate)
     results = []
     for i, row in enumerate(rows):
         compare = generate_rows is None or i < generate_rows
-        r = bench_row(rt, row, repeats=repeats, compare_generate=compare)
+        r = bench_row(rt, row, repeats=repeats, compare_generate=compare, generate=generate)
         results.append(r)
         if on_row:
             on_row(r)
     summary = summarize(results, warmup_s)
-    compiled = rt.forward.compiled
+    compiled = getattr(rt.forward, "compiled", None)
     summary["graphs"] = compiled.compiles if compiled is not None else 0
     summary["graph_build_s"] = round(compiled.build_s if compiled is not None else 0.0, 1)
     return results, summary

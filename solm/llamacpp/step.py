@@ -15,6 +15,10 @@ a token sees expressed as llama.cpp sequence membership in one unified KV cache.
   the `</async>` tokens of its blocks (`join_before_sync`); positions and logits are those of
   training, the pass count is one higher per sync than on torch.
 
+Skeleton-of-Thought's points (columns without `anchor`/`join`/`epoch`) are forks too: a point's
+sequence is given every cell of its main thread (the shared prefix, fed in an earlier pass) at
+its first token and never joins.
+
 Under the overlap layout every token's position is 1 + the largest position it sees, so
 every sequence continues at its largest position + 1, as llama.cpp requires. `release` (a
 request's end) removes all its sequences; a cell no sequence holds is free.
@@ -30,6 +34,7 @@ import torch
 from solm.llamacpp.binding import LlamaContext, Token
 
 MAIN = 0
+NEVER = 2 ** 62  # the join epoch of a thread that never joins main
 
 
 @dataclass
@@ -82,6 +87,7 @@ class LlamaCppStep:
         """Logits of every token fed; in a prefill, of each request's last token only (what a
         runtime reads of a prompt)."""
         owners, thread = columns["request"], columns["thread"]
+        promised = "anchor" in columns  # PASTA's forks; else forks from main's whole past
         slots = list(slots)
         batch: list[Token] = []
         at = 0
@@ -97,12 +103,16 @@ class LlamaCppStep:
                 if t != MAIN and t not in req.blocks:  # a fork's first token
                     seq = self._take()
                     self.ctx.seq_cp(req.main, seq)
-                    req.blocks[t] = (seq, int(columns["join"][i]))
-                    also.setdefault(int(columns["anchor"][i]), []).append(seq)
+                    if promised:
+                        req.blocks[t] = (seq, int(columns["join"][i]))
+                        also.setdefault(int(columns["anchor"][i]), []).append(seq)
+                    else:  # a point of SoT: main's cells are all in; it never joins
+                        req.blocks[t] = (seq, NEVER)
             for i in rows:
                 t = int(thread[i])
                 if t == MAIN:
-                    self._join(req, int(columns["epoch"][i]))
+                    if promised:
+                        self._join(req, int(columns["epoch"][i]))
                     seq, extra = req.main, tuple(also.pop(int(columns["order"][i]), ()))
                 else:
                     seq, extra = req.blocks[t][0], ()

@@ -48,20 +48,32 @@ def load(model: str, engine: PastaEngine, dtype: str, device: str | None):
 
 
 def runtime_on_engine(model: str, mode: str, engine: str, gguf_type: str, dtype: str,
-                      device: str | None, pool_size: int):
+                      device: str | None, pool_size: int, compile: bool | None = False,
+                      quantize: str | None = None, expected_tokens: int = 0):
     """(a one-request `PastaRuntime` for `model` on the engine `engine` resolves to for a
-    `mode` decode, that engine's settings): for `pasta demo` and other single decodes."""
-    from solm.decode.pasta.runtime import PastaRuntime
+    `mode` decode, that engine's settings): for `pasta demo`, `pasta chat` and other single
+    decodes. `compile`: torch's flag (None: when `expected_tokens` repay it)."""
+    from solm.decode.compiled import should_compile
 
-    settings = PastaEngine(engine=engine, gguf_type=gguf_type, pool_size=pool_size)
+    settings = PastaEngine(engine=engine, gguf_type=gguf_type,
+                           pool_size=pool_size, compile=compile, quantize=quantize)
     prepare(PastaDecodeConfig(mode=mode), settings, model)
     m, tok = load(model, settings, dtype, device)
-    if settings.engine != "llama.cpp":
-        return PastaRuntime(m, tok, pool_size=pool_size), settings
+    compiled = settings.engine == "torch" and should_compile(compile, expected_tokens, m.device)
+    return one_request_runtime(m, tok, settings, compiled), settings
+
+
+def one_request_runtime(model, tokenizer, engine: PastaEngine, compiled: bool = False):
+    """A `PastaRuntime` over `engine.pool_size` slots on the engine `prepare` chose (and
+    `load` exported for)."""
+    from solm.decode.pasta.runtime import PastaRuntime
+
+    if engine.engine != "llama.cpp":
+        return PastaRuntime(model, tokenizer, pool_size=engine.pool_size, compile=compiled)
     from solm.llamacpp.step import LlamaPoolStep
 
-    return PastaRuntime(m, tok, pool_size=pool_size, forward=LlamaPoolStep(
-        llama_context(settings, pool_size), pool_size)), settings
+    return PastaRuntime(model, tokenizer, pool_size=engine.pool_size, forward=LlamaPoolStep(
+        llama_context(engine, engine.pool_size), engine.pool_size))
 
 
 def batched_on_engine(model: str, mode: str, engine: str, gguf_type: str, dtype: str,

@@ -10,24 +10,41 @@ from solm.core.chat import text_ids
 from solm.core.settings import setting
 from solm.decode.jobs import DecodeSummary
 from solm.decode.protocol import Done, Job
-from solm.decode.registry import DecodeSystem, EngineSettings, register_system
+from solm.decode.registry import DecodeSystem, EngineChoice, register_system
 from solm.decode.sot.config import SotConfig
+from solm.llamacpp.engine import choose_engine, llama_context, load_on_engine
 
 
 @dataclass
-class SotEngine(EngineSettings):
+class SotEngine(EngineChoice):
     pool_size: int = setting(2048, "KV pool slots per question in flight.", min=2)
     batch_size: int = setting(1, "Questions decoded together (continuous batching).", min=1)
     compile: Optional[bool] = setting(None, "Compile the one-at-a-time decode step.",
                                       flags=("--compile/--no-compile",))
 
 
+def prepare(config: SotConfig, engine: SotEngine, model: str) -> None:
+    """Any model's points fork from one prefix at consecutive positions: llama.cpp can
+    always run them."""
+    engine.engine = choose_engine(engine.engine, None)
+
+
 class SotRunner:
-    """One question at a time (timed rows), or `batch` together (`BatchedSotRuntime`)."""
+    """One question at a time (timed rows), or `batch` together (`BatchedSotRuntime`). On
+    llama.cpp every question runs through `BatchedSotRuntime` on `LlamaCppStep` (a point is
+    a sequence forked from its prefix's), `batch` at a time."""
 
     def __init__(self, model, tokenizer, config: SotConfig, engine: SotEngine, batch: int):
         self.config, self.batch, self.tokenizer = config, batch, tokenizer
-        if batch == 1:
+        self.engine = engine.engine
+        if engine.engine == "llama.cpp":
+            from solm.decode.sot.batched import BatchedSotRuntime
+            from solm.llamacpp.step import LlamaCppStep
+
+            self.rt = BatchedSotRuntime(model, tokenizer, pool_size=engine.pool_size * batch,
+                                        max_batch=batch, forward=LlamaCppStep(
+                                            llama_context(engine, engine.pool_size * batch)))
+        elif batch == 1:
             from solm.decode.sot.runtime import SotRuntime
 
             self.rt = SotRuntime(model, tokenizer, pool_size=engine.pool_size,
@@ -39,7 +56,7 @@ class SotRunner:
                                         max_batch=batch)
 
     def run(self, jobs: Iterable[Job]) -> Iterator[Done]:
-        if self.batch == 1:
+        if self.batch == 1 and self.engine == "torch":
             for job in jobs:
                 yield Done(job.rid, self.rt.generate(job.record.prompt, self.config))
             return
@@ -59,9 +76,7 @@ class SotRunner:
 
 
 def load(model: str, engine: SotEngine, dtype: str, device: str | None):
-    from solm.core.models import load_decoder
-
-    return load_decoder(model, dtype=dtype, device=device)
+    return load_on_engine(model, engine, dtype, device, "pasta")
 
 
 def runner(model, tokenizer, config: SotConfig, engine: SotEngine, prompts: int,
@@ -81,4 +96,4 @@ SYSTEM = register_system(DecodeSystem(
     name="sot", help="Skeleton-of-Thought: a skeleton of points, each point a thread.",
     config_cls=SotConfig, engine_cls=SotEngine, load=load, runner=runner,
     summary_cls=DecodeSummary, default_out="runs/sot_decode.jsonl",
-    methods={"sot": {}}, eval_row=eval_row))
+    methods={"sot": {}}, eval_row=eval_row, prepare=prepare))
