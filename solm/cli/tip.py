@@ -365,6 +365,8 @@ def bench(
             summary = run_tip_bench(rt, pairs, runs, budget, batch_size,
                                     on_policy=policy_done, on_step=advance)
         summary.update({"compiled": compiled, "compile_s": round(rt.compile_s, 1),
+                        "dtype": str(m.dtype).replace("torch.", "")
+                        if settings.engine == "torch" else None,
                         "refused": refused,
                         "gguf_type": gguf_type if settings.engine == "llama.cpp" else None})
         summaries.append(summary)

@@ -168,7 +168,8 @@ def merge_engines(summaries: list[dict]) -> dict:
     merged["policies"] = [r for s in summaries for r in s["policies"]]
     merged["engines"] = {s["engine"]: {k: s[k] for k in
                                        ("throughput_vs_dense", "live_kv_vs_dense",
-                                        "compiled", "refused") if k in s}
+                                        "compiled", "dtype", "gguf_type", "refused")
+                                       if k in s}
                          for s in summaries}
     by = {(r["engine"], r["policy"]): r for r in merged["policies"]}
     ratios = {p: by["llama.cpp", p]["throughput_tok_s"] / by["torch", p]["throughput_tok_s"]

@@ -16,7 +16,7 @@ def plot_tip_bench(summary: dict, png: Path) -> None:
     names = [r["policy"] if len(engines) == 1 else f"{r['policy']}\n{r['engine']}"
              for r in rows]
     colours = dict(zip(engines, ["#4c72b0", "#dd8452", "#55a868"]))
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(max(9.0, 1.6 * len(rows)), 3.8))
     panels = [("throughput_tok_s", "throughput_vs_dense", "tokens / s (all requests)"),
               ("mean_live_tokens", "live_kv_vs_dense", "live KV tokens read per step")]
     for ax, (key, ratio, label) in zip(axes, panels):
@@ -29,6 +29,7 @@ def plot_tip_bench(summary: dict, png: Path) -> None:
                             ha="center", va="bottom", fontsize=9)
         ax.set_ylabel(label)
         ax.margins(y=0.15)
+        ax.tick_params(axis="x", labelsize=8)
     fig.suptitle(f"tip bench: {summary['traces']} traces of {summary['mean_trace_tokens']:.0f} "
                  f"tokens, batch {summary['batch_size']}, pages of {summary['page_size']}"
                  f"{'' if len(engines) == 1 else ', ' + ' vs '.join(engines)}")
