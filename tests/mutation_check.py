@@ -1010,6 +1010,20 @@ ISSUE37 = {
         "solm/llamacpp/engine.py",
         'return "llama.cpp" if refusal is None and llama_cpp_available() else "torch"',
         'return "llama.cpp" if llama_cpp_available() else "torch"', LLAMA_TESTS),
+    "llama_sot_point_without_its_prefix": (
+        "solm/llamacpp/step.py",
+        "                    self.ctx.seq_cp(req.main, seq)\n                    if promised:",
+        "                    if promised:\n                        self.ctx.seq_cp(req.main, seq)"
+        "\n                    if promised:", LLAMA_TESTS),
+    "tip_bench_runs_refused_policies_on_llama": (
+        "solm/eval/tip_bench.py", "runs = [n for n in policies if n not in refused]",
+        "runs = list(policies)", LLAMA_TESTS),
+    "own_loop_skips_a_position": (
+        "solm/llamacpp/own_loop.py", "len(ids) + step, 1", "len(ids) + step + 1, 1",
+        LLAMA_TESTS),
+    "chat_ignores_the_engine": (
+        "solm/cli/pasta_chat.py", 'rt, settings = runtime_on_engine(model, "parallel", options["engine"],',
+        'rt, settings = runtime_on_engine(model, "parallel", "torch",', LLAMA_TESTS),
     "gguf_rotary_not_permuted": (
         "solm/llamacpp/export.py",
         "array = torch.from_numpy(_permute_rotary(tensor.float().cpu().numpy(), n_head))",

@@ -178,6 +178,23 @@ def test_decode_command_on_llama_cpp_writes_the_torch_engines_rows(tmp_path, exp
     assert len(list((tmp_path / "cache" / "gguf").glob("*.gguf"))) == 1
 
 
+def test_a_rerun_resumes_across_the_other_engines_weight_setting(tmp_path, tiny_folder):
+    """A torch decode's rows do not depend on --gguf-type, nor a llama.cpp decode's on
+    --dtype: a rerun changing only those resumes; changing the engine is refused."""
+    from solm.cli import pasta
+
+    out, prompts = tmp_path / "rows.jsonl", tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "prompt": "Describe a cat."}) + "\n")
+    base = ["decode", "-p", str(prompts), "-m", tiny_folder, "-o", str(out),
+            "--max-new-tokens", "4", "--no-compile", "-q"]
+    r = runner.invoke(pasta.app, base + ["--gguf-type", "q8_0", "--dtype", "fp32"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(pasta.app, base + ["--gguf-type", "f16", "--dtype", "fp32"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["skipped"] == 1, r.output
+    r = runner.invoke(pasta.app, base + ["--engine", "llama.cpp", "--dtype", "fp32"])
+    assert r.exit_code != 0 and "engine" in r.output
+
+
 def test_llama_cpp_refusals_are_one_line(tmp_path, exported):
     from solm.cli import pasta
 

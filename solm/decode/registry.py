@@ -117,9 +117,11 @@ class DecodeSystem:
                 out[f.name] = getattr(config, f.name)
         for name in self.sampling:
             out[name] = getattr(config.sampling, name)
+        on_llama = getattr(engine, "engine", "torch") == "llama.cpp"
         for name in self.row_engine_settings:
-            out[name] = getattr(engine, name)
-        out["dtype"] = dtype
+            # each engine's own weight setting: the other one's does not change rows
+            out[name] = getattr(engine, name) if name != "gguf_type" or on_llama else None
+        out["dtype"] = None if on_llama else dtype
         return out
 
 
