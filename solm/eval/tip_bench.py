@@ -103,8 +103,8 @@ def run_tip_bench(rt: TipRuntime, traces: list[tuple[list[int], list[int]]],
         if on_policy:
             on_policy(row)
     by = {r["policy"]: r for r in rows}
-    summary: dict = {"engine": rows[0]["engine"], "policies": rows, "traces": len(traces), "page_size": rt.page_size,
-                     "batch_size": batch_size, "budget": budget,
+    summary: dict = {"engine": rows[0]["engine"], "policies": rows, "traces": len(traces),
+                     "page_size": rt.page_size, "batch_size": batch_size, "budget": budget,
                      "mean_trace_tokens": sum(len(r) for _, r in traces) / len(traces)}
     if "dense" in by and "tip" in by:
         summary["throughput_vs_dense"] = by["tip"]["throughput_vs_dense"]
