@@ -53,12 +53,16 @@ ARTIFACTS: dict[str, str] = {
     "pasta-sft-overlap-cpu": "pasta-sft-cpu's rows and recipe trained with the overlap "
                              "layout (--positions overlap): its threads decode on llama.cpp "
                              "too (`make sft-overlap-cpu`)",
+    "pdiff-overlap-cpu": "pdiff-cpu's recipe on pasta-sft-overlap-cpu's rows, trained with the "
+                         "overlap layout: its chunks denoise on llama.cpp too (`make "
+                         "pdiff-sft-overlap-cpu`)",
 }
 
 # the make target that builds each kept model, for the error when one is missing
 ARTIFACT_TARGETS = {"pasta-sft-cpu": "sft-lora-cpu", "baseline-sft-cpu": "sft-lora-cpu",
                     "pasta-bonbon-cpu": "pasta-bonbon-cpu", "pdiff-cpu": "pdiff-cpu",
-                    "pasta-sft-overlap-cpu": "sft-overlap-cpu"}
+                    "pasta-sft-overlap-cpu": "sft-overlap-cpu",
+                    "pdiff-overlap-cpu": "pdiff-sft-overlap-cpu"}
 
 
 def artifact_folder(name: str) -> str | None:
