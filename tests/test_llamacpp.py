@@ -864,8 +864,10 @@ def test_tip_bench_replays_on_both_engines_side_by_side(tmp_path, tiny_folder, m
     assert r.exit_code == 0, r.output
     s = json.loads(out.read_text())
     by = {(p["engine"], p["policy"]): p for p in s["policies"]}
-    assert {p for e, p in by if e == "torch"} == {"dense", "tip", "streamingllm", "h2o"}
-    assert {p for e, p in by if e == "llama.cpp"} == {"dense", "tip", "streamingllm"}
+    # `all`: every registered policy (other tests may register toy ones)
+    assert {p for e, p in by if e == "torch"} >= {"dense", "tip", "streamingllm", "h2o"}
+    assert {p for e, p in by if e == "llama.cpp"} >= {"dense", "tip", "streamingllm"}
+    assert ("llama.cpp", "h2o") not in by
     assert "attention" in s["engines"]["llama.cpp"]["refused"]["h2o"]
     for policy in ("dense", "tip", "streamingllm"):
         ours, ref = by["llama.cpp", policy], by["torch", policy]
@@ -873,7 +875,7 @@ def test_tip_bench_replays_on_both_engines_side_by_side(tmp_path, tiny_folder, m
         assert ours["mean_live_tokens"] == pytest.approx(ref["mean_live_tokens"])
         assert ours["peak_pages"] == ref["peak_pages"]
     assert by["llama.cpp", "tip"]["live_kv_vs_dense"] < 0.95
-    assert set(s["llama_cpp_vs_torch_throughput"]) == {"dense", "tip", "streamingllm"}
+    assert set(s["llama_cpp_vs_torch_throughput"]) == {p for e, p in by if e == "llama.cpp"}
     assert out.with_suffix(".png").stat().st_size > 0
     r = runner.invoke(tip.app, common + ["--engine", "llama.cpp", "--policies", "dense,h2o"])
     assert r.exit_code != 0 and "attention" in r.output and "Traceback" not in r.output
