@@ -180,3 +180,20 @@ def _print_version(value: bool) -> None:
 
 VersionOption = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                              help="Print solm's version and exit.")
+
+
+def engine_option(default: str = "torch", also: str = "", callback: Callable | None = None):
+    """`--engine`: the decoding engine (`solm.llamacpp.engine`), with what it means for this
+    command in `also`."""
+    from solm.llamacpp.engine import ENGINE_HELP, ENGINES
+
+    return typer.Option(default, "--engine", callback=callback or one_of(*ENGINES),
+                        help=ENGINE_HELP + (" " + also if also else ""))
+
+
+def gguf_type_option():
+    """`--gguf-type`: the weight type of the GGUF the llama.cpp engine exports."""
+    from solm.llamacpp.engine import GGUF_TYPE_HELP
+    from solm.llamacpp.export import OUTTYPES
+
+    return typer.Option("q8_0", "--gguf-type", callback=one_of(*OUTTYPES), help=GGUF_TYPE_HELP)

@@ -10,10 +10,9 @@ import typer
 
 from solm.decode.pasta.config import PastaDecodeConfig
 from solm.cli.setting_options import setting_option
-from solm.cli.checks import check_paths, one_of
-from solm.llamacpp.engine import ENGINE_HELP, ENGINES, GGUF_TYPE_HELP
-from solm.llamacpp.export import OUTTYPES
+from solm.cli.checks import check_paths
 from solm.cli.console import console, handle_errors, info, is_quiet, out_console, progress
+from solm.cli.flags import engine_option, gguf_type_option
 from solm.cli.flags import (model_command, out_option, model_option, ConfigOption,
                             DebugOption, decode_flags, DedupeOption, DEFAULT_MODEL, DeviceOption,
                             DtypeOption, ForceOption, ModelOption, QuietOption, SplitOption,
@@ -245,10 +244,8 @@ def demo(
                                 "each side are compared."),
     out: Optional[Path] = out_option(None, help="Also write the figures "
                                        "and the answer as JSON here."),
-    engine: str = typer.Option("auto", "--engine", callback=one_of(*ENGINES),
-                               help=ENGINE_HELP),
-    gguf_type: str = typer.Option("q8_0", "--gguf-type", callback=one_of(*OUTTYPES),
-                                  help=GGUF_TYPE_HELP),
+    engine: str = engine_option("auto"),
+    gguf_type: str = gguf_type_option(),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,

@@ -9,14 +9,13 @@ from typing import Optional
 
 import typer
 
-from solm.cli.checks import check_paths, one_of
+from solm.cli.checks import check_paths
 from solm.cli.console import console, info, out_console, progress
+from solm.cli.flags import engine_option, gguf_type_option
 from solm.cli.flags import (model_command, out_option, CompileOption, ConfigOption,
                             DebugOption, DeviceOption, DtypeOption, ModelOption, QuantizeOption,
                             QuietOption)
 from solm.cli.job_helpers import settings_from
-from solm.llamacpp.engine import ENGINE_HELP, ENGINES, GGUF_TYPE_HELP
-from solm.llamacpp.export import OUTTYPES
 
 
 BENCH_BESIDE = (".summary.json", ".png")  # what `pasta bench -o OUT` writes beside OUT
@@ -42,12 +41,10 @@ def bench(
                                        "summary next to it."),
     compile: Optional[bool] = CompileOption,
     quantize: Optional[str] = QuantizeOption,
-    engine: str = typer.Option("torch", "--engine", callback=one_of(*ENGINES),
-                               help=ENGINE_HELP + " On llama.cpp (a model trained with "
-                               "--positions overlap), `seq_vs_generate` compares with "
-                               "llama.cpp's own generation loop on the same GGUF."),
-    gguf_type: str = typer.Option("q8_0", "--gguf-type", callback=one_of(*OUTTYPES),
-                                  help=GGUF_TYPE_HELP),
+    engine: str = engine_option(also="On llama.cpp (a model trained with --positions overlap), "
+                                     "`seq_vs_generate` compares with llama.cpp's own "
+                                     "generation loop on the same GGUF."),
+    gguf_type: str = gguf_type_option(),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Replay annotated responses: realized vs theoretical speedup, efficiency, vs generate.

@@ -8,13 +8,12 @@ from typing import Optional
 
 import typer
 
-from solm.llamacpp.engine import ENGINE_HELP, ENGINES, GGUF_TYPE_HELP
-from solm.llamacpp.export import OUTTYPES
 from solm.decode.pasta.config import PastaDecodeConfig
 from solm.cli.options import sampling_options, without_seed
 from solm.cli.setting_options import setting_option
 from solm.cli.checks import check_paths, check_run_inputs, greater_than, judge_spec, one_of
 from solm.cli.console import handle_errors, info, out_console, progress
+from solm.cli.flags import engine_option, gguf_type_option
 from solm.cli.flags import (loads_models, model_command, out_option, CompileOption, ConfigOption,
                             DebugOption, decode_flags, DeviceOption, DtypeOption, QuietOption,
                             ShardOption)
@@ -276,13 +275,11 @@ def run(
                                           "timed (default: 2 on CUDA, 1 on a CPU after a "
                                           "warm-up decode)."),
     pool_size: int = typer.Option(2048, min=64, help="KV pool slots per runtime."),
-    engine: str = typer.Option("torch", "--engine", callback=one_of(*ENGINES),
-                               help=ENGINE_HELP + " Every method's; under auto each method "
-                               "picks its own, named in run.json (pasta/apar/pdiff methods need a model "
-                               "trained with --positions overlap for llama.cpp; sequential "
-                               "and sot run any model there)."),
-    gguf_type: str = typer.Option("q8_0", "--gguf-type", callback=one_of(*OUTTYPES),
-                                  help=GGUF_TYPE_HELP),
+    engine: str = engine_option(also="Every method's; under auto each method picks its own, "
+                                     "named in run.json (pasta/apar/pdiff methods need a model "
+                                     "trained with --positions overlap for llama.cpp; "
+                                     "sequential and sot run any model there)."),
+    gguf_type: str = gguf_type_option(),
     shard: Optional[str] = ShardOption,
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,

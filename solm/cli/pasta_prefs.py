@@ -9,13 +9,12 @@ from typing import Optional
 
 import typer
 
-from solm.llamacpp.engine import ENGINE_HELP, ENGINES, GGUF_TYPE_HELP
-from solm.llamacpp.export import OUTTYPES
 from solm.decode.pasta.config import PastaDecodeConfig
 from solm.cli.setting_options import setting_option
 from solm.core.sampling import SamplingConfig
 from solm.cli.checks import check_paths, judge_spec, one_of
 from solm.cli.console import console, info, judge_progress, out_console, progress
+from solm.cli.flags import engine_option, gguf_type_option
 from solm.cli.flags import (model_command, out_option, model_option, ConfigOption,
                             DebugOption, DeviceOption, DtypeOption, QuietOption,
                             RepetitionPenaltyOption, SeedOption, ShardOption)
@@ -116,12 +115,9 @@ def prefs(
     batch_size: Optional[int] = typer.Option(None, min=1, help="Requests decoded together "
                                              "(default: 16 on a CPU, 32 on CUDA)."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N prompts."),
-    engine: str = typer.Option("torch", "--engine", callback=one_of(*ENGINES),
-                               help=ENGINE_HELP + " Samples are parallel decodes: llama.cpp "
-                               "needs an overlap model for them; the baseline's answers are "
-                               "sequential."),
-    gguf_type: str = typer.Option("q8_0", "--gguf-type", callback=one_of(*OUTTYPES),
-                                  help=GGUF_TYPE_HELP),
+    engine: str = engine_option(also="Samples are parallel decodes: llama.cpp needs an overlap "
+                                     "model for them; the baseline's answers are sequential."),
+    gguf_type: str = gguf_type_option(),
     shard: Optional[str] = ShardOption,
     seed: int = SeedOption,
     dtype: str = DtypeOption,

@@ -10,8 +10,9 @@ import typer
 
 from solm.decode.tip.config import TipDecodeConfig
 from solm.cli.setting_options import setting_option
-from solm.cli.checks import check_paths, engine_list, one_of
+from solm.cli.checks import check_paths, engine_list
 from solm.cli.console import handle_errors, info, out_console, progress
+from solm.cli.flags import engine_option, gguf_type_option
 from solm.cli.flags import (model_command, out_option, CompileOption, ConfigOption,
                             DebugOption, DedupeOption, DEFAULT_MODEL, DeviceOption, DtypeOption,
                             ForceOption, ModelOption, QuantizeOption, QuietOption, SplitOption,
@@ -25,8 +26,6 @@ from solm.cli.tip_eval import app as tip_eval_app
 from solm.core.errors import SolmError
 from solm.core.paths import outputs_beside
 from solm.decode.tip.policies import POLICIES, policies_help
-from solm.llamacpp.engine import ENGINE_HELP, GGUF_TYPE_HELP
-from solm.llamacpp.export import OUTTYPES
 from solm.train.grpo import TipGRPOConfig
 from solm.train.tip_sft import TipSFTConfig
 
@@ -293,14 +292,14 @@ def bench(
     out: Optional[Path] = out_option(None, help="Summary JSON here."),
     compile: Optional[bool] = CompileOption,
     quantize: Optional[str] = QuantizeOption,
-    engine: Optional[str] = typer.Option(
-        "torch", "--engine", callback=engine_list,
-        help=ENGINE_HELP + " A comma-separated list (`torch,llama.cpp`) replays every policy "
-        "on each engine, side by side in one run, with llama.cpp's throughput over torch's "
-        "per policy; with `--policies all`, llama.cpp leaves out the policies it cannot run "
-        "(h2o) and says why."),
-    gguf_type: str = typer.Option("q8_0", "--gguf-type", callback=one_of(*OUTTYPES),
-                                  help=GGUF_TYPE_HELP),
+    engine: Optional[str] = engine_option(also="A comma-separated list (`torch,llama.cpp`) "
+                                               "replays every policy on each engine, side by "
+                                               "side in one run, with llama.cpp's throughput "
+                                               "over torch's per policy; with `--policies "
+                                               "all`, llama.cpp leaves out the policies it "
+                                               "cannot run (h2o) and says why.",
+                                          callback=engine_list),
+    gguf_type: str = gguf_type_option(),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Replay traces token by token with each policy, side by side in one run: throughput,

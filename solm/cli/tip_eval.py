@@ -8,12 +8,11 @@ from typing import Optional
 
 import typer
 
-from solm.llamacpp.engine import ENGINE_HELP, ENGINES, GGUF_TYPE_HELP
-from solm.llamacpp.export import OUTTYPES
 from solm.core.sampling import SamplingConfig
 from solm.cli.setting_options import setting_option
-from solm.cli.checks import one_of, check_run_inputs
+from solm.cli.checks import check_run_inputs
 from solm.cli.console import handle_errors, info, out_console, progress
+from solm.cli.flags import engine_option, gguf_type_option
 from solm.cli.flags import (model_command, out_option, ConfigOption, DebugOption,
                             DeviceOption, DtypeOption, ForceOption, ModelOption, QuietOption,
                             ShardOption)
@@ -86,11 +85,9 @@ def run(
                                        help="Cap on generated tokens per sample."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N problems of "
                                         "each data set."),
-    engine: str = typer.Option("torch", "--engine", callback=one_of(*ENGINES),
-                               help=ENGINE_HELP + " h2o decodes on torch only (it reads "
-                               "attention mass); under auto it does, named in run.json."),
-    gguf_type: str = typer.Option("q8_0", "--gguf-type", callback=one_of(*OUTTYPES),
-                                  help=GGUF_TYPE_HELP),
+    engine: str = engine_option(also="h2o decodes on torch only (it reads attention mass); "
+                                     "under auto it does, named in run.json."),
+    gguf_type: str = gguf_type_option(),
     shard: Optional[str] = ShardOption,
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
