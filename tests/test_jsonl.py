@@ -68,3 +68,22 @@ def test_killed_writer_loses_at_most_the_record_in_flight(tmp_path):
     ids = [r["id"] for r in read_jsonl(out)]
     assert sorted(ids, key=int) == [str(i) for i in range(200)]
     assert len(ids) == len(set(ids))
+
+
+def test_a_leading_byte_order_mark_is_read_as_nothing(tmp_path):
+    """Editors on Windows write a UTF-8 BOM first: the file's rows are the same rows."""
+    from solm.core.jsonl import read_rows_located
+    from solm.core.records import load_records
+
+    plain = '{"id": "a", "prompt": "x"}\n{"id": "b", "prompt": "y"}\n'
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes("\ufeff".encode("utf-8") + plain.encode("utf-8"))
+    assert list(read_jsonl(path)) == [{"id": "a", "prompt": "x"}, {"id": "b", "prompt": "y"}]
+    assert [r.id for r in load_records(path)] == ["a", "b"]
+    listed = tmp_path / "bom.json"
+    listed.write_bytes(b"\xef\xbb\xbf" + b'[{"id": "c"}]')
+    assert [row for _, row in read_rows_located(listed)] == [{"id": "c"}]
+    # a BOM elsewhere than the file's start is still not JSON
+    path.write_bytes(plain.encode("utf-8") + b"\xef\xbb\xbf{}\n")
+    with pytest.raises(DataError, match=":3"):
+        list(read_jsonl(path))

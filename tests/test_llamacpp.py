@@ -265,6 +265,69 @@ def test_smaller_exports_stay_close_to_the_reference(exported, tmp_path, outtype
     assert (ours.argmax(-1) == ref.argmax(-1)).float().mean().item() >= agree
 
 
+# GGML's block layouts (ggml-common.h), written out here as the oracle: bytes per 32 weights
+BLOCK_BYTES = {"q8_0": 2 + 32, "q4_0": 2 + 16, "q4_1": 2 + 2 + 16}
+ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+
+
+@pytest.mark.parametrize("outtype", ["f32", "f16", "bf16", "q8_0", "q4_1", "q4_0"])
+def test_every_matrix_is_written_in_the_requested_type(exported, tmp_path, outtype):
+    """A q8_0 export that wrote its matrices unquantized still loaded and decoded: check the
+    written tensor types and sizes against the type asked for (vectors, the norms, stay f32)."""
+    import gguf
+
+    from solm.llamacpp.export import write_gguf
+
+    model, tok, _ = exported
+    path = tmp_path / f"t.{outtype}.gguf"
+    write_gguf(model, tok, path, outtype)
+    matrices = 0
+    for t in gguf.GGUFReader(path).tensors:
+        n = int(t.n_elements)
+        if len(t.shape) == 1:
+            assert t.tensor_type.name == "F32", t.name
+            assert t.n_bytes == 4 * n
+            continue
+        matrices += 1
+        assert t.tensor_type.name == outtype.upper(), (t.name, t.tensor_type.name)
+        expected = n // 32 * BLOCK_BYTES[outtype] if outtype in BLOCK_BYTES \
+            else n * ELEMENT_BYTES[outtype]
+        assert t.n_bytes == expected, t.name
+    assert matrices == 1 + 7 * model.config.num_hidden_layers  # embeddings + 7 per layer
+
+
+def test_export_refuses_unwritable_or_existing_outputs_before_loading(tmp_path, tiny_folder,
+                                                                      monkeypatch):
+    """A new user's trial: /proc/x.gguf failed after 18 s of loading, a path under a file said
+    "File exists", an existing .gguf was replaced without notice, and no manifest was left."""
+    from solm.cli.main import app
+    import solm.llamacpp.export as export
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded before the output was checked")
+
+    with monkeypatch.context() as m:
+        m.setattr(export, "write_gguf", no_load)
+        m.setattr("solm.core.models.load_model", no_load)
+        for bad, said in [("/proc/x.gguf", "cannot be written"),
+                          (str(tmp_path / "notes.txt" / "x.gguf"), "is a file")]:
+            (tmp_path / "notes.txt").write_text("hello")
+            r = runner.invoke(app, ["export", "gguf", tiny_folder, bad, "--outtype", "f32"])
+            assert r.exit_code != 0 and said in r.output, r.output
+        existing = tmp_path / "old.gguf"
+        existing.write_bytes(b"GGUF-old")
+        r = runner.invoke(app, ["export", "gguf", tiny_folder, str(existing)])
+        assert r.exit_code != 0 and "--replace" in r.output
+        assert existing.read_bytes() == b"GGUF-old"
+    r = runner.invoke(app, ["export", "gguf", tiny_folder, str(existing), "--replace",
+                            "--outtype", "f32"])
+    assert r.exit_code == 0, r.output
+    assert existing.read_bytes()[:4] == b"GGUF"
+    manifest = json.loads((tmp_path / "old.gguf.manifest.json").read_text())
+    assert manifest["command"] == "solm export gguf"
+    assert manifest["export"]["outtype"] == "f32" and manifest["model"] == tiny_folder
+
+
 def test_export_records_the_models_solm_facts(tmp_path, tiny_folder):
     import gguf
 

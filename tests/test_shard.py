@@ -323,3 +323,20 @@ def test_sharded_tip_eval_merges_and_reports(tmp_path, tiny_folder):
     r = runner.invoke(tip.app, ["eval", "report", str(run), "--quiet"])
     assert r.exit_code == 0, r.output
     assert (run / "report" / "report.md").exists()
+
+
+def test_merge_without_prompts_restores_the_prompts_order(tmp_path):
+    """A new user's trial: `solm merge` wrote rows in shard order (a, d, g, b, e, ...)."""
+    prompts = [f"p{i}" for i in range(8)]
+    for count in (2, 3):
+        out = tmp_path / f"out{count}.jsonl"
+        for k in range(count):
+            shard = Shard(k, count)
+            mine = shard.take(prompts)
+            path = shard.file(out)
+            mark_started(shard, path, False, mine)
+            # rows written in the order they finished (a batched decode), not prompt order
+            _write(path, [{"id": p} for p in reversed(mine)])
+            mark_finished(shard, path, False)
+        merge_file(out)
+        assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == prompts

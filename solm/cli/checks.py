@@ -64,6 +64,18 @@ def greater_than(bound: float) -> Callable:
     return check
 
 
+def within(rule: str, above: float, most: float | None = None) -> Callable:
+    """Option callback: above < value (<= most), the error naming the rule in words."""
+
+    def check(value: float | None) -> float | None:
+        if value is not None and not (math.isfinite(value) and value > above
+                                      and (most is None or value <= most)):
+            raise typer.BadParameter(f"must be {rule}, got {value:g}")
+        return value
+
+    return check
+
+
 def finite_above(bound: float) -> Callable:
     """Option callback: a finite value > bound (inf and nan are refused)."""
 

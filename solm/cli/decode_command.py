@@ -154,7 +154,7 @@ def decode_command(app: typer.Typer, system_name: str, help: str, name: str = "d
     `defaults`: this command's own defaults, by field name, over the configs' (the only
     place a command's default may differ from its config's)."""
     system = get_system(system_name)
-    defaults = dict(defaults or {})
+    defaults = {**system.command_defaults, **(defaults or {})}
     command = command or f"{system_name} {name}"
     demo = ("default: built-in demo prompts" if system.demo_prompts is not None else
             "or give one prompt as the argument")

@@ -41,12 +41,27 @@ def gguf(
     system: Optional[str] = typer.Option(None, "--system", help="Add this system's control "
                                          "tokens (pasta, tip, pdiff) to a model whose "
                                          "solm.json names none (a base model)."),
+    replace: bool = typer.Option(False, "--replace", help="Overwrite OUT when it exists "
+                                 "(without it, an existing file is refused before any work)."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
+    from solm.cli.checks import check_paths
+    from solm.cli.job_helpers import settings_from
+    from solm.core.errors import SolmError
+    from solm.core.paths import outputs_beside
+    from solm.core.provenance import write_manifest
     from solm.llamacpp.export import check_export, export_gguf
 
     check_export(model, out, outtype)
+    check_paths([model] if Path(model).exists() else [], outputs_beside(out))
+    if out.exists() and not replace:
+        raise SolmError(f"{out}: already exists; pass --replace to overwrite it, or choose "
+                        f"another output")
     info(f"exporting {model} to {out} ({outtype}) ...")
     done = export_gguf(model, out, outtype, system=system)
+    write_manifest(out, "solm export gguf", settings_from(locals()),
+                   inputs=[model] if Path(model).is_file() else [], model=model,
+                   extra={"export": {"tensors": done.tensors, "vocab": done.vocab,
+                                     "bytes": done.bytes, "outtype": done.outtype}})
     out_console.print(f"{done.path}: {done.tensors} tensors, vocabulary {done.vocab}, "
                       f"{done.bytes / 2**20:.1f} MiB ({done.outtype})")

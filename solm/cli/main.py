@@ -11,6 +11,7 @@ from solm.cli import data, export, pasta, pdiff, repro, tip
 from solm.cli.console import handle_errors, out_console
 from solm.cli.flags import (model_command, model_option, ConfigOption, DebugOption,
                             DEFAULT_MODEL, QuietOption, VersionOption)
+from solm.cli.check_engines import CHECK_ENGINES_HELP, check_engines_command
 from solm.cli.check_model import CHECK_MODEL_HELP, check_model_command
 from solm.cli.errors import command_group
 from solm.cli.judge import JUDGE_HELP, judge
@@ -28,6 +29,7 @@ app.add_typer(export.app, name="export")
 app.command(name="serve", help=SERVE_HELP)(serve)
 app.command(name="judge", help=JUDGE_HELP)(judge)
 app.command(name="check-model", help=CHECK_MODEL_HELP)(handle_errors(check_model_command))
+app.command(name="check-engines", help=CHECK_ENGINES_HELP)(check_engines_command)
 
 
 @app.callback()

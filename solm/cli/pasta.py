@@ -298,15 +298,20 @@ def demo(
                                                    else "cyan"))
     par, seq, live_run = res.parallel, res.sequential, res.decoded
     n = len(res.content_ids)
+    par_critical = round(n / res.theoretical_speedup) if res.theoretical_speedup else 0
     lines = [
         f"parallel: {n} answer tokens in {live_run.forward_passes} forward passes, "
         f"{live_run.threads} threads forked",
         f"timed (both warmed, {repeats} runs each in alternating order, fastest): parallel "
         f"{par.forward_passes} passes {par.decode_s:.2f} s; sequential (the same answer, same "
         f"model, one token per pass) {seq.forward_passes} passes {seq.decode_s:.2f} s",
+        f"timed replays: parallel {_span(res.times['parallel'])}, sequential "
+        f"{_span(res.times['sequential'])} (slowest / fastest: "
+        f"{res.spread['parallel']:.2f}, {res.spread['sequential']:.2f})",
         f"realized speedup: {res.realized_speedup:.2f}x (sequential / parallel decode time, "
-        f"measured now); theoretical {res.theoretical_speedup:.2f}x (tokens / parallel forward "
-        f"passes: the realized speedup if every pass cost the same)",
+        f"measured now); theoretical {res.theoretical_speedup:.2f}x (content tokens / the "
+        f"answer's critical path of {par_critical} passes: the realized speedup if every pass "
+        f"cost the same)",
         f"per forward pass: parallel {1000 * par.decode_s / max(par.forward_passes, 1):.0f} ms "
         f"({par.tokens_fed / max(par.forward_passes, 1):.2f} tokens a pass), sequential "
         f"{1000 * seq.decode_s / max(seq.forward_passes, 1):.0f} ms (1 token a pass)",
@@ -317,11 +322,8 @@ def demo(
                      f"flags: {', '.join(live_run.flags)}")
     for line in lines:
         console.print(line, highlight=False)
-    if res.distrusted:
-        console.print(f"[yellow]warning:[/] the realized speedup {res.realized_speedup:.2f}x "
-                      f"is above what the passes allow ({res.theoretical_speedup:.2f}x) by "
-                      f"more than 10%: a measurement to distrust "
-                      f"(a busy machine or a cold path), not a result; run it again")
+    for line in demo_warnings(res):
+        console.print(f"[yellow]warning:[/] {line}", highlight=False)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(_json.dumps({
@@ -336,8 +338,36 @@ def demo(
             "sequential_forward_passes": seq.forward_passes,
             "sequential_decode_s": seq.decode_s, "realized_speedup": res.realized_speedup,
             "theoretical_speedup": res.theoretical_speedup, "distrusted": res.distrusted,
+            "spread": res.spread, "unreliable": res.unreliable,
+            "warnings": demo_warnings(res),
             "flags": live_run.flags,
             "timeline": rows}, indent=1) + "\n")
+
+
+def _span(times: list[float]) -> str:
+    return f"{min(times):.2f}-{max(times):.2f} s" if times else "not timed"
+
+
+def demo_warnings(res) -> list[str]:
+    """What a reader of the demo's figures must know: a figure to distrust, replays that
+    wandered, and a parallel decode that was slower than the sequential one."""
+    from solm.core.systems.pasta_schedule import WANDER
+
+    out = []
+    if res.unreliable:
+        side = max(res.spread, key=res.spread.get)
+        out.append(f"the timed {side} replays wandered (slowest {res.spread[side]:.2f}x the "
+                   f"fastest, over {WANDER:.2f}): the machine was busy, so the realized "
+                   f"speedup is unreliable, high or low; run it again on a quiet machine")
+    if res.distrusted:
+        out.append(f"the realized speedup {res.realized_speedup:.2f}x is above what the passes "
+                   f"allow ({res.theoretical_speedup:.2f}x) by more than 10%: a measurement to "
+                   f"distrust (a busy machine or a cold path), not a result; run it again")
+    if res.realized_speedup < 1.0:
+        out.append(f"the parallel decode was slower than the sequential one here "
+                   f"({res.realized_speedup:.2f}x): on this engine and CPU a pass of several "
+                   f"tokens costs more than the passes it saves")
+    return out
 
 
 app.command(name="serve", help=SERVE_HELP)(serve)

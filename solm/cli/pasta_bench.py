@@ -139,6 +139,16 @@ def bench(
         write_manifest(out, "pasta bench", settings_from(locals()), inputs=[annotated],
                        model=model, extra={"summary": summary})
         info(f"per-row results: {out}; plot: {out}.png")
+    if summary["efficiency_flagged"]:
+        console.print(f"[yellow]warning:[/] efficiency {summary['efficiency']:.2f} (> 1.1): a "
+                      f"parallel pass measured cheaper than a sequential pass of the same "
+                      f"model, which reading the same weights cannot be; distrust these "
+                      f"timings (a busy machine or a cold path) and run again")
+    if summary.get("seq_vs_generate") is not None and summary["seq_vs_generate"] < 1.0:
+        console.print(f"[yellow]note:[/] the yardstick ({summary['generate']}) decoded "
+                      f"sequentially faster than solm's sequential replay "
+                      f"(seq_vs_generate {summary['seq_vs_generate']:.2f}): against it the "
+                      f"realized speedup is {summary['realized_vs_best_sequential']:.2f}x")
     if summary["distrusted_rows"]:
         console.print(f"[yellow]warning:[/] {summary['distrusted_rows']} row(s) measured a "
                       f"realized speedup more than 10% above the theoretical one: "

@@ -37,7 +37,8 @@ answers 429.
 Request fields beyond OpenAI's: `mode` (parallel | sequential), `repetition_penalty`,
 `no_repeat_ngram`, `penalize`, `compare` (the `openai` client's `extra_body`). A request's
 `temperature`, `top_p`, `seed` and `max_tokens` override the server's settings below;
-omitted, the server's apply (greedy by default, as `pasta decode`).
+omitted, the server's apply: the system's decode command's defaults (greedy for PASTA, as
+`pasta decode`; temperature 0.6, top-p 0.95 and a budget of 2048 for TIP, as `tip decode`).
 
 Binds to 127.0.0.1 unless `--host` says otherwise. With `--api-key` or ${API_KEY_ENV} set,
 every `/v1` request needs `Authorization: Bearer KEY` (the key is never logged).
@@ -134,12 +135,15 @@ def serve(
     from solm.core.generation import resolve_decode
 
     from solm.decode.registry import get_system
-    from solm.serve.systems import make_engine
+    from solm.serve.systems import check_engine, make_engine
 
     chosen = get_system(system)
     _refuse_other_systems_options(ctx, chosen)
     key = api_key or os.environ.get(API_KEY_ENV) or None
-    decoding = resolve_decode(model, decode_flags(**without_seed(options)))
+    decoding = resolve_decode(model, decode_flags(**without_seed(options)),
+                              chosen.command_defaults)
+    if budget is None:
+        budget = chosen.command_defaults.get("budget")
     name = served_model_name or model
     opts = dict(mode=mode, max_new_tokens=max_new_tokens, penalize=penalize, seed=options["seed"],
                 pool_size=pool_size, max_fork_tokens=max_fork_tokens, max_queue=max_queue,
@@ -147,6 +151,7 @@ def serve(
                 quantize=options["quantize"], policy=policy,
                 budget=budget, registers=registers, page_size=page_size,
                 engine=options["engine"], gguf_type=options["gguf_type"])
+    check_engine(chosen, model, opts, decoding)  # a refusal before anything loads
     info(f"loading {model} ...")
     engine, defaults, what = make_engine(chosen, model, opts, decoding, dtype, device)
     s = defaults.sampling

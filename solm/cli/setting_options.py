@@ -10,7 +10,8 @@ from typing import Any
 
 import typer
 
-from solm.cli.checks import greater_than, one_of
+from solm.cli.checks import one_of, within
+from solm.core.settings import rule_text
 
 _MISSING = dataclasses.MISSING
 
@@ -37,7 +38,11 @@ def option_for(f: dataclasses.Field, default: Any = _MISSING, *, from_model: boo
         default = None
     checks = {k: meta[k] for k in ("min", "max") if meta.get(k) is not None}
     if meta.get("above") is not None:
-        checks["callback"] = greater_than(meta["above"])
+        # an open lower end typer cannot show: one check and one wording for the whole range
+        # (the help, the error and check_settings all say e.g. "in (0, 1]")
+        rule = rule_text(f)
+        checks = {"callback": within(rule, meta["above"], meta.get("max"))}
+        help_text += f" Must be {rule}."
     elif meta.get("choices"):
         checks["callback"] = one_of(*meta["choices"])
     return typer.Option(default, *(meta["flags"] if flags is None else flags), help=help_text,

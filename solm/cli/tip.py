@@ -74,9 +74,7 @@ Examples:
 - `solm data get aime2024 && tip decode -m M -p ~/.cache/solm/data/aime2024.jsonl --registers 16 --samples 16 -o runs/tip.jsonl`
 """
 
-# the thesis' sampling for reasoning traces; a budget the budgeted policies can use
 decode_command(app, "tip", TIP_DECODE_HELP,
-               defaults={"temperature": 0.6, "top_p": 0.95, "budget": 2048},
                prompts_help="JSONL of problems (prompt, question or problem field); or give "
                             "one problem as the argument.")
 
@@ -306,7 +304,7 @@ def bench(
     live KV tokens, peak pages, fragmentation, and the ratios against dense (per engine).
 
     Input: JSONL with `prompt` and a register-annotated `response`, e.g.
-    `{"prompt": "Solve ...", "response": "<reg_0>First, ...\n<reg_1>Then ..."}` (`tip traces`
+    `{"prompt": "Solve ...", "response": "<reg_0>First, ...\\n<reg_1>Then ..."}` (`tip traces`
     writes such files).
 
     Examples:

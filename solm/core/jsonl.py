@@ -18,6 +18,9 @@ from solm.core.errors import DataError
 STDIO = "-"  # a path that means standard input (reading) or standard output (writing)
 
 
+BOM = b"\xef\xbb\xbf"
+
+
 def is_stdio(path: str | os.PathLike | None) -> bool:
     return path is not None and str(path) == STDIO
 
@@ -51,6 +54,8 @@ def read_jsonl_numbered(path: str | os.PathLike, skip_partial_last_line: bool = 
     path, lines = _raw_lines(path)
     for number, raw in enumerate(lines, start=1):
         is_partial_tail = number == len(lines) and not raw.endswith(b"\n")
+        if number == 1 and raw.startswith(BOM):
+            raw = raw[len(BOM):]  # a UTF-8 byte-order mark some editors write first
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -145,11 +150,11 @@ def read_rows_located(path: str | os.PathLike) -> list[tuple[str, Any]]:
     path = Path(path)
     if not path.exists():
         raise DataError("file not found", path=str(path))
-    with open(path, "r", encoding="utf-8", errors="replace") as f:
+    with open(path, "r", encoding="utf-8-sig", errors="replace") as f:
         head = f.read(4096).lstrip()[:1]
     if head == "[":
         try:
-            items = json.loads(path.read_text(encoding="utf-8"))
+            items = json.loads(path.read_text(encoding="utf-8-sig"))
         except json.JSONDecodeError as e:
             raise DataError(f"not valid JSON: {e.msg} (line {e.lineno})", path=str(path)) \
                 from None

@@ -328,6 +328,9 @@ def merge_file(out: Path, prompt_ids: Sequence[str] | None = None) -> dict:
     row_settings = _agreed_row_settings(files, out)
     _merge_manifest_check(out, row_settings)
     existing, add, repeated = _with_existing(out, rows)
+    rank = _prompt_order(files)
+    if rank is not None:  # the shards' rows back in the order of the prompts they split
+        add = sorted(add, key=lambda r: rank.get(str(r.get("id")), len(rank)))
     rows = existing + add
     if prompt_ids is not None:
         by_id: dict[str, dict] = {}
@@ -351,6 +354,22 @@ def merge_file(out: Path, prompt_ids: Sequence[str] | None = None) -> dict:
               "kept": len(existing), "added": len(add), "already_there": repeated}
     _merge_manifest(out, files, row_settings, result)
     return result
+
+
+def _prompt_order(files: list[Path]) -> dict[str, int] | None:
+    """Prompt id -> its position in the input, from the shards' markers: shard K of N took
+    the prompts at positions K, K+N, K+2N, ... in order (None when a marker lacks its ids)."""
+    count = len(files)
+    rank: dict[str, int] = {}
+    for path in files:
+        m = _FILE_SHARD.match(path.name)
+        marker = _read_marker(marker_path(path, False))
+        if m is None or marker is None or marker.get("ids") is None:
+            return None
+        k = int(m["k"])
+        for i, key in enumerate(marker["ids"]):
+            rank[str(key)] = k + i * count
+    return rank
 
 
 def _merge_manifest_check(out: Path, row_settings: dict | None) -> None:

@@ -93,6 +93,9 @@ class DecodeSystem:
     # kind fixes), and the outputs row of a method from a decode row
     methods: dict[str, dict] = dataclasses.field(default_factory=dict)
     tokens: str = "pasta"  # the control tokens its models carry: systems alike share weights
+    # defaults its commands (decode, serve) use over its configs' fields, by field name: the
+    # one place where a system's command-line default differs from its config's
+    command_defaults: dict[str, Any] = dataclasses.field(default_factory=dict)
     eval_row: Callable[[dict], dict] = lambda row: {"output": row.get("response", "")}
 
     def answer_one(self, runner: Any, job: Any, engine: Any) -> tuple[str, list[str]]:

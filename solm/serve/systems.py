@@ -56,33 +56,41 @@ def pasta_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: 
     return engine, defaults, f"{opts['mode']} by default, engine {settings.engine}"
 
 
-def tip_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: str,
-               device: str | None):
-    """A TIP model on the paged runtime: `pool_size` tokens per batch row."""
+def tip_settings(model: str, opts: dict, decoding):
+    """The TIP server's engine settings, its policy checked and the engine chosen (a
+    refusal is a one-line error, before anything loads)."""
     from solm.core.errors import SolmError
     from solm.core.models import model_registers
-    from solm.decode.tip.config import TipDecodeConfig
     from solm.decode.tip.policies import make_policy
-    from solm.decode.tip.runtime import TipRuntime
-    from solm.serve.tip_engine import TipServeEngine
+    from solm.decode.tip.system import TipEngine, llama_refusal
+    from solm.llamacpp.engine import choose_engine
 
-    policy, budget, page_size = opts["policy"], opts["budget"], opts["page_size"]
-    make_policy(policy, budget, page_size)  # bad flags fail before the model loads
+    policy = make_policy(opts["policy"], opts["budget"], opts["page_size"])
     values = decoding.values
     if values.get("repetition_penalty", 1.0) != 1.0 or values.get("no_repeat_ngram"):
         raise SolmError("the TIP runtime applies no repetition penalty or n-gram ban; drop "
                         "--repetition-penalty / --no-repeat-ngram (or the model's "
                         "generation_config.json's)")
-    from solm.decode.tip.system import TipEngine, llama_refusal
-    from solm.llamacpp.engine import choose_engine, llama_context, load_on_engine
-
     registers = opts["registers"] or model_registers(model) or 16
-    max_batch = opts["max_batch"]
     settings = TipEngine(engine=opts.get("engine") or "torch",
                          gguf_type=opts.get("gguf_type") or "q8_0", quantize=opts["quantize"],
                          registers=registers)
-    settings.engine = choose_engine(settings.engine, llama_refusal(
-        make_policy(policy, budget, page_size), settings))
+    settings.engine = choose_engine(settings.engine, llama_refusal(policy, settings))
+    return settings
+
+
+def tip_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: str,
+               device: str | None):
+    """A TIP model on the paged runtime: `pool_size` tokens per batch row."""
+    from solm.decode.tip.config import TipDecodeConfig
+    from solm.decode.tip.runtime import TipRuntime
+    from solm.llamacpp.engine import llama_context, load_on_engine
+    from solm.serve.tip_engine import TipServeEngine
+
+    policy, budget, page_size = opts["policy"], opts["budget"], opts["page_size"]
+    values = decoding.values
+    settings = tip_settings(model, opts, decoding)
+    registers, max_batch = settings.registers, opts["max_batch"]
     m, tok = load_on_engine(model, settings, dtype, device, "tip", registers)
     pages = max_batch * (-(-opts["pool_size"] // page_size) + registers + 2)
     llama = None
@@ -123,6 +131,12 @@ def runner_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype:
 
 
 ENGINES: dict[str, Callable[..., Any]] = {"pasta": pasta_engine, "tip": tip_engine}
+
+
+def check_engine(system: DecodeSystem, model: str, opts: dict, decoding) -> None:
+    """What `make_engine` would refuse about the settings, said before any model loads."""
+    if system.name == "tip":
+        tip_settings(model, opts, decoding)
 
 
 def make_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: str,

@@ -11,6 +11,9 @@ from solm.core.systems.pasta import MAIN, PastaVocab, TokenAttrs, walk_training_
 # a realized speedup above the theoretical one by more than this factor is a measurement
 # artefact (a cold path, a busy machine), to be flagged, never reported as a result
 DISTRUST = 1.10
+# timed repeats of one decode whose slowest took this many times the fastest: the machine was
+# busy while they ran, and a figure built on them is unreliable (high or low)
+WANDER = 1.30
 
 
 @dataclass

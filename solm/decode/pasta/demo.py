@@ -17,10 +17,12 @@ so the realized speedup printed is measured in this run, on the same text.
   runs on a 2-core VM: a fresh clone's first demo read 1.38x against 1.19x; the fastest
   runs of that same demo read 1.26x).
 - Realized speedup = sequential decode time / parallel decode time (prefill excluded from
-  both: it is the same prompt); theoretical = the answer's tokens / the forward passes the
-  timed parallel replay takes, i.e. the sequential passes over the parallel ones: what the
-  realized speedup is when every pass costs the same. A realized figure above the
-  theoretical one by more than 10% is a measurement to distrust, and is flagged as such.
+  both: it is the same prompt); theoretical = the answer's content tokens / its critical
+  path (`pasta_metrics`: the passes its structure needs, the same on every engine; an engine
+  that needs more, llama.cpp one more per `<sync/>`, pays them in the realized figure): what
+  the realized speedup is when every pass costs the same. A realized figure above the
+  theoretical one by more than 10% is a measurement to distrust, and is flagged as such;
+  so is a run whose timed replays of one side wander (slowest / fastest above `WANDER`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Callable
 
 from solm.core.chat import prompt_ids
 from solm.core.systems.pasta import MAIN, walk_training_order
-from solm.core.systems.pasta_schedule import DISTRUST
+from solm.core.systems.pasta_schedule import DISTRUST, WANDER, pasta_metrics
 from solm.decode.pasta.live import ThreadView, thread_views
 from solm.decode.pasta.runtime import PastaDecodeConfig, PastaDecodeResult, PastaRuntime
 
@@ -81,6 +83,16 @@ class DemoResult:
         """The realized speedup exceeds what the passes allow by more than 10%."""
         return self.realized_speedup > DISTRUST * self.theoretical_speedup
 
+    @property
+    def spread(self) -> dict[str, float]:
+        """Per side, the slowest timed replay over the fastest."""
+        return {side: max(ts) / max(min(ts), 1e-9) for side, ts in self.times.items() if ts}
+
+    @property
+    def unreliable(self) -> bool:
+        """A side's timed replays wandered by more than `WANDER`: the machine was busy."""
+        return any(v > WANDER for v in self.spread.values())
+
 
 def _fed(state) -> dict[int, int]:
     return {tid: len(th.fed) for tid, th in state.threads.items()}
@@ -115,7 +127,8 @@ def run_demo(rt: PastaRuntime, prompt: str, config: PastaDecodeConfig,
     return DemoResult(parallel=parallel, sequential=sequential, timeline=timeline,
                       response=rt.tokenizer.decode(content, skip_special_tokens=True),
                       content_ids=content,
-                      theoretical_speedup=len(content) / max(1, parallel.forward_passes),
+                      theoretical_speedup=pasta_metrics(decoded.ids, rt.vocab,
+                                                        attrs).content_speedup,
                       views=views, decoded=decoded, times=times)
 
 

@@ -164,7 +164,7 @@ def figures_line(row: dict, res, model=None) -> str:
 
     line = (f"{row['content_tokens']} content tokens, {row['threads']} threads, "
             f"{row['forward_passes']} forward passes (critical path {row['critical_path']}): "
-            f"{steps_phrase(row['content_tokens'], row['forward_passes'], row['promises'] > 0)}; "
+            f"{steps_phrase(row['content_tokens'], row['critical_path'], row['promises'] > 0)}; "
             f"{row['content_tokens'] / max(row['wall_s'], 1e-9):.1f} content tokens/s")
     if model is not None:
         bw = decode_bandwidth(model, res.forward_passes, res.kv_read, res.decode_s)

@@ -102,4 +102,6 @@ SYSTEM = register_system(DecodeSystem(
     row_excluded=("batch_size",), status=status,
     describe=lambda runner: (f"decoding ({runner.config.policy}"
                              f"{', llama.cpp' if runner.engine == 'llama.cpp' else ''})"),
-    shown_rows=0, answer=answer, prepare=prepare))
+    shown_rows=0, answer=answer, prepare=prepare,
+    # the thesis' sampling for reasoning traces; a budget the budgeted policies can use
+    command_defaults={"temperature": 0.6, "top_p": 0.95, "budget": 2048}))
