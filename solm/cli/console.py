@@ -62,6 +62,21 @@ def info(message: str) -> None:
         console.print(message)
 
 
+def _library_notice(message: str) -> None:
+    from rich.markup import escape
+
+    info(escape(message))  # a path or an option is not rich markup
+
+
+def _listen_to_the_library() -> None:
+    from solm.core.notices import listen
+
+    listen(_library_notice)
+
+
+_listen_to_the_library()
+
+
 def handle_errors(fn: Callable) -> Callable:
     """Turn user errors into one red line and a non-zero exit (traceback only with --debug)."""
 

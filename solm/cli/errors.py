@@ -23,6 +23,15 @@ except ImportError:  # pragma: no cover
     from click.exceptions import BadParameter, ClickException, NoArgsIsHelpError
 
 
+def current_context():
+    """The click context of the command running now (typer's vendored click, or click)."""
+    try:
+        from typer._click.globals import get_current_context
+    except ImportError:  # a typer that uses click itself
+        from click import get_current_context
+    return get_current_context(silent=True)
+
+
 def given_explicitly(ctx, name: str) -> bool:
     """Whether option `name` came from the command line or a --config file (not a default)."""
     return ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE,

@@ -69,6 +69,23 @@ TrustRemoteCodeOption = typer.Option(
          "Dream-7B); without it such a model is refused. Read that code first.")
 
 
+def refuse_gguf_type_on_torch(values: dict) -> None:
+    """`--gguf-type` given to a command whose `--engine` is torch would be ignored: refused
+    (README: options that do not apply are refused). Under `auto` it applies when llama.cpp
+    is chosen."""
+    from solm.cli.errors import current_context
+
+    ctx = current_context()
+    if ctx is None or "gguf_type" not in ctx.params or values.get("engine") != "torch":
+        return
+    from solm.cli.errors import given_explicitly
+
+    if given_explicitly(ctx, "gguf_type"):
+        raise typer.BadParameter("applies to the llama.cpp engine only; this command runs "
+                                 "on --engine torch (choose --engine llama.cpp or auto)",
+                                 param_hint="--gguf-type")
+
+
 def loads_models(fn: Callable) -> Callable:
     """A command that loads a model gets `--trust-remote-code` (declared here, once), placed
     before its --config; the option's callback sets it for the loaders, so the command's own
@@ -84,6 +101,7 @@ def loads_models(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def command(*args, **kwargs):
         kwargs.pop("trust_remote_code", None)
+        refuse_gguf_type_on_torch(kwargs)
         return fn(*args, **kwargs)
 
     command.__signature__ = inspect.Signature(params[:at] + [trust] + params[at:])

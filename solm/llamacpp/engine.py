@@ -33,6 +33,8 @@ def choose_engine(choice: str, refusal: str | None) -> str:
     decode (None: it can). An explicit llama.cpp that cannot run is a one-line error."""
     if choice not in ENGINES:
         raise SolmError(f"--engine must be one of {', '.join(ENGINES)}, got {choice!r}")
+    from solm.core.notices import notice
+
     if choice == "torch":
         return "torch"
     if choice == "llama.cpp":
@@ -41,7 +43,14 @@ def choose_engine(choice: str, refusal: str | None) -> str:
         if not llama_cpp_available():
             raise SolmError(f"--engine llama.cpp needs llama-cpp-python: {INSTALL_HINT}")
         return "llama.cpp"
-    return "llama.cpp" if refusal is None and llama_cpp_available() else "torch"
+    if refusal is not None:
+        notice(f"--engine auto: torch, since llama.cpp cannot run this decode ({refusal})")
+        return "torch"
+    if not llama_cpp_available():
+        notice("--engine auto: torch, since llama-cpp-python is not installed")
+        return "torch"
+    notice("--engine auto: llama.cpp (installed, and able to run this decode)")
+    return "llama.cpp"
 
 
 def _source_identity(model: str) -> dict:
@@ -83,12 +92,16 @@ def gguf_for(model: str, outtype: str, control_tokens: str | None = None,
 
     if outtype not in OUTTYPES:
         raise SolmError(f"--gguf-type must be one of {', '.join(OUTTYPES)}, got {outtype!r}")
+    from solm.core.notices import notice
+
     path = cached_gguf_path(model, control_tokens, num_registers, outtype)
     if path.is_file():
         return path
     with _file_lock(path.with_name(path.name + ".lock")):
         if path.is_file():
             return path
+        notice(f"exporting {model} to a {outtype} GGUF for llama.cpp, once: {path} "
+               f"(`solm cache` shows the cache's size, `solm cache clean --gguf` empties it)")
         if loaded is None:
             from solm.core.models import load_decoder
 
@@ -117,10 +130,16 @@ def load_on_engine(model: str, engine, dtype: str, device: str | None, system: s
     from solm.core.models import load_decoder
 
     if engine.engine == "llama.cpp":
+        from solm.core.notices import notice
+
         loaded = load_decoder(model, dtype="fp32", device="cpu", system=system,
                               num_registers=num_registers)
         engine.gguf = str(gguf_for(model, engine.gguf_type, system, num_registers,
                                    loaded=loaded))
+        source = (f"{model} re-exported with its control tokens as " if
+                  str(model).endswith(".gguf") else "")
+        notice(f"engine llama.cpp: {source}{engine.gguf_type} weights, "
+               f"{kv_type(engine).upper()} KV cache ({engine.gguf})")
         return loaded
     return load_decoder(model, dtype=dtype, device=device, system=system,
                         quantize=getattr(engine, "quantize", None), num_registers=num_registers)
