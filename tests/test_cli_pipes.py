@@ -74,3 +74,54 @@ def test_one_prompt_from_the_command_line(tmp_path, tiny_folder, monkeypatch):
     assert os.listdir(tmp_path) == []  # a single prompt writes no files
     r = CliRunner().invoke(pasta.app, ["decode", "hi", "-p", "x.jsonl", "-m", tiny_folder])
     assert r.exit_code == 1 and "not both" in r.output
+
+
+def test_an_interrupted_decode_leaves_its_settings_for_the_rerun_check(tmp_path, tiny_folder,
+                                                                       monkeypatch):
+    """A new user's trial: a decode interrupted after one row (max-new-tokens 48) left no
+    manifest, so a rerun with 32 was accepted and the manifest then said mixed: false."""
+    import solm.decode.jobs as jobs
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"Say {i}"}) + "\n"
+                               for i in range(3)))
+    out = tmp_path / "out.jsonl"
+    base = ["decode", "-p", str(prompts), "-o", str(out), "-m", tiny_folder, "-q"]
+    real = jobs.decode_records
+
+    def interrupted(runner, records, out_path, *args, **kwargs):
+        real(runner, records[:1], out_path, *args, **kwargs)  # one row written, then ^C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(jobs, "decode_records", interrupted)
+    r = CliRunner().invoke(pasta.app, base + ["--max-new-tokens", "6"])
+    assert r.exit_code != 0 and len(out.read_text().splitlines()) == 1
+    monkeypatch.setattr(jobs, "decode_records", real)
+    r = CliRunner().invoke(pasta.app, base + ["--max-new-tokens", "4"])
+    assert r.exit_code == 1 and "max_new_tokens=6 (now 4)" in r.output, r.output
+    assert len(out.read_text().splitlines()) == 1  # nothing appended
+    r = CliRunner().invoke(pasta.app, base + ["--max-new-tokens", "6"])
+    assert r.exit_code == 0 and len(out.read_text().splitlines()) == 3
+    manifest = json.loads((tmp_path / "out.jsonl.manifest.json").read_text())
+    assert manifest["mixed_settings"] is False and manifest["finished"] is True
+
+
+def test_a_prompt_that_can_never_fit_is_refused_and_the_others_decode(tmp_path, tiny_folder):
+    """A new user's trial: one 100 KB prompt among three aborted the file, 0 rows written."""
+    prompts = tmp_path / "p.jsonl"
+    rows = [{"id": "a", "prompt": "Say a"}, {"id": "big", "prompt": "word " * 3000},
+            {"id": "c", "prompt": "Say c"}]
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out.jsonl"
+    for batch in ("1", "2"):
+        out.unlink(missing_ok=True)
+        r = CliRunner().invoke(pasta.app, ["decode", "-p", str(prompts), "-o", str(out), "-m",
+                                           tiny_folder, "--max-new-tokens", "4",
+                                           "--pool-size", "256", "--batch-size", batch])
+        assert r.exit_code == 0, r.output
+        assert [json.loads(x)["id"] for x in out.read_text().splitlines()] in (["a", "c"],
+                                                                              ["c", "a"])
+        assert "'big' refused" in r.output and "--pool-size" in r.output
+        manifest = json.loads((tmp_path / "out.jsonl.manifest.json").read_text())
+        (refused,) = manifest["summary"]["refused"]
+        assert refused["id"] == "big" and "--pool-size" in refused["reason"]

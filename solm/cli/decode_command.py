@@ -106,6 +106,14 @@ def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path
         records = take_shard(part, records, out)
         if not records:
             return
+        if not is_stdio(out):
+            # the settings go beside the output before its first row: an interrupted run's
+            # rerun is checked against them (`check_rerun_settings`), never mixed silently
+            write_manifest(out, command, {"model": model, "prompts": str(source),
+                                          "out": str(out), "dtype": dtype,
+                                          **row_settings},
+                           inputs=[source], model=model, row_settings=row_settings,
+                           mixed=mixed, extra={"finished": False})
     info(f"decoding with {decoding.describe()}")
     info(f"loading {model} ...")
     m, tok = system.load(model, engine, dtype, device)
@@ -134,8 +142,8 @@ def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path
                 "shard": shard, "dtype": dtype, "device": device,
                 **settings_from(dataclasses.asdict(engine)), **row_settings}
     write_manifest(out, command, settings, inputs=[source], model=model,
-                   extra={"summary": summary.to_dict(), **extra}, row_settings=row_settings,
-                   mixed=mixed)
+                   extra={"summary": summary.to_dict(), **extra, "finished": True},
+                   row_settings=row_settings, mixed=mixed)
     finish_shard(part, out)
     if not quiet and system.shown_rows:
         for row in rows[-min(len(records), system.shown_rows):]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence
 
 from solm.core.chat import prompt_ids
-from solm.core.errors import SolmError
+from solm.core.notices import notice
 from solm.core.jsonl import JsonlWriter, is_stdio, read_jsonl
 from solm.core.records import Record
 from solm.decode.protocol import Done, Job, Runner
@@ -29,6 +29,9 @@ class DecodeSummary:
     done: int = 0
     skipped: int = 0
     flagged: dict[str, int] = field(default_factory=dict)
+    # prompts the runtime can never decode with these settings ({id, sample, reason}); not
+    # written, so a rerun with settings that fit decodes them
+    refused: list[dict] = field(default_factory=list)
 
     @classmethod
     def start(cls, config: Any) -> "DecodeSummary":
@@ -95,7 +98,10 @@ def decode_jobs(runner: Runner, jobs: Iterable[Job], out: str | Path | JsonlWrit
             done: Done
             job = by_rid.pop(done.rid)
             if done.error:
-                raise SolmError(f"prompt {job.record.id!r}: {done.error}")
+                summary.refused.append({"id": str(job.record.id), "sample": job.sample,
+                                        "reason": done.error})
+                notice(f"prompt {job.record.id!r} refused, the others go on: {done.error}")
+                continue
             record = row(job, done.result)
             writer.write(record)
             summary.count(record)

@@ -223,7 +223,8 @@ class BatchedPastaRuntime:
         if need > self.pool_size:
             return (f"prompt of {len(req.prompt_ids)} tokens + max_new_tokens "
                     f"{self._budget(req)} = {need} slots does not fit a pool of "
-                    f"{self.pool_size}")
+                    f"{self.pool_size} (--pool-size x the batch; raise --pool-size or "
+                    f"lower --max-new-tokens)")
         if not req.prompt_ids:
             return "empty prompt"
         return past_the_window(self.model.config, need)

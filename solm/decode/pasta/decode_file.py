@@ -72,6 +72,10 @@ class PastaRunner:
 
     def run(self, jobs: Iterable[Job]) -> Iterator[Done]:
         for job in jobs:
+            why = self.rt.refusal(job.prompt_ids, self.config)
+            if why:
+                yield Done(job.rid, None, error=why)
+                continue
             res = self.rt.generate(list(job.prompt_ids), self.config)
             self.forward_passes += res.forward_passes
             self._decode_s += res.decode_s

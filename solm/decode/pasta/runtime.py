@@ -236,6 +236,13 @@ class PastaRuntime:
 
         return choose
 
+    def refusal(self, prompt_ids: Sequence[int], config: PastaDecodeConfig) -> str | None:
+        """Why this prompt can never be decoded here (None: it can)."""
+        if len(prompt_ids) + 1 > self.pool_size:
+            return (f"prompt of {len(prompt_ids)} tokens does not fit a pool of "
+                    f"{self.pool_size} slots (raise --pool-size)")
+        return past_the_window(self.model.config, len(prompt_ids) + config.max_new_tokens)
+
     # ---- prefill / step / finish ------------------------------------------------------
 
     def prefill(self, prompt_ids: Sequence[int], config: PastaDecodeConfig,
@@ -245,12 +252,9 @@ class PastaRuntime:
         if config.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {config.mode!r}")
         prompt_ids = [int(t) for t in prompt_ids]
-        if len(prompt_ids) + 1 > self.pool_size:
-            raise ValueError(f"prompt of {len(prompt_ids)} tokens does not fit a pool of "
-                             f"{self.pool_size} slots")
-        beyond = past_the_window(self.model.config, len(prompt_ids) + config.max_new_tokens)
-        if beyond:
-            raise ValueError(beyond)
+        why = self.refusal(prompt_ids, config)
+        if why:
+            raise ValueError(why)
         self.forward.reset()
         state = PastaRunState(config, PastaTracker(self.vocab), chooser, set(replay_anchors))
         if scripts is not None:
