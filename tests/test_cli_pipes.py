@@ -125,3 +125,25 @@ def test_a_prompt_that_can_never_fit_is_refused_and_the_others_decode(tmp_path, 
         manifest = json.loads((tmp_path / "out.jsonl.manifest.json").read_text())
         (refused,) = manifest["summary"]["refused"]
         assert refused["id"] == "big" and "--pool-size" in refused["reason"]
+
+
+def test_rerunning_a_finished_output_loads_no_model(tmp_path, tiny_folder, monkeypatch):
+    """A new user's trial: a rerun of a finished output loaded the model (22 s) to print
+    "done": 0."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"Say {i}"}) + "\n"
+                               for i in range(2)))
+    out = tmp_path / "out.jsonl"
+    args = ["decode", "-p", str(prompts), "-o", str(out), "-m", tiny_folder,
+            "--max-new-tokens", "3"]
+    assert CliRunner().invoke(pasta.app, args + ["-q"]).exit_code == 0
+    import solm.decode.pasta.system as system
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded for a finished output")
+
+    monkeypatch.setattr(system, "load_on_engine", no_load)
+    r = CliRunner().invoke(pasta.app, args)
+    assert r.exit_code == 0, r.output
+    assert '"done": 0' in r.output and '"skipped": 2' in r.output
+    assert len(out.read_text().splitlines()) == 2

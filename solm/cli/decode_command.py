@@ -68,7 +68,7 @@ def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path
     from solm.core.paths import outputs_beside
     from solm.core.provenance import check_rerun_settings, write_manifest
     from solm.core.records import Record, load_records
-    from solm.decode.jobs import decode_records, pending_jobs
+    from solm.decode.jobs import decode_records, pending_jobs, undone
 
     if text is not None and prompts is not None:
         raise SolmError("give one prompt as an argument or --prompts FILE, not both")
@@ -105,6 +105,13 @@ def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path
             raise SolmError(f"{source}: no prompts; nothing was decoded")
         records = take_shard(part, records, out)
         if not records:
+            return
+        left = undone(records, out, system.samples(engine), system.per_sample)
+        if not left:  # a finished output: said without loading the model
+            info(f"{out}: every prompt is already decoded; nothing to do")
+            out_console.print_json(json.dumps({"done": 0, "skipped": len(records) *
+                                               system.samples(engine)}))
+            finish_shard(part, out)
             return
         if not is_stdio(out):
             # the settings go beside the output before its first row: an interrupted run's

@@ -62,6 +62,14 @@ def done_keys(out: str | Path, per_sample: bool) -> set:
             if "id" in r}
 
 
+def undone(records: Sequence[Record], out: str | Path, samples: int = 1,
+           per_sample: bool = False) -> int:
+    """How many (prompt, sample) decodes `out` does not hold yet (no tokenizer needed)."""
+    done = done_keys(out, per_sample)
+    return sum((str(r.id), k) not in done if per_sample else str(r.id) not in done
+               for r in records for k in range(samples))
+
+
 def pending_jobs(records: Sequence[Record], tokenizer, done: set, samples: int = 1,
                  per_sample: bool = False) -> tuple[list[Job], int]:
     """(the jobs not yet in the output, how many were skipped), in prompt then sample order."""
