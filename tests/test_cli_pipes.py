@@ -147,3 +147,16 @@ def test_rerunning_a_finished_output_loads_no_model(tmp_path, tiny_folder, monke
     assert r.exit_code == 0, r.output
     assert '"done": 0' in r.output and '"skipped": 2' in r.output
     assert len(out.read_text().splitlines()) == 2
+
+
+def test_a_base_model_is_named_as_one_before_it_decodes(tmp_path, tiny_folder):
+    """A new user's trial: `pdiff decode` on the default base model planned 0 chunks
+    silently."""
+    from solm.core.models import model_system
+
+    r = CliRunner().invoke(pasta.app, ["decode", "Say hi", "-m", tiny_folder,
+                                       "--max-new-tokens", "2"])
+    assert r.exit_code == 0 and "was not trained for pasta" in r.output
+    assert "pasta-sft-overlap-cpu" in r.output
+    assert model_system(tiny_folder) is None
+    assert model_system("pdiff-cpu") == "pdiff" and model_system("pasta-sft-cpu") == "pasta"

@@ -122,6 +122,7 @@ def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path
                            inputs=[source], model=model, row_settings=row_settings,
                            mixed=mixed, extra={"finished": False})
     info(f"decoding with {decoding.describe()}")
+    base_model_hint(model, system.name)
     info(f"loading {model} ...")
     m, tok = system.load(model, engine, dtype, device)
     runner = system.runner(m, tok, cfg, engine, len(records), text is not None)
@@ -160,6 +161,24 @@ def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path
     printed = {**summary.to_dict(), **{(scope if k == "format" else k): v
                                        for k, v in extra.items()}}
     (console if to_stdout else out_console).print_json(json.dumps(printed))
+
+
+KEPT_MODEL = {"pasta": "pasta-sft-overlap-cpu", "pdiff": "pdiff-cpu"}
+
+
+def base_model_hint(model: str, system: str) -> None:
+    """A model trained for no system writes no control tags: its decode is a plain
+    sequential one, which a user should hear before reading the figures."""
+    from solm.core.models import model_system
+
+    if system == "sot" or model_system(model) is not None:
+        return
+    kept = KEPT_MODEL.get(system)
+    console.print(f"[yellow]note:[/] {model} was not trained for {system}: it writes no "
+                  f"control tags, so this decode runs as plain sequential decoding"
+                  + (f"; a trained model: -m {kept} (`solm models` lists the kept ones)"
+                     if kept else "; train one first (see `" + system + " sft --help`)"),
+                  highlight=False)
 
 
 def decode_command(app: typer.Typer, system_name: str, help: str, name: str = "decode",

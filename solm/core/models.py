@@ -337,6 +337,22 @@ def model_registers(name_or_path: str) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
+def model_system(name_or_path: str) -> str | None:
+    """The system a solm-trained model was trained for (its solm.json's `system`, or the
+    control tokens it carries); None for a base model, which writes no control tags."""
+    import json
+
+    folder = Path(artifact_folder(str(name_or_path)) or str(name_or_path))
+    meta = folder / "solm.json"
+    if not meta.is_file():
+        return None
+    try:
+        info = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        return None
+    return info.get("system") or info.get("control_tokens") or None
+
+
 def model_positions(name_or_path: str) -> str:
     """The PASTA / Planned Diffusion position layout a solm-trained model records in its
     solm.json ("pred10x" for any other model, and for models trained before the choice)."""
