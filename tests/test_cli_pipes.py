@@ -160,3 +160,17 @@ def test_a_base_model_is_named_as_one_before_it_decodes(tmp_path, tiny_folder):
     assert "pasta-sft-overlap-cpu" in r.output
     assert model_system(tiny_folder) is None
     assert model_system("pdiff-cpu") == "pdiff" and model_system("pasta-sft-cpu") == "pasta"
+
+
+def test_library_deprecation_warnings_do_not_reach_users(tiny):
+    """A new user's trial: transformers' `is_gradient_checkpointing` FutureWarning, with the
+    venv's path, printed on every decode and demo."""
+    import warnings
+
+    import solm.cli.console  # noqa: F401 (the CLI's filters)
+
+    with warnings.catch_warnings(record=True) as seen:
+        getattr(tiny, "is_gradient_checkpointing", None)
+        warnings.warn_explicit("old", FutureWarning, "modeling_utils.py", 1,
+                               module="transformers.modeling_utils")
+    assert not [w for w in seen if issubclass(w.category, FutureWarning)]

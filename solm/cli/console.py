@@ -26,15 +26,24 @@ out_console = Console()
 _STATE = {"quiet": False, "debug": bool(os.environ.get("SOLM_DEBUG"))}
 
 
+def silence_library_deprecations() -> None:
+    """The libraries' deprecation notices (a transformers FutureWarning on every decode) are
+    for solm's developers, not for its users: never shown by the CLI."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning,
+                            module=r"(transformers|peft|torch|torchao|accelerate|trl)(\..*)?$")
+
+
+silence_library_deprecations()
+
+
 def silence_library_bars() -> None:
     """--quiet: no progress bars from transformers, datasets or the hub either."""
     import warnings
 
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     os.environ["TQDM_DISABLE"] = "1"
-    # the libraries' deprecation notices are for solm's developers, not for its users
-    warnings.filterwarnings("ignore", category=FutureWarning,
-                            module=r"(transformers|peft|torch|torchao|accelerate|trl)(\..*)?$")
     if "huggingface_hub" in sys.modules:
         sys.modules["huggingface_hub"].utils.disable_progress_bars()
     if "transformers" in sys.modules:
