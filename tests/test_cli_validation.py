@@ -211,3 +211,81 @@ def test_every_command_has_config_quiet_and_debug():
                for name, fn in walk(solm_main.app)}
     assert not {k: v for k, v in missing.items() if v}
     assert len(missing) > 15
+
+
+# ---- issue 50: what a new user met ---------------------------------------------------------
+
+def _no_model_load(monkeypatch):
+    import solm.core.models as models
+
+    def refuse(*a, **k):
+        raise AssertionError("a model was loaded before the options were checked")
+
+    monkeypatch.setattr(models, "load_decoder", refuse)
+    monkeypatch.setattr(models, "load_model", refuse)
+
+
+def test_a_tip_server_refuses_what_llama_cpp_cannot_run_before_loading(monkeypatch):
+    """`serve --system tip --engine llama.cpp --policy h2o` said "needs --budget" after
+    loading; --budget had no default there while `tip decode`'s is 2048."""
+    from solm.decode.registry import get_system
+
+    _no_model_load(monkeypatch)
+    r = CliRunner().invoke(solm_main.app, ["serve", "--system", "tip", "--engine", "llama.cpp",
+                                           "--policy", "h2o"])
+    assert r.exit_code != 0 and "h2o" in r.output and "attention" in r.output.lower(), r.output
+    assert "needs --budget" not in r.output
+    tip_defaults = get_system("tip").command_defaults
+    assert tip_defaults["budget"] == 2048 and tip_defaults["temperature"] == 0.6
+
+
+def test_a_tip_server_samples_as_tip_decode_does(monkeypatch):
+    """`tip decode` sampled at temperature 0.6 while a TIP server was greedy: one default."""
+    import solm.serve.systems as systems
+
+    seen = {}
+
+    def capture(system, model, opts, decoding, dtype, device):
+        seen.update(decoding.values, budget=opts["budget"])
+        raise SystemExit(0)
+
+    monkeypatch.setattr(systems, "make_engine", capture)
+    CliRunner().invoke(solm_main.app, ["serve", "--system", "tip"])
+    assert seen["temperature"] == 0.6 and seen["top_p"] == 0.95 and seen["budget"] == 2048
+    seen.clear()
+    CliRunner().invoke(solm_main.app, ["serve", "--system", "pasta"])
+    assert seen["temperature"] == 0.0
+
+
+@pytest.mark.parametrize("args", [["decode", "Hi", "--engine", "torch", "--gguf-type", "f32"],
+                                  ["decode", "Hi", "--gguf-type", "q4_0"]])
+def test_gguf_type_on_the_torch_engine_is_refused(args, monkeypatch):
+    _no_model_load(monkeypatch)
+    r = CliRunner().invoke(pasta.app, args)
+    assert r.exit_code == 2 and "--gguf-type" in r.output and "torch" in r.output, r.output
+
+
+def test_open_ranges_read_the_same_in_help_error_and_check():
+    """--top-p: help said [x<=1.0], the error "must be > 0", README "(0, 1]"."""
+    import re
+
+    from solm.core.sampling import SamplingConfig
+
+    r = CliRunner().invoke(pasta.app, ["decode", "--help"], terminal_width=200)
+    flat = re.sub(r"\s+", " ", r.output)
+    assert "Must be in (0, 1]." in flat and "x<=1.0" not in flat
+    for bad in ("0", "1.5", "nan"):
+        r = CliRunner().invoke(pasta.app, ["decode", "Hi", "--top-p", bad])
+        assert r.exit_code == 2 and "must be in (0, 1]" in r.output, r.output
+    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\], got 0"):
+        from solm.core.settings import check_settings
+        check_settings(SamplingConfig(top_p=0))
+
+
+def test_help_shows_no_literal_backticks():
+    """`tip bench --help` showed literal backticks (a newline inside a code span)."""
+    for app, cmd in [(tip.app, ["bench", "--help"]), (tip.app, ["decode", "--help"]),
+                     (pasta.app, ["bench", "--help"]), (solm_main.app, ["check-engines",
+                                                                        "--help"])]:
+        r = CliRunner().invoke(app, cmd, terminal_width=200)
+        assert r.exit_code == 0 and "`" not in r.output, (cmd, r.output)

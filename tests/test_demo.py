@@ -118,3 +118,68 @@ def test_both_sides_are_warmed_then_timed_in_alternating_order(tiny, pasta_token
                      "sequential"]
     assert res.parallel.decode_s == min(res.times["parallel"])
     assert res.sequential.decode_s == min(res.times["sequential"])
+
+
+SCRIPT = ('Two tips:\n1.<promise topic="sleep" tokens="1"/><async> Sleep eight hours.</async>'
+          '\n2.<promise topic="food" tokens="1"/><async> Eat vegetables.</async><sync/> Done.')
+
+
+def _hand_counted_passes(ids, vocab) -> int:
+    """The schedule written a second way: main feeds one token a pass; a block starts in
+    the pass that feeds its promise's closing token and feeds one token a pass from there;
+    `<sync/>` goes in no earlier than the pass of its blocks' last tokens; main goes on."""
+    from solm.core.systems.pasta import MAIN, walk_training_order
+
+    attrs, _ = walk_training_order(ids, vocab)
+    main = [t for t, a in zip(ids, attrs) if a.thread == MAIN]
+    blocks = {}
+    for t, a in zip(ids, attrs):
+        if a.thread != MAIN:
+            blocks.setdefault(a.anchor, []).append(t)
+    step, ends = 0, []
+    for i, tok in enumerate(main):
+        step += 1
+        if tok == vocab.sync and ends:
+            step = max(step, max(ends))
+            ends = []
+        if i in blocks:  # this token closes a promise: its block's k-th token at step + k
+            ends.append(step + len(blocks[i]) - 1)
+    return step
+
+
+def test_the_demos_theoretical_speedup_counts_content_over_the_critical_path(tiny,
+                                                                            pasta_tokenizer):
+    """A planted bug counted every decoded id (tags included) and no test saw it: a model
+    scripted to write an answer with two promises, counted by hand."""
+    from solm.core.chat import text_ids
+    from solm.core.pasta_lang import strip
+    from solm.decode.pasta.runtime import replay_scripts
+
+    rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=512)
+    ids = text_ids(pasta_tokenizer, SCRIPT)
+    streams, _ = replay_scripts(ids, rt.vocab)
+    eos = next(iter(rt.vocab.eos))
+
+    def scripted(config):
+        def choose(thread, logits, state):
+            stream = streams[thread.tid]
+            k = len(thread.fed)
+            return stream[k] if k < len(stream) else eos
+        return choose
+
+    rt.chooser = scripted
+    cfg = PastaDecodeConfig(max_new_tokens=200, sampling=SamplingConfig(temperature=0.0))
+    res = run_demo(rt, "Two tips?", cfg, repeats=1)
+    assert res.decoded.ids == ids and res.decoded.threads == 2
+    content = text_ids(pasta_tokenizer, strip(SCRIPT))
+    assert res.content_ids == content
+    passes = _hand_counted_passes(ids, rt.vocab)
+    assert passes < len(ids) - 10  # the blocks really overlap main
+    assert res.theoretical_speedup == pytest.approx(len(content) / passes)
+    assert res.parallel.forward_passes == passes  # torch takes exactly the critical path
+    # the spread of the timed replays and its flag
+    assert set(res.spread) == {"parallel", "sequential"}
+    res.times = {"parallel": [1.0, 1.5], "sequential": [2.0, 2.1]}
+    assert res.unreliable and res.spread["parallel"] == pytest.approx(1.5)
+    res.times = {"parallel": [1.0, 1.2], "sequential": [2.0, 2.1]}
+    assert not res.unreliable

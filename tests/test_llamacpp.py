@@ -150,6 +150,30 @@ def test_requests_sharing_a_prompt_read_one_copy(exported):
     assert all(ctx.seq_pos_max(s) == -1 for s in range(ctx.n_seq))
 
 
+def test_samples_sharing_a_prompt_compute_what_the_prompt_alone_does(exported):
+    """The shared prompt's cells reach every sample's sequence (`seq_cp`): each sample's
+    logits along its answer equal the Hugging Face forward over prompt + answer, as a decode
+    of the prompt alone does. (Greedy tokens alone can hide a sample that never sees its
+    prompt: a tiny random model's next token leans on the last token.)"""
+    from solm.core.sampling import SamplingConfig
+    from solm.decode.pasta.batched import BatchedPastaRuntime
+    from solm.decode.pasta.runtime import PastaDecodeConfig
+    from solm.llamacpp.binding import LlamaContext
+    from solm.llamacpp.step import LlamaCppStep
+
+    model, tok, path = exported
+    (prompt,) = prompt_ids(tok, ["Give three tips for staying healthy."])
+    config = PastaDecodeConfig(mode="sequential", max_new_tokens=6, record_logits=True,
+                               sampling=SamplingConfig(temperature=0.0))
+    ctx = LlamaContext(path, n_ctx=2048, n_seq=8, kv_type="f32")
+    rt = BatchedPastaRuntime(model, tok, pool_size=2048, max_batch=3, forward=LlamaCppStep(ctx))
+    alone = rt.sample(prompt, config, 1)[0]
+    for res in [alone] + rt.sample(prompt, config, 3):
+        # row j: after feeding answer token j, as the oracle's row at prompt + j
+        ref = hf_logits(model, prompt + res.ids)[len(prompt):]
+        assert (res.logits - ref).abs().max().item() < TOL
+
+
 def test_decode_command_on_llama_cpp_writes_the_torch_engines_rows(tmp_path, exported,
                                                                     monkeypatch):
     """`pasta decode --engine llama.cpp --mode sequential` on a model folder: the GGUF is
@@ -944,3 +968,74 @@ def test_tip_bench_replays_on_both_engines_side_by_side(tmp_path, tiny_folder, m
     assert r.exit_code != 0 and "attention" in r.output and "Traceback" not in r.output
     r = runner.invoke(tip.app, common + ["--engine", "torch,auto", "--policies", "h2o"])
     assert r.exit_code != 0 and "already in the list" in r.output
+
+
+# ---- engine equality, checkable (`solm check-engines`) ----------------------------------
+
+def test_check_engines_judges_a_divergence_by_the_oracles_gap(exported):
+    """At the first divergence the verdict reads the Hugging Face forward's top-2 gap over
+    prompt + common prefix (computed here directly), and the rank the other engine took."""
+    from solm.eval.engine_check import compare_answers
+
+    model, tok, _ = exported
+    (prompt,) = prompt_ids(tok, ["Name a colour."])
+    answer = []
+    for _ in range(6):  # the oracle's own greedy answer
+        answer.append(int(hf_logits(model, prompt + answer)[-1].argmax()))
+    assert compare_answers("a", model, prompt, answer, answer, None, None, 1e-3).verdict \
+        == "equal"
+    at = 3
+    row = hf_logits(model, prompt + answer[:at])[-1]
+    second = int(row.topk(2).indices[1])
+    gap = float(row.topk(2).values[0] - row.topk(2).values[1])
+    other = answer[:at] + [second, 7, 7]
+    got = compare_answers("a", model, prompt, answer, other, None, None, gap / 2)
+    assert got.first_divergence == at and got.other_took_reference_rank == 2
+    assert got.reference_gap == pytest.approx(gap, abs=1e-5)
+    assert got.verdict == "beyond tolerance"
+    assert compare_answers("a", model, prompt, answer, other, None, None,
+                           gap * 2).verdict == "near-tie"
+    # one answer ended (end of text) where the other went on
+    ended = compare_answers("a", model, prompt, answer, answer[:at], None, 0, 1e-3)
+    assert ended.first_divergence == at
+    assert ended.other_took_reference_rank == int((row > row[0]).sum()) + 1
+
+
+def test_check_engines_command_on_an_f32_export_holds(tmp_path, tiny_folder):
+    """torch against llama.cpp on an f32 export with F32 KV: every greedy answer equal or
+    parted at a near-tie, the logits within the tolerance everywhere."""
+    from solm.cli.main import app
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": p}) + "\n" for i, p in
+                               enumerate(["Name a fruit.", "Count to three.", "Say hi."])))
+    out = tmp_path / "engines.jsonl"
+    r = runner.invoke(app, ["check-engines", "-m", tiny_folder, "-p", str(prompts),
+                            "--max-new-tokens", "12", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == 3 and all(x["verdict"] in ("equal", "near-tie") for x in rows)
+    assert max(x["max_logit_diff"] for x in rows) < TOL
+    assert "F32 KV" in r.output
+
+
+def test_the_llama_contexts_kv_type_follows_the_export(exported):
+    """An f32 export decodes with an F32 KV cache (F16 keys round logits by ~1e-3 and part
+    greedy answers where the oracle's gap is above the tolerance); others with F16."""
+    from types import SimpleNamespace
+
+    from solm.llamacpp.binding import Token
+    from solm.llamacpp.engine import kv_type, llama_context
+
+    model, tok, path = exported
+    for t in ("f16", "bf16", "q8_0", "q4_0", "q4_1"):
+        assert kv_type(SimpleNamespace(gguf_type=t)) == "f16"
+    engine = SimpleNamespace(gguf=str(path), gguf_type="f32")
+    assert kv_type(engine) == "f32"
+    ids = tok("Planets orbit the sun because gravity pulls them inward, and so on.")["input_ids"]
+    ctx = llama_context(engine, 256, sequences=1)
+    try:
+        ours = ctx.decode([Token(t, i, 0) for i, t in enumerate(ids)])
+    finally:
+        ctx.close()
+    assert (ours - hf_logits(model, ids)).abs().max().item() < 2e-4

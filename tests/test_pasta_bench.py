@@ -83,3 +83,26 @@ def test_equal_pass_costs_give_realized_equal_to_theoretical(tiny, pasta_tokeniz
     row = bench_row(rt, ROW, repeats=1)
     assert row.efficiency > 1.1 and row.distrusted
     assert summarize([row], 0.0)["efficiency_flagged"] is True
+
+
+def test_the_warm_up_replays_the_longest_row_whole_on_both_sides(tiny, pasta_tokenizer):
+    """Issue 50: warmed on 32 tokens, the first timed replay to reach a new key length paid
+    the allocator's growth, always the sequential side under --repeats 1 (efficiency 1.40).
+    The warm-up now replays each side of the longest row whole, untimed."""
+    from solm.core.chat import text_ids
+    from solm.core.pasta_lang import strip
+    from solm.eval.pasta_bench import warm_up
+
+    short = {**ROW, "id": "s", "annotated": ROW["annotated"].replace("eight hours", "well")}
+    rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=512)
+    calls, replay = [], rt.replay
+
+    def spy(prompt, response, mode="parallel", **kw):
+        calls.append((mode, list(response), kw.get("max_new_tokens")))
+        return replay(prompt, response, mode=mode, **kw)
+
+    rt.replay = spy
+    warm_up(rt, [short, ROW], compare_generate=False)
+    longest = ROW["annotated"]
+    assert calls == [("sequential", text_ids(pasta_tokenizer, strip(longest)), None),
+                     ("parallel", text_ids(pasta_tokenizer, longest), None)]

@@ -20,8 +20,8 @@ ENGINES = ("torch", "llama.cpp", "auto")
 ENGINE_HELP = ("Decoding engine: torch (solm's own runtime, the reference), llama.cpp (the "
                "model exported to a GGUF in solm's cache on first use, decoded by "
                "llama-cpp-python: faster on a CPU), auto (llama.cpp when installed and able "
-               "to run this decode, else torch). Sampled outputs differ between engines; "
-               "greedy ones agree up to near-ties.")
+               "to run this decode, else torch). Greedy answers agree up to near-ties on an f32 "
+               "export; other types round the logits (`solm check-engines` measures it).")
 GGUF_TYPE_HELP = ("llama.cpp engine: the weight type of the exported GGUF (f32 equals torch's "
                   "fp32 logits to ~1e-4; q8_0 and bf16 batch parallel threads well on a CPU; "
                   "the 4-bit q4_1 / q4_0 decode one request fastest, batch worst).")
