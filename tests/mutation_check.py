@@ -1100,6 +1100,10 @@ ISSUE50 = {
         "solm/core/models.py",
         'return info.get("system") or info.get("control_tokens") or None',
         "return None", [CLI_PIPES]),
+    "cli_start_imports_the_attention_interface": (
+        "solm/decode/attention.py", "import torch.nn.functional as F\n",
+        "import torch.nn.functional as F\nfrom transformers import AttentionInterface\n",
+        [CLI_PIPES]),
     "library_warnings_shown": (
         "solm/cli/console.py", "\n\nsilence_library_deprecations()\n", "\n\n", [CLI_PIPES]),
 }

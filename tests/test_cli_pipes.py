@@ -174,3 +174,18 @@ def test_library_deprecation_warnings_do_not_reach_users():
                        timeout=120)
     assert r.returncode == 0, r.stderr
     assert "library-old" not in r.stderr and "ours-old" in r.stderr
+
+
+def test_the_cli_starts_without_the_modelling_libraries():
+    """A new user's trial: every command took 8-11 s before checking anything. Building the
+    command line must not import transformers' modelling stack (which pulls in torchao and
+    torch's compiler: ~4 s here), peft, trl or datasets; a command imports them when it
+    loads a model."""
+    code = ("import sys, solm.cli.main\n"
+            "heavy = ['transformers.modeling_utils', 'torchao', 'torch._dynamo', 'peft', "
+            "'trl', 'datasets']\n"
+            "print([m for m in heavy if m in sys.modules])\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"

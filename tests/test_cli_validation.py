@@ -289,3 +289,42 @@ def test_help_shows_no_literal_backticks():
                                                                         "--help"])]:
         r = CliRunner().invoke(app, cmd, terminal_width=200)
         assert r.exit_code == 0 and "`" not in r.output, (cmd, r.output)
+
+
+def test_the_cache_reports_its_size_and_cleans_one_kind(tmp_path, monkeypatch):
+    """A new user's trial: the cache grew to 2.1 GB with no report and no way to clean it."""
+    monkeypatch.setenv("SOLM_CACHE", str(tmp_path))
+    (tmp_path / "gguf").mkdir()
+    (tmp_path / "gguf" / "m-q8_0-abc.gguf").write_bytes(b"x" * 3000)
+    (tmp_path / "gguf" / "m-q8_0-abc.gguf.lock").write_bytes(b"")
+    (tmp_path / "models" / "m").mkdir(parents=True)
+    (tmp_path / "models" / "m" / "model.safetensors").write_bytes(b"y" * 5000)
+    r = CliRunner().invoke(solm_main.app, ["cache", "show"])
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output[r.output.index("{"):])
+    assert report["kinds"]["gguf"]["entries"] == {"m-q8_0-abc.gguf": 3000}
+    assert report["kinds"]["models"]["bytes"] == 5000 and report["bytes"] == 8000
+    r = CliRunner().invoke(solm_main.app, ["cache", "clean"])
+    assert r.exit_code != 0 and "--gguf" in r.output
+    r = CliRunner().invoke(solm_main.app, ["cache", "clean", "--gguf"])
+    assert r.exit_code == 0 and not (tmp_path / "gguf").exists()
+    assert (tmp_path / "models" / "m" / "model.safetensors").exists()
+
+
+def test_auto_names_the_engine_it_chose_and_why(monkeypatch):
+    import solm.core.notices as notices
+    import solm.llamacpp.engine as engine
+
+    said = []
+    monkeypatch.setattr(notices, "_LISTENERS", [])
+    notices.listen(said.append)
+    assert engine.choose_engine("auto", "a reason it cannot") == "torch"
+    monkeypatch.setattr(engine, "llama_cpp_available", lambda: False)
+    assert engine.choose_engine("auto", None) == "torch"
+    monkeypatch.setattr(engine, "llama_cpp_available", lambda: True)
+    assert engine.choose_engine("auto", None) == "llama.cpp"
+    assert engine.choose_engine("torch", None) == "torch"
+    assert said[-3:] == ["--engine auto: torch, since llama.cpp cannot run this decode "
+                         "(a reason it cannot)",
+                         "--engine auto: torch, since llama-cpp-python is not installed",
+                         "--engine auto: llama.cpp (installed, and able to run this decode)"]

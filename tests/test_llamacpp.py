@@ -1039,3 +1039,24 @@ def test_the_llama_contexts_kv_type_follows_the_export(exported):
     finally:
         ctx.close()
     assert (ours - hf_logits(model, ids)).abs().max().item() < 2e-4
+
+
+def test_the_preference_stage_samples_on_the_engine_its_parallel_decodes_allow(tmp_path,
+                                                                               pasta_tokenizer):
+    """`pasta prefs` samples parallel decodes: under auto a Pred-10X model samples on torch and
+    an overlap one on llama.cpp; llama.cpp named for a Pred-10X model is refused; the
+    baseline's sequential decodes run on llama.cpp either way."""
+    from solm.core.models import tiny_model
+    from solm.decode.pasta.system import batched_on_engine
+
+    model, tok = tiny_model(pasta_tokenizer, seed=4)
+    pred = save_model(model, tok, tmp_path / "pred", system="pasta", positions="pred10x",
+                      control_tokens="pasta")
+    over = save_model(model, tok, tmp_path / "over", system="pasta", positions="overlap",
+                      control_tokens="pasta")
+    args = ("f32", "fp32", "cpu", 512, 2)
+    assert batched_on_engine(pred, "parallel", "auto", *args)[1] == "torch"
+    assert batched_on_engine(over, "parallel", "auto", *args)[1] == "llama.cpp"
+    assert batched_on_engine(pred, "sequential", "auto", *args)[1] == "llama.cpp"
+    with pytest.raises(SolmError, match="overlap"):
+        batched_on_engine(pred, "parallel", "llama.cpp", *args)

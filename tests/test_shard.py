@@ -340,3 +340,17 @@ def test_merge_without_prompts_restores_the_prompts_order(tmp_path):
             mark_finished(shard, path, False)
         merge_file(out)
         assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == prompts
+
+
+def test_merge_with_prompts_refuses_ids_the_prompts_do_not_hold(tmp_path):
+    """The id checks of `solm merge --prompts`: an id in no prompt, a missing prompt and an
+    id in two shards are each refused, and nothing is written."""
+    out = tmp_path / "out.jsonl"
+    _finished_shards(tmp_path, {0: [{"id": "a"}, {"id": "x"}], 1: [{"id": "b"}]}, 2)
+    with pytest.raises(SolmError, match=r"0 missing .*1 not in the prompts \(first: \['x'\]\)"):
+        merge_file(out, ["a", "b"])
+    with pytest.raises(SolmError, match=r"1 missing \(first: \['c'\]\)"):
+        merge_file(out, ["a", "b", "x", "c"])
+    assert not out.exists()
+    assert merge_file(out, ["x", "b", "a"])["rows"] == 3
+    assert [json.loads(r)["id"] for r in out.read_text().splitlines()] == ["x", "b", "a"]

@@ -27,7 +27,6 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface
 
 NAME = "solm_pool_sdpa"
 
@@ -124,12 +123,25 @@ def pool_sdpa_attention(module, query, key, value, attention_mask, scaling=None,
     return out.transpose(1, 2).contiguous(), None
 
 
-AttentionInterface.register(NAME, pool_sdpa_attention)
+# solm's kernels by name, registered with transformers on first use (importing transformers'
+# attention interface pulls in its whole modelling stack: seconds at every command's start)
+KERNELS: dict = {NAME: pool_sdpa_attention}
+_registered: set[str] = set()
+
+
+def register_kernel(name: str) -> None:
+    if name not in _registered:
+        from transformers import AttentionInterface
+
+        AttentionInterface.register(name, KERNELS[name])
+        _registered.add(name)
 
 
 @contextmanager
 def attention_implementation(model, name: str = NAME):
     """Use `name` for this model's forward passes inside the block, then restore."""
+    if name in KERNELS:
+        register_kernel(name)
     config = model.config
     old = config._attn_implementation
     if old == name:

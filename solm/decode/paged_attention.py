@@ -19,9 +19,8 @@ from contextvars import ContextVar
 from typing import Iterator
 
 import torch
-from transformers import AttentionInterface
 
-from solm.decode.attention import attend
+from solm.decode.attention import KERNELS, attend
 from solm.decode.paged import PagedState
 
 PAGED_NAME = "solm_paged"
@@ -92,4 +91,4 @@ def paged_attention(module, query, key, value, attention_mask=None, scaling=None
     return out, None
 
 
-AttentionInterface.register(PAGED_NAME, paged_attention)
+KERNELS[PAGED_NAME] = paged_attention  # registered with transformers on first use
