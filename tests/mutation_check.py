@@ -1054,8 +1054,8 @@ ISSUE50 = {
         '"efficiency_flagged": geomean([r.efficiency for r in rows]) > DISTRUST,',
         '"efficiency_flagged": False,', ["tests/test_pasta_bench.py"]),
     "decode_settings_written_at_the_end_only": (
-        "solm/cli/decode_command.py", "        if not is_stdio(out):\n            # the settings",
-        "        if False:\n            # the settings", [CLI_PIPES]),
+        "solm/cli/decode_command.py", "    if not to_stdout:\n        # the settings",
+        "    if False:\n        # the settings", [CLI_PIPES]),
     "never_fitting_prompt_aborts_the_file": (
         "solm/decode/jobs.py",
         "                notice(f\"prompt {job.record.id!r} refused, the others go on: "

@@ -18,9 +18,15 @@ runner = CliRunner()
 
 
 def _takes_floats(param) -> bool:
-    """Listed from what the parser converts to (click's float types), not with
-    `_is_float_option`, the function under test: a bug there must not hide options here."""
-    return type(getattr(param, "type", None)).__name__ in ("FloatParamType", "FloatRange")
+    """Listed from the type the parser converts to (the runtime parameter's annotation,
+    under the finite check's wrapper), not with `_is_float_option`, the function under
+    test: a bug there must not hide options here."""
+    import typing
+
+    runtime = getattr(param, "get_runtime_param", lambda: None)()
+    runtime = getattr(runtime, "inner", runtime)
+    kind = getattr(runtime, "annotation", None)
+    return kind is float or set(typing.get_args(kind)) == {float, type(None)}
 
 
 FLOAT_OPTIONS = [(path, p.opts[0]) for path, cmd in _commands() for p in cmd.params

@@ -68,8 +68,16 @@ def _bounds(param) -> tuple:
 
 
 def _matches(param, f: dataclasses.Field) -> bool:
+    """The option's help starts with the field's; its bounds are the field's, or, for a
+    range open at its lower end (which the parser cannot show), none in the parser and the
+    range in words at the end of the help."""
+    from solm.core.settings import rule_text
+
     m = f.metadata
     help_text = param.help or ""
+    if m.get("above") is not None:
+        return (help_text.startswith(m["help"]) and _bounds(param) == (None, None)
+                and help_text.endswith(f" Must be {rule_text(f)}."))
     return (help_text.startswith(m["help"])
             and _bounds(param) == (m.get("min"), m.get("max")))
 

@@ -25,6 +25,11 @@ def hf_logits(model, ids: list[int]) -> torch.Tensor:
         return model(torch.tensor([ids])).logits[0].float()
 
 
+def f32_export(engine: str) -> list[str]:
+    """The f32 export for llama.cpp; nothing on torch (where --gguf-type is refused)."""
+    return ["--gguf-type", "f32"] if engine != "torch" else []
+
+
 def agree_up_to_near_ties(ours: torch.Tensor, ref: torch.Tensor) -> None:
     """Within TOL everywhere, the same argmax wherever the reference's top-2 gap exceeds TOL."""
     assert (ours - ref).abs().max().item() < TOL
@@ -192,7 +197,7 @@ def test_decode_command_on_llama_cpp_writes_the_torch_engines_rows(tmp_path, exp
         out = tmp_path / f"{engine}.jsonl"
         r = runner.invoke(pasta.app, ["decode", "-m", str(tmp_path / "m"), "-p", str(prompts),
                                       "-o", str(out), "--mode", "sequential", "--engine",
-                                      engine, "--gguf-type", "f32", "--temperature", "0",
+                                      engine, *f32_export(engine), "--temperature", "0",
                                       "--max-new-tokens", "12", "--dtype", "fp32", "-q"])
         assert r.exit_code == 0, r.output
         rows[engine] = {x["id"]: x["response"] for x in map(json.loads, open(out))}
@@ -203,20 +208,23 @@ def test_decode_command_on_llama_cpp_writes_the_torch_engines_rows(tmp_path, exp
 
 
 def test_a_rerun_resumes_across_the_other_engines_weight_setting(tmp_path, tiny_folder):
-    """A torch decode's rows do not depend on --gguf-type, nor a llama.cpp decode's on
-    --dtype: a rerun changing only those resumes; changing the engine is refused."""
+    """A llama.cpp decode's rows do not depend on --dtype (torch's weight setting): a rerun
+    changing only it resumes; changing the engine is refused. (On torch, --gguf-type is
+    refused outright: it would be ignored.)"""
     from solm.cli import pasta
 
     out, prompts = tmp_path / "rows.jsonl", tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "a", "prompt": "Describe a cat."}) + "\n")
-    base = ["decode", "-p", str(prompts), "-m", tiny_folder, "-o", str(out),
-            "--max-new-tokens", "4", "--no-compile", "-q"]
-    r = runner.invoke(pasta.app, base + ["--gguf-type", "q8_0", "--dtype", "fp32"])
-    assert r.exit_code == 0, r.output
-    r = runner.invoke(pasta.app, base + ["--gguf-type", "f16", "--dtype", "fp32"])
-    assert r.exit_code == 0 and json.loads(r.stdout)["skipped"] == 1, r.output
+    base = ["decode", "-p", str(prompts), "-m", tiny_folder, "-o", str(out), "--mode",
+            "sequential", "--max-new-tokens", "4", "--no-compile", "-q"]
     r = runner.invoke(pasta.app, base + ["--engine", "llama.cpp", "--dtype", "fp32"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(pasta.app, base + ["--engine", "llama.cpp", "--dtype", "bf16"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["skipped"] == 1, r.output
+    r = runner.invoke(pasta.app, base + ["--engine", "torch", "--dtype", "fp32"])
     assert r.exit_code != 0 and "engine" in r.output
+    r = runner.invoke(pasta.app, base + ["--engine", "torch", "--gguf-type", "f16"])
+    assert r.exit_code == 2 and "--gguf-type" in r.output
 
 
 def test_llama_cpp_refusals_are_one_line(tmp_path, exported):
@@ -591,7 +599,7 @@ def test_pasta_decode_parallel_on_llama_cpp_writes_the_torch_engines_answers(tmp
         out = tmp_path / f"{engine}.jsonl"
         r = runner.invoke(pasta.app, ["decode", "-m", str(tmp_path / "m"), "-p", str(prompts),
                                       "-o", str(out), "--mode", "parallel", "--engine", engine,
-                                      "--gguf-type", "f32", "--temperature", "0",
+                                      *f32_export(engine), "--temperature", "0",
                                       "--max-new-tokens", "40", "--dtype", "fp32", "-q"])
         assert r.exit_code == 0, r.output
         rows[engine] = {x["id"]: (x["annotated"], x["threads"], x["forward_passes"])
@@ -614,7 +622,7 @@ def test_pasta_chat_on_llama_cpp_answers_what_torch_does(tmp_path, monkeypatch):
     answers = {}
     for engine in ("torch", "llama.cpp"):
         r = runner.invoke(pasta.app, ["chat", "-m", str(tmp_path / "m"), "--engine", engine,
-                                      "--gguf-type", "f32", "--temperature", "0",
+                                      *f32_export(engine), "--temperature", "0",
                                       "--max-new-tokens", "40", "--dtype", "fp32"],
                           input=f"{TEXTS[0]}\n{TEXTS[1]}\n\n")
         assert r.exit_code == 0, r.output
@@ -663,7 +671,7 @@ def test_pasta_bench_on_llama_cpp_replays_what_torch_replays(tmp_path, monkeypat
     for engine in ("torch", "llama.cpp"):
         out = tmp_path / f"{engine}.jsonl"
         r = runner.invoke(pasta.app, ["bench", "-a", str(annotated), "-m", str(tmp_path / "m"),
-                                      "--engine", engine, "--gguf-type", "f32", "--repeats", "1",
+                                      "--engine", engine, *f32_export(engine), "--repeats", "1",
                                       "--dtype", "fp32", "--no-compile", "-o", str(out), "-q"])
         assert r.exit_code == 0, r.output
         summary = json.loads((tmp_path / f"{engine}.jsonl.summary.json").read_text())
@@ -797,7 +805,7 @@ def test_eval_run_on_llama_cpp_gives_the_torch_runs_outputs(tmp_path, tiny_folde
         r = runner.invoke(pasta_eval.app, [
             "run", "-o", str(run_dir), "--prompts", str(prompts), *methods, "--no-judge",
             "--max-new-tokens", "10", "--dtype", "fp32", "--no-compile", "--engine", engine,
-            "--gguf-type", "f32", "--batch-size", str(batch), "-q"])
+            *f32_export(engine), "--batch-size", str(batch), "-q"])
         assert r.exit_code == 0, r.output
         outs[engine] = {(kind, x["id"]): x["output"] for kind in ("sequential", "sot")
                         for x in map(json.loads, (run_dir / "outputs" / f"{kind}.jsonl")
@@ -889,7 +897,7 @@ def test_prefs_samples_on_llama_cpp_are_the_torch_samples(tmp_path, monkeypatch)
         r = runner.invoke(pasta.app, [
             "prefs", "-p", str(prompts), "-o", str(out), "-m", str(folder), "--baseline-model",
             str(folder), "-n", "3", "--quality-weight", "0", "--max-new-tokens", "30",
-            "--engine", engine, "--gguf-type", "f32", "--dtype", "fp32", "--batch-size", "4",
+            "--engine", engine, *f32_export(engine), "--dtype", "fp32", "--batch-size", "4",
             "-q"])
         assert r.exit_code == 0, r.output
         got[engine] = [(x["id"], x["sample"], x["response"]) if "sample" in x else x
@@ -914,7 +922,7 @@ def test_tip_eval_run_on_llama_cpp_gives_the_torch_runs_samples(tmp_path, tiny_f
             "eval", "run", "-o", str(out), "--data", str(data), "--model", tiny_folder,
             "--registers", "4", "--policies", "dense,streamingllm,h2o,tip", "--budgets", "8,12",
             "--samples", "1", "--max-new-tokens", "12", "--page-size", "4", "--batch-size",
-            "3", "--temperature", "0", "--engine", engine, "--gguf-type", "f32",
+            "3", "--temperature", "0", "--engine", engine, *f32_export(engine),
             "--dtype", "fp32", "--quiet"])
         assert r.exit_code == 0, r.output
         rows[engine] = sorted((x["data"], x["id"], x["policy"], x["response"],

@@ -112,6 +112,7 @@ CASES["pasta mix"] = [
 ]
 CASES["merge"] = [(["{X}", "-p", "{L}"], "{X}")]
 CASES["export gguf"] = [(["{X}", "{X}"], "{X}"), (["{X}", "{L}"], "{X}")]
+CASES["check-engines"] = [(["-p", "{X}", "-o", "{X}"], "{X}"), (["-p", "{X}", "-o", "{L}"], "{X}")]
 EXEMPT = {
     "pasta stats": "reads only; writes to standard output",
     "pasta eval winrate": "reads only; writes to standard output",

@@ -11,6 +11,8 @@ import typer
 
 from solm.cli.flags import (ConfigOption, DebugOption, ModelOption, QuietOption, model_command,
                             out_option)
+from solm.cli.setting_options import setting_option
+from solm.decode.pasta.config import PastaDecodeConfig
 
 CHECK_ENGINES_HELP = """Decode prompts greedily on the torch engine (fp32, the reference) and on
 llama.cpp, and report per prompt the first position where the answers differ and the
@@ -36,7 +38,7 @@ def check_engines_command(
     prompts: Optional[Path] = typer.Option(None, "--prompts", "-p", help="JSONL of prompts "
                                            "(default: the PASTA demo prompts)."),
     limit: int = typer.Option(16, min=1, help="Only the first N prompts."),
-    max_new_tokens: int = typer.Option(64, min=1, help="Tokens decoded per prompt."),
+    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 64),
     gguf_type: str = typer.Option("f32", "--gguf-type", help="The export llama.cpp decodes "
                                   "(f32: the check that must hold to --tolerance)."),
     tolerance: float = typer.Option(1e-3, min=0.0, help="The largest reference gap a "

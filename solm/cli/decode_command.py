@@ -113,18 +113,10 @@ def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path
                                                system.samples(engine)}))
             finish_shard(part, out)
             return
-        if not is_stdio(out):
-            # the settings go beside the output before its first row: an interrupted run's
-            # rerun is checked against them (`check_rerun_settings`), never mixed silently
-            write_manifest(out, command, {"model": model, "prompts": str(source),
-                                          "out": str(out), "dtype": dtype,
-                                          **row_settings},
-                           inputs=[source], model=model, row_settings=row_settings,
-                           mixed=mixed, extra={"finished": False})
     info(f"decoding with {decoding.describe()}")
-    base_model_hint(model, system.name)
     info(f"loading {model} ...")
     m, tok = system.load(model, engine, dtype, device)
+    base_model_hint(model, system.name)
     runner = system.runner(m, tok, cfg, engine, len(records), text is not None)
     if text is not None:
         (job,), _ = pending_jobs([Record("cli", text)], tok, set())
@@ -134,6 +126,13 @@ def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path
             console.print(line, markup=False, highlight=False)
         return
     to_stdout = is_stdio(out)  # records on stdout; texts, progress and the summary on stderr
+    if not to_stdout:
+        # the settings go beside the output before its first row (once the model loaded): an
+        # interrupted run's rerun is checked against them, never mixed silently
+        write_manifest(out, command, {"model": model, "prompts": str(source),
+                                      "out": str(out), "dtype": dtype, **row_settings},
+                       inputs=[source], model=model, row_settings=row_settings,
+                       mixed=mixed, extra={"finished": False})
     written: list[dict] = []
     samples = system.samples(engine)
     with progress(system.describe(runner), len(records) * samples) as advance:

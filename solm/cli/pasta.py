@@ -264,6 +264,7 @@ def demo(
 
     from solm.core.sampling import SamplingConfig
     from solm.decode.bandwidth import cpu_description
+    from solm.core.systems.pasta_schedule import schedule_steps
     from solm.decode.pasta.demo import DEMO_PROMPT, run_demo, timeline_rows
     from solm.decode.pasta.runtime import PastaDecodeConfig
     from solm.decode.pasta.system import runtime_on_engine
@@ -298,7 +299,7 @@ def demo(
                                                    else "cyan"))
     par, seq, live_run = res.parallel, res.sequential, res.decoded
     n = len(res.content_ids)
-    par_critical = round(n / res.theoretical_speedup) if res.theoretical_speedup else 0
+    par_critical = schedule_steps(res.decoded.ids, rt.vocab)
     lines = [
         f"parallel: {n} answer tokens in {live_run.forward_passes} forward passes, "
         f"{live_run.threads} threads forked",
@@ -333,6 +334,7 @@ def demo(
             "dtype": str(m.dtype), "answer_tokens": n, "threads": live_run.threads,
             "decode_forward_passes": live_run.forward_passes,
             "decode_tokens_fed": live_run.tokens_fed,
+            "critical_path": par_critical,
             "parallel_forward_passes": par.forward_passes, "parallel_decode_s": par.decode_s,
             "parallel_tokens_fed": par.tokens_fed, "repeats": repeats, "times_s": res.times,
             "sequential_forward_passes": seq.forward_passes,
