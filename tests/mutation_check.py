@@ -1034,11 +1034,13 @@ CLI_PIPES = "tests/test_cli_pipes.py"
 ISSUE50 = {
     "export_quantizable_written_unquantized": (
         "solm/llamacpp/export.py", "if outtype in _BLOCKED and data.shape[-1] % 32:",
-        "if outtype in _BLOCKED and not data.shape[-1] % 32:", LLAMA_TESTS),
+        "if outtype in _BLOCKED and not data.shape[-1] % 32:",
+        ["tests/test_llamacpp.py::test_every_matrix_is_written_in_the_requested_type"]),
     "llama_shared_prompt_not_given": (
         "solm/llamacpp/step.py",
         "                self.ctx.seq_cp(self._requests[writer].main, req.main)",
-        "                pass", LLAMA_TESTS),
+        "                pass",
+        ["tests/test_llamacpp.py::test_samples_sharing_a_prompt_compute_what_the_prompt_alone_does"]),
     "demo_theoretical_counts_tags": (
         "solm/decode/pasta/demo.py",
         "theoretical_speedup=pasta_metrics(decoded.ids, rt.vocab,\n"
@@ -1086,13 +1088,14 @@ ISSUE50 = {
         ["tests/test_cli_validation.py"]),
     "export_replaces_an_existing_file": (
         "solm/cli/export.py", "    if out.exists() and not replace:",
-        "    if False:", LLAMA_TESTS),
+        "    if False:",
+        ["tests/test_llamacpp.py::test_export_refuses_unwritable_or_existing_outputs_before_loading"]),
     "f32_export_gets_f16_kv": (
         "solm/llamacpp/engine.py", 'return "f32" if engine.gguf_type == "f32" else "f16"',
-        'return "f16"', LLAMA_TESTS),
+        'return "f16"', ["tests/test_llamacpp.py::test_the_llama_contexts_kv_type_follows_the_export"]),
     "check_engines_gap_one_row_early": (
         "solm/eval/engine_check.py", "    row = oracle[at]\n", "    row = oracle[at - 1]\n",
-        LLAMA_TESTS),
+        ["tests/test_llamacpp.py::test_check_engines_judges_a_divergence_by_the_oracles_gap"]),
     "demo_spread_never_unreliable": (
         "solm/decode/pasta/demo.py", "return any(v > WANDER for v in self.spread.values())",
         "return any(v > 10 * WANDER for v in self.spread.values())", ["tests/test_demo.py"]),

@@ -235,6 +235,7 @@ def test_a_tip_server_refuses_what_llama_cpp_cannot_run_before_loading(monkeypat
                                            "--policy", "h2o"])
     assert r.exit_code != 0 and "h2o" in r.output and "attention" in r.output.lower(), r.output
     assert "needs --budget" not in r.output
+    assert "loading" not in r.output  # refused before the server starts loading anything
     tip_defaults = get_system("tip").command_defaults
     assert tip_defaults["budget"] == 2048 and tip_defaults["temperature"] == 0.6
 
