@@ -185,5 +185,9 @@ def test_the_demos_theoretical_speedup_counts_content_over_the_critical_path(tin
     assert set(res.spread) == {"parallel", "sequential"}
     res.times = {"parallel": [1.0, 1.5], "sequential": [2.0, 2.1]}
     assert res.unreliable and res.spread["parallel"] == pytest.approx(1.5)
+    assert res.warnings()[0].startswith("the timed parallel replays wandered")
+    slower = _timed(res.parallel, 2 * res.sequential.decode_s)
+    res.parallel = slower
+    assert res.warnings()[-1].startswith("the parallel decode was slower")
     res.times = {"parallel": [1.0, 1.2], "sequential": [2.0, 2.1]}
     assert not res.unreliable

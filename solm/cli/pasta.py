@@ -323,7 +323,7 @@ def demo(
                      f"flags: {', '.join(live_run.flags)}")
     for line in lines:
         console.print(line, highlight=False)
-    for line in demo_warnings(res):
+    for line in res.warnings():
         console.print(f"[yellow]warning:[/] {line}", highlight=False)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -341,35 +341,13 @@ def demo(
             "sequential_decode_s": seq.decode_s, "realized_speedup": res.realized_speedup,
             "theoretical_speedup": res.theoretical_speedup, "distrusted": res.distrusted,
             "spread": res.spread, "unreliable": res.unreliable,
-            "warnings": demo_warnings(res),
+            "warnings": res.warnings(),
             "flags": live_run.flags,
             "timeline": rows}, indent=1) + "\n")
 
 
 def _span(times: list[float]) -> str:
     return f"{min(times):.2f}-{max(times):.2f} s" if times else "not timed"
-
-
-def demo_warnings(res) -> list[str]:
-    """What a reader of the demo's figures must know: a figure to distrust, replays that
-    wandered, and a parallel decode that was slower than the sequential one."""
-    from solm.core.systems.pasta_schedule import WANDER
-
-    out = []
-    if res.unreliable:
-        side = max(res.spread, key=res.spread.get)
-        out.append(f"the timed {side} replays wandered (slowest {res.spread[side]:.2f}x the "
-                   f"fastest, over {WANDER:.2f}): the machine was busy, so the realized "
-                   f"speedup is unreliable, high or low; run it again on a quiet machine")
-    if res.distrusted:
-        out.append(f"the realized speedup {res.realized_speedup:.2f}x is above what the passes "
-                   f"allow ({res.theoretical_speedup:.2f}x) by more than 10%: a measurement to "
-                   f"distrust (a busy machine or a cold path), not a result; run it again")
-    if res.realized_speedup < 1.0:
-        out.append(f"the parallel decode was slower than the sequential one here "
-                   f"({res.realized_speedup:.2f}x): on this engine and CPU a pass of several "
-                   f"tokens costs more than the passes it saves")
-    return out
 
 
 app.command(name="serve", help=SERVE_HELP)(serve)

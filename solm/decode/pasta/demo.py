@@ -93,6 +93,27 @@ class DemoResult:
         """A side's timed replays wandered by more than `WANDER`: the machine was busy."""
         return any(v > WANDER for v in self.spread.values())
 
+    def warnings(self) -> list[str]:
+        """What a reader of the figures must know: replays that wandered, a figure to
+        distrust, a parallel decode slower than the sequential one."""
+        out = []
+        if self.unreliable:
+            side = max(self.spread, key=self.spread.get)
+            out.append(f"the timed {side} replays wandered (slowest {self.spread[side]:.2f}x "
+                       f"the fastest, over {WANDER:.2f}): the machine was busy, so the "
+                       f"realized speedup is unreliable, high or low; run it again on a quiet "
+                       f"machine")
+        if self.distrusted:
+            out.append(f"the realized speedup {self.realized_speedup:.2f}x is above what the "
+                       f"passes allow ({self.theoretical_speedup:.2f}x) by more than 10%: a "
+                       f"measurement to distrust (a busy machine or a cold path), not a "
+                       f"result; run it again")
+        if self.realized_speedup < 1.0:
+            out.append(f"the parallel decode was slower than the sequential one here "
+                       f"({self.realized_speedup:.2f}x): on this engine and CPU a pass of "
+                       f"several tokens costs more than the passes it saves")
+        return out
+
 
 def _fed(state) -> dict[int, int]:
     return {tid: len(th.fed) for tid, th in state.threads.items()}
