@@ -22,6 +22,15 @@ class PastaDecodeConfig:
                                         "included).", min=1, max=MAX_NEW_TOKENS_CAP)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_fork_tokens: int = setting(512, "A block longer than this is closed (flagged).", min=1)
+    keep_promises: bool = setting(True, "Close a block that runs past its promise: N = 10T "
+                                        "promised tokens for tokens=\"T\", plus max(4, N/4) "
+                                        "(its `</async>` fed as the model's own; flagged "
+                                        "promise_overrun).")
+    block_repeats: int = setting(3, "Close a block that writes the same 4-token run for the "
+                                    "k-th time (flagged block_repeating); 0 turns the guard "
+                                    "off.", min=0)
+    max_promises: int = setting(8, "Promises the main thread may make before a `<sync/>`; "
+                                   "a further promise is masked.", min=1)
     max_topic_tokens: int = setting(24, "A promise's topic longer than this is closed "
                                         "(flagged).", min=1)
     record_logits: bool = False

@@ -34,11 +34,20 @@ class PastaGrammar:
         # main thread, outside a tag: anything but block tokens and promise closers
         self.main = ban(vocab.async_open, vocab.async_close) | close
         self.main_no_sync = self.main | ban(vocab.sync)
+        # and once a group holds as many promises as allowed, no further promise
+        self.main_full = self.main | ban(vocab.promise_open)
         # inside a topic: plain text without quotes/newlines, or a closer
         self.topic = bad_topic
         self.topic_must_close = ~close
         # a block: no promises, no sync, no nested blocks
         self.fork = close | ban(vocab.promise_open, vocab.async_open, vocab.sync)
+
+    def for_main(self, promises_since_sync: int, max_promises: int) -> torch.Tensor:
+        """The main thread outside a topic: `<sync/>` only once a promise is open, a new
+        promise only while the group holds fewer than `max_promises`."""
+        if not promises_since_sync:
+            return self.main_no_sync
+        return self.main_full if promises_since_sync >= max_promises else self.main
 
 
 def _unsafe_in_attribute(tokenizer, n: int) -> torch.Tensor:

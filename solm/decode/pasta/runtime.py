@@ -35,9 +35,12 @@ from solm.decode.flags import (BLOCK_CUT as FLAG_BLOCK_CUT,
                                EOS_WITH_OPEN_FORKS as FLAG_EOS_WITH_OPEN_FORKS,
                                FORK_CAPPED as FLAG_FORK_CAPPED, FORK_EOS as FLAG_FORK_EOS,
                                MAX_NEW_TOKENS as FLAG_MAX_NEW_TOKENS, POOL_FULL as FLAG_POOL_FULL,
+                               BLOCK_REPEATING as FLAG_BLOCK_REPEATING,
+                               PROMISE_OVERRUN as FLAG_PROMISE_OVERRUN,
                                TOPIC_CAPPED as FLAG_TOPIC_CAPPED)
 from solm.decode.pasta.config import MODES, PastaDecodeConfig  # noqa: F401 (re-exported)
 from solm.decode.pasta.grammar import PastaGrammar
+from solm.decode.pasta.guards import past_promise, repeating
 from solm.decode.step import PoolStep
 
 PENALIZE_SCOPES = ("all", "blocks")
@@ -84,6 +87,7 @@ class _Thread:
     forced: list[bool] = field(default_factory=list)  # one per fed token
     pending_logprob: float | None = None  # raw log-prob of `pending` when it was sampled
     logprobs: list[float | None] = field(default_factory=list)  # one per fed token
+    promise: int | None = None  # a block: its promise's T (tokens="T")
 
 
 # chooser(thread, logits row, run state) -> next token of that thread
@@ -231,7 +235,7 @@ class PastaRuntime:
                 if thread.topic_len >= g.max_topic_tokens:
                     state.flags.add(FLAG_TOPIC_CAPPED)
                 return sampler(logits, banned, history)
-            return sampler(logits, g.main if state.blocks_since_sync else g.main_no_sync,
+            return sampler(logits, g.for_main(state.blocks_since_sync, config.max_promises),
                            history)
 
         return choose
@@ -359,6 +363,7 @@ class PastaRuntime:
                 new_fork = state.threads.setdefault(fid, _Thread(fid))
                 new_fork.pending = v.async_open
                 new_fork.pending_forced = True
+                new_fork.promise = v.close_tens[tok]
                 state.generated += 1  # the forced `<async>` is part of the answer too
                 state.fork_anchor[fid] = len(main.fed)
         for th, a in zip(active, fork_attrs):
@@ -420,12 +425,27 @@ class PastaRuntime:
                 if nxt in v.eos:
                     state.flags.add(FLAG_FORK_EOS)
                     nxt = self._force(th, v.async_close)
-                elif len(th.fed) >= config.max_fork_tokens and nxt != v.async_close:
-                    state.flags.add(FLAG_FORK_CAPPED)
-                    nxt = self._force(th, v.async_close)
+                elif nxt != v.async_close:
+                    guard = self._guard(th, config)
+                    if guard:
+                        state.flags.add(guard)
+                        nxt = self._force(th, v.async_close)
             th.pending = nxt
         return stop
 
+    @staticmethod
+    def _guard(th: _Thread, config: PastaDecodeConfig) -> str | None:
+        """The flag of the rule that closes this block now (None: it may go on). `th.fed`
+        starts with the block's `<async>`."""
+        content = th.fed[1:]
+        if len(th.fed) >= config.max_fork_tokens:
+            return FLAG_FORK_CAPPED
+        if config.keep_promises and th.promise is not None \
+                and past_promise(len(content), th.promise):
+            return FLAG_PROMISE_OVERRUN
+        if repeating(content, config.block_repeats):
+            return FLAG_BLOCK_REPEATING
+        return None
 
     @staticmethod
     def _force(th: _Thread, tok: int) -> int:
