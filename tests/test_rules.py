@@ -78,3 +78,12 @@ def test_job_counts_annotated_plain_and_skips_done(tmp_path):
     assert rows[1]["annotated"] is None and rows[0]["promises"] == 1
     s2 = annotate_rules_job(recs, out, rej, words)
     assert s2.skipped_done == 3 and len(list(read_jsonl(out))) == 2
+
+
+def test_a_promise_is_the_smallest_span_of_tens_that_holds_its_block():
+    from solm.core.control_tokens import MAX_PROMISE_TENS
+
+    for n in range(1, 10 * MAX_PROMISE_TENS + 1):
+        t = tens_for(n)
+        assert 10 * (t - 1) < n <= 10 * t  # holds it, and one ten fewer would not
+    assert tens_for(0) == 1 and tens_for(10 * MAX_PROMISE_TENS + 7) == MAX_PROMISE_TENS

@@ -9,7 +9,9 @@ Syntactic rules only:
 - `<sync/>` goes before a paragraph, code block or table that follows open blocks (such text
   usually refers back to them), and at the end of the response if blocks are open.
 
-`tokens="N"` is the chunk's real length in tokens rounded to tens (at least 1). The result
+`tokens="N"` is the smallest promise that holds the chunk: N = ceil(tokens / 10), at least
+1 (a block of 10N - 9 .. 10N tokens promises N; the runtime closes a block at 10N + max(4,
+10N/4), `solm.decode.pasta.guards`). The result
 is faithful by construction: strip(annotated) == original, exactly; callers still check it.
 """
 
@@ -134,7 +136,10 @@ def make_topic(head: str, body: str, max_words: int = 4) -> str:
 
 
 def tens_for(n_tokens: int) -> int:
-    return max(1, min(MAX_PROMISE_TENS, round(n_tokens / 10)))
+    """The promise of a block of `n_tokens` (the model's tokens between `<async>` and
+    `</async>`): the smallest T with 10·T >= n_tokens, within 1..MAX_PROMISE_TENS. Pred-10X
+    reserves 10·T positions for the block, so it never runs into the main thread's."""
+    return max(1, min(MAX_PROMISE_TENS, -(-n_tokens // 10)))
 
 
 def promise_tag(topic: str, tens: int) -> str:
@@ -172,8 +177,10 @@ def _fork_parts(unit: Unit, core: str, shape: RuleShape) -> tuple[str, str, str]
     if unit.kind == "item":
         split = _item_head_length(core)
         if shape.head_in_block:
+            # the marker stays, the space after it opens the block: a tokenizer that joins
+            # a word to the space before it reads the same tokens with the tags in between
             marker = ITEM_RE.match(core)
-            keep = marker.end() if marker else 0
+            keep = marker.end(2) if marker else 0
             return core[:keep], core[keep:split], core[keep:]
         return core[:split], core[:split], core[split:]
     split = _paragraph_head_length(core)

@@ -76,6 +76,17 @@ def within(rule: str, above: float, most: float | None = None) -> Callable:
     return check
 
 
+def at_least_below(least: float, below: float) -> Callable:
+    """Option callback: least <= value < below."""
+
+    def check(value: float | None) -> float | None:
+        if value is not None and not (math.isfinite(value) and least <= value < below):
+            raise typer.BadParameter(f"must be in [{least:g}, {below:g}), got {value:g}")
+        return value
+
+    return check
+
+
 def finite_above(bound: float) -> Callable:
     """Option callback: a finite value > bound (inf and nan are refused)."""
 

@@ -28,6 +28,7 @@ from solm.cli.pasta_eval import app as eval_app
 from solm.cli.serve import SERVE_HELP, serve
 from solm.cli.pasta_bench import bench
 from solm.cli.pasta_chat import chat, render_threads
+from solm.cli.pasta_distill import DISTILL_HELP, distill
 from solm.cli.pasta_prefs import PREFS_HELP, prefs
 from solm.train.bonbon import BonbonConfig
 from solm.train.sft import PastaSFTConfig
@@ -206,6 +207,7 @@ train_command(app, "bonbon", BONBON_HELP, BonbonConfig, "solm.train.bonbon:Bonbo
               lambda t, c: f"bonbon (alpha {c.alpha:g}) of {c.model} on {c.data} -> {c.out}")
 
 app.command(name="prefs", help=PREFS_HELP)(prefs)
+app.command(name="distill", help=DISTILL_HELP)(distill)
 
 
 PASTA_DECODE_HELP = """Decode prompts; promised chunks run as parallel threads in one shared KV pool.

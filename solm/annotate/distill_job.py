@@ -1,0 +1,187 @@
+"""`pasta distill`: the model answers training prompts, and its own answers become SFT rows.
+
+Everything goes into one folder, so a killed run loses only what was in flight and the same
+command resumes:
+
+- `answers.jsonl`: one row per prompt x answer, appended as each ends: answer 0 greedy (the
+  model's own decoding defaults), answers 1..K sampled (seed + k), sequential decodes on the
+  batched runtime, the answers of a prompt sharing its prefill; each row keeps the sampled
+  token ids, whether the model ended it, and the runtime's flags;
+- `candidates.jsonl`: every answer judged by `solm.annotate.own_answers` (dropped and why, its
+  speed-shaped annotation, its annotation-level gain), rebuilt from the answers on each run;
+- `rows.jsonl`: the SFT mix (`pasta sft --data`; `--strip-annotations` gives Baseline-SFT
+  the same rows without tags);
+- `summary.json`: the counts.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+from solm.annotate.own_answers import (DROP_REASONS, Candidate, OwnAnswerRules, judge_answer,
+                                       own_mix)
+from solm.core.jsonl import read_jsonl, write_jsonl
+from solm.core.records import Record
+from solm.core.sampling import SamplingConfig
+from solm.core.stats import geomean
+
+ANSWERS, CANDIDATES, ROWS, SUMMARY = ("answers.jsonl", "candidates.jsonl", "rows.jsonl",
+                                      "summary.json")
+RESULT_FILES = (ANSWERS, CANDIDATES, ROWS, SUMMARY)
+
+
+@dataclass
+class DistillConfig:
+    sampled: int = 1  # sampled answers per prompt, beside the greedy one
+    greedy: SamplingConfig = field(default_factory=SamplingConfig)
+    sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.7))
+    max_new_tokens: int = 512
+    rules: OwnAnswerRules = field(default_factory=OwnAnswerRules)
+
+    @property
+    def answers_per_prompt(self) -> int:
+        return 1 + self.sampled
+
+
+class AnswerRunner:
+    """Sequential decodes on the batched PASTA runtime: answer 0 of a prompt greedy, answer k
+    sampled with seed + k; a prompt's answers share its prefill (one group)."""
+
+    def __init__(self, runtime, cfg: DistillConfig, seed: int):
+        from solm.decode.pasta.config import PastaDecodeConfig
+
+        self.runtime, self.seed = runtime, seed
+        self.configs = [PastaDecodeConfig(mode="sequential", max_new_tokens=cfg.max_new_tokens,
+                                          sampling=cfg.greedy)]
+        self.configs += [PastaDecodeConfig(mode="sequential", max_new_tokens=cfg.max_new_tokens,
+                                           sampling=replace(cfg.sampling, seed=seed + k))
+                         for k in range(1, cfg.answers_per_prompt)]
+
+    def run(self, jobs):
+        from solm.decode.pasta.batched import BatchRequest
+
+        return self.runtime.run(BatchRequest(job.rid, list(job.prompt_ids),
+                                             self.configs[job.sample], group=job.record.id)
+                                for job in jobs)
+
+    def row(self, job, res) -> dict:
+        return {"id": job.record.id, "sample": job.sample,
+                "seed": self.seed + job.sample if job.sample else None,
+                "response": self.runtime.tokenizer.decode(res.ids, skip_special_tokens=True),
+                "ids": res.ids, "ended": res.ended, "flags": res.flags}
+
+
+def decode_answers(runtime, records: Sequence[Record], folder: Path, cfg: DistillConfig,
+                   seed: int, on_done: Callable[[], None] | None = None) -> int:
+    """The answers `answers.jsonl` lacks, decoded and appended; returns how many."""
+    from solm.decode.jobs import DecodeSummary, decode_records
+
+    runner = AnswerRunner(runtime, cfg, seed)
+    summary = decode_records(runner, records, folder / ANSWERS, runtime.tokenizer, runner.row,
+                             DecodeSummary(), samples=cfg.answers_per_prompt, per_sample=True,
+                             on_row=(lambda s, row: on_done()) if on_done else None)
+    return summary.done
+
+
+def read_answers(folder: Path, records: Sequence[Record], per_prompt: int
+                 ) -> dict[str, list[dict]]:
+    """id -> its answers in sample order (only prompts with every answer decoded)."""
+    done = {(str(r["id"]), int(r["sample"])): r
+            for r in read_jsonl(folder / ANSWERS, skip_partial_last_line=True)}
+    out = {}
+    for rec in records:
+        answers = [done.get((str(rec.id), k)) for k in range(per_prompt)]
+        if all(a is not None for a in answers):
+            out[str(rec.id)] = answers
+    return out
+
+
+def answer_judge(tokenizer, rules: OwnAnswerRules) -> Callable[[dict], Candidate]:
+    """answer row -> Candidate, with `tokenizer` (a PASTA model's: control tokens added)."""
+    from solm.annotate.rules import RuleShape, annotate_rules
+    from solm.core.chat import text_ids
+    from solm.core.systems.pasta import PastaVocab, walk_training_order
+    from solm.core.systems.pasta_schedule import pasta_metrics
+
+    vocab = PastaVocab.from_tokenizer(tokenizer)
+    shape = RuleShape.speed()
+
+    def count(text: str) -> int:
+        return len(text_ids(tokenizer, text))
+
+    def gain_of(annotated: str | None) -> float:
+        return pasta_metrics(text_ids(tokenizer, annotated), vocab).content_speedup \
+            if annotated else 1.0
+
+    def annotate(text: str) -> tuple[str, int]:
+        return annotate_rules(text, count, shape=shape, gain_of=gain_of)
+
+    def training_content(text: str) -> list[int]:
+        ids = text_ids(tokenizer, text)
+        attrs, _ = walk_training_order(ids, vocab)
+        return [t for t, a in zip(ids, attrs) if not a.is_tag]
+
+    return lambda answer: judge_answer(answer, rules, annotate, training_content, gain_of)
+
+
+@dataclass
+class DistillSummary:
+    prompts: int = 0
+    excluded: int = 0  # prompts left out: they are evaluation prompts
+    answers: int = 0
+    answers_decoded_now: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    annotated_answers: int = 0  # answers whose speed-shaped annotation held
+    parallel_rows: int = 0
+    plain_rows: int = 0
+    plain_offered: int = 0
+    plain_share: float = 0.0
+    geomean_gain_parallel: float | None = None
+    mean_promises_parallel: float | None = None
+    chosen_sampled: int = 0  # parallel rows taken from a sampled (not the greedy) answer
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def build_rows(folder: Path, records: Sequence[Record], answers: dict[str, list[dict]],
+               judge: Callable[[dict], Candidate], rules: OwnAnswerRules,
+               summary: DistillSummary) -> list[dict]:
+    """Judge every answer (candidates.jsonl), choose the mix (rows.jsonl); both rewritten."""
+    by_prompt, judged_rows = [], []
+    for rec in records:
+        if str(rec.id) not in answers:
+            continue
+        judged = [judge(a) for a in answers[str(rec.id)]]
+        for c in judged:
+            judged_rows.append(c.to_dict())
+            summary.answers += 1
+            if c.dropped:
+                summary.dropped[c.dropped] = summary.dropped.get(c.dropped, 0) + 1
+            summary.annotated_answers += c.annotated is not None
+        by_prompt.append(judged)
+    write_jsonl(folder / CANDIDATES, judged_rows)
+    mix = own_mix(by_prompt, rules)
+    prompts = {str(r.id): {"prompt": r.prompt, "system": r.system} for r in records}
+    rows = mix.rows(prompts)
+    write_jsonl(folder / ROWS, rows)
+    summary.dropped = {k: summary.dropped.get(k, 0) for k in DROP_REASONS}
+    summary.parallel_rows, summary.plain_rows = len(mix.parallel), len(mix.plain)
+    summary.plain_offered = mix.plain_offered
+    summary.plain_share = round(len(mix.plain) / len(rows), 4) if rows else 0.0
+    if mix.parallel:
+        summary.geomean_gain_parallel = round(geomean([c.gain for c in mix.parallel]), 4)
+        summary.mean_promises_parallel = round(
+            sum(c.promises for c in mix.parallel) / len(mix.parallel), 3)
+    summary.chosen_sampled = sum(c.sample > 0 for c in mix.parallel)
+    return rows
+
+
+def write_summary(folder: Path, summary: DistillSummary, extra: dict) -> dict:
+    data = {**summary.to_dict(), **extra}
+    (folder / SUMMARY).write_text(json.dumps(data, indent=2) + "\n")
+    return data

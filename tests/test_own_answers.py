@@ -1,0 +1,126 @@
+"""Own-answer rows (`pasta distill`): what is dropped, what is kept, and that every kept row
+strips back to the answer the model sampled, checked against the rules written a second way."""
+
+import re
+
+import pytest
+
+from solm.annotate.distill_job import answer_judge
+from solm.annotate.own_answers import (CUT, EMPTY, REPEATING, UNFAITHFUL, Candidate,
+                                       OwnAnswerRules, own_mix)
+from solm.core.chat import text_ids
+from solm.core.control_tokens import ASYNC_CLOSE, ASYNC_OPEN, PROMISE_OPEN, SYNC
+from solm.core.pasta_lang import strip
+
+LIST_ANSWER = ("Here are some tips for a good night's sleep:\n\n"
+               "1. Keep a schedule: go to bed and wake up at the same time every day, even on "
+               "weekends, so that your body learns when it is time to rest.\n"
+               "2. Make the room dark: heavy curtains or a sleep mask block the light that "
+               "keeps the brain awake, and a cool room helps as well.\n"
+               "3. Avoid screens: phones and laptops give off blue light, so put them away "
+               "an hour before bed and read a paper book instead.\n"
+               "4. Watch what you drink: coffee, tea and cola in the afternoon keep many "
+               "people awake, and alcohol makes sleep lighter later in the night.\n")
+CLOSER = re.compile(r'^" tokens="\d+"/>$')
+
+
+def content_by_token_text(ids, tok):
+    """The answer tokens of an annotated sequence read from each token's text: drop the four
+    tags, every closer, and the topic between `<promise topic="` and its closer."""
+    out, in_topic = [], False
+    for t, text in zip(ids, tok.convert_ids_to_tokens(ids)):
+        if text == PROMPT_OPEN_TEXT:
+            in_topic = True
+        elif CLOSER.match(text):
+            in_topic = False
+        elif text in (ASYNC_OPEN, ASYNC_CLOSE, SYNC) or in_topic:
+            continue
+        else:
+            out.append(t)
+    return out
+
+
+PROMPT_OPEN_TEXT = PROMISE_OPEN
+
+
+def answer(tok, text, sample=0, ended=True, ids=None):
+    return {"id": "p1", "sample": sample, "response": text,
+            "ids": ids if ids is not None else text_ids(tok, text), "ended": ended, "flags": []}
+
+
+@pytest.fixture(scope="module")
+def judge(pasta_tokenizer):
+    return answer_judge(pasta_tokenizer, OwnAnswerRules())
+
+
+def test_a_list_answer_is_annotated_and_strips_back_to_its_sampled_tokens(pasta_tokenizer,
+                                                                          judge):
+    a = answer(pasta_tokenizer, LIST_ANSWER)
+    c = judge(a)
+    assert c.dropped is None and c.promises >= 2 and c.gain > 1.3
+    assert strip(c.annotated) == LIST_ANSWER
+    ids = text_ids(pasta_tokenizer, c.annotated)
+    assert content_by_token_text(ids, pasta_tokenizer) == a["ids"]
+
+
+def test_answers_that_cannot_be_rows_are_dropped_with_their_reason(pasta_tokenizer, judge):
+    tok = pasta_tokenizer
+    assert judge(answer(tok, LIST_ANSWER, ended=False)).dropped == CUT
+    assert judge(answer(tok, "  ", ids=[])).dropped == EMPTY
+    loop = "I like the sea. " * 12
+    assert judge(answer(tok, loop)).dropped == REPEATING
+    # the same text sampled in other pieces than the tokenizer's: nothing to train on
+    ids = text_ids(tok, LIST_ANSWER)
+    word = next(i for i, t in enumerate(tok.convert_ids_to_tokens(ids)) if len(t) >= 6)
+    pieces = text_ids(tok, tok.convert_tokens_to_string([tok.convert_ids_to_tokens(ids[word])
+                                                         [:3]])) + text_ids(
+        tok, tok.convert_tokens_to_string([tok.convert_ids_to_tokens(ids[word])[3:]]))
+    odd = ids[:word] + pieces + ids[word + 1:]
+    assert tok.decode(odd) == LIST_ANSWER and odd != ids
+    assert judge(answer(tok, LIST_ANSWER, ids=odd)).dropped == UNFAITHFUL
+
+
+def test_the_repetition_threshold_is_the_share_of_repeated_3grams(pasta_tokenizer):
+    tok = pasta_tokenizer
+    # 10 tokens a b c d e f g a b c: 8 trigrams, one (a b c) repeats: 12.5%
+    ids = [1000, 1001, 1002, 1003, 1004, 1005, 1006, 1000, 1001, 1002]
+    row = {"id": "p", "sample": 0, "response": tok.decode(ids), "ids": ids, "ended": True}
+    strict = answer_judge(tok, OwnAnswerRules(max_repeated_3grams=0.12))
+    lenient = answer_judge(tok, OwnAnswerRules(max_repeated_3grams=0.125))
+    assert strict(row).dropped == REPEATING and lenient(row).dropped != REPEATING
+
+
+def cand(pid, sample, gain, dropped=None, plain=True):
+    return Candidate(pid, sample, f"{pid}-{sample}", dropped=dropped,
+                     annotated="x" if gain > 1 else None, promises=2 if gain > 1 else 0,
+                     gain=gain, plain_faithful=plain)
+
+
+def test_the_mix_takes_each_prompts_best_parallel_answer_and_plain_rows_beside():
+    prompts = [
+        [cand("a", 0, 1.2), cand("a", 1, 1.6)],  # the sampled answer pays
+        [cand("b", 0, 1.5), cand("b", 1, 1.5)],  # a tie: the greedy one
+        [cand("c", 0, 1.0), cand("c", 1, 1.1)],  # nothing pays: plain (greedy)
+        [cand("d", 0, 2.0, dropped=CUT), cand("d", 1, 1.0)],  # the paying one was cut
+        [cand("e", 0, 1.0, dropped=CUT), cand("e", 1, 1.0, dropped=REPEATING)],  # nothing
+        [cand("f", 0, 1.0, plain=False), cand("f", 1, 1.0)],  # greedy text unfaithful
+        [cand("g", 0, 1.4)],
+        [cand("h", 0, 1.0)],
+    ]
+    mix = own_mix(prompts, OwnAnswerRules(min_gain=1.3, plain_share=0.4))
+    assert [(c.id, c.sample) for c in mix.parallel] == [("a", 1), ("b", 0), ("g", 0)]
+    # 3 parallel rows: 0.4 / 0.6 x 3 = 2 plain rows, in prompt order
+    assert mix.plain_offered == 4
+    assert [(c.id, c.sample) for c in mix.plain] == [("c", 0), ("d", 1)]
+    rows = mix.rows({p: {"prompt": f"P {p}"} for p in "abcdefgh"})
+    assert [r["kind"] for r in rows] == ["parallel"] * 3 + ["plain"] * 2
+    assert all(r["annotated"] is None for r in rows[3:])
+    half = own_mix(prompts, OwnAnswerRules(plain_share=0.5))
+    assert len(half.plain) == 3
+
+
+def test_rules_refuse_settings_that_mean_nothing():
+    with pytest.raises(ValueError):
+        OwnAnswerRules(plain_share=1.0)
+    with pytest.raises(ValueError):
+        OwnAnswerRules(min_gain=1.0)
