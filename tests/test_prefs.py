@@ -9,6 +9,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fake_llm_server import FakeLLM
 from solm.prefs.score import (ALL_TOO_SHORT, NO_WELL_FORMED, ONE_DISTINCT, TIED, Scored,
@@ -331,3 +333,55 @@ def test_each_scored_row_reports_both_speedups_by_their_own_counts():
          "total_tokens": 12, "flags": []}
     _, rows = score_prompt(Record("q", "P?"), [s], 12, None, [], 0.0, lambda x: True)
     assert rows[0]["theoretical_speedup"] == 3.0 and rows[0]["realized_step_speedup"] == 2.0
+
+
+# ---- `--score content`: passes saved + λ min(1, content / baseline) - μ repeats --------------
+
+def _word_trigram_repeats(text: str) -> float:
+    """Repeated word 3-grams, counted a second way: occurrences beyond the first, over all."""
+    from collections import Counter
+
+    words = text.split()
+    grams = list(zip(words, words[1:], words[2:]))
+    return (len(grams) - len(Counter(grams))) / len(grams) if grams else 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 60), st.integers(1, 60), st.booleans(),
+                          st.integers(0, 3)), min_size=2, max_size=6),
+       st.integers(1, 60), st.sampled_from([0.0, 0.5, 2.0]), st.sampled_from([0.0, 1.0, 5.0]))
+def test_the_content_score_picks_what_a_brute_force_ranking_picks(draws, baseline, lam, mu):
+    from solm.core.records import Record
+    from solm.prefs.job import score_prompt
+    from solm.prefs.score import choose_pair
+
+    texts = ["a b c d e f", "a b c a b c a b c", "one two three one two three", "x y"]
+    samples = [{"ids": [k, content, path, text], "content_tokens": content,
+                "critical_path": path, "well": well, "response": texts[text],
+                "forward_passes": path, "total_tokens": content, "flags": []}
+               for k, (content, path, well, text) in enumerate(draws)]
+    scored, _ = score_prompt(Record("p", "P"), samples, baseline, None, [], lam,
+                             lambda s: s["well"], score="content", repeat_weight=mu)
+    choice = choose_pair(scored, lam)
+
+    def by_hand(s):
+        return (1 - s["critical_path"] / s["content_tokens"]
+                + lam * min(1.0, s["content_tokens"] / baseline)
+                - mu * _word_trigram_repeats(s["response"]))
+
+    values = [by_hand(s) for s in samples]
+    well = [k for k, s in enumerate(samples) if s["well"]]
+    if not well:
+        assert choice.chosen is None
+        return
+    best = max(values[k] for k in well)
+    worst_pool = [k for k, s in enumerate(samples) if not s["well"]] or well
+    worst = min(values[k] for k in worst_pool)
+    if len(samples) < 2 or (len(worst_pool) == len(well) and abs(best - worst) < 1e-12):
+        assert choice.chosen is None
+        return
+    assert choice.chosen is not None and samples[choice.chosen.sample]["well"]
+    assert abs(values[choice.chosen.sample] - best) < 1e-9
+    assert choice.chosen.sample == min(k for k in well if abs(values[k] - best) < 1e-9)
+    assert abs(values[choice.rejected.sample] - worst) < 1e-9
+    assert choice.rejected.sample in worst_pool

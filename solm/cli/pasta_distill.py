@@ -82,7 +82,7 @@ def distill(
                                         "--exclude)."),
     batch_size: Optional[int] = typer.Option(None, min=1, help="Requests decoded together "
                                              "(default: 16 on a CPU, 32 on CUDA)."),
-    engine: str = engine_option(also="Answers are sequential decodes: every engine runs "
+    engine: str = engine_option("auto", also="Answers are sequential decodes: every engine runs "
                                      "them."),
     gguf_type: str = gguf_type_option(),
     shard: Optional[str] = ShardOption,

@@ -98,6 +98,13 @@ def prefs(
                               "(the thesis'; a shorter answer scores faster); own: the sample's "
                               "own text tokens / its critical path (only parallel structure "
                               "raises it)."),
+    score: str = typer.Option("thesis", callback=one_of("thesis", "content"), help="thesis: "
+                              "speedup + λ x the judge's quality; content (no judge): passes "
+                              "saved (1 - critical path / own content tokens) + λ x min(1, "
+                              "content / the Baseline-SFT answer's) - μ x repeated word "
+                              "3-grams (--repeat-weight)."),
+    repeat_weight: float = typer.Option(1.0, min=0.0, help="μ of --score content: the weight "
+                                        "of the share of repeated word 3-grams."),
     temperature: float = setting_option(SamplingConfig, "temperature", 1.0),
     top_p: float = setting_option(SamplingConfig, "top_p"),
     repetition_penalty: Optional[float] = RepetitionPenaltyOption,
@@ -154,8 +161,9 @@ def prefs(
         "baseline": f"file sha256 {file_sha256(baseline)}" if baseline else baseline_model,
         "samples": samples, "max_new_tokens": max_new_tokens, "seed": seed,
         "quality_weight": "inf" if math.isinf(weight) else weight,
-        "judge": judge if weight != 0 else None, "min_length_ratio": min_length_ratio,
-        "speed": speed, "dtype": dtype, **{k: v for k, v in decoding.values.items()},
+        "judge": judge if weight != 0 and score == "thesis" else None,
+        "min_length_ratio": min_length_ratio, "speed": speed, "score": score,
+        "repeat_weight": repeat_weight if score == "content" else None, "dtype": dtype, **{k: v for k, v in decoding.values.items()},
         **({"engine": engine, "gguf_type": gguf_type} if engine != "torch" else {})}
     aside = guard_folder(out, row_settings, restart, RESULT_FILES)
     if aside is not None:
@@ -173,7 +181,8 @@ def prefs(
                    model=model, row_settings=row_settings)
     cfg = job.PrefsConfig(samples=samples, max_new_tokens=max_new_tokens,
                           quality_weight=weight, min_length_ratio=min_length_ratio,
-                          speed=speed, model=model,
+                          speed=speed, model=model, score=score,
+                          repeat_weight=repeat_weight,
                           sampling=SamplingConfig(**{**decoding.values, "seed": seed}))
     summary = job.PrefsSummary(prompts=len(records), samples=len(records) * samples)
 
@@ -204,7 +213,7 @@ def prefs(
                          **({job.DATASET: r.response} if r.response else {})}
                   for r in records}
     judgments = None
-    if weight != 0:
+    if weight != 0 and score == "thesis":
         judgments = _judge(judge, concurrency, cache_dir, records, drawn, references, out,
                            summary)
     def well_formed(row: dict) -> bool:
@@ -214,7 +223,8 @@ def prefs(
                       summary)
     extra = {"model": model, "baseline": str(baseline) if baseline else baseline_model,
              "quality_weight": "inf" if math.isinf(weight) else weight,
-             "judge": judge if weight != 0 else None, "decoding": decoding.describe(),
+             "judge": judge if weight != 0 and score == "thesis" else None,
+             "decoding": decoding.describe(), "score": score,
              "min_length_ratio": min_length_ratio, "speed": speed,
              "judge_agreement": agreement}
     data = job.write_summary(out, summary, extra)

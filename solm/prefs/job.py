@@ -29,7 +29,7 @@ from solm.core.chat import text_ids
 from solm.core.jsonl import JsonlWriter, read_jsonl
 from solm.core.records import Record
 from solm.core.sampling import SamplingConfig
-from solm.prefs.score import Scored, choose_pair, distinct, score_value
+from solm.prefs.score import Scored, choose_pair, content_terms, distinct, score_value
 
 BASELINE = "baseline"
 DATASET = "dataset"
@@ -44,6 +44,8 @@ class PrefsConfig:
     quality_weight: float = 1.0
     min_length_ratio: float = 0.0  # a sample shorter than this x the baseline answer: not chosen
     speed: str = "baseline"  # speedup over the Baseline-SFT answer, or "own": over its own text
+    score: str = "thesis"  # or "content" (`solm.prefs.score`): passes saved, content, repeats
+    repeat_weight: float = 1.0  # μ of the content score
     batch_size: int = 16
     pool_per_request: int = 2048
     model: str | None = None  # the sampled model, named in every pair (BoNBoN's reference)
@@ -193,7 +195,8 @@ def judge_samples(client, judge_cfg, cache, records: Sequence[Record],
 def score_prompt(record: Record, samples: list[dict], baseline_tokens: int,
                  judgments: dict[str, dict] | None, references: Sequence[str],
                  quality_weight: float, vocab_well_formed: Callable[[dict], bool],
-                 min_length_ratio: float = 0.0, speed: str = "baseline"
+                 min_length_ratio: float = 0.0, speed: str = "baseline",
+                 score: str = "thesis", repeat_weight: float = 1.0
                  ) -> tuple[list[Scored], list[dict]]:
     """The prompt's distinct samples as Scored, and a scored row per sample."""
     scored, rows = [], []
@@ -213,9 +216,15 @@ def score_prompt(record: Record, samples: list[dict], baseline_tokens: int,
                     if cid in judgments]
             # every comparison rejected by the judge: no information, scored as a tie
             quality, unjudged = (sum(wins) / len(wins), False) if wins else (0.5, True)
+        penalty, theoretical = 0.0, speedup
+        if score == "content":
+            speedup, quality, penalty = content_terms(s["content_tokens"], s["critical_path"],
+                                                      baseline_tokens, s["response"],
+                                                      repeat_weight)
         scored.append(Scored(first, vocab_well_formed(s), speedup, quality, n_copies,
-                             {"unjudged": unjudged},
-                             too_short=s["content_tokens"] < min_length_ratio * baseline_tokens))
+                             {"unjudged": unjudged, "theoretical": theoretical},
+                             too_short=s["content_tokens"] < min_length_ratio * baseline_tokens,
+                             penalty=penalty))
     by_first = {x.sample: x for x in scored}
     first_of = {}
     for k, s in enumerate(samples):
@@ -225,7 +234,9 @@ def score_prompt(record: Record, samples: list[dict], baseline_tokens: int,
         rows.append({"id": record.id, "sample": k, "copy_of": first_of[key],
                      "copies": copies[first_of[key]], "well_formed": x.well_formed,
                      "too_short": x.too_short,
-                     "theoretical_speedup": round(x.speedup, 4),
+                     "theoretical_speedup": round(x.extra["theoretical"], 4),
+                     **({"passes_saved": round(x.speedup, 4), "penalty": round(x.penalty, 4)}
+                        if score == "content" else {}),
                      "realized_step_speedup": round(baseline_tokens
                                                     / max(1, s["forward_passes"]), 4),
                      "quality": None if x.quality is None else round(x.quality, 4),
@@ -266,7 +277,8 @@ def write_results(folder: Path, records: Sequence[Record], samples: dict[str, li
         for r in records:
             scored, rows = score_prompt(r, samples[r.id], baseline[r.id]["tokens"], judgments,
                                         list(references[r.id]), cfg.quality_weight,
-                                        well_formed, cfg.min_length_ratio, cfg.speed)
+                                        well_formed, cfg.min_length_ratio, cfg.speed,
+                                        cfg.score, cfg.repeat_weight)
             summary.unjudged_samples += sum(1 for x in scored if x.extra.get("unjudged"))
             for row in rows:
                 scored_out.write(row)

@@ -1,12 +1,25 @@
 """Scoring PASTA samples by speed and quality, and picking the best-against-worst pair.
 
-score = theoretical speedup + λ × quality (`quality_weight`):
+score = theoretical speedup + λ × quality (`quality_weight`), the thesis' (`--score thesis`):
 
 - theoretical speedup: the Baseline-SFT answer's tokens / the sample's critical path (the
   forward passes PASTA's runtime needs for it);
 - quality: the sample's soft win rate in [0, 1] against the references (each judged in both
   orders, a tie worth one half);
 - λ = inf orders by quality alone and breaks ties by speedup; λ = 0 is speed alone (no judge).
+
+With `--score content` (no judge), a score that counts content instead:
+
+score = passes saved + λ × min(1, content / the Baseline-SFT answer's content)
+        - μ × repeated 3-grams
+
+- passes saved: 1 - the sample's critical path / its own content tokens (the share of
+  forward passes its parallel structure saves over writing the same text one token a step;
+  length cannot raise it);
+- content: the sample's text tokens over the Baseline-SFT answer's, capped at 1 (an answer
+  shorter than the baseline's loses, a longer one gains nothing);
+- repeated 3-grams: the share of the answer's word 3-grams repeating an earlier one (the
+  evaluation's measure), weighted by μ (`repeat_weight`).
 
 Identical samples count once (n is the number of distinct samples). A malformed sample (not
 valid Pasta-Lang, or cut by the runtime) scores below every well-formed one: it can be
@@ -38,6 +51,7 @@ class Scored:
     copies: int = 1
     extra: dict = field(default_factory=dict)
     too_short: bool = False  # under the minimum length ratio
+    penalty: float = 0.0  # subtracted from the score (`--score content`: μ x repeated 3-grams)
 
     @property
     def eligible(self) -> bool:
@@ -54,8 +68,22 @@ def sort_key(s: Scored, quality_weight: float) -> tuple:
 def score_value(s: Scored, quality_weight: float) -> float:
     """The score as a number (at inf: the quality; speedup breaks ties in `sort_key`)."""
     if math.isinf(quality_weight):
-        return s.quality if s.quality is not None else 0.0
-    return s.speedup + (quality_weight * (s.quality or 0.0) if quality_weight else 0.0)
+        return (s.quality if s.quality is not None else 0.0) - s.penalty
+    return s.speedup + (quality_weight * (s.quality or 0.0) if quality_weight else 0.0) \
+        - s.penalty
+
+
+SCORES = ("thesis", "content")
+
+
+def content_terms(content_tokens: int, critical_path: int, baseline_tokens: int,
+                  response: str, repeat_weight: float) -> tuple[float, float, float]:
+    """`--score content`'s (passes saved, capped content ratio, penalty) for one sample."""
+    from solm.core.stats import repeated_ngram_share
+
+    saved = 1.0 - critical_path / max(1, content_tokens)
+    ratio = min(1.0, content_tokens / max(1, baseline_tokens))
+    return saved, ratio, repeat_weight * repeated_ngram_share(response.split(), 3)
 
 
 @dataclass
