@@ -124,3 +124,56 @@ def test_rules_refuse_settings_that_mean_nothing():
         OwnAnswerRules(plain_share=1.0)
     with pytest.raises(ValueError):
         OwnAnswerRules(min_gain=1.0)
+
+
+def test_distill_answers_resumes_and_leaves_evaluation_prompts_out(tmp_path, tiny_folder):
+    """The command on a tiny random model: greedy + sampled answers per prompt (a prompt's
+    answers differ where sampled), an excluded prompt never answered, every answer judged,
+    a rerun decodes nothing, and a rerun with other settings is refused."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from solm.cli import pasta as pasta_app
+
+    prompts = tmp_path / "train.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"Name {i} colours."}) + "\n"
+                               for i in range(4)))
+    evaluation = tmp_path / "eval.jsonl"
+    evaluation.write_text(json.dumps({"id": "e", "prompt": "  name 2 COLOURS. "}) + "\n")
+    out = tmp_path / "own"
+
+    def distill(*extra):
+        r = CliRunner().invoke(pasta_app.app, [
+            "distill", "-p", str(prompts), "--exclude", str(evaluation), "-o", str(out),
+            "-m", tiny_folder, "--engine", "torch", "--max-new-tokens", "6", "--sampled", "2",
+            "--temperature", "1.5", "--dtype", "fp32", "--batch-size", "4", "-q", *extra])
+        return r.exit_code, r.output
+
+    code, output = distill()
+    assert code == 0, output[-3000:]
+    answers = [json.loads(x) for x in (out / "answers.jsonl").read_text().splitlines()]
+    assert sorted({a["id"] for a in answers}) == ["q0", "q1", "q3"]
+    assert sorted((a["id"], a["sample"]) for a in answers) == [
+        (q, k) for q in ("q0", "q1", "q3") for k in range(3)]
+    for a in answers:  # the tokens sampled are the text kept
+        assert a["response"] == pasta_tokenizer_free_decode(tiny_folder, a["ids"])
+    assert any(len({tuple(a["ids"]) for a in answers if a["id"] == q}) > 1
+               for q in ("q0", "q1", "q3"))
+    candidates = (out / "candidates.jsonl").read_text().splitlines()
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(candidates) == 9 == summary["answers"] and summary["excluded"] == 1
+    # 6 tokens from a random model: never an ended answer, so nothing to train on
+    assert summary["dropped"]["cut"] + summary["dropped"]["empty"] == 9
+    assert (out / "rows.jsonl").read_text() == ""
+    code, output = distill()
+    assert code == 0 and json.loads((out / "summary.json").read_text())[
+        "answers_decoded_now"] == 0
+    code, output = distill("--seed", "3")
+    assert code == 1 and "--restart" in output
+
+
+def pasta_tokenizer_free_decode(folder, ids):
+    from solm.core.models import load_tokenizer
+
+    return load_tokenizer(folder).decode(ids, skip_special_tokens=True)
