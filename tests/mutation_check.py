@@ -1152,10 +1152,62 @@ AUDIT6 = {
         "            diff = float((other_logits[:rows].float() - oracle[:rows]).abs().max())",
         LLAMA_TESTS),
 }
+GUARD_TESTS = ["tests/test_pasta_guards.py"]
+OWN_TESTS = ["tests/test_own_answers.py"]
+ISSUE47 = {
+    "guard_slack_without_its_floor": (
+        "solm/decode/pasta/guards.py", "    return max(MIN_SLACK, promised // 4)",
+        "    return promised // 4", GUARD_TESTS),
+    "guard_closes_one_token_late": (
+        "solm/decode/pasta/guards.py", "    return content_tokens >= block_limit(tens)",
+        "    return content_tokens > block_limit(tens)", GUARD_TESTS),
+    "guard_repeats_one_run_late": (
+        "solm/decode/pasta/guards.py", "    return seen >= times", "    return seen > times",
+        GUARD_TESTS),
+    "guard_block_forgets_its_promise": (
+        "solm/decode/pasta/runtime.py", "                new_fork.promise = v.close_tens[tok]",
+        "                new_fork.promise = None", GUARD_TESTS),
+    "grammar_promise_cap_ignored": (
+        "solm/decode/pasta/grammar.py",
+        "        return self.main_full if promises_since_sync >= max_promises else self.main",
+        "        return self.main", GUARD_TESTS),
+    "own_unfaithful_annotation_kept": (
+        "solm/annotate/own_answers.py", "    if n and training_content(annotated) == sampled:",
+        "    if n:", OWN_TESTS),
+    "own_repetition_threshold_inclusive": (
+        "solm/annotate/own_answers.py",
+        "    if repeated_ngram_share(ids, 3) > max_repeated_3grams:",
+        "    if repeated_ngram_share(ids, 3) >= max_repeated_3grams:", OWN_TESTS),
+    "own_plain_share_of_parallel_not_of_mix": (
+        "solm/annotate/own_answers.py",
+        "    want = round(len(mix.parallel) * rules.plain_share / (1 - rules.plain_share))",
+        "    want = round(len(mix.parallel) * rules.plain_share)", OWN_TESTS),
+    "own_tie_goes_to_the_sampled_answer": (
+        "solm/annotate/own_answers.py", "    return max(eligible, key=lambda c: (c.gain, -c.sample))",
+        "    return max(eligible, key=lambda c: (c.gain, c.sample))", OWN_TESTS),
+    "own_evaluation_prompts_distilled": (
+        "solm/cli/pasta_distill.py", "        if prompt_key(r.prompt) in banned:",
+        "        if False:", OWN_TESTS),
+    "promise_rounded_not_up": (
+        "solm/annotate/rules.py", "    return max(1, min(MAX_PROMISE_TENS, -(-n_tokens // 10)))",
+        "    return max(1, min(MAX_PROMISE_TENS, round(n_tokens / 10)))", ["tests/test_rules.py"]),
+    "speed_item_space_left_in_main": (
+        "solm/annotate/rules.py", "            keep = marker.end(2) if marker else 0",
+        "            keep = marker.end() if marker else 0", OWN_TESTS),
+    "content_score_ratio_uncapped": (
+        "solm/prefs/score.py", "    ratio = min(1.0, content_tokens / max(1, baseline_tokens))",
+        "    ratio = content_tokens / max(1, baseline_tokens)", ["tests/test_prefs.py"]),
+    "content_score_repeats_not_subtracted": (
+        "solm/prefs/score.py",
+        "    return s.speedup + (quality_weight * (s.quality or 0.0) if quality_weight else 0.0) \\\n        - s.penalty",
+        "    return s.speedup + (quality_weight * (s.quality or 0.0) if quality_weight else 0.0)",
+        ["tests/test_prefs.py"]),
+}
 MUTATIONS.update(ISSUE35)
 MUTATIONS.update(ISSUE36)
 MUTATIONS.update(ISSUE37)
 MUTATIONS.update(ISSUE50)
+MUTATIONS.update(ISSUE47)
 MUTATIONS.update(AUDIT)
 MUTATIONS.update(AUDIT2)
 MUTATIONS.update(AUDIT3)
