@@ -69,7 +69,7 @@ def test_a_looping_block_is_closed_at_its_promise_plus_slack_as_training_reads_i
                  chooser=scripted(v, tens, lambda k: WORDS[10 + k]))
     opened, closed = res.ids.index(v.async_open), res.ids.index(v.async_close)
     assert closed - opened - 1 == HAND_LIMITS[tens]
-    assert closed in res.forced and flags.PROMISE_OVERRUN in res.flags
+    assert closed in res.forced and flags.PROMISE_OVERRUN in res.flags and res.guarded == 1
     assert res.ids[closed + 1:] == [v.sync, WORDS[2]] and res.ended
     ref = forward_under_the_oracle(model, tok, prompt + res.ids, layout)[len(prompt):]
     assert (res.logits - ref).abs().max().item() < 1e-4
@@ -82,7 +82,7 @@ def test_without_keep_promises_the_block_runs_to_the_fork_cap(pasta_tokenizer, t
                  PastaDecodeConfig(keep_promises=False, max_fork_tokens=30),
                  chooser=scripted(v, 1, lambda k: WORDS[10 + k]))
     opened, closed = res.ids.index(v.async_open), res.ids.index(v.async_close)
-    assert closed - opened == 30 and res.flags == [flags.FORK_CAPPED]
+    assert closed - opened == 30 and res.flags == [flags.FORK_CAPPED] and res.guarded == 0
 
 
 def test_a_block_that_loops_is_closed_at_the_third_run(pasta_tokenizer, tiny):
@@ -93,6 +93,11 @@ def test_a_block_that_loops_is_closed_at_the_third_run(pasta_tokenizer, tiny):
                  chooser=scripted(v, 4, lambda k: cycle[k % 4]))
     block = res.ids[res.ids.index(v.async_open) + 1:res.ids.index(v.async_close)]
     assert block == cycle * 3 and res.flags == [flags.BLOCK_REPEATING]
+    from solm.core.records import Record
+    from solm.decode.pasta.decode_file import result_record
+
+    row = result_record(rt, Record("r", PROMPT), res, "parallel")
+    assert row["guarded_blocks"] == 1 == row["threads"]
     off = rt.run(text_ids(pasta_tokenizer, PROMPT), PastaDecodeConfig(block_repeats=0),
                  chooser=scripted(v, 4, lambda k: cycle[k % 4]))
     assert off.flags == [flags.PROMISE_OVERRUN]

@@ -56,13 +56,15 @@ ARTIFACTS: dict[str, str] = {
     "pdiff-overlap-cpu": "pdiff-cpu's recipe on pasta-sft-overlap-cpu's rows, trained with the "
                          "overlap layout: its chunks denoise on llama.cpp too (`make "
                          "pdiff-sft-overlap-cpu`)",
+    "tip-sft-cpu": "TIP-SFT on the embedded model: LoRA r=8 on 500 MATH solutions annotated "
+                   "with 2 thought registers by the rules (`make tip-kept-cpu`)",
 }
 
 # the make target that builds each kept model, for the error when one is missing
 ARTIFACT_TARGETS = {"pasta-sft-cpu": "sft-lora-cpu", "baseline-sft-cpu": "sft-lora-cpu",
                     "pasta-bonbon-cpu": "pasta-bonbon-cpu", "pdiff-cpu": "pdiff-cpu",
                     "pasta-sft-overlap-cpu": "sft-overlap-cpu",
-                    "pdiff-overlap-cpu": "pdiff-sft-overlap-cpu"}
+                    "pdiff-overlap-cpu": "pdiff-sft-overlap-cpu", "tip-sft-cpu": "tip-kept-cpu"}
 
 
 def artifact_folder(name: str) -> str | None:

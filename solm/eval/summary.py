@@ -104,6 +104,11 @@ def speed(method_rows: dict[str, dict], base_rows: dict[str, dict]) -> dict:
             "repeated_3grams": round(statistics.fmean(
                 repeated_ngram_share(r.get("output", "").split(), 3) for r in rows), 4)
             if rows else None,
+            # blocks the runtime's guards closed (past their promise + slack, or looping),
+            # over the blocks written: a model that keeps its promises needs none
+            "guarded_blocks": round(sum(r.get("guarded_blocks", 0) for r in rows)
+                                    / max(1, sum(r.get("threads", 0) for r in rows)), 4)
+            if any("guarded_blocks" in r for r in rows) else None,
             # realized above theoretical by more than 10% on the same prompt: measurements
             # to distrust (a cold path, a busy machine), not results
             "distrusted_prompts": distrusted}

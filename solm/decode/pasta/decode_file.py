@@ -56,6 +56,8 @@ def result_record(rt: PastaRuntime, rec: Record, res: PastaDecodeResult, mode: s
         "parallelism": round(metrics.parallelism, 4) if metrics else 1.0,
         "content_speedup": round(metrics.content_speedup, 4) if metrics else 1.0,
         "forward_passes": res.forward_passes, "threads": res.threads,
+        # blocks the runtime closed at their promise + slack, or looping (flags say which)
+        "guarded_blocks": res.guarded,
         "wall_s": round(res.wall_s, 4), "prefill_s": round(res.prefill_s, 4),
         "decode_s": round(res.decode_s, 4), "compile_s": round(res.compile_s, 2),
         "flags": res.flags,

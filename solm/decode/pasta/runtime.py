@@ -31,6 +31,7 @@ from solm.core.model_features import past_the_window
 from solm.core.sampling import Sampler, formatting_token_ids
 from solm.core.systems.pasta import (ATTR_NAMES, MAIN, PastaTracker, PastaVocab, TokenAttrs,
                                      pasta_visible, walk_training_order)
+from solm.decode.flags import PASTA_GUARDS
 from solm.decode.flags import (BLOCK_CUT as FLAG_BLOCK_CUT,
                                EOS_WITH_OPEN_FORKS as FLAG_EOS_WITH_OPEN_FORKS,
                                FORK_CAPPED as FLAG_FORK_CAPPED, FORK_EOS as FLAG_FORK_EOS,
@@ -66,6 +67,7 @@ class PastaDecodeResult:
     # that of the end-of-sequence token that ended the answer (None when a cap ended it)
     logprobs: list[float | None] | None = None
     end_logprob: float | None = None
+    guarded: int = 0  # blocks a guard closed (promise overrun, repetition)
 
     @property
     def wall_s(self) -> float:
@@ -117,6 +119,7 @@ class PastaRunState:
     decode_s: float = 0.0
     ended: bool = False
     end_logprob: float | None = None
+    guarded: int = 0  # blocks a guard closed
 
     @property
     def main(self) -> _Thread:
@@ -312,7 +315,7 @@ class PastaRuntime:
                                  kv_read=state.kv_read, compile_s=state.compile_s,
                                  forced=forced, ended=state.ended,
                                  logprobs=logprobs if state.config.record_logprobs else None,
-                                 end_logprob=state.end_logprob)
+                                 end_logprob=state.end_logprob, guarded=state.guarded)
 
     # ---- the pieces of a step ---------------------------------------------------------
 
@@ -429,6 +432,7 @@ class PastaRuntime:
                     guard = self._guard(th, config)
                     if guard:
                         state.flags.add(guard)
+                        state.guarded += guard in PASTA_GUARDS
                         nxt = self._force(th, v.async_close)
             th.pending = nxt
         return stop
