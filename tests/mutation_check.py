@@ -1194,6 +1194,9 @@ ISSUE47 = {
     "speed_item_space_left_in_main": (
         "solm/annotate/rules.py", "            keep = marker.end(2) if marker else 0",
         "            keep = marker.end() if marker else 0", OWN_TESTS),
+    "pdiff_pads_after_end_skipped": (
+        "solm/decode/pdiff/runtime.py", "        for j in [j for j in c.masked if j > end]:",
+        "        for j in [j for j in c.masked if j > end + 1]:", ["tests/test_pdiff_runtime.py"]),
     "content_score_ratio_uncapped": (
         "solm/prefs/score.py", "    ratio = min(1.0, content_tokens / max(1, baseline_tokens))",
         "    ratio = content_tokens / max(1, baseline_tokens)", ["tests/test_prefs.py"]),

@@ -319,7 +319,8 @@ def replay_one_step(tokens, rows, allowed_mask, cfg, budget, step, mask_id, pad)
     A masked slot j reads row j - 1; it takes its most likely allowed token; slots rank by
     (pad last when deferring, lowest entropy or highest confidence, lowest slot); the first
     ceil(masked / steps left) are kept (all at the last step), plus every slot at least
-    `confidence_threshold` confident (not a pad when deferring)."""
+    `confidence_threshold` confident (not a pad when deferring); with `pads_end_chunk`,
+    every slot still masked after the first pad then holds a pad."""
     masked = [j for j, t in enumerate(tokens) if t == mask_id]
     # one batched softmax, as the sampler does, so that near-ties round the same way
     probs = torch.softmax(rows[[j - 1 for j in masked]].float().masked_fill(
@@ -340,13 +341,20 @@ def replay_one_step(tokens, rows, allowed_mask, cfg, budget, step, mask_id, pad)
     if cfg.confidence_threshold is not None:
         kept |= {j for j in masked if info[j][1] >= cfg.confidence_threshold
                  and not (cfg.defer_pads and info[j][0] == pad)}
-    return [info[j][0] if j in kept else t for j, t in enumerate(tokens)]
+    after = [info[j][0] if j in kept else t for j, t in enumerate(tokens)]
+    if cfg.pads_end_chunk:  # the first pad between the tags ends the chunk
+        pads = [j for j in range(1, len(after) - 1) if after[j] == pad]
+        if pads:
+            after = [pad if j > pads[0] and t == mask_id else t for j, t in enumerate(after)]
+    return after
 
 
 @pytest.mark.parametrize("options", [
     {}, {"order": "confidence"}, {"steps_ratio": 0.5}, {"steps_ratio": 0.3, "order": "confidence"},
     {"confidence_threshold": 0.5}, {"confidence_threshold": 0.5, "defer_pads": True},
-    {"defer_pads": True}, {"length_scale": 1.5}, {"length_scale": 0.5, "steps_ratio": 0.5}],
+    {"defer_pads": True}, {"length_scale": 1.5}, {"length_scale": 0.5, "steps_ratio": 0.5},
+    {"pads_end_chunk": False}, {"pads_end_chunk": False, "confidence_threshold": 0.5},
+    {"pads_end_chunk": False, "defer_pads": True}],
     ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "defaults")
 def test_every_denoising_step_follows_the_unmasking_rule(rt, pdiff_tok, pdiff_vocab, options):
     """Each recorded step, replayed by the rule written a second way, gives the tokens the
@@ -381,7 +389,7 @@ def test_every_denoising_step_follows_the_unmasking_rule(rt, pdiff_tok, pdiff_vo
             scheduled = n_masked if left <= 1 else math.ceil(n_masked / left)
             newly = sum(a == pdiff_vocab.mask and b != pdiff_vocab.mask for a, b in zip(toks, got))
             saw_threshold_jump |= newly > scheduled
-        if cfg.confidence_threshold is None:
+        if cfg.confidence_threshold is None and not cfg.pads_end_chunk:
             assert len(fed) == budget
     if cfg.confidence_threshold is not None:
         assert saw_threshold_jump  # the perturbation makes confident slots: the rule is used
@@ -424,3 +432,26 @@ def test_chunk_sampling_follows_the_seed(rt, pdiff_tok, pdiff_vocab):
 
     assert chunks(3) == chunks(3)
     assert chunks(3) != chunks(4)
+
+
+def test_a_committed_pad_ends_its_chunk_and_saves_the_passes_after_it(rt, pdiff_tok,
+                                                                       pdiff_vocab):
+    """With certain pads on every other row, the first committed pad ends a chunk: what
+    follows it is pads only, and the chunks take fewer denoising passes than without."""
+    word = text_ids(pdiff_tok, " the")[0]
+    rt.forward = Perturbed(rt, pdiff_vocab.pad, word)
+    _, on = _decode(rt, pdiff_tok, PLAN)
+    _, off = _decode(rt, pdiff_tok, PLAN, pads_end_chunk=False)
+    v = pdiff_vocab
+    for res in (on, off):
+        assert len(res.chunks) == 2
+    opens = [i for i, t in enumerate(on.ids) if t == v.async_open]
+    for start in opens:
+        inner = on.ids[start + 1:on.ids.index(v.async_close, start)]
+        first = inner.index(v.pad)
+        assert set(inner[first:]) == {v.pad}
+    assert on.denoise_passes < off.denoise_passes
+    assert any(v.pad in off.ids[s + 1:off.ids.index(v.async_close, s)][:-1] and
+               set(off.ids[s + 1:off.ids.index(v.async_close, s)][
+                   off.ids[s + 1:].index(v.pad):]) != {v.pad}
+               for s in [i for i, t in enumerate(off.ids) if t == v.async_open])

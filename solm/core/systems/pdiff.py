@@ -10,7 +10,7 @@ Layout (what a training sequence looks like; `to_slots` writes it from Pasta-Lan
   the content, pad tokens up to the slot count, `</async>`. In the data N is rounded up so
   the content fits with at least one pad, and a random 0-10 extra pads (as the published
   method draws) go *inside* the slot count: N grows to hold them, never past it. The rule
-  annotator writes N as the content length rounded to the nearest ten.
+  annotator writes N as the content length rounded up to a ten (`rules.tens_for`).
 - **Positions.** PASTA's two layouts (`PdiffVocab.positions`). Pred-10X: the chunk starts
   right after its promise and the main thread continues at promise position + 1 + slots.
   At decode `--length-scale s` makes a chunk `round(10 x N x s)` slots (at least 3), and

@@ -37,6 +37,10 @@ class PdiffDecodeConfig:
                                       "others in each step (against the pad trap: confident "
                                       "tail pads committed first pull their neighbours to "
                                       "pad).", flags=("--defer-pads",))
+    pads_end_chunk: bool = setting(True, "A chunk's first committed pad is its end: every "
+                                         "masked slot after it becomes a pad at once "
+                                         "(training lays pads after the content), so no "
+                                         "pass is spent denoising them.")
     max_topic_tokens: int = setting(24, "A promise's topic longer than this is closed "
                                         "(flagged).", min=1)
     record: bool = False  # keep each step's chunk tokens and logits (tests, analysis)

@@ -13,7 +13,8 @@ Per request, in phases (each step is one forward pass for every running request)
    training predicted it from. Per chunk, `ceil(masked slots x steps ratio)` steps; each
    step unmasks `ceil(masked left / steps left)` slots, lowest entropy first (or highest
    confidence), plus, with `confidence_threshold`, every slot whose confidence reaches it
-   (ahead of the schedule). A finished chunk is no longer fed. When all are done, their KV
+   (ahead of the schedule); with `pads_end_chunk` (default) a chunk's first committed pad
+   ends it: the masked slots after it become pads without another pass. A finished chunk is no longer fed. When all are done, their KV
    is written once more from the final tokens in the same pass that feeds the pending
    `<sync/>` (their KV was computed while they were partly masked); at the end of the
    answer nothing reads them, so no pass is spent.
@@ -485,7 +486,19 @@ class PdiffRuntime:
             j = masked[i]
             c.tokens[j] = int(chosen[i])
             c.masked.discard(j)
+        if cfg.pads_end_chunk:
+            self._pads_after_end(c)
         c.steps += 1
+
+    def _pads_after_end(self, c: _Chunk) -> None:
+        """Every masked slot after the chunk's first committed pad becomes a pad."""
+        pad = self.vocab.pad
+        end = next((j for j in range(1, len(c.tokens) - 1) if c.tokens[j] == pad), None)
+        if end is None:
+            return
+        for j in [j for j in c.masked if j > end]:
+            c.tokens[j] = pad
+            c.masked.discard(j)
 
     def _joined(self, run: _Run, sync_slot: int, logits: torch.Tensor) -> None:
         run.denoising = []
