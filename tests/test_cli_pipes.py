@@ -162,6 +162,14 @@ def test_a_base_model_is_named_as_one_before_it_decodes(tmp_path, tiny_folder):
     assert model_system("pdiff-cpu") == "pdiff" and model_system("pasta-sft-cpu") == "pasta"
 
 
+def python_in_a_fresh_process(code: str) -> subprocess.CompletedProcess:
+    """Run `code` in a new interpreter (its own imports and warning filters); it must succeed."""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
 def test_library_deprecation_warnings_do_not_reach_users():
     """A new user's trial: transformers' `is_gradient_checkpointing` FutureWarning, with the
     venv's path, printed on every decode and demo. The CLI's process (not pytest's, which
@@ -170,9 +178,7 @@ def test_library_deprecation_warnings_do_not_reach_users():
             "warnings.warn_explicit('library-old', FutureWarning, 'modeling_utils.py', 1, "
             "module='transformers.modeling_utils')\n"
             "warnings.warn_explicit('ours-old', FutureWarning, 'x.py', 1, module='solm.x')\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
+    r = python_in_a_fresh_process(code)
     assert "library-old" not in r.stderr and "ours-old" in r.stderr
 
 
@@ -185,7 +191,4 @@ def test_the_cli_starts_without_the_modelling_libraries():
             "heavy = ['transformers.modeling_utils', 'torchao', 'torch._dynamo', 'peft', "
             "'trl', 'datasets']\n"
             "print([m for m in heavy if m in sys.modules])\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "[]"
+    assert python_in_a_fresh_process(code).stdout.strip() == "[]"

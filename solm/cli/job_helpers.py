@@ -21,6 +21,17 @@ def sharded(spec: Optional[str], device: Optional[str], text_mode: bool = False)
     return shard, (shard.device(device) if shard else device)
 
 
+def folder_output(out: Path, part, command: str) -> Path:
+    """The folder a folder-writing command fills (its shard's, under --shard); a file there
+    is refused before anything loads."""
+    if part is not None:
+        out = part.folder(out)
+    if out.exists() and not out.is_dir():
+        raise SolmError(f"{out}: --out is a file, not an output folder ({command} writes a "
+                        f"folder of files there)")
+    return out
+
+
 def take_shard(part, records: list, out: Path, folder: bool = False) -> list:
     """This process's prompts of a --shard; an empty shard still leaves its (empty) output,
     so `solm merge` finds every shard."""

@@ -14,7 +14,8 @@ from solm.cli.console import info, out_console, progress
 from solm.cli.flags import (ConfigOption, DebugOption, DeviceOption, DtypeOption, QuietOption,
                             RepetitionPenaltyOption, SeedOption, ShardOption, engine_option,
                             gguf_type_option, model_command, model_option, out_option)
-from solm.cli.job_helpers import finish_shard, settings_from, sharded, take_shard
+from solm.cli.job_helpers import (finish_shard, folder_output, settings_from, sharded,
+                                  take_shard)
 from solm.cli.setting_options import setting_option
 from solm.core.errors import SolmError
 from solm.core.sampling import SamplingConfig
@@ -106,11 +107,7 @@ def distill(
     from solm.decode.pasta.system import batched_on_engine
 
     part, device = sharded(shard, device)
-    if part is not None:
-        out = part.folder(out)
-    if out.exists() and not out.is_dir():
-        raise SolmError(f"{out}: --out is a file, not an output folder (distill writes a "
-                        f"folder of files there)")
+    out = folder_output(out, part, "distill")
     exclude = list(exclude or [])
     check_paths([prompts, *exclude], [out / n for n in job.RESULT_FILES])
     greedy = resolve_decode(model, {"temperature": 0.0,

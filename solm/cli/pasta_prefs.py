@@ -18,7 +18,8 @@ from solm.cli.flags import engine_option, gguf_type_option
 from solm.cli.flags import (model_command, out_option, model_option, ConfigOption,
                             DebugOption, DeviceOption, DtypeOption, QuietOption,
                             RepetitionPenaltyOption, SeedOption, ShardOption)
-from solm.cli.job_helpers import finish_shard, settings_from, sharded, take_shard
+from solm.cli.job_helpers import (finish_shard, folder_output, settings_from, sharded,
+                                  take_shard)
 from solm.core.errors import SolmError
 
 PREFS_HELP = """Sample N answers per prompt, score each by speed and quality, write best-vs-worst pairs.
@@ -144,11 +145,7 @@ def prefs(
 
     weight = _quality_weight(quality_weight)
     part, device = sharded(shard, device)
-    if part is not None:
-        out = part.folder(out)
-    if out.exists() and not out.is_dir():
-        raise SolmError(f"{out}: --out is a file, not an output folder (prefs writes a folder "
-                        f"of files there)")
+    out = folder_output(out, part, "prefs")
     check_paths([p for p in (prompts, baseline, judge_agreement) if p],
                 [out / n for n in ("samples.jsonl", "pairs.jsonl", "scored.jsonl",
                                    "baseline.jsonl", "judgments.jsonl", "summary.json")])
