@@ -1068,3 +1068,38 @@ def test_the_preference_stage_samples_on_the_engine_its_parallel_decodes_allow(t
     assert batched_on_engine(pred, "sequential", "auto", *args)[1] == "llama.cpp"
     with pytest.raises(SolmError, match="overlap"):
         batched_on_engine(pred, "parallel", "llama.cpp", *args)
+
+
+def test_a_prefill_asks_llama_cpp_for_the_last_prompt_tokens_logits_only(overlap_model):
+    """A runtime reads one logits row of a prompt, its last: every other prompt token is fed
+    without asking for logits (llama.cpp then skips their output projection)."""
+    from solm.core.chat import text_ids
+    from solm.decode.pasta.batched import BatchedPastaRuntime, BatchRequest
+    from solm.decode.pasta.runtime import PastaDecodeConfig, replay_scripts
+    from solm.llamacpp.binding import LlamaContext
+    from solm.llamacpp.step import LlamaCppStep
+
+    model, tok, path = overlap_model
+    prompt = text_ids(tok, "User: give me some tips\nAssistant:")
+    prompts = [prompt, prompt]  # two requests, each prefilling its own copy
+    ctx = LlamaContext(path, n_ctx=4096, n_seq=64, kv_type="f32")
+    asked: list[tuple[int, int, bool]] = []  # (sequence, position, logits asked)
+    decode = ctx.decode
+
+    def spy(tokens):
+        asked.extend((t.seq, t.pos, t.logits) for t in tokens)
+        return decode(tokens)
+
+    ctx.decode = spy
+    rt = BatchedPastaRuntime(model, tok, pool_size=4096, max_batch=2,
+                             forward=LlamaCppStep(ctx))
+    resp = text_ids(tok, ANNOTATED[0])
+    streams, anchors = replay_scripts(resp, rt.vocab)
+    cfg = PastaDecodeConfig(mode="parallel", max_new_tokens=len(resp) + 1,
+                            max_fork_tokens=len(resp) + 1)
+    done = list(rt.run([BatchRequest(i, p, cfg, scripts=streams, replay_anchors=frozenset(
+        anchors)) for i, p in enumerate(prompts)]))
+    assert len(done) == 2
+    fed = [(s, pos, want) for s, pos, want in asked if pos < len(prompt)]  # prompt tokens
+    assert len(fed) == 2 * len(prompt)
+    assert [want for _, pos, want in fed] == [pos == len(prompt) - 1 for _, pos, _ in fed]
