@@ -1120,19 +1120,22 @@ AUDIT6 = {
     "llama_every_prompt_token_returns_logits": (
         "solm/llamacpp/step.py", "logits=not prefill or i == at + count - 1, also=extra))",
         "logits=True, also=extra))", LLAMA_TESTS),
-    "gguf_cache_key_ignores_the_type": (
+    # planted first as the key without the type: equivalent (the file name carries the
+    # type), so the registers instead, which nothing else in the path tells apart
+    "gguf_cache_key_ignores_the_registers": (
         "solm/llamacpp/engine.py", '"registers": num_registers, "outtype": outtype,',
-        '"registers": num_registers,', LLAMA_TESTS),
+        '"outtype": outtype,', [*LLAMA_TESTS, "tests/test_output_guards.py"]),
     "shard_marker_complete_unchecked": (
         "solm/core/shard.py", '    if not marker.get("complete"):', "    if False:",
         ["tests/test_shard.py"]),
     "rerun_check_ignores_new_settings": (
         "solm/core/provenance.py", "               if k in implied and implied[k] != v}",
-        "               if k in recorded and implied[k] != v}", [CLI_PIPES, "tests/test_jobs.py"]),
+        "               if k in recorded and implied[k] != v}",
+        [CLI_PIPES, "tests/test_jobs.py", "tests/test_output_guards.py"]),
     "undone_counts_sample_zero_only": (
         "solm/decode/jobs.py", "    return sum((str(r.id), k) not in done if per_sample",
         "    return sum((str(r.id), 0) not in done if per_sample",
-        [CLI_PIPES, "tests/test_jobs.py", "tests/test_tip_cli.py"]),
+        [CLI_PIPES, "tests/test_jobs.py", "tests/test_tip_cli.py", "tests/test_output_guards.py"]),
     "demo_warm_up_dropped": (
         "solm/decode/pasta/demo.py",
         "    parallel_run(), sequential_run()  # warm both paths",
@@ -1141,7 +1144,8 @@ AUDIT6 = {
         "solm/core/paths.py",
         "        if path.is_dir():\n            raise SolmError(f\"{path}: is a folder; expected a",
         "        if False:\n            raise SolmError(f\"{path}: is a folder; expected a",
-        ["tests/test_cli_input_checks.py", "tests/test_cli_validation.py"]),
+        ["tests/test_cli_input_checks.py", "tests/test_cli_validation.py",
+         "tests/test_output_guards.py"]),
     "refused_rows_not_recorded": (
         "solm/decode/jobs.py",
         '                summary.refused.append({"id": str(job.record.id), "sample": job.sample,',
