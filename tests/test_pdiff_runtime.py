@@ -320,7 +320,8 @@ def replay_one_step(tokens, rows, allowed_mask, cfg, budget, step, mask_id, pad)
     (pad last when deferring, lowest entropy or highest confidence, lowest slot); the first
     ceil(masked / steps left) are kept (all at the last step), plus every slot at least
     `confidence_threshold` confident (not a pad when deferring); with `pads_end_chunk`,
-    every slot still masked after the first pad then holds a pad."""
+    all are kept when every masked slot takes a pad, and every slot still masked after the
+    first pad then holds a pad."""
     masked = [j for j, t in enumerate(tokens) if t == mask_id]
     # one batched softmax, as the sampler does, so that near-ties round the same way
     probs = torch.softmax(rows[[j - 1 for j in masked]].float().masked_fill(
@@ -337,6 +338,8 @@ def replay_one_step(tokens, rows, allowed_mask, cfg, budget, step, mask_id, pad)
 
     left = budget - step
     k = len(masked) if left <= 1 else -(-len(masked) // left)
+    if cfg.pads_end_chunk and all(info[j][0] == pad for j in masked):
+        k = len(masked)  # only pads left: all of them now
     kept = {j for j in masked if sum(rank_key(i) < rank_key(j) for i in masked) < k}
     if cfg.confidence_threshold is not None:
         kept |= {j for j in masked if info[j][1] >= cfg.confidence_threshold

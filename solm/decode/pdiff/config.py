@@ -39,8 +39,9 @@ class PdiffDecodeConfig:
                                       "pad).", flags=("--defer-pads",))
     pads_end_chunk: bool = setting(True, "A chunk's first committed pad is its end: every "
                                          "masked slot after it becomes a pad at once "
-                                         "(training lays pads after the content), so no "
-                                         "pass is spent denoising them.")
+                                         "(training lays pads after the content), and a "
+                                         "step where every masked slot would take a pad "
+                                         "commits them all: no pass is spent on pads.")
     max_topic_tokens: int = setting(24, "A promise's topic longer than this is closed "
                                         "(flagged).", min=1)
     record: bool = False  # keep each step's chunk tokens and logits (tests, analysis)

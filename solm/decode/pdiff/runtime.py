@@ -14,7 +14,8 @@ Per request, in phases (each step is one forward pass for every running request)
    step unmasks `ceil(masked left / steps left)` slots, lowest entropy first (or highest
    confidence), plus, with `confidence_threshold`, every slot whose confidence reaches it
    (ahead of the schedule); with `pads_end_chunk` (default) a chunk's first committed pad
-   ends it: the masked slots after it become pads without another pass. A finished chunk is no longer fed. When all are done, their KV
+   ends it (the masked slots after it become pads without another pass), and a step in
+   which every masked slot would take a pad commits them all. A finished chunk is no longer fed. When all are done, their KV
    is written once more from the final tokens in the same pass that feeds the pending
    `<sync/>` (their KV was computed while they were partly masked); at the end of the
    answer nothing reads them, so no pass is spent.
@@ -482,6 +483,8 @@ class PdiffRuntime:
             keep |= {i for i in range(len(masked))
                      if float(confidence[i]) >= cfg.confidence_threshold
                      and not (cfg.defer_pads and bool(is_pad[i]))}
+        if cfg.pads_end_chunk and bool(is_pad.all()):
+            keep = set(range(len(masked)))  # nothing but pads is left to write
         for i in keep:
             j = masked[i]
             c.tokens[j] = int(chosen[i])
