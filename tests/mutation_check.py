@@ -1201,6 +1201,9 @@ ISSUE47 = {
     "pdiff_pads_after_end_skipped": (
         "solm/decode/pdiff/runtime.py", "        for j in [j for j in c.masked if j > end]:",
         "        for j in [j for j in c.masked if j > end + 1]:", ["tests/test_pdiff_runtime.py"]),
+    "pdiff_all_pads_left_not_committed": (
+        "solm/decode/pdiff/runtime.py", "        if cfg.pads_end_chunk and bool(is_pad.all()):",
+        "        if False:", ["tests/test_pdiff_runtime.py"]),
     "content_score_ratio_uncapped": (
         "solm/prefs/score.py", "    ratio = min(1.0, content_tokens / max(1, baseline_tokens))",
         "    ratio = content_tokens / max(1, baseline_tokens)", ["tests/test_prefs.py"]),

@@ -23,10 +23,10 @@ def test_undone_counts_every_sample_of_every_prompt(tmp_path):
     from solm.decode.jobs import undone
 
     out = tmp_path / "rows.jsonl"
-    held = [("a", 0), ("a", 2), ("b", 1)]
+    held = [("a", 0), ("b", 0), ("b", 1)]
     out.write_text("".join(json.dumps({"id": i, "sample": k}) + "\n" for i, k in held))
     records = [Record("a", "A?"), Record("b", "B?"), Record("c", "C?")]
-    # 3 prompts x 3 samples, 3 held: by hand, a1 b0 b2 c0 c1 c2 are left
+    # 3 prompts x 3 samples, 3 held: by hand, a1 a2 b2 c0 c1 c2 are left
     assert undone(records, out, samples=3, per_sample=True) == 6
     assert undone(records, out, samples=1, per_sample=False) == 1  # c
 
