@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from solm.annotate.distill_job import answer_judge
+from solm.prefs.distill_job import answer_judge
 from solm.annotate.own_answers import (CUT, EMPTY, REPEATING, UNFAITHFUL, Candidate,
                                        OwnAnswerRules, own_mix)
 from solm.core.chat import text_ids

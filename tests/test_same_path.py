@@ -60,6 +60,10 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
         (["-p", "{X}", "-o", "{d}/o", "--baseline", "{d}/o/baseline.jsonl"],
          "{d}/o/baseline.jsonl"),
     ],
+    "pasta distill": [
+        (["-p", "{d}/o/answers.jsonl", "-o", "{d}/o"], "{d}/o/answers.jsonl"),
+        (["-p", "{X}", "-o", "{d}/o", "--exclude", "{d}/o/rows.jsonl"], "{d}/o/rows.jsonl"),
+    ],
     "pasta eval run": [
         (["-o", "{d}/run", "--method", "sequential=x", "--reference", "{d}/run/ref.jsonl"],
          "{d}/run/ref.jsonl"),

@@ -1,5 +1,5 @@
 """`pasta distill`: SFT rows from the model's own answers (the job is
-`solm.annotate.distill_job`, the rules `solm.annotate.own_answers`)."""
+`solm.prefs.distill_job`, the rules `solm.annotate.own_answers`)."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def distill(
 ) -> None:
     import time
 
-    from solm.annotate import distill_job as job
+    from solm.prefs import distill_job as job
     from solm.annotate.mix import prompt_key
     from solm.annotate.own_answers import OwnAnswerRules
     from solm.core.generation import resolve_decode
