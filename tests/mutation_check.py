@@ -507,8 +507,8 @@ AUDIT2: dict[str, tuple] = {
         "        seed=s.seed,", ["tests/test_serve_settings.py", "tests/test_serve.py"]),
     "prefs_length_ratio_reads_the_critical_path": (
         "solm/prefs/job.py",
-        "too_short=s[\"content_tokens\"] < min_length_ratio * baseline_tokens))",
-        "too_short=s[\"critical_path\"] < min_length_ratio * baseline_tokens))",
+        "too_short=s[\"content_tokens\"] < min_length_ratio * baseline_tokens,",
+        "too_short=s[\"critical_path\"] < min_length_ratio * baseline_tokens,",
         ["tests/test_prefs.py"]),
     "prefs_one_malformed_sample_skips_the_prompt": (
         "solm/prefs/score.py", "    if not any(s.well_formed for s in samples):",

@@ -16,14 +16,20 @@ GAIN_THRESHOLDS = (1.3, 1.5)
 
 def gain_meter(tokenizer_name: str) -> Callable[[str | None], float]:
     """annotated text (None: a plain row) -> its gain, tokenized as a PASTA model would."""
-    from solm.core.chat import text_ids
     from solm.core.models import load_tokenizer
-    from solm.core.systems.pasta import PastaVocab
-    from solm.core.systems.pasta_schedule import pasta_metrics
     from solm.core.vocabulary import add_control_tokens
 
     tok = load_tokenizer(tokenizer_name)
     add_control_tokens(None, tok, "pasta")
+    return tokenizer_gain_meter(tok)
+
+
+def tokenizer_gain_meter(tok) -> Callable[[str | None], float]:
+    """`gain_meter` over a tokenizer that already holds Pasta-Lang's control tokens."""
+    from solm.core.chat import text_ids
+    from solm.core.systems.pasta import PastaVocab
+    from solm.core.systems.pasta_schedule import pasta_metrics
+
     vocab = PastaVocab.from_tokenizer(tok)
 
     def gain(annotated: str | None) -> float:

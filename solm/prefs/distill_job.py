@@ -101,20 +101,17 @@ def read_answers(folder: Path, records: Sequence[Record], per_prompt: int
 
 def answer_judge(tokenizer, rules: OwnAnswerRules) -> Callable[[dict], Candidate]:
     """answer row -> Candidate, with `tokenizer` (a PASTA model's: control tokens added)."""
+    from solm.annotate.gain import tokenizer_gain_meter
     from solm.annotate.rules import RuleShape, annotate_rules
     from solm.core.chat import text_ids
     from solm.core.systems.pasta import PastaVocab, walk_training_order
-    from solm.core.systems.pasta_schedule import pasta_metrics
 
     vocab = PastaVocab.from_tokenizer(tokenizer)
     shape = RuleShape.speed()
+    gain_of = tokenizer_gain_meter(tokenizer)
 
     def count(text: str) -> int:
         return len(text_ids(tokenizer, text))
-
-    def gain_of(annotated: str | None) -> float:
-        return pasta_metrics(text_ids(tokenizer, annotated), vocab).content_speedup \
-            if annotated else 1.0
 
     def annotate(text: str) -> tuple[str, int]:
         return annotate_rules(text, count, shape=shape, gain_of=gain_of)

@@ -31,8 +31,7 @@ from solm.core.model_features import past_the_window
 from solm.core.sampling import Sampler, formatting_token_ids
 from solm.core.systems.pasta import (ATTR_NAMES, MAIN, PastaTracker, PastaVocab, TokenAttrs,
                                      pasta_visible, walk_training_order)
-from solm.decode.flags import PASTA_GUARDS
-from solm.decode.flags import (BLOCK_CUT as FLAG_BLOCK_CUT,
+from solm.decode.flags import (PASTA_GUARDS, BLOCK_CUT as FLAG_BLOCK_CUT,
                                EOS_WITH_OPEN_FORKS as FLAG_EOS_WITH_OPEN_FORKS,
                                FORK_CAPPED as FLAG_FORK_CAPPED, FORK_EOS as FLAG_FORK_EOS,
                                MAX_NEW_TOKENS as FLAG_MAX_NEW_TOKENS, POOL_FULL as FLAG_POOL_FULL,
