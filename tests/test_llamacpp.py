@@ -92,7 +92,8 @@ def test_two_sequences_in_one_call_see_only_their_own_cells(exported):
     agree_up_to_near_ties(both[len(a):], hf_logits(model, b))
 
 
-def greedy(model, tok, prompts, engine: str, gguf=None, batch: int = 4, max_new: int = 24):
+def greedy(model, tok, prompts, engine: str, gguf=None, batch: int = 4, max_new: int = 24,
+           unified: bool = True):
     from solm.core.sampling import SamplingConfig
     from solm.decode.pasta.batched import BatchedPastaRuntime
     from solm.decode.pasta.runtime import PastaDecodeConfig
@@ -104,8 +105,9 @@ def greedy(model, tok, prompts, engine: str, gguf=None, batch: int = 4, max_new:
         from solm.llamacpp.binding import LlamaContext
         from solm.llamacpp.step import LlamaCppStep
 
-        forward = LlamaCppStep(LlamaContext(gguf, n_ctx=batch * 256, n_seq=2 * batch,
-                                            kv_type="f32"))
+        forward = LlamaCppStep(LlamaContext(gguf, n_ctx=batch * 256, kv_type="f32",
+                                            n_seq=2 * batch if unified else batch,
+                                            unified=unified))
     rt = BatchedPastaRuntime(model, tok, pool_size=batch * 256, max_batch=batch,
                              forward=forward)
     return [r.ids for r in rt.generate_many(prompts, config)]
@@ -118,12 +120,14 @@ TEXTS = ["Give three tips for staying healthy.", "What is 2 + 2?", "Describe a c
          "Tell me a joke.", "How far is the moon?", "What is a prime number?", "Say hi."]
 
 
-def test_greedy_sequential_equals_torch_up_to_the_first_near_tie(exported):
-    """16 prompts, continuous batching 4 at a time on both engines: each answer is the
-    torch engine's up to the first token the oracle's logits leave within TOL."""
+@pytest.mark.parametrize("unified", [True, False], ids=["one-cache", "a-stream-each"])
+def test_greedy_sequential_equals_torch_up_to_the_first_near_tie(exported, unified):
+    """16 prompts, continuous batching 4 at a time on both engines (on llama.cpp in one
+    unified cache, or in a KV stream per request as `pasta distill` runs them): each answer
+    is the torch engine's up to the first token the oracle's logits leave within TOL."""
     model, tok, path = exported
     prompts = prompt_ids(tok, TEXTS)
-    ours = greedy(model, tok, prompts, "llama.cpp", path)
+    ours = greedy(model, tok, prompts, "llama.cpp", path, unified=unified)
     ref = greedy(model, tok, prompts, "torch")
     compared = 0
     for p, a, b in zip(prompts, ours, ref):

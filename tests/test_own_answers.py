@@ -128,7 +128,8 @@ def test_rules_refuse_settings_that_mean_nothing():
 
 def test_distill_answers_resumes_and_leaves_evaluation_prompts_out(tmp_path, tiny_folder):
     """The command on a tiny random model: greedy + sampled answers per prompt (a prompt's
-    answers differ where sampled), an excluded prompt never answered, every answer judged,
+    answers differ where sampled), an excluded prompt and one whose first line --match does
+    not find never answered, every answer judged,
     a rerun decodes nothing, and a rerun with other settings is refused."""
     import json
 
@@ -138,7 +139,8 @@ def test_distill_answers_resumes_and_leaves_evaluation_prompts_out(tmp_path, tin
 
     prompts = tmp_path / "train.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"Name {i} colours."}) + "\n"
-                               for i in range(4)))
+                               for i in range(4)) +
+                       json.dumps({"id": "q4", "prompt": "Say no more.\n\nName them."}) + "\n")
     evaluation = tmp_path / "eval.jsonl"
     evaluation.write_text(json.dumps({"id": "e", "prompt": "  name 2 COLOURS. "}) + "\n")
     out = tmp_path / "own"
@@ -147,7 +149,8 @@ def test_distill_answers_resumes_and_leaves_evaluation_prompts_out(tmp_path, tin
         r = CliRunner().invoke(pasta_app.app, [
             "distill", "-p", str(prompts), "--exclude", str(evaluation), "-o", str(out),
             "-m", tiny_folder, "--engine", "torch", "--max-new-tokens", "6", "--sampled", "2",
-            "--temperature", "1.5", "--dtype", "fp32", "--batch-size", "4", "-q", *extra])
+            "--temperature", "1.5", "--dtype", "fp32", "--batch-size", "4", "-q",
+            "--match", r"^[^\n]*\bname", *extra])
         return r.exit_code, r.output
 
     code, output = distill()
@@ -171,6 +174,8 @@ def test_distill_answers_resumes_and_leaves_evaluation_prompts_out(tmp_path, tin
         "answers_decoded_now"] == 0
     code, output = distill("--seed", "3")
     assert code == 1 and "--restart" in output
+    code, output = distill("--match", "(")
+    assert code == 2 and "--match" in output and "regular expression" in output
 
 
 def pasta_tokenizer_free_decode(folder, ids):

@@ -53,6 +53,18 @@ RestartOption = typer.Option(False, "--restart", help="OUT holds answers made wi
                              "is refused).")
 
 
+def prompt_pattern(match: str | None):
+    """--match as a compiled case-insensitive pattern (None: every prompt)."""
+    import re
+
+    if match is None:
+        return None
+    try:
+        return re.compile(match, re.IGNORECASE)
+    except re.error as e:
+        raise typer.BadParameter(f"not a regular expression: {e}", param_hint="--match")
+
+
 @model_command
 def distill(
     prompts: Path = typer.Option(..., "--prompts", "-p", help="JSONL of training prompts "
@@ -79,8 +91,12 @@ def distill(
     exclude: Optional[List[Path]] = typer.Option(None, "--exclude", help="Prompts files whose "
                                                  "prompts are left out (the evaluation's); "
                                                  "repeatable."),
+    match: Optional[str] = typer.Option(None, "--match", help="Only prompts this regular "
+                                        "expression finds (case-insensitive), e.g. prompts "
+                                        "that ask for lists, steps or ideas, whose answers "
+                                        "fork: a one-paragraph answer runs beside nothing."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N prompts (after "
-                                        "--exclude)."),
+                                        "--exclude and --match)."),
     batch_size: Optional[int] = typer.Option(None, min=1, help="Requests decoded together "
                                              "(default: 16 on a CPU, 32 on CUDA)."),
     engine: str = engine_option("auto", also="Answers are sequential decodes: every engine runs "
@@ -99,13 +115,15 @@ def distill(
     from solm.annotate.mix import prompt_key
     from solm.annotate.own_answers import OwnAnswerRules
     from solm.core.generation import resolve_decode
-    from solm.core.models import default_device
+    from solm.core.chat import prompt_ids
+    from solm.core.models import default_device, load_tokenizer
     from solm.core.provenance import file_sha256, guard_folder, write_manifest
     from solm.core.records import load_records
     from solm.decode.jobs import undone
     from solm.decode.pasta.batched import default_batch_size
     from solm.decode.pasta.system import batched_on_engine
 
+    wanted = prompt_pattern(match)
     part, device = sharded(shard, device)
     out = folder_output(out, part, "distill")
     exclude = list(exclude or [])
@@ -116,7 +134,8 @@ def distill(
                                       "repetition_penalty": repetition_penalty})
     rules = OwnAnswerRules(min_gain=min_gain, plain_share=plain_share,
                            max_repeated_3grams=max_repeated_3grams)
-    row_settings = {"model": model, "prompts": file_sha256(prompts), "sampled": sampled,
+    row_settings = {"model": model, "prompts": file_sha256(prompts), "match": match,
+                    "sampled": sampled,
                     "max_new_tokens": max_new_tokens, "seed": seed, "dtype": dtype,
                     "greedy": greedy.values, "sampling": decoding.values,
                     **({"engine": engine, "gguf_type": gguf_type} if engine != "torch" else {})}
@@ -128,12 +147,13 @@ def distill(
     for r in load_records(prompts):
         if prompt_key(r.prompt) in banned:
             excluded += 1
-        else:
+        elif wanted is None or wanted.search(r.prompt):
             records.append(r)
     records = records[:limit] if limit is not None else records
     if not records:
         raise SolmError(f"{prompts}: no prompts" + (f" ({excluded} excluded)" if excluded
-                                                     else ""))
+                                                     else "") +
+                        (f" matching --match {match!r}" if match else ""))
     records = take_shard(part, records, out, folder=True)
     if not records:
         return
@@ -148,8 +168,11 @@ def distill(
     started = time.perf_counter()
     info(f"loading {model} ...")
     batch = batch_size or default_batch_size(device or default_device())
+    tokenizer = load_tokenizer(model)
+    longest = max(len(prompt_ids(tokenizer, r.prompt, r.system)) for r in records)
     rt, engine_used = batched_on_engine(model, "sequential", engine, gguf_type, dtype, device,
-                                        batch * (max_new_tokens + 1024), batch)
+                                        batch * (max_new_tokens + longest), batch,
+                                        independent=True)
     with progress(f"answering ({model}, {engine_used}; greedy + {sampled} sampled)",
                   left) as advance:
         summary.answers_decoded_now = job.decode_answers(rt, records, out, cfg, seed,

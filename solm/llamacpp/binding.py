@@ -101,7 +101,7 @@ class LlamaContext:
         if not 1 <= n_seq <= MAX_SEQUENCES:
             raise SolmError(f"llama.cpp holds 1 to {MAX_SEQUENCES} sequences, not {n_seq}")
         threads = threads or torch.get_num_threads()
-        self.n_ctx, self.n_seq = int(n_ctx), int(n_seq)
+        self.n_ctx, self.n_seq, self.unified = int(n_ctx), int(n_seq), bool(unified)
         self.n_batch = int(n_batch or min(self.n_ctx, 2048))
         cparams = L.llama_context_default_params()
         cparams.n_ctx = self.n_ctx

@@ -49,6 +49,10 @@ class LlamaCppStep:
 
     def __init__(self, ctx: LlamaContext):
         self.ctx = ctx
+        # requests may share a prompt's cells only in one unified cache; in streams of their
+        # own (independent sequential requests) a token reads its own stream alone, which
+        # measured 2x faster at 16 requests on a 2-core AVX2 EPYC (bench/results/issue47)
+        self.shares_prompts = ctx.unified
         self._free = list(range(ctx.n_seq))[::-1]
         self._requests: dict[int, _Request] = {}
         self._owner_at: dict[int, int] = {}  # first slot of a range -> the request writing it

@@ -48,12 +48,14 @@ class DistillConfig:
 
 class AnswerRunner:
     """Sequential decodes on the batched PASTA runtime: answer 0 of a prompt greedy, answer k
-    sampled with seed + k; a prompt's answers share its prefill (one group)."""
+    sampled with seed + k; a prompt's answers share its prefill (one group) where the engine's
+    step shares cells between requests."""
 
     def __init__(self, runtime, cfg: DistillConfig, seed: int):
         from solm.decode.pasta.config import PastaDecodeConfig
 
         self.runtime, self.seed = runtime, seed
+        self.share_prompts = getattr(runtime.forward, "shares_prompts", True)
         self.configs = [PastaDecodeConfig(mode="sequential", max_new_tokens=cfg.max_new_tokens,
                                           sampling=cfg.greedy)]
         self.configs += [PastaDecodeConfig(mode="sequential", max_new_tokens=cfg.max_new_tokens,
@@ -64,7 +66,9 @@ class AnswerRunner:
         from solm.decode.pasta.batched import BatchRequest
 
         return self.runtime.run(BatchRequest(job.rid, list(job.prompt_ids),
-                                             self.configs[job.sample], group=job.record.id)
+                                             self.configs[job.sample],
+                                             group=job.record.id if self.share_prompts
+                                             else None)
                                 for job in jobs)
 
     def row(self, job, res) -> dict:

@@ -77,9 +77,12 @@ def one_request_runtime(model, tokenizer, engine: PastaEngine, compiled: bool = 
 
 
 def batched_on_engine(model: str, mode: str, engine: str, gguf_type: str, dtype: str,
-                      device: str | None, pool_size: int, batch: int):
+                      device: str | None, pool_size: int, batch: int,
+                      independent: bool = False):
     """(a `BatchedPastaRuntime` for `model` on the engine `engine` resolves to for `mode`
-    decodes over `pool_size` slots, that engine's name): for `pasta prefs`."""
+    decodes over `pool_size` slots, that engine's name): for `pasta prefs` and `pasta
+    distill`. `independent`: requests share nothing (sequential decodes, no shared prompt);
+    on llama.cpp each then gets a KV stream of `pool_size / batch` cells of its own."""
     from solm.decode.pasta.batched import BatchedPastaRuntime
 
     settings = PastaEngine(engine=engine, gguf_type=gguf_type)
@@ -89,7 +92,8 @@ def batched_on_engine(model: str, mode: str, engine: str, gguf_type: str, dtype:
     if settings.engine == "llama.cpp":
         from solm.llamacpp.step import LlamaCppStep
 
-        forward = LlamaCppStep(llama_context(settings, pool_size))
+        forward = LlamaCppStep(llama_context(settings, pool_size, batch, unified=False)
+                               if independent else llama_context(settings, pool_size))
     return BatchedPastaRuntime(m, tok, pool_size, batch, forward=forward), settings.engine
 
 
