@@ -1204,6 +1204,21 @@ ISSUE47 = {
     "pdiff_all_pads_left_not_committed": (
         "solm/decode/pdiff/runtime.py", "        if cfg.pads_end_chunk and bool(is_pad.all()):",
         "        if False:", ["tests/test_pdiff_runtime.py"]),
+    "pdiff_tail_of_pads_not_committed": (
+        "solm/decode/pdiff/runtime.py",
+        "            self._trailing_pads(c, {masked[i] for i in range(len(masked)) if bool(is_pad[i])})",
+        "            pass", ["tests/test_pdiff_runtime.py"]),
+    "pdiff_tail_stops_at_predicted_pads": (
+        "solm/decode/pdiff/runtime.py",
+        "        while j >= 1 and (c.tokens[j] == pad or (j in c.masked and j in predicted_pads)):",
+        "        while j >= 1 and c.tokens[j] == pad:", ["tests/test_pdiff_runtime.py"]),
+    "pdiff_steps_not_shortened": (
+        "solm/decode/pdiff/runtime.py",
+        "        c.budget = min(c.budget, c.steps + math.ceil(len(c.masked) * cfg.steps_ratio))",
+        "        c.budget = c.budget", ["tests/test_pdiff_runtime.py"]),
+    "distill_match_ignored": (
+        "solm/cli/pasta_distill.py", "        elif wanted is None or wanted.search(r.prompt):",
+        "        else:", ["tests/test_own_answers.py"]),
     "content_score_ratio_uncapped": (
         "solm/prefs/score.py", "    ratio = min(1.0, content_tokens / max(1, baseline_tokens))",
         "    ratio = content_tokens / max(1, baseline_tokens)", ["tests/test_prefs.py"]),

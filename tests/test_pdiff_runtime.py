@@ -1,5 +1,6 @@
 """Planned Diffusion's sampler against its training side (one tiny random model, fp32)."""
 
+import itertools
 import math
 
 import pytest
@@ -320,8 +321,9 @@ def replay_one_step(tokens, rows, allowed_mask, cfg, budget, step, mask_id, pad)
     (pad last when deferring, lowest entropy or highest confidence, lowest slot); the first
     ceil(masked / steps left) are kept (all at the last step), plus every slot at least
     `confidence_threshold` confident (not a pad when deferring); with `pads_end_chunk`,
-    all are kept when every masked slot takes a pad, and every slot still masked after the
-    first pad then holds a pad."""
+    all are kept when every masked slot takes a pad, the longest tail of slots holding or
+    predicting a pad then holds pads, and so does every slot still masked after the first
+    pad."""
     masked = [j for j, t in enumerate(tokens) if t == mask_id]
     # one batched softmax, as the sampler does, so that near-ties round the same way
     probs = torch.softmax(rows[[j - 1 for j in masked]].float().masked_fill(
@@ -345,6 +347,12 @@ def replay_one_step(tokens, rows, allowed_mask, cfg, budget, step, mask_id, pad)
         kept |= {j for j in masked if info[j][1] >= cfg.confidence_threshold
                  and not (cfg.defer_pads and info[j][0] == pad)}
     after = [info[j][0] if j in kept else t for j, t in enumerate(tokens)]
+    if cfg.pads_end_chunk:  # the longest tail (between the tags) of pads, held or predicted
+        inner = range(1, len(after) - 1)
+        tail = list(itertools.takewhile(
+            lambda j: after[j] == pad or (after[j] == mask_id and info[j][0] == pad),
+            reversed(inner)))
+        after = [pad if j in tail else t for j, t in enumerate(after)]
     if cfg.pads_end_chunk:  # the first pad between the tags ends the chunk
         pads = [j for j in range(1, len(after) - 1) if after[j] == pad]
         if pads:
@@ -365,6 +373,57 @@ def test_every_denoising_step_follows_the_unmasking_rule(rt, pdiff_tok, pdiff_vo
     steps a chunk takes follow ceil(masked x steps ratio) unless confident slots end it early."""
     word = text_ids(pdiff_tok, " the")[0]
     rt.forward = Perturbed(rt, pdiff_vocab.pad, word)
+    fed_steps, saw_threshold_jump = replay_every_step(rt, pdiff_tok, pdiff_vocab, options)
+    cfg = PdiffDecodeConfig(**options)
+    if cfg.confidence_threshold is None and not cfg.pads_end_chunk:
+        assert all(n == b for n, b in fed_steps)
+    if cfg.confidence_threshold is not None:
+        assert saw_threshold_jump  # the perturbation makes confident slots: the rule is used
+
+
+class TailPads:
+    """Wraps the runtime's SlotStep so that every chunk's first slots are certain words and
+    its last half likely (not certain) pads: the model's way of ending a short chunk."""
+
+    def __init__(self, rt, vocab, word: int):
+        self.step, self.vocab, self.word = rt.forward, vocab, word
+
+    def __call__(self, tokens, *args, **kwargs):
+        logits = self.step(tokens, *args, **kwargs)
+        opens = [i for i, t in enumerate(tokens) if t == self.vocab.async_open]
+        for a in opens:
+            b = next(i for i in range(a, len(tokens)) if tokens[i] == self.vocab.async_close)
+            mid = (a + b) // 2  # rows a..b-1 predict slots a+1..b
+            logits[a:mid, self.word] += 100.0
+            logits[mid:b - 1, self.vocab.pad] += 12.0
+        return logits
+
+    def __getattr__(self, name):
+        return getattr(self.step, name)
+
+
+@pytest.mark.parametrize("options", [{}, {"steps_ratio": 0.5}, {"pads_end_chunk": False}],
+                         ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "defaults")
+def test_a_predicted_tail_of_pads_ends_the_chunk_without_more_passes(rt, pdiff_tok,
+                                                                      pdiff_vocab, options):
+    """A chunk whose last half predicts pads: with pads ending chunks (default) the tail takes
+    its pads in the first step and the chunk needs only its words' steps; without, every slot
+    waits its turn (the steps ratio's full schedule)."""
+    word = text_ids(pdiff_tok, " the")[0]
+    rt.forward = TailPads(rt, pdiff_vocab, word)
+    fed_steps, _ = replay_every_step(rt, pdiff_tok, pdiff_vocab, options)
+    cfg = PdiffDecodeConfig(**options)
+    for n, budget in fed_steps:
+        if cfg.pads_end_chunk:
+            assert n < budget
+        else:
+            assert n == budget
+
+
+def replay_every_step(rt, pdiff_tok, pdiff_vocab, options):
+    """Decode PLAN with `options`, replay each chunk's steps by `replay_one_step`; returns
+    [(steps the chunk took, its first budget)] and whether a step committed more slots than
+    its schedule."""
     allowed = ~rt.masks()["chunk"]
     _, res = _decode(rt, pdiff_tok, PLAN, **options)
     cfg = PdiffDecodeConfig(**options)
@@ -377,9 +436,10 @@ def test_every_denoising_step_follows_the_unmasking_rule(rt, pdiff_tok, pdiff_vo
     for k, start in enumerate(opens):
         final[k] = res.ids[start:start + len(first[k])]
     saw_threshold_jump = False
+    fed_steps = []
     for k, tokens in first.items():
         masked0 = sum(t == pdiff_vocab.mask for t in tokens)
-        budget = max(1, math.ceil(masked0 * cfg.steps_ratio))
+        budget = first_budget = max(1, math.ceil(masked0 * cfg.steps_ratio))
         fed = [s[k] for s in res.steps if k in s]
         assert len(fed) <= budget
         for step, (toks, rows) in enumerate(fed):
@@ -392,10 +452,11 @@ def test_every_denoising_step_follows_the_unmasking_rule(rt, pdiff_tok, pdiff_vo
             scheduled = n_masked if left <= 1 else math.ceil(n_masked / left)
             newly = sum(a == pdiff_vocab.mask and b != pdiff_vocab.mask for a, b in zip(toks, got))
             saw_threshold_jump |= newly > scheduled
-        if cfg.confidence_threshold is None and not cfg.pads_end_chunk:
-            assert len(fed) == budget
-    if cfg.confidence_threshold is not None:
-        assert saw_threshold_jump  # the perturbation makes confident slots: the rule is used
+            # what is left takes at most the steps a fresh chunk of it would
+            still = sum(t == pdiff_vocab.mask for t in want)
+            budget = min(budget, step + 1 + math.ceil(still * cfg.steps_ratio))
+        fed_steps.append((len(fed), first_budget))
+    return fed_steps, saw_threshold_jump
 
 
 def test_chunk_temperature_samples_and_zero_takes_the_most_likely(rt, pdiff_tok, pdiff_vocab):

@@ -37,11 +37,12 @@ class PdiffDecodeConfig:
                                       "others in each step (against the pad trap: confident "
                                       "tail pads committed first pull their neighbours to "
                                       "pad).", flags=("--defer-pads",))
-    pads_end_chunk: bool = setting(True, "A chunk's first committed pad is its end: every "
-                                         "masked slot after it becomes a pad at once "
-                                         "(training lays pads after the content), and a "
-                                         "step where every masked slot would take a pad "
-                                         "commits them all: no pass is spent on pads.")
+    pads_end_chunk: bool = setting(True, "Pads end a chunk (training lays them after the "
+                                         "content): the tail of slots whose token is or "
+                                         "would be a pad, and every masked slot after the "
+                                         "first committed pad, take their pad at once; the "
+                                         "chunk's steps shrink with its masked slots: no "
+                                         "pass is spent on pads.")
     max_topic_tokens: int = setting(24, "A promise's topic longer than this is closed "
                                         "(flagged).", min=1)
     record: bool = False  # keep each step's chunk tokens and logits (tests, analysis)

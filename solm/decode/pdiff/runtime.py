@@ -13,9 +13,11 @@ Per request, in phases (each step is one forward pass for every running request)
    training predicted it from. Per chunk, `ceil(masked slots x steps ratio)` steps; each
    step unmasks `ceil(masked left / steps left)` slots, lowest entropy first (or highest
    confidence), plus, with `confidence_threshold`, every slot whose confidence reaches it
-   (ahead of the schedule); with `pads_end_chunk` (default) a chunk's first committed pad
-   ends it (the masked slots after it become pads without another pass), and a step in
-   which every masked slot would take a pad commits them all. A finished chunk is no longer fed. When all are done, their KV
+   (ahead of the schedule); with `pads_end_chunk` (default) a chunk's tail of pads
+   (committed, or predicted at masked slots) and every masked slot after its first committed
+   pad take their pad without another pass. Slots committed ahead of the schedule shorten
+   it: a chunk takes at most `ceil(masked left x steps ratio)` more steps. A finished chunk
+   is no longer fed. When all are done, their KV
    is written once more from the final tokens in the same pass that feeds the pending
    `<sync/>` (their KV was computed while they were partly masked); at the end of the
    answer nothing reads them, so no pass is spent.
@@ -490,8 +492,23 @@ class PdiffRuntime:
             c.tokens[j] = int(chosen[i])
             c.masked.discard(j)
         if cfg.pads_end_chunk:
+            self._trailing_pads(c, {masked[i] for i in range(len(masked)) if bool(is_pad[i])})
             self._pads_after_end(c)
         c.steps += 1
+        # the steps ratio is a cap: slots committed ahead of the schedule (confident, or
+        # pads) leave fewer masked slots, which need no more steps than a fresh chunk of them
+        c.budget = min(c.budget, c.steps + math.ceil(len(c.masked) * cfg.steps_ratio))
+
+    def _trailing_pads(self, c: _Chunk, predicted_pads: set[int]) -> None:
+        """The chunk's tail of pads, committed or predicted at masked slots, is its end: its
+        masked slots take their pad now (training lays pads after the content)."""
+        pad = self.vocab.pad
+        j = len(c.tokens) - 2
+        while j >= 1 and (c.tokens[j] == pad or (j in c.masked and j in predicted_pads)):
+            if j in c.masked:
+                c.tokens[j] = pad
+                c.masked.discard(j)
+            j -= 1
 
     def _pads_after_end(self, c: _Chunk) -> None:
         """Every masked slot after the chunk's first committed pad becomes a pad."""
