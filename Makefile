@@ -319,11 +319,24 @@ own-rows-cpu: setup $(DATA)/dolly.jsonl $(ALPACA)
 	$(BIN)/pasta distill -p $(DATA)/dolly.jsonl --exclude $(ALPACA) --limit $(OWN_PROMPTS) \
 		--match $(OWN_MATCH) --sampled $(OWN_SAMPLED) -o $(OWN_DIR)/distill $(OWN_ARGS)
 
+# Recipes on the own rows (OWN_RECIPE picks one; Baseline-SFT always trains with recipe a's
+# settings on the same rows, tags removed), then the selection prompts (AlpacaEval 1-30,
+# batched, greedy) with both: `make own-select-cpu OWN_RECIPE=b`.
+OWN_RECIPE   ?= a
+OWN_a        ?= --lora-r 16 --lr 1e-3 --batch-size 8 --epochs 3 --max-len 1536 --eval-rows 8 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
+OWN_b        ?= --lora-r 0 --lr 2e-4 --control-token-lr-scale 30 --batch-size 8 --epochs 3 --max-len 1536 --eval-rows 8 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
+OWN_EVAL_ARGS ?= --max-new-tokens 512 --batch-size 16 --repetition-penalty 1.2 --no-judge -q
+.PHONY: own-select-cpu
 own-sft-cpu: own-rows-cpu
-	$(call trained,$(OWN_DIR)/pasta-sft) $(BIN)/pasta sft --data $(OWN_DIR)/distill/rows.jsonl \
-		--out $(OWN_DIR)/pasta-sft $(LORA_ARGS)
+	$(call trained,$(OWN_DIR)/$(OWN_RECIPE)/pasta-sft) $(BIN)/pasta sft \
+		--data $(OWN_DIR)/distill/rows.jsonl --out $(OWN_DIR)/$(OWN_RECIPE)/pasta-sft $(OWN_$(OWN_RECIPE))
 	$(call trained,$(OWN_DIR)/baseline-sft) $(BIN)/pasta sft --data $(OWN_DIR)/distill/rows.jsonl \
-		--out $(OWN_DIR)/baseline-sft --strip-annotations $(LORA_ARGS)
+		--out $(OWN_DIR)/baseline-sft --strip-annotations $(OWN_a)
+own-select-cpu: own-sft-cpu
+	$(BIN)/pasta eval run -o $(OWN_DIR)/$(OWN_RECIPE)/select --prompts $(ALPACA) --limit 30 \
+		--method sequential:baseline-sft=$(OWN_DIR)/baseline-sft \
+		--method pasta:pasta-sft=$(OWN_DIR)/$(OWN_RECIPE)/pasta-sft $(OWN_EVAL_ARGS)
+	$(BIN)/pasta eval report $(OWN_DIR)/$(OWN_RECIPE)/select -o $(OWN_DIR)/$(OWN_RECIPE)/select/report -q
 
 # Planned Diffusion on a CPU (issue 25), each step on files and resumable (rerun after a kill):
 # hybrid AR + diffusion SFT of the embedded model on the rule-annotated rows of the PASTA

@@ -76,6 +76,32 @@ def test_the_speed_shape_moves_an_items_header_into_its_block(count, meter):
     assert "These help.<promise" in apar
 
 
+PARAGRAPHS = ("Planning a trip can be hard, so here are three places to start with.\n\n"
+              "First, Iceland. Its glaciers and black beaches make it a place unlike any "
+              "other, and the hot springs are open all year round for every visitor.\n\n"
+              "Next, Norway. The fjords are deep and quiet, the trains run along the coast, "
+              "and the towns are small enough to walk across in an afternoon.\n\n"
+              "Finally, the Alps. Villages sit under the peaks, the lakes are clear, and the "
+              "trails go from easy walks to long climbs for the experienced.")
+
+
+def test_paragraphs_fork_together_when_asked(count, meter):
+    """Apart (the default), each paragraph is a group of its own: a lone fork runs beside
+    nothing and the speed shape leaves it plain. Together, the three long paragraphs fork in
+    one group: each keeps its first sentence in the main thread, one <sync/> joins them, the
+    short opening paragraph stays plain text, and stripping gives the answer back."""
+    apart, n = annotate_rules(PARAGRAPHS, count, shape=RuleShape.speed(), gain_of=meter)
+    assert n == 0 and apart == PARAGRAPHS
+    ann, n = annotate_rules(PARAGRAPHS, count, gain_of=meter,
+                            shape=RuleShape.speed(paragraphs_together=True))
+    assert strip(ann) == PARAGRAPHS and n == 3
+    assert ann.count("<sync/>") == 1 and ann.rstrip().endswith("<sync/>")
+    heads = re.findall(r"(?:^|\n\n)([^<\n]*)<promise", ann)
+    assert heads == ["First, Iceland.", "Next, Norway.", "Finally, the Alps."]
+    assert ann.startswith(PARAGRAPHS.split("\n\n")[0] + "\n\n")
+    assert meter(ann) > 1.3
+
+
 def test_speed_forks_outlast_their_promise_and_every_group_pays(count, meter):
     """On real responses: every block is longer than its promise's tokens in the main thread,
     every topic has the shape's words, and each group of forks, measured alone, gives more

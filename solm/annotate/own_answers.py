@@ -36,6 +36,9 @@ class OwnAnswerRules:
     min_gain: float = 1.3
     plain_share: float = 0.4
     max_repeated_3grams: float = 0.15
+    # the base model answers in paragraphs more than in lists: forked one by one they never
+    # pay (1 prompt in 58 had a paying answer apart, 19 together; bench/results/issue47)
+    paragraphs_together: bool = True
 
     def __post_init__(self):
         if not 0 <= self.plain_share < 1:

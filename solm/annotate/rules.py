@@ -160,6 +160,9 @@ class RuleShape:
     topic_words: int = 4
     head_in_block: bool = False
     forks_that_pay: bool = False
+    # consecutive paragraphs fork in one group (each keeps its first sentence in the main
+    # thread) instead of each paragraph alone: a lone fork runs beside nothing
+    paragraphs_together: bool = False
 
     @classmethod
     def speed(cls, **overrides) -> "RuleShape":
@@ -235,7 +238,8 @@ def annotate_rules(response: str, count_tokens: Callable[[str], int],
         if unit.kind == "blank":
             groups.text(unit.text)
             continue
-        if unit.kind in ("paragraph", "code", "table"):
+        if unit.kind in ("code", "table") or (unit.kind == "paragraph"
+                                              and not shape.paragraphs_together):
             groups.close()
         if unit.kind not in ("item", "paragraph"):
             groups.text(unit.text)

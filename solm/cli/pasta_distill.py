@@ -88,6 +88,11 @@ def distill(
     max_repeated_3grams: float = typer.Option(0.15, min=0.0, max=1.0, help="An answer with a "
                                               "larger share of token 3-grams repeating an "
                                               "earlier one is dropped."),
+    paragraphs_together: bool = typer.Option(True, "--paragraphs-together/--paragraphs-apart",
+                                             help="Consecutive paragraphs fork in one group "
+                                             "(each keeps its first sentence in the main "
+                                             "thread), or each alone (a lone fork runs beside "
+                                             "nothing: it never pays)."),
     exclude: Optional[List[Path]] = typer.Option(None, "--exclude", help="Prompts files whose "
                                                  "prompts are left out (the evaluation's); "
                                                  "repeatable."),
@@ -133,7 +138,8 @@ def distill(
     decoding = resolve_decode(model, {"temperature": temperature, "top_p": top_p,
                                       "repetition_penalty": repetition_penalty})
     rules = OwnAnswerRules(min_gain=min_gain, plain_share=plain_share,
-                           max_repeated_3grams=max_repeated_3grams)
+                           max_repeated_3grams=max_repeated_3grams,
+                           paragraphs_together=paragraphs_together)
     row_settings = {"model": model, "prompts": file_sha256(prompts), "match": match,
                     "sampled": sampled,
                     "max_new_tokens": max_new_tokens, "seed": seed, "dtype": dtype,

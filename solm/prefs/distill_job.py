@@ -111,7 +111,7 @@ def answer_judge(tokenizer, rules: OwnAnswerRules) -> Callable[[dict], Candidate
     from solm.core.systems.pasta import PastaVocab, walk_training_order
 
     vocab = PastaVocab.from_tokenizer(tokenizer)
-    shape = RuleShape.speed()
+    shape = RuleShape.speed(paragraphs_together=rules.paragraphs_together)
     gain_of = tokenizer_gain_meter(tokenizer)
 
     def count(text: str) -> int:
