@@ -1216,6 +1216,13 @@ ISSUE47 = {
         "solm/decode/pdiff/runtime.py",
         "        c.budget = min(c.budget, c.steps + math.ceil(len(c.masked) * cfg.steps_ratio))",
         "        c.budget = c.budget", ["tests/test_pdiff_runtime.py"]),
+    "paragraphs_never_together": (
+        "solm/annotate/rules.py", "                                              and not shape.paragraphs_together):",
+        "                                              ):", ["tests/test_annotation_gain.py"]),
+    "distill_paragraphs_setting_ignored": (
+        "solm/prefs/distill_job.py",
+        "    shape = RuleShape.speed(paragraphs_together=rules.paragraphs_together)",
+        "    shape = RuleShape.speed()", ["tests/test_own_answers.py"]),
     "distill_match_ignored": (
         "solm/cli/pasta_distill.py", "        elif wanted is None or wanted.search(r.prompt):",
         "        else:", ["tests/test_own_answers.py"]),

@@ -63,6 +63,28 @@ def test_a_list_answer_is_annotated_and_strips_back_to_its_sampled_tokens(pasta_
     assert content_by_token_text(ids, pasta_tokenizer) == a["ids"]
 
 
+PARAGRAPHS = ("Planning a trip can be hard, so here are three places to start with.\n\n"
+              "First, Iceland. Its glaciers and black beaches make it a place unlike any "
+              "other, and the hot springs are open all year round for every visitor.\n\n"
+              "Next, Norway. The fjords are deep and quiet, the trains run along the coast, "
+              "and the towns are small enough to walk across in an afternoon.\n\n"
+              "Finally, the Alps. Villages sit under the peaks, the lakes are clear, and the "
+              "trails go from easy walks to long climbs for the experienced.")
+
+
+def test_an_answer_in_paragraphs_forks_them_together_unless_told_apart(pasta_tokenizer):
+    """The base model answers in paragraphs: by default its paragraphs fork in one group (a
+    parallel row whose content, read token by token, is the sampled answer); apart, a lone
+    paragraph fork never pays and the answer is plain."""
+    row = answer(pasta_tokenizer, PARAGRAPHS)
+    together = answer_judge(pasta_tokenizer, OwnAnswerRules())(row)
+    assert together.dropped is None and together.promises == 3 and together.gain >= 1.3
+    ids = text_ids(pasta_tokenizer, together.annotated)
+    assert content_by_token_text(ids, pasta_tokenizer) == row["ids"]
+    apart = answer_judge(pasta_tokenizer, OwnAnswerRules(paragraphs_together=False))(row)
+    assert apart.dropped is None and apart.promises == 0 and apart.annotated is None
+
+
 def test_answers_that_cannot_be_rows_are_dropped_with_their_reason(pasta_tokenizer, judge):
     tok = pasta_tokenizer
     assert judge(answer(tok, LIST_ANSWER, ended=False)).dropped == CUT
