@@ -87,6 +87,15 @@ def shared_path(*parts: str) -> str:
     return os.path.join(SHARED, *parts)
 
 
+# an answer in paragraphs, three of them long enough to fork (own answers, speed shape)
+PARAGRAPHS = ("Planning a trip can be hard, so here are three places to start with.\n\n"
+              "First, Iceland. Its glaciers and black beaches make it a place unlike any "
+              "other, and the hot springs are open all year round for every visitor.\n\n"
+              "Next, Norway. The fjords are deep and quiet, the trains run along the coast, "
+              "and the towns are small enough to walk across in an afternoon.\n\n"
+              "Finally, the Alps. Villages sit under the peaks, the lakes are clear, and the "
+              "trails go from easy walks to long climbs for the experienced.")
+
 SAMPLE = os.path.join(os.path.dirname(__file__), "data", "instruct_sample.jsonl")
 
 

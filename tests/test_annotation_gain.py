@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from conftest import SAMPLE, shared_path
+from conftest import PARAGRAPHS, SAMPLE, shared_path
 from solm.annotate.gain import annotation_stats, gain_meter, gain_summary
 from solm.annotate.mix import prompt_key, sft_mix
 from solm.annotate.rules import ITEM_RE, RuleShape, annotate_rules, promise_cost
@@ -74,15 +74,6 @@ def test_the_speed_shape_moves_an_items_header_into_its_block(count, meter):
     assert "These help.<promise" not in ann
     apar, _ = annotate_rules(LIST, count)
     assert "These help.<promise" in apar
-
-
-PARAGRAPHS = ("Planning a trip can be hard, so here are three places to start with.\n\n"
-              "First, Iceland. Its glaciers and black beaches make it a place unlike any "
-              "other, and the hot springs are open all year round for every visitor.\n\n"
-              "Next, Norway. The fjords are deep and quiet, the trains run along the coast, "
-              "and the towns are small enough to walk across in an afternoon.\n\n"
-              "Finally, the Alps. Villages sit under the peaks, the lakes are clear, and the "
-              "trails go from easy walks to long climbs for the experienced.")
 
 
 def test_paragraphs_fork_together_when_asked(count, meter):

@@ -5,6 +5,8 @@ import re
 
 import pytest
 
+from conftest import PARAGRAPHS
+
 from solm.prefs.distill_job import answer_judge
 from solm.annotate.own_answers import (CUT, EMPTY, REPEATING, UNFAITHFUL, Candidate,
                                        OwnAnswerRules, own_mix)
@@ -61,15 +63,6 @@ def test_a_list_answer_is_annotated_and_strips_back_to_its_sampled_tokens(pasta_
     assert strip(c.annotated) == LIST_ANSWER
     ids = text_ids(pasta_tokenizer, c.annotated)
     assert content_by_token_text(ids, pasta_tokenizer) == a["ids"]
-
-
-PARAGRAPHS = ("Planning a trip can be hard, so here are three places to start with.\n\n"
-              "First, Iceland. Its glaciers and black beaches make it a place unlike any "
-              "other, and the hot springs are open all year round for every visitor.\n\n"
-              "Next, Norway. The fjords are deep and quiet, the trains run along the coast, "
-              "and the towns are small enough to walk across in an afternoon.\n\n"
-              "Finally, the Alps. Villages sit under the peaks, the lakes are clear, and the "
-              "trails go from easy walks to long climbs for the experienced.")
 
 
 def test_an_answer_in_paragraphs_forks_them_together_unless_told_apart(pasta_tokenizer):
