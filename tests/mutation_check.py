@@ -1219,6 +1219,13 @@ ISSUE47 = {
     "paragraphs_never_together": (
         "solm/annotate/rules.py", "                                              and not shape.paragraphs_together):",
         "                                              ):", ["tests/test_annotation_gain.py"]),
+    "topic_first_naming_word": (
+        "solm/annotate/rules.py",
+        "            start = max(naming, key=lambda i: (len(words[i].strip(_EDGE)), -i))",
+        "            start = naming[0]", ["tests/test_annotation_gain.py"]),
+    "topic_discourse_words_allowed": (
+        "solm/annotate/rules.py", "w not in FUNCTION_WORDS and w not in DISCOURSE_WORDS and",
+        "w not in FUNCTION_WORDS and", ["tests/test_annotation_gain.py"]),
     "distill_paragraphs_setting_ignored": (
         "solm/prefs/distill_job.py",
         "    shape = RuleShape.speed(paragraphs_together=rules.paragraphs_together)",

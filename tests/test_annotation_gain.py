@@ -93,6 +93,36 @@ def test_paragraphs_fork_together_when_asked(count, meter):
     assert meter(ann) > 1.3
 
 
+# words a one-word topic must never be: they open a sentence without naming anything
+NOT_A_SUBJECT = {"however", "additionally", "finally", "another", "lastly", "overall",
+                 "moreover", "furthermore", "first", "the", "it", "its", "this", "they", "i"}
+
+
+def test_a_one_word_topic_names_its_paragraph(count, meter):
+    """A paragraph fork's one-word topic is the longest naming word of the sentence the main
+    thread keeps ("First, Iceland." -> "Iceland", never "First"); on real answers no topic is
+    a discourse marker, a pronoun or a contraction, and each is a word of its paragraph."""
+    ann, n = annotate_rules(PARAGRAPHS, count, gain_of=meter,
+                            shape=RuleShape.speed(paragraphs_together=True))
+    assert [p.topic for p in parse(ann) if isinstance(p, Promise)] == [
+        "Iceland", "Norway", "Alps"]
+    shape = RuleShape.speed(paragraphs_together=True)
+    seen = 0
+    for response in responses()[:600]:
+        ann, n = annotate_rules(response, count, shape=shape, gain_of=meter)
+        items = parse(ann)
+        for k, p in enumerate(items):
+            if not isinstance(p, Promise):
+                continue
+            before = items[k - 1].text if k and hasattr(items[k - 1], "text") else ""
+            paragraph = before.split("\n\n")[-1] + p.body
+            word = p.topic.lower()
+            assert word not in NOT_A_SUBJECT and "'" not in word and "’" not in word, p.topic
+            assert re.search(rf"(?<![\w]){re.escape(p.topic)}", paragraph), (p.topic, paragraph)
+            seen += 1
+    assert seen > 50
+
+
 def test_speed_forks_outlast_their_promise_and_every_group_pays(count, meter):
     """On real responses: every block is longer than its promise's tokens in the main thread,
     every topic has the shape's words, and each group of forks, measured alone, gives more

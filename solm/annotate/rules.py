@@ -119,20 +119,41 @@ also just only even very more most some any each every all both many much such t
 like""".split())
 
 
+# words that open a sentence without naming its subject ("However, the city ...")
+DISCOURSE_WORDS = set("""however additionally moreover furthermore finally firstly secondly
+thirdly first second third lastly overall another other conclusion summary instance example
+remember yes sure certainly indeed therefore thus hence meanwhile instead otherwise
+consequently besides similarly likewise perhaps maybe generally typically something anything
+everything nothing someone anyone everyone themselves yourself itself ourselves different
+important various several certain consider understand""".split())
+# a short topic is the longest naming word among this many at the start of its source
+SALIENT_WINDOW = 8
+_EDGE = " :-–—.,;!?()'’"  # stripped from a topic word's ends
+
+
+def _naming_word(word: str) -> bool:
+    w = word.lower().strip(_EDGE)
+    return bool(w) and w not in FUNCTION_WORDS and w not in DISCOURSE_WORDS and \
+        not any(q in w for q in "'’") and not w[0].isdigit() and not w.endswith("ly")
+
+
 def make_topic(head: str, body: str, max_words: int = 4) -> str:
-    """The first `max_words` words of the head (the body's when the head has none); under
-    three words, leading function words are skipped, so a short topic names the thing."""
+    """The first `max_words` words of the head (the body's when the head has none). Under
+    three words the topic must name the chunk's subject, so it starts at the longest naming
+    word (not a function word, a discourse marker such as "However", an -ly adverb, a
+    contraction or a number) among the first `SALIENT_WINDOW` naming words, the first of equals."""
     text = re.sub(r"^\s*(\d{1,3}[.)]|[-*•+])\s+", "", head)
     text = re.sub(r"[*_`#\"<>\n\r\t]", " ", text).strip(" :-–—.,;")
     if len(text.split()) < 1:
         text = re.sub(r"[*_`#\"<>\n\r\t]", " ", body).strip()
     words = text.split()
     if max_words < 3:
-        content = [i for i, w in enumerate(words) if w.lower().strip(" :-–—.,;'") not in
-                   FUNCTION_WORDS]
-        if content:
-            words = words[content[0]:]
-    return " ".join(w.strip(" :-–—.,;") for w in words[:max_words]).strip() or "detail"
+        naming = [i for i, w in enumerate(words) if _naming_word(w)][:SALIENT_WINDOW]
+        if naming:
+            start = max(naming, key=lambda i: (len(words[i].strip(_EDGE)), -i))
+            words = words[start:]
+    edge = _EDGE if max_words < 3 else " :-–—.,;"
+    return " ".join(w.strip(edge) for w in words[:max_words]).strip() or "detail"
 
 
 def tens_for(n_tokens: int) -> int:
