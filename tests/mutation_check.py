@@ -210,8 +210,8 @@ MUTATIONS: dict[str, tuple] = {
         "        k = len(masked) if left <= 1 else 2", PDIFF_TESTS),
     "pdiff_eos_allowed_in_chunks": (
         "solm/core/systems/pdiff.py",
-        "        return [t for t in (*self.control_ids, *self.eos) if t != self.pad]",
-        "        return [t for t in self.control_ids if t != self.pad]", PDIFF_TESTS),
+        "        return [t for t in (*self.control_ids, *self.eos) if t not in pads]",
+        "        return [t for t in self.control_ids if t not in pads]", PDIFF_TESTS),
     # issue 38: what a new user tripped on (each pinned by a test written a second way)
     "merge_overwrites_the_output": (
         "solm/core/shard.py",
@@ -1199,8 +1199,8 @@ ISSUE47 = {
         "solm/annotate/rules.py", "            keep = marker.end(2) if marker else 0",
         "            keep = marker.end() if marker else 0", OWN_TESTS),
     "pdiff_pads_after_end_skipped": (
-        "solm/decode/pdiff/runtime.py", "        for j in [j for j in c.masked if j > end]:",
-        "        for j in [j for j in c.masked if j > end + 1]:", ["tests/test_pdiff_runtime.py"]),
+        "solm/decode/pdiff/runtime.py", "        for j in [j for j in c.masked if j >= end]:",
+        "        for j in [j for j in c.masked if j >= end + 2]:", ["tests/test_pdiff_runtime.py"]),
     "pdiff_all_pads_left_not_committed": (
         "solm/decode/pdiff/runtime.py", "        if cfg.pads_end_chunk and bool(is_pad.all()):",
         "        if False:", ["tests/test_pdiff_runtime.py"]),
@@ -1210,8 +1210,24 @@ ISSUE47 = {
         "            pass", ["tests/test_pdiff_runtime.py"]),
     "pdiff_tail_stops_at_predicted_pads": (
         "solm/decode/pdiff/runtime.py",
-        "        while j >= 1 and (c.tokens[j] == pad or (j in c.masked and j in predicted_pads)):",
-        "        while j >= 1 and c.tokens[j] == pad:", ["tests/test_pdiff_runtime.py"]),
+        "        while j >= 1 and (c.tokens[j] in pads or (j in c.masked and j in predicted_pads)):",
+        "        while j >= 1 and c.tokens[j] in pads:", ["tests/test_pdiff_runtime.py"]),
+    "pdiff_one_pad_not_the_cycle": (
+        "solm/core/systems/pdiff.py", "                *[vocab.pad_for(k) for k in range(pads)], vocab.async_close]",
+        "                *[vocab.pad] * pads, vocab.async_close]", ["tests/test_pdiff_structure.py"]),
+    "pdiff_forced_pads_out_of_phase": (
+        "solm/decode/pdiff/runtime.py", "            c.tokens[j] = self.vocab.pad_for(j - end)",
+        "            c.tokens[j] = self.vocab.pad_for(j)", ["tests/test_pdiff_runtime.py"]),
+    "pdiff_forced_pads_one_token": (
+        "solm/decode/pdiff/runtime.py", "            c.tokens[j] = self.vocab.pad_for(j - end)",
+        "            c.tokens[j] = self.vocab.pad", ["tests/test_pdiff_runtime.py"]),
+    "pad_cycle_grows_old_models": (
+        "solm/core/control_tokens.py",
+        "    return [t for t in tokens if t not in present and not (single_pad and t in later)]",
+        "    return [t for t in tokens if t not in present]", ["tests/test_pdiff_structure.py"]),
+    "pad_cycle_later_pads_not_pads": (
+        "solm/decode/pdiff/runtime.py", "        is_pad = torch.isin(chosen, torch.tensor(self.vocab.pads))",
+        "        is_pad = chosen == self.vocab.pad", ["tests/test_pdiff_runtime.py"]),
     "pdiff_steps_not_shortened": (
         "solm/decode/pdiff/runtime.py",
         "        c.budget = min(c.budget, c.steps + math.ceil(len(c.masked) * cfg.steps_ratio))",

@@ -160,8 +160,9 @@ def test_deferred_pads_are_unmasked_only_after_the_other_slots(rt, pdiff_tok, pd
                 masked = [j for j, t in enumerate(tokens) if t == pdiff_vocab.mask]
                 chosen = {j: int(allowed[predictor(j)].argmax()) for j in masked}
                 now = after[k][0]
-                padded = any(now[j] == pad for j in masked)
-                waiting = any(now[j] == pdiff_vocab.mask and chosen[j] != pad for j in masked)
+                padded = any(now[j] in pdiff_vocab.pads for j in masked)
+                waiting = any(now[j] == pdiff_vocab.mask and chosen[j] not in pdiff_vocab.pads
+                              for j in masked)
                 count += padded and waiting
         return count
 
@@ -257,7 +258,7 @@ def test_the_token_cap_keeps_the_room_of_promised_chunks(rt, pdiff_tok, pdiff_vo
                                                                                     plan))
     assert MAX_NEW_TOKENS in res.flags and len(res.chunks) >= 2
     assert len(res.ids) <= 150 and all(r.slots == 10 for r in res.chunks)
-    text = pdiff_tok.decode([t for t in res.ids if t != pdiff_vocab.pad])
+    text = pdiff_tok.decode([t for t in res.ids if t not in pdiff_vocab.pads])
     assert not validate(text)
 
 
@@ -315,7 +316,7 @@ class Perturbed:
         return getattr(self.step, name)
 
 
-def replay_one_step(tokens, rows, allowed_mask, cfg, budget, step, mask_id, pad):
+def replay_one_step(tokens, rows, allowed_mask, cfg, budget, step, mask_id, pads):
     """The unmasking rule written a second way: what a chunk's slots hold after one step.
     A masked slot j reads row j - 1; it takes its most likely allowed token; slots rank by
     (pad last when deferring, lowest entropy or highest confidence, lowest slot); the first
@@ -323,7 +324,8 @@ def replay_one_step(tokens, rows, allowed_mask, cfg, budget, step, mask_id, pad)
     `confidence_threshold` confident (not a pad when deferring); with `pads_end_chunk`,
     all are kept when every masked slot takes a pad, the longest tail of slots holding or
     predicting a pad then holds pads, and so does every slot still masked after the first
-    pad."""
+    pad; a pad put at slot j by either rule is the cycle's (j - where its run starts)-th."""
+    pad_set = set(pads)
     masked = [j for j, t in enumerate(tokens) if t == mask_id]
     # one batched softmax, as the sampler does, so that near-ties round the same way
     probs = torch.softmax(rows[[j - 1 for j in masked]].float().masked_fill(
@@ -336,27 +338,29 @@ def replay_one_step(tokens, rows, allowed_mask, cfg, budget, step, mask_id, pad)
 
     def rank_key(j):
         token, conf, ent = info[j]
-        return (cfg.defer_pads and token == pad, ent if cfg.order == "entropy" else -conf, j)
+        return (cfg.defer_pads and token in pad_set, ent if cfg.order == "entropy" else -conf, j)
 
     left = budget - step
     k = len(masked) if left <= 1 else -(-len(masked) // left)
-    if cfg.pads_end_chunk and all(info[j][0] == pad for j in masked):
+    if cfg.pads_end_chunk and all(info[j][0] in pad_set for j in masked):
         k = len(masked)  # only pads left: all of them now
     kept = {j for j in masked if sum(rank_key(i) < rank_key(j) for i in masked) < k}
     if cfg.confidence_threshold is not None:
         kept |= {j for j in masked if info[j][1] >= cfg.confidence_threshold
-                 and not (cfg.defer_pads and info[j][0] == pad)}
+                 and not (cfg.defer_pads and info[j][0] in pad_set)}
     after = [info[j][0] if j in kept else t for j, t in enumerate(tokens)]
     if cfg.pads_end_chunk:  # the longest tail (between the tags) of pads, held or predicted
         inner = range(1, len(after) - 1)
         tail = list(itertools.takewhile(
-            lambda j: after[j] == pad or (after[j] == mask_id and info[j][0] == pad),
+            lambda j: after[j] in pad_set or (after[j] == mask_id and info[j][0] in pad_set),
             reversed(inner)))
-        after = [pad if j in tail else t for j, t in enumerate(after)]
+        after = [pads[(j - min(tail)) % len(pads)] if j in tail and t == mask_id else t
+                 for j, t in enumerate(after)]
     if cfg.pads_end_chunk:  # the first pad between the tags ends the chunk
-        pads = [j for j in range(1, len(after) - 1) if after[j] == pad]
-        if pads:
-            after = [pad if j > pads[0] and t == mask_id else t for j, t in enumerate(after)]
+        ends = [j for j in range(1, len(after) - 1) if after[j] in pad_set]
+        if ends:
+            after = [pads[(j - ends[0]) % len(pads)] if j > ends[0] and t == mask_id else t
+                     for j, t in enumerate(after)]
     return after
 
 
@@ -444,7 +448,7 @@ def replay_every_step(rt, pdiff_tok, pdiff_vocab, options):
         assert len(fed) <= budget
         for step, (toks, rows) in enumerate(fed):
             want = replay_one_step(toks, rows, allowed[: rows.shape[-1]], cfg, budget, step,
-                                   pdiff_vocab.mask, pdiff_vocab.pad)
+                                   pdiff_vocab.mask, pdiff_vocab.pads)
             got = fed[step + 1][0] if step + 1 < len(fed) else final[k]
             assert got == want, (k, step)
             left = budget - step
@@ -492,7 +496,7 @@ def test_chunk_sampling_follows_the_seed(rt, pdiff_tok, pdiff_vocab):
     def chunks(seed):
         _, res = _decode(rt, pdiff_tok, PLAN, chunk_temperature=1.0,
                          sampling=SamplingConfig(seed=seed))
-        return [t for t in res.ids if t != pdiff_vocab.pad]
+        return [t for t in res.ids if t not in pdiff_vocab.pads]
 
     assert chunks(3) == chunks(3)
     assert chunks(3) != chunks(4)
@@ -512,10 +516,80 @@ def test_a_committed_pad_ends_its_chunk_and_saves_the_passes_after_it(rt, pdiff_
     opens = [i for i, t in enumerate(on.ids) if t == v.async_open]
     for start in opens:
         inner = on.ids[start + 1:on.ids.index(v.async_close, start)]
-        first = inner.index(v.pad)
-        assert set(inner[first:]) == {v.pad}
+        first = next(i for i, t in enumerate(inner) if t in v.pads)
+        assert set(inner[first:]) <= set(v.pads)
     assert on.denoise_passes < off.denoise_passes
     assert any(v.pad in off.ids[s + 1:off.ids.index(v.async_close, s)][:-1] and
-               set(off.ids[s + 1:off.ids.index(v.async_close, s)][
-                   off.ids[s + 1:].index(v.pad):]) != {v.pad}
+               not set(off.ids[s + 1:off.ids.index(v.async_close, s)][
+                   off.ids[s + 1:].index(v.pad):]) <= set(v.pads)
                for s in [i for i, t in enumerate(off.ids) if t == v.async_open])
+
+
+class EndsLikeTraining:
+    """Wraps the runtime's SlotStep: the k-th chunk's first `lengths[k]` slots are certain
+    words; after them, `after_end="pad"`: a certain first pad, then uncertain words;
+    `"likely pads"`: every later slot likely (not certainly) the cycle's first pad;
+    `"likely cycle"`: each later slot likely the pad training puts there."""
+
+    def __init__(self, rt, vocab, words, lengths, after_end):
+        self.step, self.vocab, self.words = rt.forward, vocab, words
+        self.lengths, self.after_end = lengths, after_end
+
+    def __call__(self, tokens, *args, **kwargs):
+        logits = self.step(tokens, *args, **kwargs)
+        opens = [i for i, t in enumerate(tokens) if t == self.vocab.async_open]
+        for k, a in enumerate(opens):
+            b = next(i for i in range(a, len(tokens)) if tokens[i] == self.vocab.async_close)
+            n = self.lengths[k]
+            for slot in range(a + 1, b):  # row slot - 1 predicts slot
+                i = slot - a  # 1.. inside the chunk
+                if i <= n:
+                    logits[slot - 1, self.words[0]] += 100.0
+                elif self.after_end == "pad" and i == n + 1:
+                    logits[slot - 1, self.vocab.pad] += 100.0
+                elif self.after_end == "pad":
+                    logits[slot - 1, self.words[1]] += 2.0
+                elif self.after_end == "likely cycle":
+                    logits[slot - 1, self.vocab.pad_for(i - n - 1)] += 12.0
+                else:
+                    logits[slot - 1, self.vocab.pad] += 12.0
+        return logits
+
+    def __getattr__(self, name):
+        return getattr(self.step, name)
+
+
+@pytest.mark.parametrize("after_end", ["pad", "likely pads", "likely cycle"])
+@pytest.mark.parametrize("pads_end_chunk", [True, False])
+def test_a_chunks_end_is_laid_out_as_training_lays_it(rt, pdiff_tok, pdiff_vocab, after_end,
+                                                      pads_end_chunk):
+    """A model that writes a chunk's content and then ends it (one certain pad, or a tail of
+    likely pads): the sampler's pads after the end are the pad cycle exactly as `to_slots`
+    (training's layout) puts them after that content. Without the end rules the words after
+    a certain pad stay, and likely pads are the model's one pad (so the agreement is the
+    rules' work, not the model's)."""
+    from solm.core.systems.pdiff import to_slots
+
+    v = pdiff_vocab
+    words = text_ids(pdiff_tok, " the cat")
+    lengths = [3, 4]  # PLAN's chunks hold 10 and 20 slots
+    rt.forward = EndsLikeTraining(rt, v, words, lengths, after_end)
+    _, res = _decode(rt, pdiff_tok, PLAN, pads_end_chunk=pads_end_chunk)
+    opens = [i for i, t in enumerate(res.ids) if t == v.async_open]
+    assert len(opens) == 2
+    for k, (start, tens) in enumerate(zip(opens, (1, 2))):
+        got = res.ids[start:res.ids.index(v.async_close, start) + 1]
+        laid = to_slots([v.close_for(tens), v.async_open, *[words[0]] * lengths[k],
+                         v.async_close], v)
+        assert laid[0] == v.close_for(tens) and len(laid) == 10 * tens + 1
+        if pads_end_chunk:
+            assert got == laid[1:]
+        elif after_end == "pad":
+            assert words[1] in got  # the words after the end stay
+        elif after_end == "likely pads":
+            assert set(got[1 + lengths[k]:-1]) == {v.pad}  # the model's pads: no cycle
+        if after_end != "pad":  # a likely tail of pads (any of the cycle) commits at once:
+            # one step per content slot, against one per slot without the end rules
+            assert res.chunks[k].steps == (lengths[k] if pads_end_chunk else 10 * tens - 2)
+    names = pdiff_tok.convert_ids_to_tokens(res.ids[opens[1]:])
+    assert "<|pdiff_pad_6|>" in names or not pads_end_chunk

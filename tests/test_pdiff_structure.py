@@ -27,6 +27,29 @@ def test_registered_with_its_structure_module(pdiff_tok):
     assert "<|mdm_mask|>" in tokens and "<|pdiff_pad|>" in tokens
 
 
+def test_a_model_trained_with_one_pad_keeps_one():
+    """A tokenizer that has the single pad (models trained before the pad cycle) gets no
+    later pads from `add_control_tokens`, its vocab's pads are that one token and its chunks
+    are laid out with it; a fresh tokenizer gets the seven."""
+    from solm.core.models import load_tokenizer
+    from solm.core.systems.pdiff import PdiffVocab
+    from solm.core.vocabulary import add_control_tokens, add_tokens_to_tokenizer
+    from solm.core.control_tokens import pasta_tokens
+
+    old = load_tokenizer("smollm2-135m")
+    add_tokens_to_tokenizer(old, pasta_tokens() + ["<|mdm_mask|>", "<|pdiff_pad|>"])
+    size = len(old)
+    assert add_control_tokens(None, old, "pdiff") == 0 and len(old) == size
+    v = PdiffVocab.from_tokenizer(old)
+    assert v.pads == (old.convert_tokens_to_ids("<|pdiff_pad|>"),)
+    laid = to_slots(text_ids(old, ANNOTATED), v)
+    assert not any("pdiff_pad_" in t for t in old.convert_ids_to_tokens(laid))
+    fresh = load_tokenizer("smollm2-135m")
+    assert add_control_tokens(None, fresh, "pdiff") == len(old) - len(load_tokenizer(
+        "smollm2-135m")) + 6
+    assert len(PdiffVocab.from_tokenizer(fresh).pads) == 7
+
+
 @pytest.mark.parametrize("layout", ["pred10x", "overlap"])
 @settings(max_examples=150, deadline=None)
 @given(data=st.data())
@@ -64,13 +87,16 @@ def test_to_slots_gives_every_chunk_exactly_ten_n_slots(pdiff_tok, pdiff_vocab):
         assert len(new) == 10 * tens  # <async>, content, pads, </async>
         assert new[1:1 + len(content)] == content
         pads = new[1 + len(content):-1]
-        assert pads and set(pads) == {pdiff_vocab.pad} and len(pads) >= 1 + extra
+        # the pads cycle through the pad tokens, the first right after the content
+        names = ["<|pdiff_pad|>"] + [f"<|pdiff_pad_{k}|>" for k in range(1, 7)]
+        assert pdiff_tok.convert_ids_to_tokens(pads) == [names[k % 7] for k in range(len(pads))]
+        assert len(pads) >= 1 + extra
         # the smallest N that holds content + 1 pad + the extra ones, never below the promise
         need = len(content) + 3 + extra
         assert tens == max(pdiff_vocab.close_tens[ids[ci]], -(-need // 10))
         assert 10 * (tens - 1) < need or tens == pdiff_vocab.close_tens[ids[ci]]
     # with the pads removed, the text is the annotated text with (maybe) larger promises
-    text = pdiff_tok.decode([t for t in laid if t != pdiff_vocab.pad])
+    text = pdiff_tok.decode([t for t in laid if t not in pdiff_vocab.pads])
     assert strip(text) == strip(ANNOTATED)
 
 
@@ -127,7 +153,7 @@ def test_the_shift_convention_reads_the_row_before(pdiff_vocab):
 
 def test_chunks_may_not_sample_control_tokens_or_eos_but_pad(pdiff_vocab):
     banned = set(pdiff_vocab.chunk_banned_ids)
-    assert pdiff_vocab.pad not in banned
+    assert not banned & set(pdiff_vocab.pads) and len(pdiff_vocab.pads) == 7
     assert set(pdiff_vocab.eos) <= banned and pdiff_vocab.mask in banned
     assert {pdiff_vocab.promise_open, pdiff_vocab.async_open, pdiff_vocab.async_close,
             pdiff_vocab.sync, *pdiff_vocab.close_tens} <= banned

@@ -13,6 +13,9 @@ MAX_PROMISE_TENS = 64
 ASYNC_OPEN, ASYNC_CLOSE, SYNC = "<async>", "</async>", "<sync/>"
 MASK_TOKEN = "<|mdm_mask|>"
 PAD_TOKEN = "<|pdiff_pad|>"  # fills a Planned Diffusion chunk's unused slots
+# distinct pad tokens a chunk's pads cycle through (Rainbow Padding, 2510.03680): one token
+# for every pad concentrates probability on it and ends chunks early
+PAD_CYCLE = 7
 
 
 def promise_close(tens: int) -> str:
@@ -24,8 +27,25 @@ def pasta_tokens() -> list[str]:
         promise_close(n) for n in range(1, MAX_PROMISE_TENS + 1)]
 
 
+def pad_token(k: int) -> str:
+    """The k-th pad of the cycle (the first keeps the single pad's name)."""
+    return PAD_TOKEN if k == 0 else f"<|pdiff_pad_{k}|>"
+
+
+def pad_cycle_tokens(cycle: int = PAD_CYCLE) -> list[str]:
+    return [pad_token(k) for k in range(cycle)]
+
+
 def pdiff_tokens() -> list[str]:
-    return pasta_tokens() + [MASK_TOKEN, PAD_TOKEN]
+    return pasta_tokens() + [MASK_TOKEN, *pad_cycle_tokens()]
+
+
+def tokens_to_add(tokens: list[str], present) -> list[str]:
+    """`tokens` less those `present` has, and less the pad cycle's later pads when `present`
+    has the first pad without them: a model trained with one pad token keeps one."""
+    later = set(pad_cycle_tokens()[1:])
+    single_pad = PAD_TOKEN in present and not any(t in present for t in later)
+    return [t for t in tokens if t not in present and not (single_pad and t in later)]
 
 
 def register_token(i: int) -> str:

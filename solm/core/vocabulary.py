@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from solm.core.control_tokens import tokens_to_add
 from solm.core.systems import get_system
 
 
@@ -14,12 +15,12 @@ def system_tokens(system: str, num_registers: int = 16) -> list[str]:
 
 
 def add_tokens_to_tokenizer(tokenizer, tokens: list[str]) -> int:
-    """Add whole, non-normalized tokens; returns how many were new."""
+    """Add whole, non-normalized tokens (a model trained with one pad token keeps one:
+    `control_tokens.tokens_to_add`); returns how many were new."""
     from tokenizers import AddedToken
 
-    vocab = tokenizer.get_vocab()
     new = [AddedToken(t, special=False, normalized=False, lstrip=False, rstrip=False,
-                      single_word=False) for t in tokens if t not in vocab]
+                      single_word=False) for t in tokens_to_add(tokens, tokenizer.get_vocab())]
     if new:
         tokenizer.add_tokens(new)
     return len(new)

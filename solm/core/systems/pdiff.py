@@ -7,7 +7,9 @@ and both kinds of targets; `pdiff sft` and the sampler (`solm.decode.pdiff`) rea
 
 Layout (what a training sequence looks like; `to_slots` writes it from Pasta-Lang tokens):
 - **Slots.** The chunk of a promise `tokens="N"` occupies exactly `10 x N` slots: `<async>`,
-  the content, pad tokens up to the slot count, `</async>`. In the data N is rounded up so
+  the content, pad tokens up to the slot count, `</async>`. The k-th pad after the content is
+  the pad cycle's token k mod its length (`PdiffVocab.pad_for`; `PAD_CYCLE` distinct tokens
+  in a model trained with the cycle, one in a model trained before it). In the data N is rounded up so
   the content fits with at least one pad, and a random 0-10 extra pads (as the published
   method draws) go *inside* the slot count: N grows to hold them, never past it. The rule
   annotator writes N as the content length rounded up to a ten (`rules.tens_for`).
@@ -18,10 +20,11 @@ Layout (what a training sequence looks like; `to_slots` writes it from Pasta-Lan
   starts right after its promise, the main thread continues right after its own last token,
   and the `<sync/>` after the chunks at 1 + the largest slot position it sees.
 - **Tokens.** `<async>` and `</async>` stay in the sequence at the chunk's first and last
-  slot; they are never masked (the layout fixes them). The pad token is a control token of
-  its own, `PAD_TOKEN` = `<|pdiff_pad|>` (the embedded model's EOS also serves as the
-  tokenizer's pad, so it cannot mark a chunk's unused slots); the mask token is
-  `MASK_TOKEN` = `<|mdm_mask|>`. Pads are trimmed from decoded answers.
+  slot; they are never masked (the layout fixes them). Pad tokens are control tokens of
+  their own, `<|pdiff_pad|>`, `<|pdiff_pad_1|>`... (the embedded model's EOS also serves as
+  the tokenizer's pad, so it cannot mark a chunk's unused slots); the mask token is
+  `MASK_TOKEN` = `<|mdm_mask|>`. Any pad ends a chunk's content; pads are trimmed from
+  decoded answers.
 - **Inside chunks** no control token and no EOS may be sampled, except pad
   (`PdiffVocab.chunk_banned_ids`).
 
@@ -57,7 +60,7 @@ from typing import Callable, Sequence
 import torch
 
 from solm.core.chat import eos_ids
-from solm.core.control_tokens import MASK_TOKEN, MAX_PROMISE_TENS, PAD_TOKEN
+from solm.core.control_tokens import MASK_TOKEN, MAX_PROMISE_TENS, PAD_TOKEN, pad_cycle_tokens
 from solm.core.structure import IGNORE, Attrs, Structure, or_masks
 from solm.core.systems.pasta import (ATTR_NAMES, MAIN, PastaTracker, PastaVocab, TokenAttrs,
                                      attrs_to_tensors, pasta_visible, walk_with_predictors)
@@ -71,10 +74,11 @@ __all__ = ["ATTR_NAMES", "NAME", "PdiffVocab", "Vocab", "PdiffTracker", "chunk_s
 
 @dataclass(frozen=True)
 class PdiffVocab(PastaVocab):
-    """Pasta-Lang's ids plus the mask and pad tokens."""
+    """Pasta-Lang's ids plus the mask token and the pad cycle (`pad` is its first token)."""
 
     mask: int = -1
     pad: int = -1
+    pad_cycle: tuple[int, ...] = ()
 
     @classmethod
     def from_tokenizer(cls, tokenizer, positions: str = "pred10x") -> "PdiffVocab":
@@ -84,18 +88,33 @@ class PdiffVocab(PastaVocab):
             raise ValueError(f"tokenizer lacks Planned Diffusion tokens {missing}; call "
                              f"add_control_tokens(model, tokenizer, 'pdiff') first")
         base = PastaVocab.from_tokenizer(tokenizer, positions)
+        cycle = []
+        for token in pad_cycle_tokens():  # the pads the model was trained with, in order
+            if token not in vocab:
+                break
+            cycle.append(vocab[token])
         return cls(base.promise_open, base.async_open, base.async_close, base.sync,
                    base.close_tens, eos_ids(tokenizer), positions, vocab[MASK_TOKEN],
-                   vocab[PAD_TOKEN])
+                   vocab[PAD_TOKEN], tuple(cycle))
+
+    @property
+    def pads(self) -> tuple[int, ...]:
+        """Every pad token (the cycle; a vocab built by hand may give only `pad`)."""
+        return self.pad_cycle or (self.pad,)
+
+    def pad_for(self, k: int) -> int:
+        """The pad of the k-th slot after a chunk's content."""
+        return self.pads[k % len(self.pads)]
 
     @property
     def control_ids(self) -> list[int]:
-        return [*super().control_ids, self.mask, self.pad]
+        return [*super().control_ids, self.mask, *self.pads]
 
     @property
     def chunk_banned_ids(self) -> list[int]:
-        """What may never be sampled inside a chunk: every control token and EOS, but pad."""
-        return [t for t in (*self.control_ids, *self.eos) if t != self.pad]
+        """What may never be sampled inside a chunk: every control token and EOS, but pads."""
+        pads = set(self.pads)
+        return [t for t in (*self.control_ids, *self.eos) if t not in pads]
 
     def close_for(self, tens: int) -> int:
         return next(t for t, n in self.close_tens.items() if n == tens)
@@ -143,7 +162,8 @@ def to_slots(token_ids: Sequence[int], vocab: PdiffVocab,
              extra_pads: Callable[[], int] = lambda: 0) -> list[int]:
     """Pasta-Lang tokens -> Planned Diffusion's layout: each `promise, <async> content
     </async>` becomes `promise', <async> content pad... </async>` with exactly 10 x N' slots,
-    N' the smallest N' >= N that holds the content, one pad and `extra_pads()` more.
+    N' the smallest N' >= N that holds the content, one pad and `extra_pads()` more; the
+    pads run through the vocab's pad cycle from its first token.
     Raises ValueError when a chunk would need more than the largest promise."""
     ids = [int(t) for t in token_ids]
     out: list[int] = []
@@ -168,8 +188,8 @@ def to_slots(token_ids: Sequence[int], vocab: PdiffVocab,
             raise ValueError(f"a chunk of {len(content)} tokens needs tokens=\"{tens}\" "
                              f"(largest: {MAX_PROMISE_TENS})")
         pads = 10 * tens - 2 - len(content)
-        out += [vocab.close_for(tens), vocab.async_open, *content, *[vocab.pad] * pads,
-                vocab.async_close]
+        out += [vocab.close_for(tens), vocab.async_open, *content,
+                *[vocab.pad_for(k) for k in range(pads)], vocab.async_close]
         i = end + 1
     return out
 

@@ -31,7 +31,7 @@ def chunk_contents(ids: list[int], rt: PdiffRuntime) -> list[list[int]]:
     attrs, _, _ = walk_with_predictors(ids, v, PdiffTracker(v))
     by_thread: dict[int, list[int]] = {}
     for tok, a in zip(ids, attrs):
-        if a.thread and tok not in (v.pad, v.async_open, v.async_close):
+        if a.thread and tok not in (*v.pads, v.async_open, v.async_close):
             by_thread.setdefault(a.thread, []).append(tok)
     return [by_thread.get(t, []) for t in sorted({a.thread for a in attrs if a.thread})]
 
@@ -39,7 +39,7 @@ def chunk_contents(ids: list[int], rt: PdiffRuntime) -> list[list[int]]:
 def result_record(rt: PdiffRuntime, rec: Record, res: PdiffDecodeResult,
                   config: PdiffDecodeConfig) -> dict:
     tok, v = rt.tokenizer, rt.vocab
-    shown = [t for t in res.ids if t != v.pad]  # pads trimmed
+    shown = [t for t in res.ids if t not in v.pads]  # pads trimmed
     attrs, _, _ = walk_with_predictors(shown, v, PdiffTracker(v, config.length_scale))
     content = [t for t, a in zip(shown, attrs) if not a.is_tag]
     response = tok.decode(content, skip_special_tokens=True)

@@ -172,7 +172,7 @@ class PdiffRuntime:
             v, n = self.vocab, self.vocab_size
             g = PastaGrammar(v, self.tokenizer, n)
             extra = torch.zeros(n, dtype=torch.bool)
-            extra[[v.mask, v.pad]] = True
+            extra[[v.mask, *v.pads]] = True
             chunk = torch.zeros(n, dtype=torch.bool)
             chunk[[t for t in v.chunk_banned_ids if t < n]] = True
             chunk[len(self.tokenizer):] = True  # rows past the tokenizer are no tokens
@@ -473,7 +473,7 @@ class PdiffRuntime:
         logp = torch.log(probs.clamp_min(1e-30))
         entropy = -(probs * logp).sum(-1)
         score = entropy if cfg.order == "entropy" else -confidence
-        is_pad = chosen == self.vocab.pad
+        is_pad = torch.isin(chosen, torch.tensor(self.vocab.pads))
         order = torch.argsort(score, stable=True)
         if cfg.defer_pads:  # every non-pad slot ranks first, each group still by its score
             order = order[torch.argsort(is_pad[order].to(torch.uint8), stable=True)]
@@ -501,23 +501,25 @@ class PdiffRuntime:
 
     def _trailing_pads(self, c: _Chunk, predicted_pads: set[int]) -> None:
         """The chunk's tail of pads, committed or predicted at masked slots, is its end: its
-        masked slots take their pad now (training lays pads after the content)."""
-        pad = self.vocab.pad
+        masked slots take their pad now, the cycle's as training lays it from the tail's
+        first slot."""
+        pads = set(self.vocab.pads)
         j = len(c.tokens) - 2
-        while j >= 1 and (c.tokens[j] == pad or (j in c.masked and j in predicted_pads)):
-            if j in c.masked:
-                c.tokens[j] = pad
-                c.masked.discard(j)
+        while j >= 1 and (c.tokens[j] in pads or (j in c.masked and j in predicted_pads)):
             j -= 1
+        self._fill_pads(c, j + 1)
 
     def _pads_after_end(self, c: _Chunk) -> None:
         """Every masked slot after the chunk's first committed pad becomes a pad."""
-        pad = self.vocab.pad
-        end = next((j for j in range(1, len(c.tokens) - 1) if c.tokens[j] == pad), None)
-        if end is None:
-            return
-        for j in [j for j in c.masked if j > end]:
-            c.tokens[j] = pad
+        pads = set(self.vocab.pads)
+        end = next((j for j in range(1, len(c.tokens) - 1) if c.tokens[j] in pads), None)
+        if end is not None:
+            self._fill_pads(c, end)
+
+    def _fill_pads(self, c: _Chunk, end: int) -> None:
+        """Masked slots from `end` (the content's end) on take the pad training puts there."""
+        for j in [j for j in c.masked if j >= end]:
+            c.tokens[j] = self.vocab.pad_for(j - end)
             c.masked.discard(j)
 
     def _joined(self, run: _Run, sync_slot: int, logits: torch.Tensor) -> None:
@@ -560,8 +562,8 @@ class PdiffRuntime:
             if not c.tokens:
                 continue
             inner = c.tokens[1:-1]
-            pads = sum(1 for t in inner if t == v.pad)
-            content = [t for t in inner if t not in (v.pad, v.mask)]
+            pads = sum(1 for t in inner if t in v.pads)
+            content = [t for t in inner if t not in (*v.pads, v.mask)]
             reports.append(ChunkReport(len(c.tokens), pads, len(content), c.steps,
                                        pad_only=not content))
         return PdiffDecodeResult(
