@@ -1223,8 +1223,11 @@ ISSUE47 = {
         "            c.tokens[j] = self.vocab.pad", ["tests/test_pdiff_runtime.py"]),
     "pad_cycle_grows_old_models": (
         "solm/core/control_tokens.py",
-        "    return [t for t in tokens if t not in present and not (single_pad and t in later)]",
-        "    return [t for t in tokens if t not in present]", ["tests/test_pdiff_structure.py"]),
+        "    dropped = set(pad_cycle_tokens()[max(1, pad_cycle):])",
+        "    dropped = set()", ["tests/test_pdiff_structure.py", "tests/test_pdiff_sft.py"]),
+    "pad_cycle_not_recorded_for_adapters": (
+        "solm/core/models.py", "                       pad_cycle=meta.get(\"pad_cycle\", 1))",
+        "                       pad_cycle=None)", ["tests/test_pdiff_sft.py"]),
     "pad_cycle_later_pads_not_pads": (
         "solm/decode/pdiff/runtime.py", "        is_pad = torch.isin(chosen, torch.tensor(self.vocab.pads))",
         "        is_pad = chosen == self.vocab.pad", ["tests/test_pdiff_runtime.py"]),

@@ -97,14 +97,18 @@ def test_pdiff_sft_trains_saves_and_decodes(tmp_path, tiny_folder):
     out = tmp_path / "pd"
     cfg = PdiffSFTConfig(data=str(data), model=tiny_folder, out=str(out), max_steps=2,
                          batch_size=2, eval_rows=2, lora_r=4, learning_rate=1e-3,
-                         precision="fp32", quiet=True, logging_steps=1)
+                         precision="fp32", quiet=True, logging_steps=1, pad_cycle=3)
     meta = PdiffSFTTrainer(cfg).train()
-    assert meta["system"] == "pdiff" and meta["data"]["rows"] == 8
+    assert meta["system"] == "pdiff" and meta["data"]["rows"] == 8 and meta["pad_cycle"] == 3
     logged = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     assert any("ar_loss" in e and "diffusion_loss" in e for e in logged)
     assert math.isfinite(meta["results"]["eval_loss_after"])
     model, tok = load_decoder(str(out), dtype="fp32", system="pdiff")
     assert "<|pdiff_pad|>" in tok.get_vocab() and "<|mdm_mask|>" in tok.get_vocab()
+    # the adapter is loaded with the three pads it trained with, no more
+    pads = [t for t in tok.get_vocab() if t.startswith("<|pdiff_pad")]
+    assert sorted(pads) == ["<|pdiff_pad_1|>", "<|pdiff_pad_2|>", "<|pdiff_pad|>"]
+    assert model.get_input_embeddings().weight.shape[0] == len(tok)
     res = PdiffRuntime(model, tok, pool_size=256).generate(
         prompt_ids(tok, "Question 1?"), PdiffDecodeConfig(max_new_tokens=40))
     assert res.forward_passes > 0

@@ -40,12 +40,17 @@ def pdiff_tokens() -> list[str]:
     return pasta_tokens() + [MASK_TOKEN, *pad_cycle_tokens()]
 
 
-def tokens_to_add(tokens: list[str], present) -> list[str]:
-    """`tokens` less those `present` has, and less the pad cycle's later pads when `present`
-    has the first pad without them: a model trained with one pad token keeps one."""
-    later = set(pad_cycle_tokens()[1:])
-    single_pad = PAD_TOKEN in present and not any(t in present for t in later)
-    return [t for t in tokens if t not in present and not (single_pad and t in later)]
+def tokens_to_add(tokens: list[str], present, pad_cycle: int | None = None) -> list[str]:
+    """`tokens` less those `present` has, and less the pad cycle's pads past `pad_cycle`
+    (None: past those `present` has, if it has the first: a model trained with one pad
+    token keeps one)."""
+    if pad_cycle is None:
+        had = 0
+        while had < PAD_CYCLE and pad_token(had) in present:
+            had += 1
+        pad_cycle = had or PAD_CYCLE
+    dropped = set(pad_cycle_tokens()[max(1, pad_cycle):])
+    return [t for t in tokens if t not in present and t not in dropped]
 
 
 def register_token(i: int) -> str:

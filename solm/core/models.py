@@ -428,8 +428,10 @@ def _load_adapter(folder: Path, torch_dtype: torch.dtype, attn_implementation: s
             raise _remote_code_error(parent, e) or e from None
     from solm.core.vocabulary import add_control_tokens
     # the same mean-initialised rows the adapter was trained from
+    # (a Planned Diffusion model that records no pad cycle was trained with one pad)
     add_control_tokens(base, base_tok, meta.get("control_tokens", "pasta"),
-                       num_registers=meta.get("num_registers", 16))
+                       num_registers=meta.get("num_registers", 16),
+                       pad_cycle=meta.get("pad_cycle", 1))
     tokenizer = tokenizer or base_tok
     if len(base_tok) != len(tokenizer):
         raise SolmError(f"{folder}: tokenizer has {len(tokenizer)} tokens but the parent "

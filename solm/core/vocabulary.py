@@ -14,25 +14,28 @@ def system_tokens(system: str, num_registers: int = 16) -> list[str]:
     return get_system(system).control_tokens(num_registers)
 
 
-def add_tokens_to_tokenizer(tokenizer, tokens: list[str]) -> int:
-    """Add whole, non-normalized tokens (a model trained with one pad token keeps one:
-    `control_tokens.tokens_to_add`); returns how many were new."""
+def add_tokens_to_tokenizer(tokenizer, tokens: list[str], pad_cycle: int | None = None) -> int:
+    """Add whole, non-normalized tokens (Planned Diffusion's pads up to `pad_cycle`; a model
+    trained with one pad token keeps one: `control_tokens.tokens_to_add`); returns how many
+    were new."""
     from tokenizers import AddedToken
 
     new = [AddedToken(t, special=False, normalized=False, lstrip=False, rstrip=False,
-                      single_word=False) for t in tokens_to_add(tokens, tokenizer.get_vocab())]
+                      single_word=False)
+           for t in tokens_to_add(tokens, tokenizer.get_vocab(), pad_cycle)]
     if new:
         tokenizer.add_tokens(new)
     return len(new)
 
 
-def add_control_tokens(model, tokenizer, system: str, num_registers: int = 16) -> int:
+def add_control_tokens(model, tokenizer, system: str, num_registers: int = 16,
+                       pad_cycle: int | None = None) -> int:
     """Add `system`'s control tokens and grow the embeddings; idempotent.
 
     New input (and untied output) rows start at the mean of the existing rows, so the new
     tokens begin as an "average" token rather than random noise. Returns how many were added.
     """
-    added = add_tokens_to_tokenizer(tokenizer, system_tokens(system, num_registers))
+    added = add_tokens_to_tokenizer(tokenizer, system_tokens(system, num_registers), pad_cycle)
     if model is None:
         return added
     old = model.get_input_embeddings().weight.shape[0]

@@ -47,6 +47,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from solm.core.control_tokens import PAD_CYCLE
 from solm.core.errors import SolmError
 from solm.core.settings import setting
 from solm.core.systems.pasta import POSITIONS, POSITIONS_HELP
@@ -78,6 +79,9 @@ class PdiffSFTConfig(TrainConfig):
              "count this many times in the training loss (as in `pasta sft`); held-out loss "
              "stays unweighted.", above=0)
     positions: str = setting("pred10x", POSITIONS_HELP, choices=POSITIONS)
+    pad_cycle: int = setting(PAD_CYCLE, "Distinct pad tokens a chunk's pads cycle through "
+                                        "(Rainbow Padding; 1: one pad token, as models "
+                                        "trained before the cycle).", min=1, max=PAD_CYCLE)
 
 
 @dataclass
@@ -277,6 +281,9 @@ class PdiffSFTTrainer(SolmTrainer):
 
     def vocab_options(self) -> dict[str, Any]:
         return {"positions": self.config.positions}
+
+    def control_token_options(self) -> dict[str, Any]:
+        return {"pad_cycle": self.config.pad_cycle}
 
     def data_collator(self, tokenizer, vocab) -> Callable:
         cfg = self.config

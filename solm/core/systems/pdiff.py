@@ -60,7 +60,8 @@ from typing import Callable, Sequence
 import torch
 
 from solm.core.chat import eos_ids
-from solm.core.control_tokens import MASK_TOKEN, MAX_PROMISE_TENS, PAD_TOKEN, pad_cycle_tokens
+from solm.core.control_tokens import (MASK_TOKEN, MAX_PROMISE_TENS, PAD_CYCLE, PAD_TOKEN,
+                                      pad_cycle_tokens)
 from solm.core.structure import IGNORE, Attrs, Structure, or_masks
 from solm.core.systems.pasta import (ATTR_NAMES, MAIN, PastaTracker, PastaVocab, TokenAttrs,
                                      attrs_to_tensors, pasta_visible, walk_with_predictors)
@@ -81,7 +82,9 @@ class PdiffVocab(PastaVocab):
     pad_cycle: tuple[int, ...] = ()
 
     @classmethod
-    def from_tokenizer(cls, tokenizer, positions: str = "pred10x") -> "PdiffVocab":
+    def from_tokenizer(cls, tokenizer, positions: str = "pred10x",
+                       pad_cycle: int | None = None) -> "PdiffVocab":
+        """`pad_cycle`: the pads the model trains with (None: as many as the tokenizer has)."""
         vocab = tokenizer.get_vocab()
         missing = [t for t in (MASK_TOKEN, PAD_TOKEN) if t not in vocab]
         if missing:
@@ -89,8 +92,12 @@ class PdiffVocab(PastaVocab):
                              f"add_control_tokens(model, tokenizer, 'pdiff') first")
         base = PastaVocab.from_tokenizer(tokenizer, positions)
         cycle = []
-        for token in pad_cycle_tokens():  # the pads the model was trained with, in order
+        for token in pad_cycle_tokens(pad_cycle or PAD_CYCLE):  # the model's pads, in order
             if token not in vocab:
+                if pad_cycle:
+                    raise ValueError(f"tokenizer lacks pad token {token} of a {pad_cycle}-pad "
+                                     f"cycle; call add_control_tokens(..., 'pdiff', "
+                                     f"pad_cycle={pad_cycle}) first")
                 break
             cycle.append(vocab[token])
         return cls(base.promise_open, base.async_open, base.async_close, base.sync,
