@@ -1225,6 +1225,9 @@ ISSUE47 = {
         "solm/core/control_tokens.py",
         "    dropped = set(pad_cycle_tokens()[max(1, pad_cycle):])",
         "    dropped = set()", ["tests/test_pdiff_structure.py", "tests/test_pdiff_sft.py"]),
+    "held_out_losses_mean_of_batch_means": (
+        "solm/train/pdiff_sft.py", "                    acc[0] += parts[k] * n\n                    acc[1] += n",
+        "                    acc[0] += parts[k]\n                    acc[1] += 1", ["tests/test_pdiff_sft.py"]),
     "pad_cycle_not_recorded_for_adapters": (
         "solm/core/models.py", "                       pad_cycle=meta.get(\"pad_cycle\", 1))",
         "                       pad_cycle=None)", ["tests/test_pdiff_sft.py"]),

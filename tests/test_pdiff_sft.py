@@ -46,6 +46,53 @@ def test_loss_equals_its_closed_form():
     assert torch.allclose(weighted, loss + 4 * nll(0, 1, 3) / 5 / 2, atol=1e-6)
 
 
+def test_held_out_losses_are_token_means_over_the_whole_evaluation():
+    """The trainer's held-out AR and diffusion losses are each kind's cross-entropy averaged
+    over every token of that kind in every batch (not a mean of batch means): computed here
+    from raw logits, two batches of different sizes."""
+    from solm.train.pdiff_sft import pdiff_trainer_class
+
+    class Base:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def log(self, logs, *args, **kwargs):
+            self.logged = logs
+
+    class Model(torch.nn.Module):
+        def forward(self, input_ids, **kwargs):
+            g = torch.Generator().manual_seed(int(input_ids.sum()))
+            return type("Out", (), {"logits": torch.randn(*input_ids.shape, 11, generator=g)})()
+
+    trainer = pdiff_trainer_class(Base)()
+    want = {AR: [], DIFFUSION: []}
+    for b, n in ((1, 5), (3, 9)):
+        labels = torch.full((b, n), IGNORE)
+        kinds = torch.zeros((b, n), dtype=torch.long)
+        g = torch.Generator().manual_seed(n)
+        for i in range(b):
+            for j in range(1, n):
+                kind = int(torch.randint(0, 3, (1,), generator=g))
+                if kind:
+                    labels[i, j], kinds[i, j] = int(torch.randint(0, 11, (1,), generator=g)), kind
+        batch = {"input_ids": torch.arange(b * n).view(b, n) + n, "labels": labels,
+                 "loss_kind": kinds, "loss_t": torch.full((b,), 0.5),
+                 "loss_norm": torch.full((b,), float(n)), "loss_control": torch.zeros(
+                     (b, n), dtype=torch.bool)}
+        logits = Model()(batch["input_ids"]).logits
+        for i in range(b):
+            for j in range(1, n):
+                if kinds[i, j]:
+                    want[int(kinds[i, j])].append(float(
+                        torch.logsumexp(logits[i, j - 1], 0) - logits[i, j - 1, labels[i, j]]))
+        trainer.compute_loss(Model().eval(), batch)
+    trainer.log({"eval_loss": 1.0})
+    assert trainer.logged["eval_ar_loss"] == pytest.approx(
+        sum(want[AR]) / len(want[AR]), abs=1e-4)
+    assert trainer.logged["eval_diffusion_loss"] == pytest.approx(
+        sum(want[DIFFUSION]) / len(want[DIFFUSION]), abs=1e-4)
+
+
 def test_masking_rate_spans_eps_to_one():
     rng = random.Random(0)
     ts = [sample_masking(list(range(100)), rng, 1e-3)[0] for _ in range(2000)]
@@ -103,6 +150,9 @@ def test_pdiff_sft_trains_saves_and_decodes(tmp_path, tiny_folder):
     logged = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     assert any("ar_loss" in e and "diffusion_loss" in e for e in logged)
     assert math.isfinite(meta["results"]["eval_loss_after"])
+    r = meta["results"]
+    assert r["diffusion_gap_after"] == pytest.approx(
+        r["eval_diffusion_loss_after"] - r["eval_ar_loss_after"], abs=1e-3)
     model, tok = load_decoder(str(out), dtype="fp32", system="pdiff")
     assert "<|pdiff_pad|>" in tok.get_vocab() and "<|mdm_mask|>" in tok.get_vocab()
     # the adapter is loaded with the three pads it trained with, no more

@@ -188,6 +188,10 @@ class SolmTrainer:
         they reach the vocab and solm.json, which loading reads back."""
         return {}
 
+    def extra_results(self, trainer) -> dict[str, Any]:
+        """Results of this stage beyond the losses every stage reports (solm.json)."""
+        return {}
+
     def trainer_class(self) -> type:
         from transformers import Trainer
         return Trainer
@@ -455,7 +459,8 @@ class SolmTrainer:
                           "device": str(trainer.args.device)},
             "results": {"global_steps": result.global_step, "train_loss": result.training_loss,
                         "eval_loss_before": eval_before, "eval_loss_after": eval_after,
-                        "wall_s": round(wall, 1), "resumed_from": resume},
+                        "wall_s": round(wall, 1), "resumed_from": resume,
+                        **self.extra_results(trainer)},
             "versions": package_versions(),
             **self.control_token_options(),
             **self.vocab_options(),

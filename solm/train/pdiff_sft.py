@@ -236,6 +236,7 @@ def pdiff_trainer_class(base: type) -> type:
             self.model_accepts_loss_kwargs = False
             self.loss_is_scaled_for_ga = False
             self._parts: dict[str, list[float]] = {}
+            self._held_out: dict[str, list[float]] = {}  # part -> [loss sum, tokens]
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             inputs = dict(inputs)
@@ -248,6 +249,12 @@ def pdiff_trainer_class(base: type) -> type:
             if model.training:
                 for k, v in parts.items():
                     self._parts.setdefault(k, []).append(v)
+            else:  # held out: token-weighted over the whole evaluation
+                for k, kind in (("ar_loss", AR), ("diffusion_loss", DIFFUSION)):
+                    n = int((kinds[:, 1:] == kind).sum())
+                    acc = self._held_out.setdefault(k, [0.0, 0])
+                    acc[0] += parts[k] * n
+                    acc[1] += n
             return (loss, outputs) if return_outputs else loss
 
         def log(self, logs: dict, *args, **kwargs):
@@ -255,6 +262,10 @@ def pdiff_trainer_class(base: type) -> type:
                 for k, values in self._parts.items():
                     logs[k] = round(sum(values) / len(values), 4)
                 self._parts = {}
+            if "eval_loss" in logs and self._held_out:
+                for k, (total, n) in self._held_out.items():
+                    logs[f"eval_{k}"] = round(total / max(n, 1), 4)
+                self._held_out = {}
             super().log(logs, *args, **kwargs)
 
     PdiffTrainer.__name__ = f"Pdiff{base.__name__}"
@@ -284,6 +295,16 @@ class PdiffSFTTrainer(SolmTrainer):
 
     def control_token_options(self) -> dict[str, Any]:
         return {"pad_cycle": self.config.pad_cycle}
+
+    def extra_results(self, trainer) -> dict[str, Any]:
+        """The held-out AR and diffusion (masked-token) losses of the last evaluation and
+        the gap between them: how far the model's denoising lags its own AR prediction."""
+        last = [e for e in trainer.state.log_history if "eval_diffusion_loss" in e]
+        if not last:
+            return {}
+        ar, diffusion = last[-1]["eval_ar_loss"], last[-1]["eval_diffusion_loss"]
+        return {"eval_ar_loss_after": ar, "eval_diffusion_loss_after": diffusion,
+                "diffusion_gap_after": round(diffusion - ar, 4)}
 
     def data_collator(self, tokenizer, vocab) -> Callable:
         cfg = self.config
