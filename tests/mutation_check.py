@@ -1228,6 +1228,9 @@ ISSUE47 = {
     "held_out_losses_mean_of_batch_means": (
         "solm/train/pdiff_sft.py", "                    acc[0] += parts[k] * n\n                    acc[1] += n",
         "                    acc[0] += parts[k]\n                    acc[1] += 1", ["tests/test_pdiff_sft.py"]),
+    "eval_rows_drop_guarded_blocks": (
+        "solm/decode/pasta/system.py", '''            "guarded_blocks", "wall_s", "prefill_s", "decode_s", "flags")''',
+        '''            "wall_s", "prefill_s", "decode_s", "flags")''', ["tests/test_eval_run.py"]),
     "pad_cycle_not_recorded_for_adapters": (
         "solm/core/models.py", "                       pad_cycle=meta.get(\"pad_cycle\", 1))",
         "                       pad_cycle=None)", ["tests/test_pdiff_sft.py"]),

@@ -2,6 +2,7 @@
 the aggregation they rest on."""
 
 import json
+import re
 import math
 import subprocess
 import sys
@@ -127,6 +128,12 @@ def test_eval_run_and_report_end_to_end(tmp_path, tiny_folder):
     seq = summary["methods"]["sequential"]
     assert seq["baseline"] and seq["speed"]["theoretical_speedup"]["geomean"] == 1.0
     sot = summary["methods"]["sot"]
+    # the blocks the guards closed reach the summary (the eval rows carry the decode's count)
+    apar_rows = out["tiny-apar"]
+    assert all(isinstance(r["guarded_blocks"], int) for r in apar_rows)
+    assert summary["methods"]["tiny-apar"]["speed"]["guarded_blocks"] == pytest.approx(
+        sum(r["guarded_blocks"] for r in apar_rows) / max(1, sum(r["threads"] for r in apar_rows)),
+        abs=1e-4)
     # against the reference (the GOOD one): every method loses every pair
     for label in ("sequential", "sot", "tiny-apar", "seq2"):
         vs_ref = summary["methods"][label]["vs_reference"]
@@ -292,6 +299,27 @@ def test_a_decode_summary_counts_each_flag_per_row():
         summary.count({"flags": flags})
     assert summary.done == 3
     assert summary.flagged == {"max_new_tokens": 2, "fork_capped": 1}
+
+
+def test_a_pasta_eval_row_keeps_what_the_summary_reads():
+    """Every figure `speed()` reads from a PASTA method's rows survives `eval_row` (a row
+    without `guarded_blocks` makes the summary's guarded share None)."""
+    import inspect
+
+    from solm.decode.pasta.system import eval_row
+    from solm.eval import summary
+
+    read = set(re.findall(r'(?:r|m|row)(?:\.get\(|\[)"(\w+)"',
+                          inspect.getsource(summary.speed)))
+    assert {"guarded_blocks", "threads", "flags", "critical_path"} <= read
+    written = {"id", "prompt", "mode", "response", "annotated", "content_tokens",
+               "critical_path", "promises", "total_tokens", "parallelism", "content_speedup",
+               "forward_passes", "threads", "guarded_blocks", "wall_s", "prefill_s",
+               "decode_s", "compile_s", "flags"}  # what `pasta decode` writes per row
+    decoded = {k: 1 for k in written}
+    decoded.update(mode="parallel", flags=[], annotated="x", response="x")
+    kept = eval_row(decoded)
+    assert read - {"output", "generated_tokens"} <= set(kept), read - set(kept)
 
 
 def test_speed_reports_the_interval_well_formed_answers_and_repeats():

@@ -255,7 +255,7 @@ def row_figures(row: dict) -> str:
 
 def eval_row(row: dict) -> dict:
     keep = ("content_tokens", "critical_path", "forward_passes", "promises", "threads",
-            "wall_s", "prefill_s", "decode_s", "flags")
+            "guarded_blocks", "wall_s", "prefill_s", "decode_s", "flags")
     out = {"output": row["response"], **{k: row[k] for k in keep},
            "generated_tokens": row["total_tokens"], "total_tokens": row["total_tokens"]}
     if row["mode"] == "parallel":
