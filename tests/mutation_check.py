@@ -1231,6 +1231,16 @@ ISSUE47 = {
     "eval_rows_drop_guarded_blocks": (
         "solm/decode/pasta/system.py", '''            "guarded_blocks", "wall_s", "prefill_s", "decode_s", "flags")''',
         '''            "wall_s", "prefill_s", "decode_s", "flags")''', ["tests/test_eval_run.py"]),
+    "step_cost_warm_up_timed": (
+        "solm/eval/step_cost.py", "            probe.one_pass(k)\n            times =",
+        "            times =", ["tests/test_bench_step.py"]),
+    "step_cost_llama_cells_kept": (
+        "solm/eval/step_cost.py", "        for s in range(k):\n            self.ctx.seq_rm(s, c, -1)",
+        "        for s in range(0):\n            self.ctx.seq_rm(s, c, -1)", ["tests/test_bench_step.py"]),
+    "step_cost_torch_reads_every_context": (
+        "solm/eval/step_cost.py", "        reads = [(1, [(s * c, (s + 1) * c), (base + s, base + s + 1)]) for s in range(k)]",
+        "        reads = [(1, [(0, (s + 1) * c), (base + s, base + s + 1)]) for s in range(k)]",
+        ["tests/test_bench_step.py"]),
     "pad_cycle_not_recorded_for_adapters": (
         "solm/core/models.py", "                       pad_cycle=meta.get(\"pad_cycle\", 1))",
         "                       pad_cycle=None)", ["tests/test_pdiff_sft.py"]),

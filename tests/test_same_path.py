@@ -123,6 +123,8 @@ EXEMPT = {
     "prepare": "reads a GGUF, writes only into the model cache under a name of its own",
     "data list": "reads only; writes to standard output",
     "pasta demo": "reads only a model; writes only --out, a JSON of figures",
+    "bench step": "reads only a model; writes only --out (JSON) and --plot (PNG), refused "
+                  "when they are one file",
     "repro report": "reads a run's files; writes only REPORT.md and summary.json at the top of "
                     "the system's folder, names no step writes",
     "repro table": "reads summaries; rewrites only the marked table inside --readme",

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from solm.cli import cache, data, export, pasta, pdiff, repro, tip
+from solm.cli import bench_step, cache, data, export, pasta, pdiff, repro, tip
 from solm.cli.console import handle_errors, out_console
 from solm.cli.flags import (model_command, model_option, ConfigOption, DebugOption,
                             DEFAULT_MODEL, QuietOption, VersionOption)
@@ -27,6 +27,7 @@ app.add_typer(data.app, name="data")
 app.add_typer(repro.app, name="repro")
 app.add_typer(export.app, name="export")
 app.add_typer(cache.app, name="cache")
+app.add_typer(bench_step.app, name="bench")
 app.command(name="serve", help=SERVE_HELP)(serve)
 app.command(name="judge", help=JUDGE_HELP)(judge)
 app.command(name="check-model", help=CHECK_MODEL_HELP)(handle_errors(check_model_command))

@@ -1,0 +1,132 @@
+"""`solm bench step`: what a forward pass of k tokens costs on each engine, on this CPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from solm.cli.errors import command_group
+from solm.cli.flags import DebugOption, ModelOption, QuietOption, model_command, out_option
+
+BENCH_STEP_HELP = """Time one forward pass that feeds k tokens, one in each of k sequences, after
+a context of --context tokens each (k = --ks), on every engine asked for and every weight
+format: llama.cpp per --gguf-types (exported once, cached), torch per --dtypes (solm's
+eager step). Prints, per engine and format, the median ms of a pass at each k and the same
+in one-token passes ("x one"): a parallel thread pays only where k tokens cost about what
+one costs. Beside them: the weights' bytes over this machine's copy bandwidth, the floor a
+pass that reads every weight once cannot go below, whatever k.
+
+Run it on a quiet machine (nothing else using the cores): a second process using torch
+threads on a 2-core CPU slows a pass many times. The CPU is named in the output.
+
+Example: `solm bench step -m smollm2-135m --gguf-types q8_0,q4_0,f16 --dtypes fp32
+-o bench/results/step_cost.json`
+"""
+
+app = command_group("bench", "Measurements of this machine that choose defaults.")
+
+
+def _list(text: str, name: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise typer.BadParameter("give at least one", param_hint=name)
+    return items
+
+
+@model_command
+def step_command(
+    model: str = ModelOption,
+    engines: str = typer.Option("torch,llama.cpp", help="Comma-separated engines to time "
+                                "(an engine not installed here is skipped, with why)."),
+    gguf_types: str = typer.Option("q8_0", "--gguf-types", help="llama.cpp's weight formats "
+                                   "(comma-separated export types)."),
+    dtypes: str = typer.Option("fp32", help="torch's weight dtypes (comma-separated: fp32, "
+                               "bf16, fp16)."),
+    ks: str = typer.Option("1,2,4,8,16", "--ks", help="Tokens per pass to time "
+                           "(comma-separated; the smallest is the one-token reference)."),
+    context: int = typer.Option(64, min=1, help="Tokens already in each sequence's cache."),
+    repeats: int = typer.Option(35, min=1, help="Passes timed at each k (the median counts)."),
+    bandwidth_gbps: Optional[float] = typer.Option(
+        None, "--bandwidth-gbps", min=0.001, help="This machine's copy bandwidth in GB/s "
+        "(default: solm's probe, measured once and cached)."),
+    out: Optional[Path] = out_option(None, help="The figures as JSON."),
+    plot: Optional[Path] = typer.Option(None, help="A PNG of ms per pass against k."),
+    quiet: bool = QuietOption, debug: bool = DebugOption,
+) -> None:
+    from solm.cli.checks import check_paths
+    from solm.cli.console import info, out_console
+    from solm.core.errors import SolmError
+    from solm.decode.bandwidth import cpu_description, machine_bandwidth
+    from solm.eval.step_cost import LlamaCppProbe, TorchProbe, measure, plot_costs
+
+    check_paths([], [p for p in (out, plot) if p])
+    if out and plot and out.resolve() == plot.resolve():
+        raise typer.BadParameter("--out and --plot are one file", param_hint="--plot")
+    wanted = _list(engines, "--engines")
+    unknown = [e for e in wanted if e not in ("torch", "llama.cpp")]
+    if unknown:
+        raise typer.BadParameter(f"unknown engine(s) {', '.join(unknown)}: torch, llama.cpp",
+                                 param_hint="--engines")
+    try:
+        k_list = sorted({int(k) for k in _list(ks, "--ks")})
+    except ValueError:
+        raise typer.BadParameter("whole numbers, e.g. 1,2,4,8,16", param_hint="--ks") from None
+    if k_list[0] < 1 or k_list[-1] > 64:
+        raise typer.BadParameter("each k between 1 and 64", param_hint="--ks")
+    bandwidth = (bandwidth_gbps * 1e9 if bandwidth_gbps else machine_bandwidth("cpu"))
+    cpu = cpu_description()
+    info(f"{cpu}; copy bandwidth {bandwidth / 1e9:.1f} GB/s; k = {k_list}, context {context}")
+    probes, skipped = [], {}
+    if "torch" in wanted:
+        from solm.core.models import load_decoder
+
+        for dtype in _list(dtypes, "--dtypes"):
+            m, _ = load_decoder(model, dtype=dtype, device="cpu")
+            probes.append(TorchProbe(m))
+    if "llama.cpp" in wanted:
+        from solm.llamacpp.binding import llama_cpp_available
+
+        if not llama_cpp_available():
+            skipped["llama.cpp"] = "llama-cpp-python is not installed"
+        else:
+            from solm.llamacpp.engine import gguf_for
+
+            for outtype in _list(gguf_types, "--gguf-types"):
+                probes.append(LlamaCppProbe(gguf_for(model, outtype), outtype))
+    if not probes:
+        raise SolmError("no engine to time: " + "; ".join(f"{e}: {why}"
+                                                           for e, why in skipped.items()))
+    costs = [measure(p, k_list, context, repeats, progress=info) for p in probes]
+    result = {"model": model, "cpu": cpu, "bandwidth_gbps": round(bandwidth / 1e9, 2),
+              "context": context, "repeats": repeats, "ks": k_list, "skipped": skipped,
+              "engines": [c.to_dict(bandwidth) for c in costs]}
+    _print_table(result, out_console)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1) + "\n")
+    if plot:
+        plot.parent.mkdir(parents=True, exist_ok=True)
+        plot_costs(costs, bandwidth, plot, f"{model}: one pass of k tokens ({cpu})")
+
+
+def _print_table(result: dict, console) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"ms per pass of k tokens in k sequences ({result['cpu']}, context "
+                        f"{result['context']}, median of {result['repeats']})")
+    table.add_column("engine")
+    table.add_column("floor ms", justify="right")
+    for k in result["ks"]:
+        table.add_column(f"k={k} ms (x one)", justify="right")
+    for e in result["engines"]:
+        table.add_row(f"{e['engine']} {e['variant']}", str(e["floor_ms"]),
+                      *[f"{e['ms'][str(k)]} ({e['times_one'][str(k)]})" for k in result["ks"]])
+    console.print(table)
+    for engine, why in result["skipped"].items():
+        console.print(f"skipped {engine}: {why}")
+
+
+app.command(name="step", help=BENCH_STEP_HELP)(step_command)

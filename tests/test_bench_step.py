@@ -1,0 +1,117 @@
+"""`solm bench step`: the pass-cost probes compute real k-sequence passes, the figures are
+medians and ratios of what was timed, and the command writes them."""
+
+import json
+import statistics
+
+import pytest
+import torch
+
+from solm.eval.step_cost import (FIRST_ID, StepCost, TorchProbe, context_ids, floor_ms,
+                                 measure)
+
+
+class Scripted:
+    """A probe whose passes take scripted times: k=1 passes 1,2,3,... ms, k=2 passes 10x."""
+
+    engine, variant, weight_bytes = "fake", "x", 4_000_000
+
+    def __init__(self):
+        self.prepared, self.calls, self.closed = None, [], False
+
+    def prepare(self, k_max, context):
+        self.prepared = (k_max, context)
+
+    def one_pass(self, k):
+        self.calls.append(k)
+        return (len([c for c in self.calls if c == k]) * (10 if k == 2 else 1)) / 1000
+
+    def close(self):
+        self.closed = True
+
+
+def test_measure_takes_the_median_after_a_warm_up_and_ratios_to_one_token():
+    probe = Scripted()
+    cost = measure(probe, [1, 2], context=8, repeats=4)
+    assert probe.prepared == (2, 8) and probe.closed
+    assert probe.calls == [1] * 5 + [2] * 5  # one untimed warm-up per k
+    assert cost.ms[1] == pytest.approx(statistics.median([2, 3, 4, 5]))  # the warm-up (1) left out
+    assert cost.ms[2] == pytest.approx(10 * statistics.median([2, 3, 4, 5]))
+    assert cost.times_one() == {1: 1.0, 2: 10.0}
+    d = cost.to_dict(bandwidth=2e9)
+    assert d["floor_ms"] == pytest.approx(4_000_000 / 2e9 * 1000, abs=1e-3) == floor_ms(4e6, 2e9)
+
+
+def hf_last_logits(model, ids):
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0, -1].float()
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_the_torch_probe_runs_k_isolated_sequences(pasta_tokenizer, k):
+    """Each of the k tokens in the timed pass gets the logits its sequence (its own context,
+    then the token) gets from the model's own forward: the pass is k real decodes."""
+    from solm.core.models import tiny_model
+
+    model, _ = tiny_model(pasta_tokenizer, seed=5)
+    probe = TorchProbe(model)
+    probe.prepare(k_max=3, context=6)
+    seen = []
+    segments = probe.step.segments
+    probe.step.segments = lambda index, reads: seen.append(reads) or segments(index, reads)
+    probe.one_pass(k)
+    assert probe.logits.shape[0] == k
+    # a sequence's token reads its own context and itself, no other's keys (their cost)
+    assert [sum(b - a for a, b in ranges) for _, ranges in seen[-1]] == [7] * k
+    for s in range(k):
+        want = hf_last_logits(model, context_ids(s, 6) + [FIRST_ID + s])
+        assert (probe.logits[s].float() - want).abs().max() < 1e-4
+    probe.one_pass(k)  # the same cache again: the same logits
+    for s in range(k):
+        want = hf_last_logits(model, context_ids(s, 6) + [FIRST_ID + s])
+        assert (probe.logits[s].float() - want).abs().max() < 1e-4
+    probe.close()
+
+
+def test_the_llama_cpp_probe_runs_k_isolated_sequences_and_restores_the_cache(
+        tmp_path, pasta_tokenizer):
+    pytest.importorskip("llama_cpp")
+    from solm.core.models import tiny_model
+    from solm.eval.step_cost import LlamaCppProbe
+    from solm.llamacpp.export import write_gguf
+
+    model, tok = tiny_model(pasta_tokenizer, seed=5)
+    path = tmp_path / "tiny.f32.gguf"
+    write_gguf(model, tok, path, "f32", meta={"system": "pasta"})
+    probe = LlamaCppProbe(path, "f32")
+    probe.prepare(k_max=4, context=6)
+    for _ in range(2):  # a second pass reads the same cache: the cells were taken back out
+        probe.one_pass(4)
+        for s in range(4):
+            want = hf_last_logits(model, context_ids(s, 6) + [FIRST_ID + s])
+            assert (probe.logits[s] - want).abs().max() < 1e-3
+        assert all(probe.ctx.seq_pos_max(s) == 5 for s in range(4))
+    assert probe.weight_bytes == path.stat().st_size
+    probe.close()
+
+
+def test_bench_step_writes_its_figures_and_plot(tmp_path, tiny_folder):
+    from typer.testing import CliRunner
+
+    from solm.cli import main as solm_main
+
+    out, plot = tmp_path / "cost.json", tmp_path / "cost.png"
+    r = CliRunner().invoke(solm_main.app, [
+        "bench", "step", "-m", tiny_folder, "--engines", "torch", "--ks", "2,1",
+        "--context", "4", "--repeats", "2", "--bandwidth-gbps", "5", "-o", str(out),
+        "--plot", str(plot)])
+    assert r.exit_code == 0, r.output
+    got = json.loads(out.read_text())
+    assert got["ks"] == [1, 2] and got["bandwidth_gbps"] == 5.0 and got["cpu"].strip()
+    (e,) = got["engines"]
+    assert e["engine"] == "torch" and e["times_one"]["1"] == 1.0
+    assert e["times_one"]["2"] == pytest.approx(e["ms"]["2"] / e["ms"]["1"], abs=1e-3)
+    assert e["floor_ms"] == pytest.approx(e["weight_mb"] * 2**20 / 5e9 * 1000, rel=1e-2)
+    assert plot.stat().st_size > 1000
+    bad = CliRunner().invoke(solm_main.app, ["bench", "step", "-m", tiny_folder, "--ks", "0,2"])
+    assert bad.exit_code != 0 and "--ks" in bad.output
