@@ -1241,6 +1241,9 @@ ISSUE47 = {
         "solm/eval/step_cost.py", "        reads = [(1, [(s * c, (s + 1) * c), (base + s, base + s + 1)]) for s in range(k)]",
         "        reads = [(1, [(0, (s + 1) * c), (base + s, base + s + 1)]) for s in range(k)]",
         ["tests/test_bench_step.py"]),
+    "topic_cap_setting_ignored": (
+        "solm/decode/pasta/runtime.py", "                capped = thread.topic_len >= config.max_topic_tokens",
+        "                capped = thread.topic_len >= 24", ["tests/test_runtime.py"]),
     "pad_cycle_not_recorded_for_adapters": (
         "solm/core/models.py", "                       pad_cycle=meta.get(\"pad_cycle\", 1))",
         "                       pad_cycle=None)", ["tests/test_pdiff_sft.py"]),

@@ -289,6 +289,32 @@ def test_penalty_scope_blocks_leaves_the_main_thread_alone(pasta_tokenizer, tiny
         rt.sampling_chooser(spy, PastaDecodeConfig(penalize="main"))
 
 
+@pytest.mark.parametrize("cap", [3, 24])
+def test_a_topic_closes_at_the_configured_length(pasta_tokenizer, tiny, cap):
+    """`max_topic_tokens` N: a topic of N tokens may only close (and is flagged), one of N-1
+    may go on; the setting is the config's, not a fixed one."""
+    from solm.core.systems.pasta import PastaTracker
+    from solm.decode.pasta.runtime import PastaRunState, _Thread
+
+    rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=64)
+    seen = []
+
+    def spy(logits, banned=None, history=()):
+        seen.append(banned)
+        return 0
+
+    config = PastaDecodeConfig(max_topic_tokens=cap)
+    choose = rt.sampling_chooser(spy, config)
+    logits = torch.zeros(len(pasta_tokenizer))
+    closers = list(rt.vocab.close_tens)
+    for length, must_close in ((cap - 1, False), (cap, True)):
+        state = PastaRunState(config, PastaTracker(rt.vocab), None, set())
+        choose(_Thread(0, in_topic=True, topic_len=length), logits, state)
+        allowed = (~seen[-1]).nonzero().flatten().tolist()
+        assert (sorted(allowed) == sorted(closers)) == must_close
+        assert (pr.FLAG_TOPIC_CAPPED in state.flags) == must_close
+
+
 def test_no_repeat_ngram_breaks_a_loop_inside_a_block_and_lets_it_close(pasta_tokenizer, tiny,
                                                                         vocab):
     v, tok = vocab, pasta_tokenizer

@@ -10,9 +10,8 @@ from solm.core.systems.pasta import PastaVocab
 class PastaGrammar:
     """Precomputed bool masks over the vocabulary (True = banned)."""
 
-    def __init__(self, vocab: PastaVocab, tokenizer, vocab_size: int, max_topic_tokens: int = 24):
+    def __init__(self, vocab: PastaVocab, tokenizer, vocab_size: int):
         self.vocab = vocab
-        self.max_topic_tokens = max_topic_tokens
         n = vocab_size
         close = torch.zeros(n, dtype=torch.bool)
         close[list(vocab.close_tens)] = True

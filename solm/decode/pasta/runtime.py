@@ -233,8 +233,9 @@ class PastaRuntime:
             if thread.tid != MAIN:
                 return sampler(logits, g.fork, history)
             if thread.in_topic:
-                banned = g.topic_must_close if thread.topic_len >= g.max_topic_tokens else g.topic
-                if thread.topic_len >= g.max_topic_tokens:
+                capped = thread.topic_len >= config.max_topic_tokens
+                banned = g.topic_must_close if capped else g.topic
+                if capped:
                     state.flags.add(FLAG_TOPIC_CAPPED)
                 return sampler(logits, banned, history)
             return sampler(logits, g.for_main(state.blocks_since_sync, config.max_promises),

@@ -178,7 +178,7 @@ class PdiffRuntime:
             chunk[len(self.tokenizer):] = True  # rows past the tokenizer are no tokens
             self._masks = {"main": g.main | extra, "main_no_sync": g.main_no_sync | extra,
                            "topic": g.topic | extra, "topic_must_close": g.topic_must_close,
-                           "chunk": chunk, "max_topic": g.max_topic_tokens}
+                           "chunk": chunk}
         return self._masks
 
     # ---- public API ----------------------------------------------------------------------
@@ -387,7 +387,7 @@ class PdiffRuntime:
             return int(script[k]) if k < len(script) else self.vocab.eos[0]
         m = self.masks()
         if run.in_topic:
-            capped = run.topic_len >= m["max_topic"]
+            capped = run.topic_len >= run.req.config.max_topic_tokens
             if capped:
                 run.flags.add(TOPIC_CAPPED)
             banned = m["topic_must_close"] if capped else m["topic"]
