@@ -315,6 +315,25 @@ def test_a_topic_closes_at_the_configured_length(pasta_tokenizer, tiny, cap):
         assert (pr.FLAG_TOPIC_CAPPED in state.flags) == must_close
 
 
+@pytest.mark.parametrize("mask", [False, True])
+def test_eos_in_a_block_is_masked_only_when_asked(pasta_tokenizer, tiny, mask):
+    """A block's banned tokens: promise tags, `<async>`, `<sync/>`, promise closers, and EOS
+    exactly when `mask_block_eos`; `</async>` and text stay allowed."""
+    from solm.core.systems.pasta import PastaTracker
+    from solm.decode.pasta.runtime import PastaRunState, _Thread
+
+    rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=64)
+    v, seen = rt.vocab, []
+    config = PastaDecodeConfig(mask_block_eos=mask)
+    choose = rt.sampling_chooser(lambda logits, banned=None, history=(): seen.append(banned)
+                                 or 0, config)
+    state = PastaRunState(config, PastaTracker(v), None, set())
+    choose(_Thread(3), torch.zeros(len(pasta_tokenizer)), state)
+    banned = set(seen[-1].nonzero().flatten().tolist())
+    want = {v.promise_open, v.async_open, v.sync, *v.close_tens} | (set(v.eos) if mask else set())
+    assert banned == want
+
+
 def test_no_repeat_ngram_breaks_a_loop_inside_a_block_and_lets_it_close(pasta_tokenizer, tiny,
                                                                         vocab):
     v, tok = vocab, pasta_tokenizer

@@ -40,6 +40,8 @@ class PastaGrammar:
         self.topic_must_close = ~close
         # a block: no promises, no sync, no nested blocks
         self.fork = close | ban(vocab.promise_open, vocab.async_open, vocab.sync)
+        # and, where EOS is masked in blocks, no EOS: a block ends with its `</async>`
+        self.fork_no_eos = self.fork | ban(*[e for e in vocab.eos if e < n])
 
     def for_main(self, promises_since_sync: int, max_promises: int) -> torch.Tensor:
         """The main thread outside a topic: `<sync/>` only once a promise is open, a new

@@ -231,7 +231,8 @@ class PastaRuntime:
             if g is None:
                 return sampler(logits, grammar.sequential, history)
             if thread.tid != MAIN:
-                return sampler(logits, g.fork, history)
+                return sampler(logits, g.fork_no_eos if config.mask_block_eos else g.fork,
+                               history)
             if thread.in_topic:
                 capped = thread.topic_len >= config.max_topic_tokens
                 banned = g.topic_must_close if capped else g.topic
