@@ -325,8 +325,11 @@ own-rows-cpu: setup $(DATA)/dolly.jsonl $(ALPACA)
 OWN_RECIPE   ?= a
 OWN_a        ?= --lora-r 16 --lr 1e-3 --batch-size 8 --epochs 3 --max-len 1536 --eval-rows 8 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
 OWN_b        ?= --lora-r 0 --lr 2e-4 --control-token-lr-scale 30 --batch-size 8 --epochs 3 --max-len 1536 --eval-rows 8 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
+# c: b's training on rows whose one-word topics name their paragraph (the rules' default
+# now; a and b trained on rows whose topic was the paragraph's first word)
+OWN_c        ?= $(OWN_b)
 OWN_EVAL_ARGS ?= --max-new-tokens 512 --batch-size 16 --repetition-penalty 1.2 --no-judge -q
-.PHONY: own-select-cpu
+.PHONY: own-select-cpu pdiff-exact-cpu
 own-sft-cpu: own-rows-cpu
 	$(call trained,$(OWN_DIR)/$(OWN_RECIPE)/pasta-sft) $(BIN)/pasta sft \
 		--data $(OWN_DIR)/distill/rows.jsonl --out $(OWN_DIR)/$(OWN_RECIPE)/pasta-sft $(OWN_$(OWN_RECIPE))
@@ -360,6 +363,21 @@ pdiff-cpu: pdiff-sft-cpu
 	$(PACK) '$(PDIFF_DIR)/pdiff-sft', '$(ARTIFACTS)/pdiff-cpu')"
 	printf '{\n  "do_sample": false,\n  "repetition_penalty": 1.2\n}\n' > $(ARTIFACTS)/pdiff-cpu/generation_config.json
 	du -sh $(ARTIFACTS)/pdiff-cpu
+
+# Planned Diffusion with exact promised lengths (no extra pads) and a cycle of seven pad
+# tokens, against the Baseline-SFT on the selection prompts, steps ratio 0.5 as a cap, with
+# and without committing every slot above a confidence threshold. Training resumes.
+PDIFF_EXACT_DIR ?= runs/pdiff-exact
+pdiff-exact-cpu: setup $(SFT_DIR)/sft_rows.jsonl $(ALPACA)
+	grep -qs '"complete": true' $(PDIFF_EXACT_DIR)/pdiff-sft/solm.json || $(BIN)/pdiff sft \
+		--data $(SFT_DIR)/sft_rows.jsonl --out $(PDIFF_EXACT_DIR)/pdiff-sft $(PDIFF_SFT_ARGS) \
+		--extra-pads 0 --pad-cycle 7
+	$(BIN)/pasta eval run -o $(PDIFF_EXACT_DIR)/select --prompts $(ALPACA) --limit 30 \
+		--method sequential:baseline-sft=baseline-sft-cpu \
+		--method pdiff:exact=$(PDIFF_EXACT_DIR)/pdiff-sft,steps_ratio=0.5 \
+		--method pdiff:exact-conf=$(PDIFF_EXACT_DIR)/pdiff-sft,steps_ratio=0.5,confidence_threshold=0.9 \
+		--max-new-tokens 384 --batch-size 16 --repetition-penalty 1.2 --no-judge -q
+	$(BIN)/pasta eval report $(PDIFF_EXACT_DIR)/select -o $(PDIFF_EXACT_DIR)/select/report -q
 
 pdiff-decode-cpu: setup $(ALPACA)
 	$(BIN)/pdiff decode -m $(PDIFF_MODEL) -p $(ALPACA) --limit 30 --steps-ratio 0.5 \
