@@ -160,9 +160,17 @@ def test_eos_inside_a_fork_closes_it(pasta_tokenizer, tiny, vocab):
     prompt = text_ids(tok, PROMPT)
     rule = {prompt[-1]: v.promise_open, v.promise_open: word, word: c1, c1: v.sync,
             v.async_open: v.eos[0], v.sync: v.eos[0]}.get
-    res = steered_runtime(tok, tiny, rule).generate(prompt, PastaDecodeConfig())
+    res = steered_runtime(tok, tiny, rule).generate(prompt, PastaDecodeConfig(
+        mask_block_eos=False))
     assert pr.FLAG_FORK_EOS in res.flags
     assert res.ids == [v.promise_open, word, c1, v.async_open, v.async_close, v.sync]
+    # masked (the default): the block cannot end with EOS; it writes on until a guard
+    # closes it, and the answer is well-formed Pasta-Lang
+    res = steered_runtime(tok, tiny, rule).generate(prompt, PastaDecodeConfig())
+    assert pr.FLAG_FORK_EOS not in res.flags
+    assert set(res.flags) & {pr.FLAG_PROMISE_OVERRUN, "block_repeating"}
+    block = res.ids[res.ids.index(v.async_open) + 1:res.ids.index(v.async_close)]
+    assert block and not set(block) & set(v.eos)
 
 
 def test_full_pool_and_token_cap_stop_with_a_flag(pasta_tokenizer, tiny):

@@ -31,9 +31,9 @@ class PastaDecodeConfig:
                                     "off.", min=0)
     max_promises: int = setting(8, "Promises the main thread may make before a `<sync/>`; "
                                    "a further promise is masked.", min=1)
-    mask_block_eos: bool = setting(False, "Mask EOS inside a block, so a block ends with its "
-                                          "`</async>`; off: an EOS sampled in a block reads "
-                                          "as `</async>` (flagged eos_in_fork).")
+    mask_block_eos: bool = setting(True, "Mask EOS inside a block, so a block ends with its "
+                                         "`</async>`; off: an EOS sampled in a block reads "
+                                         "as `</async>` (flagged eos_in_fork).")
     max_topic_tokens: int = setting(24, "A promise's topic longer than this is closed "
                                         "(flagged).", min=1)
     record_logits: bool = False
