@@ -9,7 +9,8 @@ from typing import Optional
 import typer
 
 from solm.cli.errors import command_group
-from solm.cli.flags import DebugOption, ModelOption, QuietOption, model_command, out_option
+from solm.cli.flags import (ConfigOption, DebugOption, ModelOption, QuietOption, model_command,
+                            out_option)
 
 BENCH_STEP_HELP = """Time one forward pass that feeds k tokens, one in each of k sequences, after
 a context of --context tokens each (k = --ks), on every engine asked for and every weight
@@ -54,7 +55,7 @@ def step_command(
         "(default: solm's probe, measured once and cached)."),
     out: Optional[Path] = out_option(None, help="The figures as JSON."),
     plot: Optional[Path] = typer.Option(None, help="A PNG of ms per pass against k."),
-    quiet: bool = QuietOption, debug: bool = DebugOption,
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     from solm.cli.checks import check_paths
     from solm.cli.console import info, out_console
