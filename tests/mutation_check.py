@@ -1235,15 +1235,19 @@ ISSUE47 = {
         "solm/eval/step_cost.py", "            probe.one_pass(k)\n            times =",
         "            times =", ["tests/test_bench_step.py"]),
     "step_cost_llama_cells_kept": (
-        "solm/eval/step_cost.py", "        for s in range(k):\n            self.ctx.seq_rm(s, c, -1)",
+        "solm/engines/llamacpp_engine.py", "        for s in range(k):\n            self.ctx.seq_rm(s, c, -1)",
         "        for s in range(0):\n            self.ctx.seq_rm(s, c, -1)", ["tests/test_bench_step.py"]),
     "step_cost_torch_reads_every_context": (
-        "solm/eval/step_cost.py", "        reads = [(1, [(s * c, (s + 1) * c), (base + s, base + s + 1)]) for s in range(k)]",
+        "solm/engines/torch_engine.py", "        reads = [(1, [(s * c, (s + 1) * c), (base + s, base + s + 1)]) for s in range(k)]",
         "        reads = [(1, [(0, (s + 1) * c), (base + s, base + s + 1)]) for s in range(k)]",
         ["tests/test_bench_step.py"]),
     "topic_cap_setting_ignored": (
         "solm/decode/pasta/runtime.py", "                capped = thread.topic_len >= config.max_topic_tokens",
         "                capped = thread.topic_len >= 24", ["tests/test_runtime.py"]),
+    "engine_availability_ignored": (
+        "solm/engines/llamacpp_engine.py",
+        "        if llama_cpp_available():\n            return None\n        return f\"llama",
+        "        if True:\n            return None\n        return f\"llama", ["tests/test_bench_step.py"]),
     "pad_cycle_not_recorded_for_adapters": (
         "solm/core/models.py", "                       pad_cycle=meta.get(\"pad_cycle\", 1))",
         "                       pad_cycle=None)", ["tests/test_pdiff_sft.py"]),

@@ -7,8 +7,10 @@ import statistics
 import pytest
 import torch
 
-from solm.eval.step_cost import (FIRST_ID, StepCost, TorchProbe, context_ids, floor_ms,
-                                 measure)
+from solm.engines import ENGINES
+from solm.engines.probe import FIRST_ID, context_ids
+from solm.engines.torch_engine import TorchProbe
+from solm.eval.step_cost import StepCost, floor_ms, measure
 
 
 class Scripted:
@@ -47,10 +49,32 @@ def hf_last_logits(model, ids):
         return model(torch.tensor([ids])).logits[0, -1].float()
 
 
-@pytest.mark.parametrize("k", [1, 3])
-def test_the_torch_probe_runs_k_isolated_sequences(pasta_tokenizer, k):
-    """Each of the k tokens in the timed pass gets the logits its sequence (its own context,
-    then the token) gets from the model's own forward: the pass is k real decodes."""
+@pytest.mark.parametrize("name", sorted(ENGINES))
+def test_every_engines_probe_runs_k_isolated_sequences(name, tiny_folder, tmp_path,
+                                                       monkeypatch):
+    """One body over the engine registry: in each engine's exact format, every token of a
+    timed pass gets the logits its own sequence (its context, then the token) gets from the
+    Hugging Face forward, pass after pass (the cache is left as it was), and a sequence reads
+    only its own keys (what it costs)."""
+    from solm.core.models import load_decoder
+
+    engine = ENGINES[name]
+    if engine.unavailable():
+        pytest.skip(engine.unavailable())
+    monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
+    (probe,) = engine.probes(tiny_folder, [engine.exact_format])
+    model, _ = load_decoder(tiny_folder, dtype="fp32", device="cpu", system="pasta")
+    probe.prepare(k_max=4, context=6)
+    for k in (1, 4, 4):
+        probe.one_pass(k)
+        assert probe.logits.shape[0] == k
+        for s in range(k):
+            want = hf_last_logits(model, context_ids(s, 6) + [FIRST_ID + s])
+            assert (probe.logits[s].float() - want).abs().max() < 1e-3, (name, k, s)
+    probe.close()
+
+
+def test_a_torch_probe_sequence_reads_only_its_own_keys(pasta_tokenizer):
     from solm.core.models import tiny_model
 
     model, _ = tiny_model(pasta_tokenizer, seed=5)
@@ -59,39 +83,8 @@ def test_the_torch_probe_runs_k_isolated_sequences(pasta_tokenizer, k):
     seen = []
     segments = probe.step.segments
     probe.step.segments = lambda index, reads: seen.append(reads) or segments(index, reads)
-    probe.one_pass(k)
-    assert probe.logits.shape[0] == k
-    # a sequence's token reads its own context and itself, no other's keys (their cost)
-    assert [sum(b - a for a, b in ranges) for _, ranges in seen[-1]] == [7] * k
-    for s in range(k):
-        want = hf_last_logits(model, context_ids(s, 6) + [FIRST_ID + s])
-        assert (probe.logits[s].float() - want).abs().max() < 1e-4
-    probe.one_pass(k)  # the same cache again: the same logits
-    for s in range(k):
-        want = hf_last_logits(model, context_ids(s, 6) + [FIRST_ID + s])
-        assert (probe.logits[s].float() - want).abs().max() < 1e-4
-    probe.close()
-
-
-def test_the_llama_cpp_probe_runs_k_isolated_sequences_and_restores_the_cache(
-        tmp_path, pasta_tokenizer):
-    pytest.importorskip("llama_cpp")
-    from solm.core.models import tiny_model
-    from solm.eval.step_cost import LlamaCppProbe
-    from solm.llamacpp.export import write_gguf
-
-    model, tok = tiny_model(pasta_tokenizer, seed=5)
-    path = tmp_path / "tiny.f32.gguf"
-    write_gguf(model, tok, path, "f32", meta={"system": "pasta"})
-    probe = LlamaCppProbe(path, "f32")
-    probe.prepare(k_max=4, context=6)
-    for _ in range(2):  # a second pass reads the same cache: the cells were taken back out
-        probe.one_pass(4)
-        for s in range(4):
-            want = hf_last_logits(model, context_ids(s, 6) + [FIRST_ID + s])
-            assert (probe.logits[s] - want).abs().max() < 1e-3
-        assert all(probe.ctx.seq_pos_max(s) == 5 for s in range(4))
-    assert probe.weight_bytes == path.stat().st_size
+    probe.one_pass(3)
+    assert [sum(b - a for a, b in ranges) for _, ranges in seen[-1]] == [7] * 3
     probe.close()
 
 
@@ -115,3 +108,20 @@ def test_bench_step_writes_its_figures_and_plot(tmp_path, tiny_folder):
     assert plot.stat().st_size > 1000
     bad = CliRunner().invoke(solm_main.app, ["bench", "step", "-m", tiny_folder, "--ks", "0,2"])
     assert bad.exit_code != 0 and "--ks" in bad.output
+
+
+def test_an_engine_not_installed_is_skipped_with_why(tiny_folder, monkeypatch):
+    """llama-cpp-python missing: the registry's llama.cpp says so, `bench step` times the
+    others and reports it skipped, and with nothing else asked exits in one line."""
+    from typer.testing import CliRunner
+
+    import solm.llamacpp.binding as binding
+    from solm.cli import main as solm_main
+
+    monkeypatch.setattr(binding, "llama_cpp_available", lambda: False)
+    assert "not installed" in ENGINES["llama.cpp"].unavailable()
+    assert ENGINES["torch"].unavailable() is None
+    r = CliRunner().invoke(solm_main.app, ["bench", "step", "-m", tiny_folder, "--engines",
+                                           "llama.cpp", "--bandwidth-gbps", "5"])
+    assert r.exit_code != 0 and "no engine to time: llama.cpp: llama-cpp-python is not" \
+        in " ".join(r.output.split())

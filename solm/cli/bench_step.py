@@ -61,16 +61,17 @@ def step_command(
     from solm.cli.console import info, out_console
     from solm.core.errors import SolmError
     from solm.decode.bandwidth import cpu_description, machine_bandwidth
-    from solm.eval.step_cost import LlamaCppProbe, TorchProbe, measure, plot_costs
+    from solm.engines import ENGINES
+    from solm.eval.step_cost import measure, plot_costs
 
     check_paths([], [p for p in (out, plot) if p])
     if out and plot and out.resolve() == plot.resolve():
         raise typer.BadParameter("--out and --plot are one file", param_hint="--plot")
     wanted = _list(engines, "--engines")
-    unknown = [e for e in wanted if e not in ("torch", "llama.cpp")]
+    unknown = [e for e in wanted if e not in ENGINES]
     if unknown:
-        raise typer.BadParameter(f"unknown engine(s) {', '.join(unknown)}: torch, llama.cpp",
-                                 param_hint="--engines")
+        raise typer.BadParameter(f"unknown engine(s) {', '.join(unknown)}: "
+                                 f"{', '.join(ENGINES)}", param_hint="--engines")
     try:
         k_list = sorted({int(k) for k in _list(ks, "--ks")})
     except ValueError:
@@ -80,23 +81,16 @@ def step_command(
     bandwidth = (bandwidth_gbps * 1e9 if bandwidth_gbps else machine_bandwidth("cpu"))
     cpu = cpu_description()
     info(f"{cpu}; copy bandwidth {bandwidth / 1e9:.1f} GB/s; k = {k_list}, context {context}")
+    formats = {"dtypes": dtypes, "gguf_types": gguf_types}  # by the option an engine reads
     probes, skipped = [], {}
-    if "torch" in wanted:
-        from solm.core.models import load_decoder
-
-        for dtype in _list(dtypes, "--dtypes"):
-            m, _ = load_decoder(model, dtype=dtype, device="cpu")
-            probes.append(TorchProbe(m))
-    if "llama.cpp" in wanted:
-        from solm.llamacpp.binding import llama_cpp_available
-
-        if not llama_cpp_available():
-            skipped["llama.cpp"] = "llama-cpp-python is not installed"
-        else:
-            from solm.llamacpp.engine import gguf_for
-
-            for outtype in _list(gguf_types, "--gguf-types"):
-                probes.append(LlamaCppProbe(gguf_for(model, outtype), outtype))
+    for name in wanted:
+        engine = ENGINES[name]
+        why = engine.unavailable()
+        if why:
+            skipped[name] = why
+            continue
+        option = engine.format_option
+        probes += engine.probes(model, _list(formats[option], "--" + option.replace("_", "-")))
     if not probes:
         raise SolmError("no engine to time: " + "; ".join(f"{e}: {why}"
                                                            for e, why in skipped.items()))

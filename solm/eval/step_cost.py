@@ -2,7 +2,8 @@
 context of C tokens each: the figure that decides whether a parallel thread can pay (k
 threads advance in one pass only if that pass costs about what one token's does).
 
-Each probe is one engine with one weight format; it lays out k_max sequences' contexts once,
+Each probe is one engine with one weight format (its engine module gives it: `solm.engines`);
+it lays out k_max sequences' contexts once,
 then times passes of k new tokens (one per sequence, at position C) and takes them back out
 of the cache, so every pass reads the same context. Beside the times: the weights' bytes
 over the machine's copy bandwidth (`solm.decode.bandwidth`), the floor a pass that reads
@@ -12,15 +13,8 @@ every weight once cannot go below, whatever k.
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
-
-import torch
-
-# token ids the probes feed: any ordinary tokens do (a pass's cost does not depend on them)
-FIRST_ID = 100
-
 
 class StepProbe(Protocol):
     engine: str
@@ -73,97 +67,6 @@ def measure(probe: StepProbe, ks: Sequence[int], context: int, repeats: int,
     return cost
 
 
-def context_ids(seq: int, context: int) -> list[int]:
-    """The tokens already in sequence `seq`'s cache (each sequence its own)."""
-    return [FIRST_ID + (seq * 7 + j) % 5000 for j in range(context)]
-
-
-class TorchProbe:
-    """solm's torch step (`SlotStep`, the runtimes' eager path): k sequences in one pool,
-    each reading its own context and its new token."""
-
-    engine = "torch"
-
-    def __init__(self, model):
-        self.model = model
-        self.variant = str(next(model.parameters()).dtype).removeprefix("torch.")
-        self.weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-        self.step = None
-
-    def _columns(self, seqs: Sequence[int], positions: Sequence[int]) -> dict[str, list[int]]:
-        n = len(seqs)
-        return {"thread": [0] * n, "order": list(positions), "anchor": list(positions),
-                "epoch": [0] * n, "join": [0] * n, "request": [s + 1 for s in seqs],
-                "group": [-1] * n, "shared": [0] * n}
-
-    def prepare(self, k_max: int, context: int) -> None:
-        from solm.core.structure import BATCH_ATTR_NAMES, and_masks, same_request
-        from solm.core.systems.pasta import ATTR_NAMES, pasta_visible
-        from solm.decode.slots import SlotStep
-
-        self.context, self.base = context, k_max * context
-        self.step = SlotStep(self.model, self.base + k_max,
-                             and_masks(same_request, pasta_visible),
-                             (*ATTR_NAMES, *BATCH_ATTR_NAMES))
-        for s in range(k_max):
-            start = s * context
-            self.step(context_ids(s, context), range(context),
-                      self._columns([s] * context, range(context)),
-                      range(start, start + context), [(context, [(start, start + context)])],
-                      prefill=True)
-
-    def one_pass(self, k: int) -> float:
-        c, base = self.context, self.base
-        reads = [(1, [(s * c, (s + 1) * c), (base + s, base + s + 1)]) for s in range(k)]
-        t0 = time.perf_counter()
-        self.logits = self.step([FIRST_ID + s for s in range(k)], [c] * k,
-                                self._columns(range(k), [c] * k), range(base, base + k), reads)
-        return time.perf_counter() - t0
-
-    def close(self) -> None:
-        self.step = None
-
-
-class LlamaCppProbe:
-    """llama.cpp (`LlamaContext`, one unified cache): k tokens in one `llama_decode` call,
-    each in its own sequence; the k new cells are removed after every pass."""
-
-    engine = "llama.cpp"
-
-    def __init__(self, gguf, variant: str, threads: int | None = None):
-        from pathlib import Path
-
-        self.gguf, self.variant, self.threads = str(gguf), variant, threads
-        self.weight_bytes = Path(gguf).stat().st_size
-        self.ctx = None
-
-    def prepare(self, k_max: int, context: int) -> None:
-        from solm.llamacpp.binding import LlamaContext, Token
-
-        self.context = context
-        self.ctx = LlamaContext(self.gguf, n_ctx=k_max * (context + 1) + 16, n_seq=k_max,
-                                threads=self.threads)
-        for s in range(k_max):
-            ids = context_ids(s, context)
-            self.ctx.decode([Token(t, p, s, logits=p == context - 1) for p, t in enumerate(ids)])
-
-    def one_pass(self, k: int) -> float:
-        from solm.llamacpp.binding import Token
-
-        c = self.context
-        t0 = time.perf_counter()
-        self.logits = self.ctx.decode([Token(FIRST_ID + s, c, s) for s in range(k)])
-        seconds = time.perf_counter() - t0
-        for s in range(k):
-            self.ctx.seq_rm(s, c, -1)
-        return seconds
-
-    def close(self) -> None:
-        if self.ctx is not None:
-            self.ctx.close()
-            self.ctx = None
-
-
 def floor_ms(weight_bytes: int, bandwidth: float) -> float:
     return 1000 * weight_bytes / bandwidth
 
@@ -191,7 +94,3 @@ def plot_costs(costs: Sequence[StepCost], bandwidth: float | None, path, title: 
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
-
-def torch_threads() -> int:
-    return torch.get_num_threads()
