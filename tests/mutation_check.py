@@ -1007,9 +1007,18 @@ ISSUE37 = {
         "solm/llamacpp/tip.py", "if recent is not None and recent() < 2:",
         "if recent is not None and recent() < 1:", LLAMA_TESTS),
     "auto_ignores_the_refusal": (
-        "solm/llamacpp/engine.py",
-        "    if refusal is not None:\n        notice(f\"--engine auto: torch",
-        "    if False:\n        notice(f\"--engine auto: torch", LLAMA_TESTS),
+        "solm/engines/__init__.py",
+        "        why = None if missing else engine.refusal(system, **facts)",
+        "        why = None", LLAMA_TESTS + ["tests/test_cli_validation.py"]),
+    "explicit_engine_ignores_the_refusal": (
+        "solm/engines/__init__.py",
+        "        why = engine.refusal(system, **facts)\n        if why:",
+        "        why = None\n        if why:", LLAMA_TESTS + ["tests/test_cli_validation.py"]),
+    "tip_refusal_dropped": (
+        "solm/engines/llamacpp_engine.py",
+        "        check = {\"pasta\": _pasta_refusal, \"pdiff\": _pdiff_refusal,\n                 \"tip\": _tip_refusal}.get(system)",
+        "        check = {\"pasta\": _pasta_refusal, \"pdiff\": _pdiff_refusal}.get(system)",
+        LLAMA_TESTS),
     "llama_sot_point_without_its_prefix": (
         "solm/llamacpp/step.py",
         "                    self.ctx.seq_cp(req.main, seq)\n                    if promised:",
@@ -1246,8 +1255,8 @@ ISSUE47 = {
         "                capped = thread.topic_len >= 24", ["tests/test_runtime.py"]),
     "engine_availability_ignored": (
         "solm/engines/llamacpp_engine.py",
-        "        if llama_cpp_available():\n            return None\n        return f\"llama",
-        "        if True:\n            return None\n        return f\"llama", ["tests/test_bench_step.py"]),
+        "        return None if llama_cpp_available() else \"llama-cpp-python is not installed\"",
+        "        return None", ["tests/test_bench_step.py"]),
     "pad_cycle_not_recorded_for_adapters": (
         "solm/core/models.py", "                       pad_cycle=meta.get(\"pad_cycle\", 1))",
         "                       pad_cycle=None)", ["tests/test_pdiff_sft.py"]),

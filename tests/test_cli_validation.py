@@ -6,6 +6,8 @@ import os
 import shutil
 
 import pytest
+
+from solm.core.errors import SolmError
 from typer.testing import CliRunner
 
 from solm.cli import main as solm_main
@@ -314,17 +316,24 @@ def test_the_cache_reports_its_size_and_cleans_one_kind(tmp_path, monkeypatch):
 
 def test_auto_names_the_engine_it_chose_and_why(monkeypatch):
     import solm.core.notices as notices
-    import solm.llamacpp.engine as engine
+    import solm.engines as engines
+    import solm.llamacpp.binding as binding
 
     said = []
     monkeypatch.setattr(notices, "_LISTENERS", [])
     notices.listen(said.append)
-    assert engine.choose_engine("auto", "a reason it cannot") == "torch"
-    monkeypatch.setattr(engine, "llama_cpp_available", lambda: False)
-    assert engine.choose_engine("auto", None) == "torch"
-    monkeypatch.setattr(engine, "llama_cpp_available", lambda: True)
-    assert engine.choose_engine("auto", None) == "llama.cpp"
-    assert engine.choose_engine("torch", None) == "torch"
+    llama = engines.ENGINES["llama.cpp"]
+    monkeypatch.setattr(llama, "refusal", lambda system, **facts: facts.get("why"))
+    assert engines.choose("auto", "pasta", why="a reason it cannot") == "torch"
+    monkeypatch.setattr(binding, "llama_cpp_available", lambda: False)
+    assert engines.choose("auto", "pasta") == "torch"
+    with pytest.raises(SolmError, match="--engine llama.cpp: llama-cpp-python is not installed"):
+        engines.choose("llama.cpp", "pasta")
+    monkeypatch.setattr(binding, "llama_cpp_available", lambda: True)
+    assert engines.choose("auto", "pasta") == "llama.cpp"
+    assert engines.choose("torch", "pasta", why="a reason it cannot") == "torch"
+    with pytest.raises(SolmError, match="--engine llama.cpp: a reason it cannot"):
+        engines.choose("llama.cpp", "pasta", why="a reason it cannot")
     assert said[-3:] == ["--engine auto: torch, since llama.cpp cannot run this decode "
                          "(a reason it cannot)",
                          "--engine auto: torch, since llama-cpp-python is not installed",

@@ -377,10 +377,12 @@ def test_export_records_the_models_solm_facts(tmp_path, tiny_folder):
     assert fields["solm.control_tokens"].contents() == "tip"
     tokens = fields["tokenizer.ggml.tokens"].contents()
     assert "<reg_0>" in tokens
-    with pytest.raises(SolmError):
-        from solm.llamacpp.engine import choose_engine
+    with pytest.raises(SolmError, match="Pred-10X"):
+        from solm.engines import choose
+        from solm.decode.pasta.config import PastaDecodeConfig
 
-        choose_engine("llama.cpp", "a reason")
+        choose("llama.cpp", "pasta", config=PastaDecodeConfig(mode="parallel"),
+               model="smollm2-135m")
 
 
 # ---- TIP ----------------------------------------------------------------------------------
@@ -536,12 +538,14 @@ def test_overlap_threads_on_llama_cpp_equal_a_forward_under_the_oracle(overlap_m
 
 def test_a_pred10x_model_is_refused_on_llama_cpp_in_parallel_mode_only(overlap_model):
     from solm.decode.pasta.config import PastaDecodeConfig
-    from solm.decode.pasta.system import PastaEngine, llama_refusal
+    from solm.decode.pasta.system import PastaEngine
+    from solm.engines import ENGINES
 
-    engine = PastaEngine()
-    assert "Pred-10X" in llama_refusal(PastaDecodeConfig(mode="parallel"), engine,
-                                       "smollm2-135m")
-    assert llama_refusal(PastaDecodeConfig(mode="sequential"), engine, "smollm2-135m") is None
+    engine, llama = PastaEngine(), ENGINES["llama.cpp"]
+    assert "Pred-10X" in llama.refusal("pasta", config=PastaDecodeConfig(mode="parallel"),
+                                       settings=engine, model="smollm2-135m")
+    assert llama.refusal("pasta", config=PastaDecodeConfig(mode="sequential"),
+                         settings=engine, model="smollm2-135m") is None
 
 
 def tag_happy_overlap_model():

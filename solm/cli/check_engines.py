@@ -69,11 +69,12 @@ def check_engines_command(
         raise SolmError(f"{source}: no prompts")
     from solm.decode.pasta.system import PastaEngine, load, one_request_runtime
     from solm.eval.engine_check import compare_answers, greedy_config, summarize
-    from solm.llamacpp.engine import choose_engine, gguf_for, kv_type
+    from solm.engines import choose
+    from solm.llamacpp.engine import gguf_for, kv_type
 
     reference = PastaEngine(engine="torch", pool_size=4096)
     other = PastaEngine(engine="llama.cpp", gguf_type=gguf_type, pool_size=4096)
-    choose_engine("llama.cpp", None)  # installed, or a one-line error
+    choose("llama.cpp", "pasta", settings=reference)  # installed, or a one-line error
     info(f"loading {model} (fp32) ...")
     m, tok = load(model, reference, "fp32", "cpu")
     other.gguf = str(gguf_for(model, gguf_type, "pasta", loaded=(m, tok)))

@@ -25,15 +25,15 @@ def one_of(*allowed: str) -> Callable:
 
 def engine_list(value: str | None) -> list[str] | None:
     """Option callback: a comma-separated list of decoding engines, run side by side."""
-    from solm.llamacpp.engine import ENGINES
+    from solm.engines import ENGINE_CHOICES
 
     if value is None:
         return None
     names = [v.strip() for v in value.split(",") if v.strip()]
-    bad = [n for n in names if n not in ENGINES]
+    bad = [n for n in names if n not in ENGINE_CHOICES]
     if not names or bad:
         raise typer.BadParameter(f"{','.join(bad) or repr(value)}: engines are "
-                                 f"{', '.join(ENGINES)}, comma-separated")
+                                 f"{', '.join(ENGINE_CHOICES)}, comma-separated")
     if len(set(names)) != len(names):
         raise typer.BadParameter(f"{value}: an engine is named twice")
     return names

@@ -203,9 +203,9 @@ VersionOption = typer.Option(False, "--version", callback=_print_version, is_eag
 def engine_option(default: str = "torch", also: str = "", callback: Callable | None = None):
     """`--engine`: the decoding engine (`solm.llamacpp.engine`), with what it means for this
     command in `also`."""
-    from solm.llamacpp.engine import ENGINE_HELP, ENGINES
+    from solm.engines import ENGINE_CHOICES, ENGINE_HELP
 
-    return typer.Option(default, "--engine", callback=callback or one_of(*ENGINES),
+    return typer.Option(default, "--engine", callback=callback or one_of(*ENGINE_CHOICES),
                         help=ENGINE_HELP + (" " + also if also else ""))
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from solm.core.settings import is_setting, setting
-from solm.llamacpp.engine import ENGINE_HELP, ENGINES, GGUF_TYPE_HELP
+from solm.engines import ENGINE_CHOICES, ENGINE_HELP
+from solm.llamacpp.engine import GGUF_TYPE_HELP
 from solm.llamacpp.export import OUTTYPES
 
 COMPILE_HELP = ("Run decode steps as graphs compiled per shape bucket (torch.compile; cached "
@@ -41,7 +42,7 @@ class CompiledEngine(EngineSettings):
 class EngineChoice(EngineSettings):
     """A system that decodes on torch or llama.cpp (`solm.llamacpp.engine`)."""
 
-    engine: str = setting("torch", ENGINE_HELP, choices=ENGINES)
+    engine: str = setting("torch", ENGINE_HELP, choices=ENGINE_CHOICES)
     gguf_type: str = setting("q8_0", GGUF_TYPE_HELP, choices=OUTTYPES)
     gguf: Optional[str] = None  # the llama.cpp engine's GGUF, found or exported at load
 

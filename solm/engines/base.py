@@ -18,6 +18,16 @@ class Engine:
         """Why this engine cannot run here (None: it can)."""
         return None
 
+    def install_hint(self) -> str:
+        """How to make an unavailable engine available."""
+        return ""
+
+    def refusal(self, system: str, *, config=None, settings=None, model: str | None = None,
+                policy=None, **_) -> str | None:
+        """Why this engine cannot run this decode of `system` (None: it can), from what the
+        caller knows: the decode `config`, the engine `settings`, the `model`, a TIP `policy`."""
+        return None
+
     def probes(self, model: str, formats: Sequence[str]) -> list:
         """A `solm.eval.step_cost.StepProbe`-shaped probe per weight format of `model`."""
         raise NotImplementedError

@@ -16,16 +16,66 @@ class LlamaCppEngine(Engine):
     exact_format = "f32"  # its logits equal the Hugging Face forward's (fp32)
 
     def unavailable(self) -> str | None:
-        from solm.llamacpp.binding import INSTALL_HINT, llama_cpp_available
+        from solm.llamacpp.binding import llama_cpp_available
 
-        if llama_cpp_available():
-            return None
-        return f"llama-cpp-python is not installed ({INSTALL_HINT})"
+        return None if llama_cpp_available() else "llama-cpp-python is not installed"
+
+    def install_hint(self) -> str:
+        from solm.llamacpp.binding import INSTALL_HINT
+
+        return INSTALL_HINT
+
+    def refusal(self, system: str, *, config=None, settings=None, model: str | None = None,
+                policy=None, **_) -> str | None:
+        check = {"pasta": _pasta_refusal, "pdiff": _pdiff_refusal,
+                 "tip": _tip_refusal}.get(system)
+        why = check(config=config, settings=settings, model=model, policy=policy) \
+            if check else None
+        return why or _settings_refusal(settings)
 
     def probes(self, model: str, formats: Sequence[str]) -> list:
         from solm.llamacpp.engine import gguf_for
 
         return [LlamaCppProbe(gguf_for(model, f), f) for f in formats]
+
+
+def _settings_refusal(settings) -> str | None:
+    """Why llama.cpp cannot take an engine's settings, whatever the system."""
+    if getattr(settings, "quantize", None):
+        return ("--quantize quantizes torch's weights; on llama.cpp the export's type is "
+                "--gguf-type")
+    return None
+
+
+def _pasta_refusal(config, settings, model, **_) -> str | None:
+    from solm.core.models import model_positions
+
+    parallel = (getattr(config, "mode", None) == "parallel"
+                or getattr(settings, "compare", False))
+    if parallel and model_positions(model) != "overlap":
+        return (f"PASTA's parallel threads on llama.cpp need a model trained with "
+                f"--positions overlap; {model} is laid out Pred-10X (its main thread resumes "
+                f"10N positions past a promise, and llama.cpp requires each sequence's next "
+                f"position to follow its last): decode it with --engine torch, or --mode "
+                f"sequential")
+    return None
+
+
+def _pdiff_refusal(model, **_) -> str | None:
+    from solm.core.models import model_positions
+
+    if model_positions(model) != "overlap":
+        return (f"Planned Diffusion on llama.cpp needs a model trained with --positions "
+                f"overlap; {model} is laid out Pred-10X (its chunks reserve positions the main "
+                f"thread jumps over, and llama.cpp requires each sequence's next position to "
+                f"follow its last): decode it with --engine torch")
+    return None
+
+
+def _tip_refusal(policy, **_) -> str | None:
+    from solm.llamacpp.tip import policy_refusal
+
+    return policy_refusal(policy) if policy is not None else None
 
 
 class LlamaCppProbe:

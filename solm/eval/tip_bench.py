@@ -119,18 +119,21 @@ def plan_engines(choices: list[str], policies: list[str], budget: int, page_size
     a named one it cannot run is a one-line error, as in `tip decode`."""
     from solm.core.errors import SolmError
     from solm.decode.tip.policies import make_policy
-    from solm.decode.tip.system import TipEngine, llama_refusal
-    from solm.llamacpp.engine import choose_engine
+    from solm.decode.tip.system import TipEngine
+    from solm.engines import ENGINES, choose
 
     plans, resolved = [], set()
     for choice in choices:
         engine = TipEngine(engine=choice, page_size=page_size, **settings)
-        why = {n: llama_refusal(make_policy(n, budget, page_size), engine) for n in policies}
+        why = {n: ENGINES["llama.cpp"].refusal("tip", policy=make_policy(n, budget, page_size),
+                                               settings=engine) for n in policies}
         refused = {n: r for n, r in why.items() if r}
         if choice == "llama.cpp" and not named and len(refused) < len(policies):
-            engine.engine = choose_engine(choice, None)
+            engine.engine = choose(choice, "tip", settings=engine)
         else:
-            engine.engine = choose_engine(choice, next(iter(refused.values()), None))
+            first = next(iter(refused), None)
+            engine.engine = choose(choice, "tip", settings=engine,
+                                   policy=make_policy(first, budget, page_size) if first else None)
             refused = {}
         if engine.engine in resolved:
             raise SolmError(f"--engine {','.join(choices)}: {choice} resolves to "

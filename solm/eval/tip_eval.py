@@ -230,11 +230,9 @@ def point_engine(point: Point, page_size: int, engine: str) -> str:
     """The engine a policy point decodes on under `--engine` (`auto`: torch where llama.cpp
     cannot: h2o, a one-page streamingllm window)."""
     from solm.decode.tip.policies import make_policy
-    from solm.llamacpp.engine import choose_engine
-    from solm.llamacpp.tip import policy_refusal
+    from solm.engines import choose
 
-    return choose_engine(engine, policy_refusal(make_policy(point.policy, point.budget,
-                                                            page_size)))
+    return choose(engine, "tip", policy=make_policy(point.policy, point.budget, page_size))
 
 
 def run_tip_eval(run_dir: Path, data_specs: list[str], points: list[Point], model: str,

@@ -1,10 +1,7 @@
-"""Which engine decodes (`--engine torch|llama.cpp|auto`), and the GGUF the llama.cpp engine
-reads: exported from the model on first use into solm's cache, reused while the model's
-files are unchanged.
-
-torch stays the reference (training consistency, log-probs); llama.cpp runs what its KV cache
-can express (`refusal`), and `auto` picks it when it is installed and may run the decode.
-"""
+"""The GGUF the llama.cpp engine reads: exported from the model on first use into solm's
+cache, reused while the model's files are unchanged; loading a model for a decode on it and
+the llama.cpp context a decode uses. Which engine decodes, and which decodes llama.cpp
+refuses, is `solm.engines`' business."""
 
 from __future__ import annotations
 
@@ -13,44 +10,13 @@ import json
 from pathlib import Path
 
 from solm.core.errors import SolmError
-from solm.llamacpp.binding import INSTALL_HINT, MAX_SEQUENCES, llama_cpp_available
+from solm.llamacpp.binding import MAX_SEQUENCES
 from solm.llamacpp.export import OUTTYPES
 
-ENGINES = ("torch", "llama.cpp", "auto")
-ENGINE_HELP = ("Decoding engine: torch (solm's own runtime, the reference), llama.cpp (the "
-               "model exported to a GGUF in solm's cache on first use, decoded by "
-               "llama-cpp-python: faster on a CPU), auto (llama.cpp when installed and able "
-               "to run this decode, else torch). Greedy answers agree up to near-ties on an f32 "
-               "export; other types round the logits (`solm check-engines` measures it).")
 GGUF_TYPE_HELP = ("llama.cpp engine: the weight type of the exported GGUF (f32 equals torch's "
                   "fp32 logits to ~1e-4; q8_0 and bf16 batch parallel threads well on a CPU; "
                   "the 4-bit q4_1 / q4_0 decode one request fastest, batch worst).")
 EXPORT_VERSION = 1  # bump when the exporter writes different files for the same model
-
-
-def choose_engine(choice: str, refusal: str | None) -> str:
-    """'torch' or 'llama.cpp' for `--engine choice`, given why llama.cpp cannot run this
-    decode (None: it can). An explicit llama.cpp that cannot run is a one-line error."""
-    if choice not in ENGINES:
-        raise SolmError(f"--engine must be one of {', '.join(ENGINES)}, got {choice!r}")
-    from solm.core.notices import notice
-
-    if choice == "torch":
-        return "torch"
-    if choice == "llama.cpp":
-        if refusal:
-            raise SolmError(f"--engine llama.cpp: {refusal}")
-        if not llama_cpp_available():
-            raise SolmError(f"--engine llama.cpp needs llama-cpp-python: {INSTALL_HINT}")
-        return "llama.cpp"
-    if refusal is not None:
-        notice(f"--engine auto: torch, since llama.cpp cannot run this decode ({refusal})")
-        return "torch"
-    if not llama_cpp_available():
-        notice("--engine auto: torch, since llama-cpp-python is not installed")
-        return "torch"
-    notice("--engine auto: llama.cpp (installed, and able to run this decode)")
-    return "llama.cpp"
 
 
 def _source_identity(model: str) -> dict:
@@ -112,14 +78,6 @@ def gguf_for(model: str, outtype: str, control_tokens: str | None = None,
         meta["control_tokens"] = control_tokens
         write_gguf(*loaded, path, outtype, meta=meta, source=str(model))
     return path
-
-
-def engine_refusal(engine) -> str | None:
-    """Why llama.cpp cannot take an engine's settings, whatever the system."""
-    if getattr(engine, "quantize", None):
-        return ("--quantize quantizes torch's weights; on llama.cpp the export's type is "
-                "--gguf-type")
-    return None
 
 
 def load_on_engine(model: str, engine, dtype: str, device: str | None, system: str,

@@ -49,10 +49,10 @@ def pasta_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: 
     if settings.engine == "llama.cpp":
         from dataclasses import replace
 
-        from solm.decode.pasta.system import llama_refusal
+        from solm.engines import get_engine
 
-        engine.parallel_refusal = llama_refusal(replace(defaults, mode="parallel"), settings,
-                                                model)
+        engine.parallel_refusal = get_engine(settings.engine).refusal(
+            "pasta", config=replace(defaults, mode="parallel"), settings=settings, model=model)
     return engine, defaults, f"{opts['mode']} by default, engine {settings.engine}"
 
 
@@ -62,8 +62,8 @@ def tip_settings(model: str, opts: dict, decoding):
     from solm.core.errors import SolmError
     from solm.core.models import model_registers
     from solm.decode.tip.policies import make_policy
-    from solm.decode.tip.system import TipEngine, llama_refusal
-    from solm.llamacpp.engine import choose_engine
+    from solm.decode.tip.system import TipEngine
+    from solm.engines import choose
 
     policy = make_policy(opts["policy"], opts["budget"], opts["page_size"])
     values = decoding.values
@@ -75,7 +75,8 @@ def tip_settings(model: str, opts: dict, decoding):
     settings = TipEngine(engine=opts.get("engine") or "torch",
                          gguf_type=opts.get("gguf_type") or "q8_0", quantize=opts["quantize"],
                          registers=registers)
-    settings.engine = choose_engine(settings.engine, llama_refusal(policy, settings))
+    settings.engine = choose(settings.engine, "tip", settings=settings, model=model,
+                             policy=policy)
     return settings
 
 

@@ -9,7 +9,8 @@ from solm.core.settings import setting
 from solm.decode.pasta.config import PastaDecodeConfig
 from solm.decode.pasta.decode_file import DEMO_PROMPTS, PastaDecodeSummary, result_record
 from solm.decode.registry import CompiledEngine, DecodeSystem, EngineChoice, register_system
-from solm.llamacpp.engine import choose_engine, engine_refusal, llama_context, load_on_engine
+from solm.engines import choose
+from solm.llamacpp.engine import llama_context, load_on_engine
 
 
 @dataclass
@@ -25,22 +26,8 @@ class PastaEngine(CompiledEngine, EngineChoice):
                                    "print the realized speedup.")
 
 
-def llama_refusal(config: PastaDecodeConfig, engine: PastaEngine, model: str) -> str | None:
-    """Why llama.cpp cannot run this PASTA decode (None: it can)."""
-    from solm.core.models import model_positions
-
-    parallel = config.mode == "parallel" or engine.compare
-    if parallel and model_positions(model) != "overlap":
-        return (f"PASTA's parallel threads on llama.cpp need a model trained with "
-                f"--positions overlap; {model} is laid out Pred-10X (its main thread resumes "
-                f"10N positions past a promise, and llama.cpp requires each sequence's next "
-                f"position to follow its last): decode it with --engine torch, or --mode "
-                f"sequential")
-    return engine_refusal(engine)
-
-
 def prepare(config: PastaDecodeConfig, engine: PastaEngine, model: str) -> None:
-    engine.engine = choose_engine(engine.engine, llama_refusal(config, engine, model))
+    engine.engine = choose(engine.engine, "pasta", config=config, settings=engine, model=model)
 
 
 def load(model: str, engine: PastaEngine, dtype: str, device: str | None):

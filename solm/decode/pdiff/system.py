@@ -8,7 +8,8 @@ from solm.core.settings import setting
 from solm.decode.pdiff.config import PdiffDecodeConfig
 from solm.decode.pdiff.decode_file import DEMO_PROMPTS, PdiffDecodeSummary
 from solm.decode.registry import DecodeSystem, EngineChoice, register_system
-from solm.llamacpp.engine import choose_engine, llama_context, load_on_engine
+from solm.engines import choose
+from solm.llamacpp.engine import llama_context, load_on_engine
 
 
 @dataclass
@@ -18,20 +19,8 @@ class PdiffEngine(EngineChoice):
     pool_size: int = setting(2048, "KV slots per prompt in flight.", min=16)
 
 
-def llama_refusal(model: str) -> str | None:
-    """Why llama.cpp cannot run this model's Planned Diffusion (None: it can)."""
-    from solm.core.models import model_positions
-
-    if model_positions(model) != "overlap":
-        return (f"Planned Diffusion on llama.cpp needs a model trained with --positions "
-                f"overlap; {model} is laid out Pred-10X (its chunks reserve positions the main "
-                f"thread jumps over, and llama.cpp requires each sequence's next position to "
-                f"follow its last): decode it with --engine torch")
-    return None
-
-
 def prepare(config: PdiffDecodeConfig, engine: PdiffEngine, model: str) -> None:
-    engine.engine = choose_engine(engine.engine, llama_refusal(model))
+    engine.engine = choose(engine.engine, "pdiff", config=config, settings=engine, model=model)
 
 
 def load(model: str, engine: PdiffEngine, dtype: str, device: str | None):

@@ -12,7 +12,8 @@ from solm.decode.jobs import DecodeSummary
 from solm.decode.protocol import Done, Job
 from solm.decode.registry import DecodeSystem, EngineChoice, register_system
 from solm.decode.sot.config import SotConfig
-from solm.llamacpp.engine import choose_engine, llama_context, load_on_engine
+from solm.engines import choose
+from solm.llamacpp.engine import llama_context, load_on_engine
 
 
 @dataclass
@@ -26,7 +27,7 @@ class SotEngine(EngineChoice):
 def prepare(config: SotConfig, engine: SotEngine, model: str) -> None:
     """Any model's points fork from one prefix at consecutive positions: llama.cpp can
     always run them."""
-    engine.engine = choose_engine(engine.engine, None)
+    engine.engine = choose(engine.engine, "sot", config=config, settings=engine, model=model)
 
 
 class SotRunner:

@@ -7,8 +7,8 @@ from typing import Optional
 
 from solm.core.settings import setting
 from solm.decode.registry import CompiledEngine, DecodeSystem, EngineChoice, register_system
-from solm.llamacpp.engine import (choose_engine, engine_refusal, llama_context,
-                                  load_on_engine)
+from solm.engines import choose
+from solm.llamacpp.engine import llama_context, load_on_engine
 from solm.decode.tip.config import TipDecodeConfig
 from solm.decode.tip.decode_file import TipSummary
 
@@ -29,14 +29,8 @@ def prepare(config: TipDecodeConfig, engine: TipEngine, model: str) -> None:
 
     policy = make_policy(config.policy, config.budget, engine.page_size)  # bad flags fail here
     engine.registers = engine.registers or model_registers(model) or 16
-    engine.engine = choose_engine(engine.engine, llama_refusal(policy, engine))
-
-
-def llama_refusal(policy, engine: TipEngine) -> str | None:
-    """Why llama.cpp cannot run this TIP decode (None: it can)."""
-    from solm.llamacpp.tip import policy_refusal
-
-    return policy_refusal(policy) or engine_refusal(engine)
+    engine.engine = choose(engine.engine, "tip", config=config, settings=engine, model=model,
+                           policy=policy)
 
 
 def load(model: str, engine: TipEngine, dtype: str, device: str | None):
