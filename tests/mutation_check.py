@@ -1009,16 +1009,16 @@ ISSUE37 = {
     "auto_ignores_the_refusal": (
         "solm/engines/__init__.py",
         "        why = None if missing else engine.refusal(system, **facts)",
-        "        why = None", LLAMA_TESTS + ["tests/test_cli_validation.py"]),
+        "        why = None", ["tests/test_engine_seam.py", "tests/test_cli_validation.py"]),
     "explicit_engine_ignores_the_refusal": (
         "solm/engines/__init__.py",
         "        why = engine.refusal(system, **facts)\n        if why:",
-        "        why = None\n        if why:", LLAMA_TESTS + ["tests/test_cli_validation.py"]),
+        "        why = None\n        if why:", ["tests/test_engine_seam.py", "tests/test_cli_validation.py"]),
     "tip_refusal_dropped": (
         "solm/engines/llamacpp_engine.py",
         "        check = {\"pasta\": _pasta_refusal, \"pdiff\": _pdiff_refusal,\n                 \"tip\": _tip_refusal}.get(system)",
         "        check = {\"pasta\": _pasta_refusal, \"pdiff\": _pdiff_refusal}.get(system)",
-        LLAMA_TESTS),
+        ["tests/test_engine_seam.py"] + LLAMA_TESTS),
     "llama_sot_point_without_its_prefix": (
         "solm/llamacpp/step.py",
         "                    self.ctx.seq_cp(req.main, seq)\n                    if promised:",

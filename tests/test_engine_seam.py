@@ -62,3 +62,14 @@ def test_an_explicit_engine_that_refuses_is_a_one_line_error(name, monkeypatch):
         monkeypatch.setattr(ENGINES[other], "unavailable", lambda: None)
         monkeypatch.setattr(ENGINES[other], "refusal", lambda system, **facts: None)
     assert choose(AUTO, "pasta") == others[0]  # auto passes over the refusing engine
+
+
+def test_llama_cpp_refuses_what_its_cache_cannot_express():
+    """TIP's H2O (it drops single tokens, not pages) is refused on llama.cpp, dense is not;
+    torch refuses nothing."""
+    from solm.decode.tip.policies import make_policy
+
+    llama, torch_engine = ENGINES["llama.cpp"], ENGINES["torch"]
+    assert llama.refusal("tip", policy=make_policy("h2o", 256, 16))
+    assert llama.refusal("tip", policy=make_policy("dense", None, 16)) is None
+    assert torch_engine.refusal("tip", policy=make_policy("h2o", 256, 16)) is None
