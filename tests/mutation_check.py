@@ -1261,7 +1261,7 @@ ISSUE47 = {
         "solm/core/models.py", "                       pad_cycle=meta.get(\"pad_cycle\", 1))",
         "                       pad_cycle=None)", ["tests/test_pdiff_sft.py"]),
     "pad_cycle_later_pads_not_pads": (
-        "solm/decode/pdiff/runtime.py", "        is_pad = torch.isin(chosen, torch.tensor(self.vocab.pads))",
+        "solm/decode/pdiff/runtime.py", "        is_pad = torch.isin(chosen, self._pad_ids)",
         "        is_pad = chosen == self.vocab.pad", ["tests/test_pdiff_runtime.py"]),
     "pdiff_steps_not_shortened": (
         "solm/decode/pdiff/runtime.py",

@@ -163,6 +163,7 @@ class PdiffRuntime:
         self.waiting: deque[PdiffRequest] = deque()
         self.running: list[_Run] = []
         self._masks: dict | None = None
+        self._pad_ids = torch.tensor(self.vocab.pads)  # every pad of the cycle
 
     # ---- grammar -------------------------------------------------------------------------
 
@@ -473,7 +474,7 @@ class PdiffRuntime:
         logp = torch.log(probs.clamp_min(1e-30))
         entropy = -(probs * logp).sum(-1)
         score = entropy if cfg.order == "entropy" else -confidence
-        is_pad = torch.isin(chosen, torch.tensor(self.vocab.pads))
+        is_pad = torch.isin(chosen, self._pad_ids)
         order = torch.argsort(score, stable=True)
         if cfg.defer_pads:  # every non-pad slot ranks first, each group still by its score
             order = order[torch.argsort(is_pad[order].to(torch.uint8), stable=True)]
