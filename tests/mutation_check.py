@@ -1025,8 +1025,22 @@ ISSUE37 = {
         "                    if promised:\n                        self.ctx.seq_cp(req.main, seq)"
         "\n                    if promised:", LLAMA_TESTS),
     "tip_bench_runs_refused_policies_on_llama": (
-        "solm/eval/tip_bench.py", "runs = [n for n in policies if n not in refused]",
-        "runs = list(policies)", LLAMA_TESTS),
+        "solm/eval/tip_bench.py", "[n for n in policies if n not in refused], refused))",
+        "list(policies), refused))", LLAMA_TESTS),
+    # issue 48: the seam gives each system its step, and the refusals hold
+    "pdiff_given_the_slots_step": (
+        "solm/decode/pdiff/system.py", 'step("pdiff", engine,', 'step("slots", engine,',
+        ["tests/test_engine_matrix.py"]),
+    "tip_runs_on_torch_whatever_the_engine": (
+        "solm/decode/tip/system.py", "    kv = engine_kv(engine, config)\n",
+        "    kv = engine_kv(engine, config) and None\n", ["tests/test_engine_matrix.py"]),
+    "pasta_pred10x_refusal_dropped": (
+        "solm/engines/llamacpp_engine.py",
+        '    if parallel and model_positions(model) != "overlap":',
+        "    if False:", ["tests/test_engine_matrix.py"]),
+    "sot_batched_runtime_drops_the_engines_step": (
+        "solm/decode/sot/system.py", "max_batch=batch, forward=forward)",
+        "max_batch=batch)", ["tests/test_engine_matrix.py"]),
     "own_loop_skips_a_position": (
         "solm/llamacpp/own_loop.py", "len(ids) + step, 1", "len(ids) + step + 1, 1",
         LLAMA_TESTS),

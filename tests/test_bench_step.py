@@ -2,6 +2,7 @@
 medians and ratios of what was timed, and the command writes them."""
 
 import json
+from pathlib import Path
 import statistics
 
 import pytest
@@ -88,10 +89,12 @@ def test_a_torch_probe_sequence_reads_only_its_own_keys(pasta_tokenizer):
     probe.close()
 
 
-def test_bench_step_writes_its_figures_and_plot(tmp_path, tiny_folder):
+def test_bench_step_writes_its_figures_and_plot(tmp_path, tiny_folder, monkeypatch):
     from typer.testing import CliRunner
 
     from solm.cli import main as solm_main
+
+    monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
 
     out, plot = tmp_path / "cost.json", tmp_path / "cost.png"
     r = CliRunner().invoke(solm_main.app, [
@@ -106,6 +109,9 @@ def test_bench_step_writes_its_figures_and_plot(tmp_path, tiny_folder):
     assert e["times_one"]["2"] == pytest.approx(e["ms"]["2"] / e["ms"]["1"], abs=1e-3)
     assert e["floor_ms"] == pytest.approx(e["weight_mb"] * 2**20 / 5e9 * 1000, rel=1e-2)
     assert plot.stat().st_size > 1000
+    # kept for `--engine auto`, under this CPU and the model
+    kept = json.loads((tmp_path / "cache" / "step_cost.json").read_text())
+    assert kept[got["cpu"]][str(Path(tiny_folder).resolve())] == got
     bad = CliRunner().invoke(solm_main.app, ["bench", "step", "-m", tiny_folder, "--ks", "0,2"])
     assert bad.exit_code != 0 and "--ks" in bad.output
 

@@ -409,13 +409,14 @@ def tip_decode(model, tok, prompts, policy, budget, engine, gguf=None, batch=2, 
     from solm.core.sampling import SamplingConfig
     from solm.decode.tip.runtime import TipDecodeConfig, TipRequest, TipRuntime
 
-    llama = None
+    kv = None
     if engine == "llama.cpp":
         from solm.llamacpp.binding import LlamaContext
+        from solm.llamacpp.tip import LlamaKV
 
-        llama = LlamaContext(gguf, n_ctx=batch * 512, n_seq=batch, kv_type="f32",
-                             unified=False)
-    rt = TipRuntime(model, tok, num_pages=64, page_size=16, num_registers=4, llama=llama)
+        kv = LlamaKV(LlamaContext(gguf, n_ctx=batch * 512, n_seq=batch, kv_type="f32",
+                                  unified=False))
+    rt = TipRuntime(model, tok, num_pages=64, page_size=16, num_registers=4, kv=kv)
     cfg = TipDecodeConfig(policy=policy, budget=budget, batch_size=batch, max_new_tokens=new,
                           sampling=SamplingConfig(temperature=0.0), record_logits=True,
                           record_reads=True)

@@ -23,6 +23,10 @@ pass that reads every weight once cannot go below, whatever k.
 Run it on a quiet machine (nothing else using the cores): a second process using torch
 threads on a 2-core CPU slows a pass many times. The CPU is named in the output.
 
+The figures are also kept in solm's cache for `--engine auto`: on this CPU, for this model
+(and adapters trained on it), auto then takes the engine where the tokens a decode writes
+per pass (as its last decode here measured them) cost the least time.
+
 Example: `solm bench step -m smollm2-135m --gguf-types q8_0,q4_0,f16 --dtypes fp32
 -o bench/results/step_cost.json`
 """
@@ -99,6 +103,9 @@ def step_command(
               "context": context, "repeats": repeats, "ks": k_list, "skipped": skipped,
               "engines": [c.to_dict(bandwidth) for c in costs]}
     _print_table(result, out_console)
+    from solm.engines.cost import record_step_costs
+
+    info(f"kept for --engine auto: {record_step_costs(result)}")
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=1) + "\n")

@@ -144,6 +144,9 @@ def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path
                                  system.summary_cls.start(cfg), samples, system.per_sample,
                                  on_row)
     rows = written if to_stdout else list(read_jsonl(out))
+    from solm.engines.cost import record_tokens_per_pass
+
+    record_tokens_per_pass(model, system.name, cfg, rows)  # what `--engine auto` weighs
     extra = system.report(rows, summary, runner, engine)
     settings = {"model": model, "prompts": str(source), "out": str(out), "limit": limit,
                 "shard": shard, "dtype": dtype, "device": device,

@@ -70,19 +70,24 @@ TrustRemoteCodeOption = typer.Option(
 
 
 def refuse_gguf_type_on_torch(values: dict) -> None:
-    """`--gguf-type` given to a command whose `--engine` is torch would be ignored: refused
-    (README: options that do not apply are refused). Under `auto` it applies when llama.cpp
-    is chosen."""
+    """`--gguf-type` given to a command whose `--engine` does not read it would be ignored:
+    refused (README: options that do not apply are refused). Under `auto` it applies when
+    an engine that reads it is chosen."""
     from solm.cli.errors import current_context
+    from solm.engines import applies, owners
 
     ctx = current_context()
-    if ctx is None or "gguf_type" not in ctx.params or values.get("engine") != "torch":
+    engine = values.get("engine")
+    chosen = engine if isinstance(engine, (list, tuple)) else [engine]  # `tip bench`: a list
+    if ctx is None or "gguf_type" not in ctx.params or any(applies(e, "gguf_type")
+                                                            for e in chosen):
         return
     from solm.cli.errors import given_explicitly
 
     if given_explicitly(ctx, "gguf_type"):
-        raise typer.BadParameter("applies to the llama.cpp engine only; this command runs "
-                                 "on --engine torch (choose --engine llama.cpp or auto)",
+        readers = " or ".join(owners("gguf_type"))
+        raise typer.BadParameter(f"applies to the {readers} engine only; this command runs "
+                                 f"on --engine {','.join(chosen)} (choose --engine {readers} or auto)",
                                  param_hint="--gguf-type")
 
 

@@ -270,6 +270,7 @@ def demo(
     from solm.decode.pasta.demo import DEMO_PROMPT, run_demo, timeline_rows
     from solm.decode.pasta.runtime import PastaDecodeConfig
     from solm.decode.pasta.system import runtime_on_engine
+    from solm.engines import applies, get_engine
 
     if out is not None:
         check_paths([], [out])
@@ -279,8 +280,7 @@ def demo(
                                      max(1024, 4 * max_new_tokens))
     m = rt.model
     where = cpu_description() if m.device.type == "cpu" else str(m.device)
-    on = (f"llama.cpp ({settings.gguf_type} GGUF)" if settings.engine == "llama.cpp" else
-          f"torch ({str(m.dtype).replace('torch.', '')})")
+    on = get_engine(settings.engine).describe(settings, str(m.dtype))
     console.print(f"[bold]{model}[/] on {where}, engine {on}; decoding with "
                   f"{decoding.describe()}", highlight=False)
     console.print(f"[bold cyan]prompt>[/] {prompt}", highlight=False)
@@ -332,7 +332,7 @@ def demo(
         out.write_text(_json.dumps({
             "model": model, "prompt": prompt, "response": res.response, "machine": where,
             "engine": settings.engine, "gguf_type": settings.gguf_type if
-            settings.engine == "llama.cpp" else None,
+            applies(settings.engine, "gguf_type") else None,
             "dtype": str(m.dtype), "answer_tokens": n, "threads": live_run.threads,
             "decode_forward_passes": live_run.forward_passes,
             "decode_tokens_fed": live_run.tokens_fed,

@@ -69,6 +69,7 @@ def bench(
     from solm.decode.compiled import should_compile
     from solm.decode.pasta.config import PastaDecodeConfig
     from solm.decode.pasta.system import PastaEngine, load, one_request_runtime, prepare
+    from solm.engines import get_engine
     from solm.core.paths import outputs_beside
     from solm.eval.pasta_bench import plot_speedups, run_pasta_bench, sequential_bandwidth
 
@@ -76,7 +77,7 @@ def bench(
     settings = PastaEngine(engine=engine, gguf_type=gguf_type, pool_size=pool_size,
                            compile=compile, quantize=quantize)
     prepare(PastaDecodeConfig(mode="parallel"), settings, model)  # a refusal before loading
-    on_llama = settings.engine == "llama.cpp"
+    chosen_engine = get_engine(settings.engine)
     m, tok = load(model, settings, dtype, device)
     chosen = []
     for row in read_jsonl(annotated):
@@ -89,19 +90,16 @@ def bench(
         if len(chosen) >= rows:
             break
     expected = sum(2 * repeats * len(text_ids(tok, strip(r["annotated"]))) for r in chosen)
-    compiled = not on_llama and should_compile(compile, expected, m.device)
-    on = (f"llama.cpp, {gguf_type} GGUF" if on_llama else
-          f"dtype {m.dtype}{', compiled step' if compiled else ''}"
-          f"{', ' + quantize if quantize else ''}")
+    compiled = chosen_engine.torch_step and should_compile(compile, expected, m.device)
+    on = (chosen_engine.describe(settings, str(m.dtype)) + (', compiled step' if compiled else '')
+          + (', ' + quantize if quantize else ''))
     info(f"replaying {len(chosen)} rows from {annotated} ({on})")
     rt = one_request_runtime(m, tok, settings, compiled)
-    generate, own = None, None
-    if on_llama:  # the yardstick on the same engine: llama.cpp's own loop, same GGUF
-        from solm.llamacpp.engine import llama_context
-        from solm.llamacpp.own_loop import OwnLoop
-
-        own = OwnLoop(llama_context(settings, pool_size, sequences=1))
-
+    generate = None
+    # the yardstick on the same engine: its own one-token loop, same weights (None: torch's
+    # model.generate)
+    own = chosen_engine.sequential_loop(settings, pool_size)
+    if own is not None:
         def own_generate(ids, n):
             _, prefill_s, decode_s = own.generate(ids, n)
             return prefill_s + decode_s
@@ -124,12 +122,15 @@ def bench(
     if own is not None:
         own.close()
     summary.update({"model": model, "engine": settings.engine,
-                    "generate": "llama.cpp's own loop" if on_llama else "model.generate",
-                    "dtype": gguf_type if on_llama else str(m.dtype).replace("torch.", ""),
+                    "generate": f"{settings.engine}'s own loop" if own is not None
+                    else "model.generate",
+                    "dtype": str(m.dtype).replace("torch.", "")
+                    if chosen_engine.torch_step else gguf_type,
                     "repeats": repeats, "max_tokens": max_tokens, "compiled": compiled,
                     "quantize": quantize,
-                    # solm does not see llama.cpp's reads
-                    "sequential_bandwidth": None if on_llama else sequential_bandwidth(
+                    # solm sees only its own steps' reads
+                    "sequential_bandwidth": None if not chosen_engine.torch_step else
+                    sequential_bandwidth(
                         results, weight_bytes(m), kv_bytes_per_token(m),
                         machine_bandwidth(m.device))})
     if out:

@@ -66,9 +66,10 @@ def chat(
                                      dtype, device, pool_size, compile=options["compile"],
                                      quantize=options["quantize"],
                                      expected_tokens=min(max_new_tokens, pool_size))
-    tok, on_llama = rt.tokenizer, settings.engine == "llama.cpp"
-    on = (f"llama.cpp ({settings.gguf_type} GGUF)" if on_llama
-          else "torch")
+    from solm.engines import get_engine
+
+    tok, chosen = rt.tokenizer, get_engine(settings.engine)
+    on = chosen.describe(settings, str(rt.model.dtype))
     info(f"decoding on {on} with {decoding.describe()}")
     cfg = PastaDecodeConfig(max_new_tokens=max_new_tokens, sampling=SamplingConfig(
         seed=options["seed"], **decoding.values))
@@ -91,7 +92,8 @@ def chat(
         out_console.print(f"[bold green]model>[/] {row['response']}", highlight=False)
         from solm.decode.pasta.system import figures_line
 
-        figures = (figures_line(row, res) + " (llama.cpp)" if on_llama
-                   else figures_line(row, res, rt.model))
+        # solm counts the bytes of its own torch steps only
+        figures = (figures_line(row, res, rt.model) if chosen.torch_step
+                   else figures_line(row, res) + f" ({settings.engine})")
         console.print(f"[dim]{figures}[/]", highlight=False)
         messages.append({"role": "assistant", "content": row["response"]})

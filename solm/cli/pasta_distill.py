@@ -127,6 +127,7 @@ def distill(
     from solm.decode.jobs import undone
     from solm.decode.pasta.batched import default_batch_size
     from solm.decode.pasta.system import batched_on_engine
+    from solm.engines import recorded_choice
 
     wanted = prompt_pattern(match)
     part, device = sharded(shard, device)
@@ -144,7 +145,7 @@ def distill(
                     "sampled": sampled,
                     "max_new_tokens": max_new_tokens, "seed": seed, "dtype": dtype,
                     "greedy": greedy.values, "sampling": decoding.values,
-                    **({"engine": engine, "gguf_type": gguf_type} if engine != "torch" else {})}
+                    **recorded_choice(engine, gguf_type=gguf_type)}
     aside = guard_folder(out, row_settings, restart, job.RESULT_FILES)
     if aside is not None:
         info(f"--restart: the earlier results were moved into {aside}")

@@ -140,6 +140,7 @@ def prefs(
     from solm.core.sampling import SamplingConfig
     from solm.decode.pasta.batched import default_batch_size
     from solm.decode.pasta.system import batched_on_engine
+    from solm.engines import recorded_choice
     from solm.decode.pasta.format_stats import is_well_formed
     from solm.prefs import job
 
@@ -161,7 +162,7 @@ def prefs(
         "judge": judge if weight != 0 and score == "thesis" else None,
         "min_length_ratio": min_length_ratio, "speed": speed, "score": score,
         "repeat_weight": repeat_weight if score == "content" else None, "dtype": dtype, **{k: v for k, v in decoding.values.items()},
-        **({"engine": engine, "gguf_type": gguf_type} if engine != "torch" else {})}
+        **recorded_choice(engine, gguf_type=gguf_type)}
     aside = guard_folder(out, row_settings, restart, RESULT_FILES)
     if aside is not None:
         info(f"--restart: the earlier results were moved into {aside}")

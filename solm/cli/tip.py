@@ -317,7 +317,7 @@ def bench(
     from solm.decode.compiled import should_compile
     from solm.eval.tip_bench import (bench_runtime, merge_engines, plan_engines,
                                      read_trace_rows, run_tip_bench)
-    from solm.llamacpp.engine import load_on_engine
+    from solm.engines import applies, get_engine, load_on_engine
 
     from solm.decode.tip.policies import make_policy
 
@@ -345,13 +345,13 @@ def bench(
     summaries, pairs = [], None
     for settings, runs, refused in plans:
         for name, why in refused.items():
-            info(f"{name} left out on llama.cpp: {why}")
+            info(f"{name} left out on {settings.engine}: {why}")
         info(f"loading {model} ({registers} registers) for {settings.engine} ...")
         m, tok = load_on_engine(model, settings, dtype, device, "tip", registers)
         if pairs is None:  # every engine's tokenizer has the same tokens
             pairs = [(prompt_ids(tok, r["prompt"]),
                       text_ids(tok, r["response"])[:max_tokens]) for r in rows]
-        compiled = settings.engine == "torch" and should_compile(
+        compiled = get_engine(settings.engine).torch_step and should_compile(
             compile, sum(len(r) for _, r in pairs) * len(runs), m.device)
         rt = bench_runtime(m, tok, pairs, settings, batch_size, compiled)
         info(f"replaying {len(pairs)} traces (mean "
@@ -359,13 +359,14 @@ def bench(
              f" on {settings.engine}")
         with progress(f"replaying on {settings.engine} (tokens)",
                       sum(len(r) for _, r in pairs) * len(runs)) as advance:
-            summary = run_tip_bench(rt, pairs, runs, budget, batch_size,
+            summary = run_tip_bench(rt, pairs, runs, budget, batch_size, settings.engine,
                                     on_policy=policy_done, on_step=advance)
         summary.update({"compiled": compiled, "compile_s": round(rt.compile_s, 1),
                         "dtype": str(m.dtype).replace("torch.", "")
-                        if settings.engine == "torch" else None,
+                        if applies(settings.engine, "dtype") else None,
                         "refused": refused,
-                        "gguf_type": gguf_type if settings.engine == "llama.cpp" else None})
+                        "gguf_type": gguf_type if applies(settings.engine, "gguf_type")
+                        else None})
         summaries.append(summary)
         del rt, m  # one model in memory at a time
     summary = merge_engines(summaries)

@@ -121,11 +121,13 @@ class DecodeSystem:
                 out[f.name] = getattr(config, f.name)
         for name in self.sampling:
             out[name] = getattr(config.sampling, name)
-        on_llama = getattr(engine, "engine", "torch") == "llama.cpp"
+        from solm.engines import REFERENCE, applies
+
+        name_of = getattr(engine, "engine", REFERENCE)
         for name in self.row_engine_settings:
-            # each engine's own weight setting: the other one's does not change rows
-            out[name] = getattr(engine, name) if name != "gguf_type" or on_llama else None
-        out["dtype"] = None if on_llama else dtype
+            # each engine's own settings: another engine's do not change rows
+            out[name] = getattr(engine, name) if applies(name_of, name) else None
+        out["dtype"] = dtype if applies(name_of, "dtype") else None
         return out
 
 

@@ -14,6 +14,8 @@ class LlamaCppEngine(Engine):
     summary = "the model exported to a GGUF, decoded by llama-cpp-python: faster on a CPU"
     format_option = "gguf_types"  # the `solm bench step` option naming its formats
     exact_format = "f32"  # its logits equal the Hugging Face forward's (fp32)
+    own_settings = frozenset({"gguf_type"})
+    format_setting = "gguf_type"
 
     def unavailable(self) -> str | None:
         from solm.llamacpp.binding import llama_cpp_available
@@ -32,6 +34,54 @@ class LlamaCppEngine(Engine):
         why = check(config=config, settings=settings, model=model, policy=policy) \
             if check else None
         return why or _settings_refusal(settings)
+
+    def load(self, model: str, settings, dtype: str, device: str | None, system: str,
+             num_registers: int = 16):
+        """The model in fp32 on the CPU (the export's source, once, and the decoding rules'
+        vocabulary), and `settings.gguf` set to its GGUF (exported on first use)."""
+        from solm.core.models import load_decoder
+        from solm.core.notices import notice
+        from solm.llamacpp.engine import gguf_for, kv_type
+
+        loaded = load_decoder(model, dtype="fp32", device="cpu", system=system,
+                              num_registers=num_registers)
+        settings.gguf = str(gguf_for(model, settings.gguf_type, system, num_registers,
+                                     loaded=loaded))
+        source = (f"{model} re-exported with its control tokens as " if
+                  str(model).endswith(".gguf") else "")
+        notice(f"engine llama.cpp: {source}{settings.gguf_type} weights, "
+               f"{kv_type(settings).upper()} KV cache ({settings.gguf})")
+        return loaded
+
+    def step(self, kind: str, settings, cells: int, sequences: int | None = None,
+             independent: bool = False):
+        """A llama.cpp context of `cells` cells (one unified cache, or a stream per request
+        when `independent`) behind the step `kind` speaks."""
+        super().step(kind, settings, cells)
+        from solm.llamacpp.binding import MAX_SEQUENCES
+        from solm.llamacpp.engine import llama_context
+
+        seqs = sequences if independent else min(MAX_SEQUENCES, sequences or MAX_SEQUENCES)
+        ctx = llama_context(settings, cells, seqs, unified=not independent)
+        if kind == "paged":
+            from solm.llamacpp.tip import LlamaKV
+
+            return LlamaKV(ctx)
+        from solm.llamacpp.step import LlamaCppStep, LlamaPdiffStep, LlamaPoolStep
+
+        if kind == "pool":
+            return LlamaPoolStep(ctx, cells)
+        return LlamaPdiffStep(ctx) if kind == "pdiff" else LlamaCppStep(ctx)
+
+    def sequential_loop(self, settings, cells: int):
+        """llama.cpp's own loop on the same GGUF (`solm.llamacpp.own_loop`)."""
+        from solm.llamacpp.engine import llama_context
+        from solm.llamacpp.own_loop import OwnLoop
+
+        return OwnLoop(llama_context(settings, cells, sequences=1))
+
+    def describe(self, settings, dtype: str) -> str:
+        return f"llama.cpp ({settings.gguf_type} GGUF)"
 
     def probes(self, model: str, formats: Sequence[str]) -> list:
         from solm.llamacpp.engine import gguf_for

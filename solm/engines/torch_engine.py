@@ -14,6 +14,20 @@ class TorchEngine(Engine):
     summary = "solm's own runtime on PyTorch: the reference (training's logits, log-probs)"
     format_option = "dtypes"  # the `solm bench step` option naming its formats
     exact_format = "fp32"  # its logits equal the Hugging Face forward's (fp32)
+    reference = True
+    torch_step = True
+    own_settings = frozenset({"dtype", "quantize", "compile"})
+
+    def load(self, model: str, settings, dtype: str, device: str | None, system: str,
+             num_registers: int = 16):
+        from solm.core.models import load_decoder
+
+        return load_decoder(model, dtype=dtype, device=device, system=system,
+                            quantize=getattr(settings, "quantize", None),
+                            num_registers=num_registers)
+
+    def describe(self, settings, dtype: str) -> str:
+        return f"torch ({str(dtype).removeprefix('torch.')})"
 
     def probes(self, model: str, formats: Sequence[str]) -> list:
         from solm.core.models import load_decoder

@@ -262,12 +262,15 @@ def answer_tokens(tokenizer, text: str) -> int:
 
 def method_engine(m: Method, settings: DecodeSettings, engine: str, gguf_type: str) -> Any:
     """The method's engine settings with `--engine` resolved for it (`auto`: llama.cpp where
-    the method can run there); a system with no engine choice decodes on torch."""
+    the method can run there); a system with no engine choice decodes on the reference."""
+    from solm.engines import ENGINES, REFERENCE
+
     system = m.system
     names = {f.name for f in dataclasses.fields(system.engine_cls)}
     if "engine" not in names:
-        if engine == "llama.cpp":
-            raise SolmError(f"--engine llama.cpp: {m.label} ({m.kind}) decodes on torch only")
+        if engine in ENGINES and engine != REFERENCE:
+            raise SolmError(f"--engine {engine}: {m.label} ({m.kind}) decodes on "
+                            f"{REFERENCE} only")
         return system.engine_cls()
     out = system.engine_cls(engine=engine, gguf_type=gguf_type)
     system.prepare(m.config(settings), out, m.model)

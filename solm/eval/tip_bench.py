@@ -72,8 +72,8 @@ def replay_policy(rt: TipRuntime, traces: list[tuple[list[int], list[int]]], pol
 def step_bandwidth(rt: TipRuntime, steps: int, slot_reads: int, seconds: float) -> dict:
     """Bandwidth the decode steps achieved: weights once per step plus the KV slots gathered
     (counted per layer by the paged cache), against the machine's probed bandwidth. Not on
-    llama.cpp, whose reads solm does not see (nothing is reported there)."""
-    if rt.llama is not None:
+    another engine's paged KV, whose reads solm does not see (nothing is reported there)."""
+    if rt.engine_kv is not None:
         return {}
     from solm.core.quantize import weight_bytes
     from solm.decode.bandwidth import achieved, kv_bytes_per_token, machine_bandwidth
@@ -84,7 +84,7 @@ def step_bandwidth(rt: TipRuntime, steps: int, slot_reads: int, seconds: float) 
 
 
 def run_tip_bench(rt: TipRuntime, traces: list[tuple[list[int], list[int]]],
-                  policies: list[str], budget: int, batch_size: int,
+                  policies: list[str], budget: int, batch_size: int, engine: str,
                   on_policy: Callable[[dict], None] | None = None,
                   on_step: Callable[[int], None] | None = None) -> dict:
     """Each policy replays every trace; `on_policy(row)` gets each policy's figures as soon
@@ -95,7 +95,7 @@ def run_tip_bench(rt: TipRuntime, traces: list[tuple[list[int], list[int]]],
         replay_policy(rt, warm, policy, budget, batch_size)
     rows = []
     for policy in policies:
-        row = {"engine": "llama.cpp" if rt.llama is not None else "torch",
+        row = {"engine": engine,
                **replay_policy(rt, traces, policy, budget if POLICIES[policy].needs_budget
                                else None, batch_size, on_step)}
         rows.append(row)
@@ -115,8 +115,9 @@ def run_tip_bench(rt: TipRuntime, traces: list[tuple[list[int], list[int]]],
 def plan_engines(choices: list[str], policies: list[str], budget: int, page_size: int,
                  named: bool, **settings) -> list[tuple]:
     """(engine settings, the policies it replays, {refused policy: why}) per engine choice.
-    llama.cpp leaves out the policies it cannot run when the policies were not named (`all`);
-    a named one it cannot run is a one-line error, as in `tip decode`."""
+    An engine named leaves out the policies it cannot run when the policies were not named
+    (`all`); a named one it cannot run is a one-line error, as in `tip decode`; `auto` takes
+    an engine that runs every policy."""
     from solm.core.errors import SolmError
     from solm.decode.tip.policies import make_policy
     from solm.decode.tip.system import TipEngine
@@ -125,10 +126,14 @@ def plan_engines(choices: list[str], policies: list[str], budget: int, page_size
     plans, resolved = [], set()
     for choice in choices:
         engine = TipEngine(engine=choice, page_size=page_size, **settings)
-        why = {n: ENGINES["llama.cpp"].refusal("tip", policy=make_policy(n, budget, page_size),
-                                               settings=engine) for n in policies}
+        # the engine named, or the one auto takes before it sees the policies
+        first_pick = ENGINES.get(choice) or next(
+            e for e in ENGINES.values()
+            if e.unavailable() is None and e.refusal("tip", settings=engine) is None)
+        why = {n: first_pick.refusal("tip", policy=make_policy(n, budget, page_size),
+                                     settings=engine) for n in policies}
         refused = {n: r for n, r in why.items() if r}
-        if choice == "llama.cpp" and not named and len(refused) < len(policies):
+        if choice in ENGINES and not named and len(refused) < len(policies):
             engine.engine = choose(choice, "tip", settings=engine)
         else:
             first = next(iter(refused), None)
@@ -139,33 +144,33 @@ def plan_engines(choices: list[str], policies: list[str], budget: int, page_size
             raise SolmError(f"--engine {','.join(choices)}: {choice} resolves to "
                             f"{engine.engine}, which is already in the list")
         resolved.add(engine.engine)
-        runs = [n for n in policies if n not in refused] if engine.engine == "llama.cpp" \
-            else list(policies)
-        plans.append((engine, runs, refused if engine.engine == "llama.cpp" else {}))
+        plans.append((engine, [n for n in policies if n not in refused], refused))
     return plans
 
 
 def bench_runtime(model, tokenizer, traces: list[tuple[list[int], list[int]]], engine,
                   batch_size: int, compile: bool) -> TipRuntime:
-    """The paged runtime a replay runs on: torch's pool, or llama.cpp with one KV stream per
-    batch row, each as long as the longest trace."""
-    llama = None
-    if engine.engine == "llama.cpp":
-        from solm.llamacpp.engine import llama_context
+    """The paged runtime a replay runs on: torch's pool, or the engine's paged KV with one
+    stream per batch row, each as long as the longest trace."""
+    from solm.engines import get_engine
 
-        longest = max(len(p) + len(r) for p, r in traces) + 2
-        llama = llama_context(engine, batch_size * longest, batch_size, unified=False)
+    longest = max(len(p) + len(r) for p, r in traces) + 2
+    kv = get_engine(engine.engine).step("paged", engine, batch_size * longest, batch_size,
+                                        independent=True)
     return TipRuntime(model, tokenizer,
                       num_pages=pages_needed(traces, engine.page_size, batch_size,
                                              engine.registers),
                       page_size=engine.page_size, num_registers=engine.registers,
-                      compile=compile and llama is None, llama=llama)
+                      compile=compile and kv is None, kv=kv)
 
 
 def merge_engines(summaries: list[dict]) -> dict:
     """One report of several engines' replays: every policy row (with its engine), the
-    first engine's ratios against dense on top, each engine's beside them, and llama.cpp's
-    throughput over torch's per policy when both ran."""
+    first engine's ratios against dense on top, each engine's beside them, and each other
+    engine's throughput over the reference's per policy when both ran
+    (`<engine>_vs_<reference>_throughput`)."""
+    from solm.engines import REFERENCE
+
     first = summaries[0]
     merged = {k: v for k, v in first.items() if k != "policies"}
     merged["policies"] = [r for s in summaries for r in s["policies"]]
@@ -175,10 +180,11 @@ def merge_engines(summaries: list[dict]) -> dict:
                                        if k in s}
                          for s in summaries}
     by = {(r["engine"], r["policy"]): r for r in merged["policies"]}
-    ratios = {p: by["llama.cpp", p]["throughput_tok_s"] / by["torch", p]["throughput_tok_s"]
-              for e, p in by if e == "torch" and ("llama.cpp", p) in by}
-    if ratios:
-        merged["llama_cpp_vs_torch_throughput"] = ratios
+    for other in dict.fromkeys(e for e, _ in by if e != REFERENCE):
+        ratios = {p: by[other, p]["throughput_tok_s"] / by[REFERENCE, p]["throughput_tok_s"]
+                  for e, p in by if e == other and (REFERENCE, p) in by}
+        if ratios:
+            merged[f"{other.replace('.', '_')}_vs_{REFERENCE}_throughput"] = ratios
     return merged
 
 

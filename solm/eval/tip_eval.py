@@ -251,7 +251,7 @@ def run_tip_eval(run_dir: Path, data_specs: list[str], points: list[Point], mode
     from solm.decode.tip.runtime import TipRuntime
     from solm.decode.tip.system import TipEngine
     from solm.core.math_task import load_problems
-    from solm.llamacpp.engine import llama_context, load_on_engine
+    from solm.engines import get_engine, load_on_engine
 
     run_dir.mkdir(parents=True, exist_ok=True)
     sets = [data_file(spec) for spec in data_specs]
@@ -277,16 +277,13 @@ def run_tip_eval(run_dir: Path, data_specs: list[str], points: list[Point], mode
                                               registers), settings)
             (m, tok), settings = loaded[key]
             lengths = [len(prompt_ids(tok, p["prompt"])) for p in rows]
-            llama = None
-            if engine == "llama.cpp":
-                longest = max(lengths) + protocol["max_new_tokens"] + 1
-                llama = llama_context(settings, protocol["batch_size"] * longest,
-                                      protocol["batch_size"], unified=False)
+            longest = max(lengths) + protocol["max_new_tokens"] + 1
+            kv = get_engine(engine).step("paged", settings, protocol["batch_size"] * longest,
+                                         protocol["batch_size"], independent=True)
             rt = TipRuntime(m, tok, num_pages=pages_for(lengths, protocol["max_new_tokens"],
                                                         protocol["page_size"],
                                                         protocol["batch_size"]),
-                            page_size=protocol["page_size"], num_registers=registers,
-                            llama=llama)
+                            page_size=protocol["page_size"], num_registers=registers, kv=kv)
             run_point(rt, point, data, rows, protocol["samples"], protocol, run_dir, done,
                       on_row)
     return summarise(read_rows(run_dir / "samples.jsonl"), read_rows(run_dir / "timing.jsonl"))

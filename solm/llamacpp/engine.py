@@ -80,29 +80,6 @@ def gguf_for(model: str, outtype: str, control_tokens: str | None = None,
     return path
 
 
-def load_on_engine(model: str, engine, dtype: str, device: str | None, system: str,
-                   num_registers: int = 16):
-    """(model, tokenizer) for a decode on `engine.engine`. On llama.cpp: the model in fp32 on
-    the CPU (the export's source, once, and the decoding rules' vocabulary), and
-    `engine.gguf` set to its GGUF."""
-    from solm.core.models import load_decoder
-
-    if engine.engine == "llama.cpp":
-        from solm.core.notices import notice
-
-        loaded = load_decoder(model, dtype="fp32", device="cpu", system=system,
-                              num_registers=num_registers)
-        engine.gguf = str(gguf_for(model, engine.gguf_type, system, num_registers,
-                                   loaded=loaded))
-        source = (f"{model} re-exported with its control tokens as " if
-                  str(model).endswith(".gguf") else "")
-        notice(f"engine llama.cpp: {source}{engine.gguf_type} weights, "
-               f"{kv_type(engine).upper()} KV cache ({engine.gguf})")
-        return loaded
-    return load_decoder(model, dtype=dtype, device=device, system=system,
-                        quantize=getattr(engine, "quantize", None), num_registers=num_registers)
-
-
 def kv_type(engine) -> str:
     """The KV cache's type: F32 beside f32 weights (equal to torch's fp32), else F16."""
     return "f32" if engine.gguf_type == "f32" else "f16"

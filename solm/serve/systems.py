@@ -14,9 +14,12 @@ from solm.decode.registry import DecodeSystem
 
 def pasta_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: str,
                  device: str | None):
+    from dataclasses import replace
+
     from solm.decode.compiled import should_compile
     from solm.decode.pasta.config import PastaDecodeConfig
     from solm.decode.pasta.runtime import PastaRuntime
+    from solm.engines import get_engine
     from solm.serve.engine import ServeEngine
 
     from solm.decode.pasta.system import PastaEngine, load, prepare
@@ -30,29 +33,18 @@ def pasta_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: 
                            quantize=opts["quantize"], pool_size=opts["pool_size"])
     prepare(defaults, settings, model)  # under auto, llama.cpp where the default mode runs
     m, tok = load(model, settings, dtype, device)
-    forward = None
-    if settings.engine == "llama.cpp":
-        from solm.llamacpp.engine import llama_context
-        from solm.llamacpp.step import LlamaCppStep, LlamaPoolStep
-
-        # the one-request runtime serves `compare`'s sequential side
-        rt = PastaRuntime(m, tok, pool_size=opts["pool_size"], forward=LlamaPoolStep(
-            llama_context(settings, opts["pool_size"]), opts["pool_size"]))
-        forward = LlamaCppStep(llama_context(settings, opts["pool_size"] * opts["max_batch"]))
-    else:
-        # a CPU server compiles only when asked: each new shape bucket would stall a request
-        rt = PastaRuntime(m, tok, pool_size=opts["pool_size"],
-                          compile=should_compile(opts["compile"], 0, m.device))
+    chosen = get_engine(settings.engine)
+    # the one-request runtime serves `compare`'s sequential side; a CPU server compiles
+    # only when asked: each new shape bucket would stall a request
+    pool = chosen.step("pool", settings, opts["pool_size"])
+    rt = PastaRuntime(m, tok, pool_size=opts["pool_size"], forward=pool,
+                      compile=pool is None and should_compile(opts["compile"], 0, m.device))
+    forward = chosen.step("slots", settings, opts["pool_size"] * opts["max_batch"])
     rt.grammar  # built once now, not inside the first request
     engine = ServeEngine(rt, max_queue=opts["max_queue"], max_batch=opts["max_batch"],
                          forward=forward)
-    if settings.engine == "llama.cpp":
-        from dataclasses import replace
-
-        from solm.engines import get_engine
-
-        engine.parallel_refusal = get_engine(settings.engine).refusal(
-            "pasta", config=replace(defaults, mode="parallel"), settings=settings, model=model)
+    engine.parallel_refusal = chosen.refusal(
+        "pasta", config=replace(defaults, mode="parallel"), settings=settings, model=model)
     return engine, defaults, f"{opts['mode']} by default, engine {settings.engine}"
 
 
@@ -85,7 +77,7 @@ def tip_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: st
     """A TIP model on the paged runtime: `pool_size` tokens per batch row."""
     from solm.decode.tip.config import TipDecodeConfig
     from solm.decode.tip.runtime import TipRuntime
-    from solm.llamacpp.engine import llama_context, load_on_engine
+    from solm.engines import get_engine, load_on_engine
     from solm.serve.tip_engine import TipServeEngine
 
     policy, budget, page_size = opts["policy"], opts["budget"], opts["page_size"]
@@ -94,12 +86,10 @@ def tip_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: st
     registers, max_batch = settings.registers, opts["max_batch"]
     m, tok = load_on_engine(model, settings, dtype, device, "tip", registers)
     pages = max_batch * (-(-opts["pool_size"] // page_size) + registers + 2)
-    llama = None
-    if settings.engine == "llama.cpp":
-        llama = llama_context(settings, max_batch * opts["pool_size"], max_batch,
-                              unified=False)
+    kv = get_engine(settings.engine).step("paged", settings, max_batch * opts["pool_size"],
+                                          max_batch, independent=True)
     rt = TipRuntime(m, tok, num_pages=pages, page_size=page_size, num_registers=registers,
-                    llama=llama)
+                    kv=kv)
     defaults = TipDecodeConfig(policy=policy, budget=budget, batch_size=max_batch,
                                max_new_tokens=opts["max_new_tokens"],
                                sampling=SamplingConfig(temperature=values["temperature"],

@@ -9,8 +9,7 @@ from solm.core.settings import setting
 from solm.decode.pasta.config import PastaDecodeConfig
 from solm.decode.pasta.decode_file import DEMO_PROMPTS, PastaDecodeSummary, result_record
 from solm.decode.registry import CompiledEngine, DecodeSystem, EngineChoice, register_system
-from solm.engines import choose
-from solm.llamacpp.engine import llama_context, load_on_engine
+from solm.engines import choose, engine_note, get_engine, load_on_engine
 
 
 @dataclass
@@ -46,7 +45,8 @@ def runtime_on_engine(model: str, mode: str, engine: str, gguf_type: str, dtype:
                            pool_size=pool_size, compile=compile, quantize=quantize)
     prepare(PastaDecodeConfig(mode=mode), settings, model)
     m, tok = load(model, settings, dtype, device)
-    compiled = settings.engine == "torch" and should_compile(compile, expected_tokens, m.device)
+    compiled = get_engine(settings.engine).torch_step and should_compile(compile, expected_tokens,
+                                                                          m.device)
     return one_request_runtime(m, tok, settings, compiled), settings
 
 
@@ -55,12 +55,9 @@ def one_request_runtime(model, tokenizer, engine: PastaEngine, compiled: bool = 
     `load` exported for)."""
     from solm.decode.pasta.runtime import PastaRuntime
 
-    if engine.engine != "llama.cpp":
-        return PastaRuntime(model, tokenizer, pool_size=engine.pool_size, compile=compiled)
-    from solm.llamacpp.step import LlamaPoolStep
-
-    return PastaRuntime(model, tokenizer, pool_size=engine.pool_size, forward=LlamaPoolStep(
-        llama_context(engine, engine.pool_size), engine.pool_size))
+    forward = get_engine(engine.engine).step("pool", engine, engine.pool_size)
+    return PastaRuntime(model, tokenizer, pool_size=engine.pool_size,
+                        compile=compiled and forward is None, forward=forward)
 
 
 def batched_on_engine(model: str, mode: str, engine: str, gguf_type: str, dtype: str,
@@ -69,37 +66,28 @@ def batched_on_engine(model: str, mode: str, engine: str, gguf_type: str, dtype:
     """(a `BatchedPastaRuntime` for `model` on the engine `engine` resolves to for `mode`
     decodes over `pool_size` slots, that engine's name): for `pasta prefs` and `pasta
     distill`. `independent`: requests share nothing (sequential decodes, no shared prompt);
-    on llama.cpp each then gets a KV stream of `pool_size / batch` cells of its own."""
+    an engine may then give each a KV stream of `pool_size / batch` cells of its own."""
     from solm.decode.pasta.batched import BatchedPastaRuntime
 
     settings = PastaEngine(engine=engine, gguf_type=gguf_type)
     prepare(PastaDecodeConfig(mode=mode), settings, model)
     m, tok = load(model, settings, dtype, device)
-    forward = None
-    if settings.engine == "llama.cpp":
-        from solm.llamacpp.step import LlamaCppStep
-
-        forward = LlamaCppStep(llama_context(settings, pool_size, batch, unified=False)
-                               if independent else llama_context(settings, pool_size))
+    forward = get_engine(settings.engine).step("slots", settings, pool_size,
+                                               batch if independent else None, independent)
     return BatchedPastaRuntime(m, tok, pool_size, batch, forward=forward), settings.engine
 
 
-def llama_runner(model, tokenizer, config: PastaDecodeConfig, engine: PastaEngine,
-                 batch: int):
-    """Continuous batching on llama.cpp: a request per sequence of one unified KV cache."""
+def engine_runner(model, tokenizer, config: PastaDecodeConfig, engine: PastaEngine,
+                  batch: int, forward):
+    """Continuous batching on another engine's step (`forward`, over `batch` requests'
+    pools): even one request goes through the batched runtime."""
     from solm.decode.pasta.batched import BatchedPastaRuntime
     from solm.decode.pasta.decode_file import BatchedPastaRunner
-    from solm.llamacpp.binding import MAX_SEQUENCES
-    from solm.llamacpp.step import LlamaCppStep
 
-    pool = engine.pool_size * batch
-    # parallel: a sequence per thread of every request in flight, as many as llama.cpp holds
-    seqs = MAX_SEQUENCES if config.mode == "parallel" else min(MAX_SEQUENCES, 2 * batch)
-    ctx = llama_context(engine, pool, seqs)
-    out = BatchedPastaRunner(BatchedPastaRuntime(model, tokenizer, pool_size=pool,
-                                                 max_batch=batch, forward=LlamaCppStep(ctx)),
-                             config)
-    out.compiled, out.batch_size, out.engine = False, batch, "llama.cpp"
+    out = BatchedPastaRunner(BatchedPastaRuntime(model, tokenizer,
+                                                 pool_size=engine.pool_size * batch,
+                                                 max_batch=batch, forward=forward), config)
+    out.compiled, out.batch_size, out.engine = False, batch, engine.engine
     return out
 
 
@@ -112,8 +100,12 @@ def runner(model, tokenizer, config: PastaDecodeConfig, engine: PastaEngine, pro
 
     batch = 1 if single else (engine.batch_size or default_batch_size(model.device))
     batch = min(batch, max(1, prompts))
-    if engine.engine == "llama.cpp":
-        return llama_runner(model, tokenizer, config, engine, batch)
+    # parallel: a sequence per thread of every request in flight, as many as the engine holds
+    forward = get_engine(engine.engine).step(
+        "slots", engine, engine.pool_size * batch,
+        None if config.mode == "parallel" else 2 * batch)
+    if forward is not None:
+        return engine_runner(model, tokenizer, config, engine, batch, forward)
     # batched steps compile only when asked: their time goes to GEMMs and per-request
     # attention, and a compiled step measured no faster on the CPUs here (README)
     compiled = should_compile(engine.compile, max(1, prompts) * min(config.max_new_tokens,
@@ -133,7 +125,7 @@ def runner(model, tokenizer, config: PastaDecodeConfig, engine: PastaEngine, pro
 def describe(runner) -> str:
     batch = runner.batch_size
     return (f"decoding ({runner.config.mode}{f', batches of {batch}' if batch > 1 else ''}"
-            f"{', llama.cpp' if runner.engine == 'llama.cpp' else ''})")
+            f"{engine_note(runner.engine)})")
 
 
 def decode_bandwidth(model, steps: int, kv_read: int, seconds: float) -> dict:
@@ -172,8 +164,8 @@ def answer(runner, job, engine: PastaEngine) -> tuple[str, list[str]]:
     beside them (`solm.decode.compare`), both paths warmed before either is timed."""
     from solm.decode.compare import compare_lines
 
-    if engine.engine == "llama.cpp":
-        return llama_answer(runner, job, engine)
+    if not get_engine(engine.engine).torch_step:
+        return engine_answer(runner, job, engine)
     rt, cfg, ids = runner.rt, runner.config, list(job.prompt_ids)
     if engine.compare:
         rt.generate(ids, replace(cfg, max_new_tokens=4))
@@ -189,9 +181,10 @@ def answer(runner, job, engine: PastaEngine) -> tuple[str, list[str]]:
     return row["response"], lines
 
 
-def llama_answer(runner, job, engine: PastaEngine) -> tuple[str, list[str]]:
-    """`answer` on llama.cpp: the decode through the batched runner; with `compare`, the
-    sequential decode on the same engine beside it, both warmed before either is timed."""
+def engine_answer(runner, job, engine: PastaEngine) -> tuple[str, list[str]]:
+    """`answer` on another engine: the decode through the batched runner; with `compare`,
+    the sequential decode on the same engine beside it, both warmed before either is
+    timed."""
     from solm.decode.compare import compare_lines
     from solm.decode.pasta.decode_file import BatchedPastaRunner
 
@@ -208,7 +201,7 @@ def llama_answer(runner, job, engine: PastaEngine) -> tuple[str, list[str]]:
             short = replace(r.config, max_new_tokens=4)
             next(iter(BatchedPastaRunner(runner.batched, short).run([job])))
     row, res = decode(runner)
-    lines = [figures_line(row, res) + " (llama.cpp)"]
+    lines = [figures_line(row, res) + f" ({engine.engine})"]
     if engine.compare and cfg.mode == "parallel":
         seq_row, _ = decode(sequential)
         lines += compare_lines(row, seq_row)
@@ -222,11 +215,11 @@ def report(rows: list, summary: PastaDecodeSummary, runner, engine: PastaEngine)
 
     speed = {"engine": runner.engine, "compiled": runner.compiled, "quantize": engine.quantize,
              "batch_size": runner.batch_size}
-    if runner.engine == "llama.cpp":
-        speed.update(gguf=engine.gguf, gguf_type=engine.gguf_type)
-    else:
+    if get_engine(runner.engine).torch_step:
         speed.update(decode_bandwidth(runner.rt.model, summary.forward_passes, summary.kv_read,
                                       summary.decode_s))
+    else:
+        speed.update(gguf=engine.gguf, gguf_type=engine.gguf_type)
     return {"format": format_stats(rows).to_dict() if rows else {}, "speed": speed}
 
 

@@ -8,8 +8,7 @@ from solm.core.settings import setting
 from solm.decode.pdiff.config import PdiffDecodeConfig
 from solm.decode.pdiff.decode_file import DEMO_PROMPTS, PdiffDecodeSummary
 from solm.decode.registry import DecodeSystem, EngineChoice, register_system
-from solm.engines import choose
-from solm.llamacpp.engine import llama_context, load_on_engine
+from solm.engines import choose, engine_note, get_engine, load_on_engine
 
 
 @dataclass
@@ -33,11 +32,7 @@ def runner(model, tokenizer, config: PdiffDecodeConfig, engine: PdiffEngine, pro
     from solm.decode.pdiff.runtime import PdiffRuntime
 
     batch = 1 if single else max(1, min(engine.batch_size, prompts))
-    forward = None
-    if engine.engine == "llama.cpp":
-        from solm.llamacpp.step import LlamaPdiffStep
-
-        forward = LlamaPdiffStep(llama_context(engine, engine.pool_size * batch))
+    forward = get_engine(engine.engine).step("pdiff", engine, engine.pool_size * batch)
     out = PdiffRunner(PdiffRuntime(model, tokenizer, pool_size=engine.pool_size * batch,
                                    max_batch=batch, forward=forward), config)
     out.engine = engine.engine
@@ -57,7 +52,7 @@ def figures_line(row: dict) -> str:
 def describe(runner) -> str:
     batch = runner.rt.max_batch
     return (f"decoding (planned diffusion{f', batches of {batch}' if batch > 1 else ''}"
-            f"{', llama.cpp' if runner.engine == 'llama.cpp' else ''})")
+            f"{engine_note(runner.engine)})")
 
 
 def eval_row(row: dict) -> dict:

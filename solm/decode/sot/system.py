@@ -12,8 +12,7 @@ from solm.decode.jobs import DecodeSummary
 from solm.decode.protocol import Done, Job
 from solm.decode.registry import DecodeSystem, EngineChoice, register_system
 from solm.decode.sot.config import SotConfig
-from solm.engines import choose
-from solm.llamacpp.engine import llama_context, load_on_engine
+from solm.engines import choose, get_engine, load_on_engine
 
 
 @dataclass
@@ -32,20 +31,15 @@ def prepare(config: SotConfig, engine: SotEngine, model: str) -> None:
 
 class SotRunner:
     """One question at a time (timed rows), or `batch` together (`BatchedSotRuntime`). On
-    llama.cpp every question runs through `BatchedSotRuntime` on `LlamaCppStep` (a point is
-    a sequence forked from its prefix's), `batch` at a time."""
+    an engine with its own step every question runs through `BatchedSotRuntime` on it (a
+    point is a sequence forked from its prefix's), `batch` at a time."""
 
     def __init__(self, model, tokenizer, config: SotConfig, engine: SotEngine, batch: int):
         self.config, self.batch, self.tokenizer = config, batch, tokenizer
         self.engine = engine.engine
-        if engine.engine == "llama.cpp":
-            from solm.decode.sot.batched import BatchedSotRuntime
-            from solm.llamacpp.step import LlamaCppStep
-
-            self.rt = BatchedSotRuntime(model, tokenizer, pool_size=engine.pool_size * batch,
-                                        max_batch=batch, forward=LlamaCppStep(
-                                            llama_context(engine, engine.pool_size * batch)))
-        elif batch == 1:
+        forward = get_engine(engine.engine).step("slots", engine, engine.pool_size * batch)
+        self.one_at_a_time = forward is None and batch == 1
+        if self.one_at_a_time:
             from solm.decode.sot.runtime import SotRuntime
 
             self.rt = SotRuntime(model, tokenizer, pool_size=engine.pool_size,
@@ -54,10 +48,10 @@ class SotRunner:
             from solm.decode.sot.batched import BatchedSotRuntime
 
             self.rt = BatchedSotRuntime(model, tokenizer, pool_size=engine.pool_size * batch,
-                                        max_batch=batch)
+                                        max_batch=batch, forward=forward)
 
     def run(self, jobs: Iterable[Job]) -> Iterator[Done]:
-        if self.batch == 1 and self.engine == "torch":
+        if self.one_at_a_time:
             for job in jobs:
                 yield Done(job.rid, self.rt.generate(job.record.prompt, self.config))
             return

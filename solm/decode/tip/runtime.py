@@ -109,15 +109,12 @@ class TipRuntime:
 
     def __init__(self, model, tokenizer, num_pages: int = 1024, page_size: int = 64,
                  num_registers: int = 16, compile: bool = False,
-                 compile_backend: str = "inductor", llama=None):
-        """`llama`: a `solm.llamacpp.binding.LlamaContext` to run the forward passes on
-        (`LlamaKV`); the pages then only keep the books (live tokens, peak pages)."""
+                 compile_backend: str = "inductor", kv=None):
+        """`kv`: another engine's paged KV to run the forward passes on (its `Engine.step`
+        "paged", e.g. `solm.llamacpp.tip.LlamaKV`); the pages then only keep the books (live
+        tokens, peak pages)."""
         self.model, self.tokenizer = model, tokenizer
-        self.llama = None
-        if llama is not None:
-            from solm.llamacpp.tip import LlamaKV
-
-            self.llama = LlamaKV(llama)
+        self.engine_kv = kv
         self.device = next(model.parameters()).device
         self.page_size, self.num_pages = page_size, num_pages
         self.cache = PagedCache(num_layers_of(model), num_pages, page_size,
@@ -169,11 +166,11 @@ class TipRuntime:
             self.allocator.free(p.id)
 
     def _forget(self, row: _Row) -> None:
-        """A row that ended: its pages (and its llama.cpp sequence) are free again."""
+        """A row that ended: its pages (and its engine's sequence) are free again."""
         self._release(row.kv.pages)
         row.kv.pages = []
-        if self.llama is not None:
-            self.llama.end(row)
+        if self.engine_kv is not None:
+            self.engine_kv.end(row)
 
     def _evict(self, row: _Row, policy: EvictionPolicy) -> None:
         gone = policy.evict(row.kv)
@@ -198,11 +195,11 @@ class TipRuntime:
         """One forward pass; returns logits of each row's last token [B, V]."""
         vis = ([[(p, len(p.tokens)) for p in rows[0].kv.pages]] if prefill_causal
                else [policy.visible(r.kv) for r in rows])
-        if self.llama is not None:
+        if self.engine_kv is not None:
             if policy.needs_scores:
-                raise SolmError(f"--policy {policy.name} needs attention mass, which "
-                                f"llama.cpp does not expose: decode it with --engine torch")
-            logits = self.llama.forward(rows, tokens, positions, vis)
+                raise SolmError(f"--policy {policy.name} needs attention mass, which this "
+                                f"engine does not expose: decode it with --engine torch")
+            logits = self.engine_kv.forward(rows, tokens, positions, vis)
             self._account(rows, [sum(n for _, n in v) for v in vis], vis, prefill_causal)
             return logits
         st = self.cache.state

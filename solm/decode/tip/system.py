@@ -7,8 +7,7 @@ from typing import Optional
 
 from solm.core.settings import setting
 from solm.decode.registry import CompiledEngine, DecodeSystem, EngineChoice, register_system
-from solm.engines import choose
-from solm.llamacpp.engine import llama_context, load_on_engine
+from solm.engines import choose, engine_note, get_engine, load_on_engine
 from solm.decode.tip.config import TipDecodeConfig
 from solm.decode.tip.decode_file import TipSummary
 
@@ -37,12 +36,13 @@ def load(model: str, engine: TipEngine, dtype: str, device: str | None):
     return load_on_engine(model, engine, dtype, device, "tip", engine.registers)
 
 
-def tip_llama_context(engine: TipEngine, config: TipDecodeConfig):
-    """One stream per request (they share nothing): each token's attention reads its own
-    request's cells only."""
+def engine_kv(engine: TipEngine, config: TipDecodeConfig):
+    """The engine's paged KV (None: the runtime's own pages): one stream per request (they
+    share nothing), so each token's attention reads its own request's cells only."""
     cells = min(engine.num_pages * engine.page_size,
                 config.batch_size * (config.max_new_tokens + 2048))
-    return llama_context(engine, cells, config.batch_size, unified=False)
+    return get_engine(engine.engine).step("paged", engine, cells, config.batch_size,
+                                          independent=True)
 
 
 def runner(model, tokenizer, config: TipDecodeConfig, engine: TipEngine, prompts: int,
@@ -52,15 +52,12 @@ def runner(model, tokenizer, config: TipDecodeConfig, engine: TipEngine, prompts
     from solm.decode.tip.runtime import TipRuntime
 
     jobs = max(1, prompts) * engine.samples
-    if engine.engine == "llama.cpp":
-        rt = TipRuntime(model, tokenizer, num_pages=engine.num_pages,
-                        page_size=engine.page_size, num_registers=engine.registers,
-                        llama=tip_llama_context(engine, config))
-    else:
-        rt = TipRuntime(model, tokenizer, num_pages=engine.num_pages,
-                        page_size=engine.page_size, num_registers=engine.registers,
-                        compile=should_compile(engine.compile, jobs * config.max_new_tokens,
-                                               model.device))
+    kv = engine_kv(engine, config)
+    rt = TipRuntime(model, tokenizer, num_pages=engine.num_pages, page_size=engine.page_size,
+                    num_registers=engine.registers, kv=kv,
+                    compile=kv is None and should_compile(engine.compile,
+                                                          jobs * config.max_new_tokens,
+                                                          model.device))
     out = TipRunner(rt, config)
     out.engine = engine.engine
     return out
@@ -95,7 +92,7 @@ SYSTEM = register_system(DecodeSystem(
     row_engine_settings=("registers", "page_size", "quantize", "engine", "gguf_type"),
     row_excluded=("batch_size",), status=status,
     describe=lambda runner: (f"decoding ({runner.config.policy}"
-                             f"{', llama.cpp' if runner.engine == 'llama.cpp' else ''})"),
+                             f"{engine_note(runner.engine)})"),
     shown_rows=0, answer=answer, prepare=prepare,
     # the thesis' sampling for reasoning traces; a budget the budgeted policies can use
     command_defaults={"temperature": 0.6, "top_p": 0.95, "budget": 2048}))

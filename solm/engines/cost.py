@@ -1,0 +1,149 @@
+"""`--engine auto` from measurements: on the engines that can run a decode, the one where the
+model's measured tokens per pass buy the most tokens per second.
+
+Two records in solm's cache, both measured on this machine:
+- `step_cost.json`: what `solm bench step` timed, per CPU and base model: each engine's and
+  weight format's milliseconds for a pass of k tokens in k sequences;
+- `tokens_per_pass.json`: per model and decode (system and mode), the tokens its last
+  finished decode here wrote per forward pass (content tokens over the passes its requests
+  took part in).
+
+An engine's rate is tokens per pass / ms of a pass of that many tokens (linear between the
+ks measured). Without a measurement for this CPU and model, `auto` keeps the registry's
+order of preference.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+
+KEEP_MODELS = 200  # models whose tokens per pass are kept (the newest)
+
+
+def _cache(name: str) -> Path:
+    from solm.core.models import cache_root
+
+    return cache_root() / name
+
+
+def _read(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}  # no record (or a torn one): auto keeps its order
+
+
+def _write(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def base_model(model: str) -> str:
+    """The model whose weights' shapes decide a pass's cost: a LoRA adapter's parent (its
+    passes cost what its parent's do), else the model itself."""
+    from solm.core.models import ALIASES, adapter_parent, artifact_folder
+
+    folder = Path(artifact_folder(str(model)) or str(model))
+    if (folder / "adapter_config.json").is_file():
+        try:
+            return base_model(adapter_parent(folder))
+        except Exception:
+            return str(model)
+    return str(model) if str(model) in ALIASES or not folder.exists() else str(folder.resolve())
+
+
+def decode_key(system: str, config) -> str:
+    mode = getattr(config, "mode", None)
+    return f"{system}:{mode}" if mode else system
+
+
+def record_step_costs(result: dict) -> Path:
+    """Keep `solm bench step`'s figures for `auto` (per CPU, per base model)."""
+    path = _cache("step_cost.json")
+    data = _read(path)
+    data.setdefault(result["cpu"], {})[base_model(result["model"])] = result
+    _write(path, data)
+    return path
+
+
+def record_tokens_per_pass(model: str, system: str, config, rows: Sequence[dict]) -> None:
+    """Keep the tokens per pass a finished decode of `model` measured (rows that carry
+    `content_tokens` and `forward_passes`)."""
+    counted = [r for r in rows if r.get("forward_passes") and "content_tokens" in r]
+    if not counted:
+        return
+    passes = sum(r["forward_passes"] for r in counted)
+    path = _cache("tokens_per_pass.json")
+    data = _read(path)
+    entry = data.pop(str(model), {})  # the newest last: the oldest go past KEEP_MODELS
+    entry[decode_key(system, config)] = round(
+        sum(r["content_tokens"] for r in counted) / passes, 4)
+    data[str(model)] = entry
+    _write(path, dict(list(data.items())[-KEEP_MODELS:]))
+
+
+def tokens_per_pass(model: str, system: str, config) -> float:
+    """The tokens a pass of this decode writes, as last measured here (1.0 unmeasured)."""
+    return float(_read(_cache("tokens_per_pass.json")).get(str(model), {})
+                 .get(decode_key(system, config), 1.0))
+
+
+def pass_ms(ms: dict, k: float) -> float:
+    """A pass's ms at `k` tokens (fractional k: linear between the measured ks; beyond the
+    last, growing at the last step's slope)."""
+    points = sorted((int(x), float(v)) for x, v in ms.items())
+    if k <= points[0][0]:
+        return points[0][1]
+    for (k0, v0), (k1, v1) in zip(points, points[1:]):
+        if k <= k1:
+            return v0 + (v1 - v0) * (k - k0) / (k1 - k0)
+    (k0, v0), (k1, v1) = points[-2:] if len(points) > 1 else (points[0], (points[0][0] + 1,
+                                                                          points[0][1]))
+    return v1 + (v1 - v0) * (k - k1) / (k1 - k0)
+
+
+def engine_rates(names: Sequence[str], model: str, system: str, config, settings,
+                 cpu: str | None = None) -> tuple[dict[str, float], float]:
+    """({engine: tokens per ms} for the named engines measured here, tokens per pass).
+    An engine's weight format is the one its settings name (`Engine.format_setting`), else
+    its fastest measured one."""
+    from solm.engines import ENGINES
+
+    if cpu is None:
+        from solm.decode.bandwidth import cpu_description
+
+        cpu = cpu_description()
+    measured = _read(_cache("step_cost.json")).get(cpu, {}).get(base_model(model))
+    tpp = tokens_per_pass(model, system, config)
+    rates: dict[str, float] = {}
+    if not measured:
+        return rates, tpp
+    for name in names:
+        rows = [e for e in measured["engines"] if e["engine"] == name]
+        wanted = getattr(settings, ENGINES[name].format_setting, None) \
+            if ENGINES[name].format_setting else None
+        rows = [e for e in rows if e["variant"] == wanted] or rows
+        if rows:
+            rates[name] = max(tpp / pass_ms(e["ms"], max(1.0, tpp)) for e in rows)
+    return rates, tpp
+
+
+def fastest(names: Sequence[str], model: str | None, system: str, config,
+            settings) -> tuple[str, str] | None:
+    """(the engine of `names` with the highest measured rate, why), or None when fewer than
+    two of them were measured on this CPU for this model."""
+    if model is None or len(names) < 2:
+        return None
+    rates, tpp = engine_rates(names, model, system, config, settings)
+    if len(rates) < 2:
+        return None
+    best = max(rates, key=rates.get)
+    figures = ", ".join(f"{n} {1000 * r:.1f}" for n, r in
+                        sorted(rates.items(), key=lambda x: -x[1]))
+    return best, (f"measured here (`solm bench step`, {tpp:.2f} tokens a pass): "
+                  f"{figures} tokens/s")
