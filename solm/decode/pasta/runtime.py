@@ -67,6 +67,9 @@ class PastaDecodeResult:
     logprobs: list[float | None] | None = None
     end_logprob: float | None = None
     guarded: int = 0  # blocks a guard closed (promise overrun, repetition)
+    # indices into `ids` of the tokens never fed (a block's `</async>` the token cap's stop
+    # added): `logits` has no row for them
+    unfed: list[int] = field(default_factory=list)
 
     @property
     def wall_s(self) -> float:
@@ -306,7 +309,7 @@ class PastaRuntime:
                 if tid != MAIN and th.fed and not th.done and th.fed[-1] != v.async_close:
                     th.closed_by_stop = True
                     state.flags.add(FLAG_BLOCK_CUT)
-        ids, logit_rows, forced, logprobs = _training_order(
+        ids, logit_rows, forced, logprobs, unfed = _training_order(
             state.threads, state.fork_anchor, state.config.record_logits, v.async_close)
         return PastaDecodeResult(ids=ids, forward_passes=state.steps,
                                  threads=len(state.threads) - 1, tokens_fed=state.fed_total,
@@ -316,7 +319,8 @@ class PastaRuntime:
                                  kv_read=state.kv_read, compile_s=state.compile_s,
                                  forced=forced, ended=state.ended,
                                  logprobs=logprobs if state.config.record_logprobs else None,
-                                 end_logprob=state.end_logprob, guarded=state.guarded)
+                                 end_logprob=state.end_logprob, guarded=state.guarded,
+                                 unfed=unfed)
 
     # ---- the pieces of a step ---------------------------------------------------------
 
@@ -489,9 +493,11 @@ def replay_scripts(response_ids: Sequence[int], vocab: PastaVocab
 
 def _training_order(threads: dict[int, _Thread], fork_anchor: dict[int, int],
                     with_logits: bool, async_close: int
-                    ) -> tuple[list[int], list[torch.Tensor], list[int], list[float | None]]:
+                    ) -> tuple[list[int], list[torch.Tensor], list[int], list[float | None],
+                               list[int]]:
     """Main's tokens with each block spliced in right after its promise's closing token (and
-    their logits rows, the indices of forced tokens, and log-probs, as recorded)."""
+    their logits rows, the indices of forced tokens, log-probs as recorded, and the indices
+    of tokens the stop added without feeding them)."""
     main = threads[MAIN]
     after: dict[int, list[int]] = {}
     for fid, idx in fork_anchor.items():
@@ -500,6 +506,7 @@ def _training_order(threads: dict[int, _Thread], fork_anchor: dict[int, int],
     rows: list[torch.Tensor] = []
     forced: list[int] = []
     logprobs: list[float | None] = []
+    unfed: list[int] = []
 
     def take(th: _Thread, i: int) -> None:
         if th.forced[i]:
@@ -517,6 +524,7 @@ def _training_order(threads: dict[int, _Thread], fork_anchor: dict[int, int],
                 take(fork, k)
             if fork.closed_by_stop:
                 forced.append(len(ids))  # added by the stop
+                unfed.append(len(ids))
                 ids.append(async_close)
                 logprobs.append(None)
-    return ids, rows, forced, logprobs
+    return ids, rows, forced, logprobs, unfed
