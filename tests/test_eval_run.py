@@ -348,3 +348,26 @@ def test_speed_reports_the_interval_well_formed_answers_and_repeats():
     assert s["well_formed"] == 0.5  # q's block never closes
     assert s["repeated_3grams"] == pytest.approx((0.25 + 0.0) / 2)
     assert speed(base, base)["well_formed"] is None  # no Pasta-Lang answers
+
+
+def test_a_method_added_to_a_run_keeps_the_others_and_their_settings(tmp_path):
+    """A run folder takes a new method (its decode settings join the record); a method
+    already in it decoded with other settings is still refused."""
+    from solm.core.errors import SolmError
+    from solm.eval.methods import Method
+    from solm.eval.run import write_run_file
+
+    def decode(labels, penalty=1.2):
+        return {"decode": {"max_new_tokens": 8, "by_method": {
+            label: {"repetition_penalty": penalty} for label in labels}},
+            "engines": {label: "torch" for label in labels}}
+
+    a, b = Method.parse("sequential:a=m1"), Method.parse("pasta:b=m2")
+    write_run_file(tmp_path, [a], "a", decode(["a"]))
+    write_run_file(tmp_path, [a, b], "a", decode(["a", "b"]))
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert set(record["decode"]["by_method"]) == {"a", "b"} == set(record["engines"])
+    assert [m["label"] for m in record["methods"]] == ["a", "b"]
+    write_run_file(tmp_path, [b], "a", decode(["b"]))  # a rerun of one method
+    with pytest.raises(SolmError, match="decode settings"):
+        write_run_file(tmp_path, [a], "a", decode(["a"], penalty=1.0))

@@ -38,6 +38,20 @@ def judgments_path(run_dir: Path, label: str, against: str | None = None) -> Pat
     return Path(run_dir) / "judgments" / f"{label}{suffix}.jsonl"
 
 
+def _shared(name: str, value, other):
+    """A setting as a rerun must repeat it: per-method entries (`decode`'s `by_method`, the
+    `engines` by label) only for the methods both runs name (a method added to a run brings
+    its own, one left out keeps its record)."""
+    if not isinstance(value, dict) or not isinstance(other, dict):
+        return value
+    if name == "engines":
+        return {k: v for k, v in value.items() if k in other}
+    if "by_method" not in value:
+        return value
+    both = other.get("by_method", {})
+    return {**value, "by_method": {k: v for k, v in value["by_method"].items() if k in both}}
+
+
 def write_run_file(run_dir: Path, methods: list[Method], baseline: str, settings: dict) -> None:
     """Record what the run is; a rerun into the same folder must ask for the same methods."""
     path = Path(run_dir) / "run.json"
@@ -54,9 +68,17 @@ def write_run_file(run_dir: Path, methods: list[Method], baseline: str, settings
         # records none, and takes the first judge it is given)
         for name in ("decode", "baseline", "prompts", "judge", "reference", "engines"):
             if old.get(name) is not None and record.get(name) is not None \
-                    and old.get(name) != record.get(name):
+                    and _shared(name, old[name], record[name]) != \
+                    _shared(name, record[name], old[name]):
                 raise SolmError(f"{run_dir}: its {name} settings were {old.get(name)}; now "
                                 f"{record.get(name)}: use another run folder")
+            if isinstance(old.get(name), dict) and isinstance(record.get(name), dict):
+                # a method added: its settings join the record
+                if name == "engines":
+                    record[name] = {**old[name], **record[name]}
+                elif "by_method" in old[name]:
+                    record[name]["by_method"] = {**old[name]["by_method"],
+                                                 **record[name].get("by_method", {})}
         merged = {**old_methods, **{m.label: asdict(m) for m in methods}}
         record["methods"] = list(merged.values())
         for name in ("judge", "reference"):  # a --no-judge rerun keeps what is recorded
