@@ -376,6 +376,10 @@ pdiff-exact-cpu: setup $(SFT_DIR)/sft_rows.jsonl $(ALPACA)
 		--method sequential:baseline-sft=baseline-sft-cpu \
 		--method pdiff:exact=$(PDIFF_EXACT_DIR)/pdiff-sft,steps_ratio=0.5 \
 		--method pdiff:exact-conf=$(PDIFF_EXACT_DIR)/pdiff-sft,steps_ratio=0.5,confidence_threshold=0.9 \
+		--method pdiff:exact-ls0.7=$(PDIFF_EXACT_DIR)/pdiff-sft,steps_ratio=0.5,length_scale=0.7 \
+		--method pdiff:exact-ls0.5=$(PDIFF_EXACT_DIR)/pdiff-sft,steps_ratio=0.5,length_scale=0.5 \
+		--method pdiff:kept=pdiff-cpu,steps_ratio=0.5 \
+		--method pdiff:kept-overlap=pdiff-overlap-cpu,steps_ratio=0.5 \
 		--max-new-tokens 384 --batch-size 16 --repetition-penalty 1.2 --no-judge -q
 	$(BIN)/pasta eval report $(PDIFF_EXACT_DIR)/select -o $(PDIFF_EXACT_DIR)/select/report -q
 

@@ -100,8 +100,8 @@ def choose(choice: str, system: str, **facts) -> str:
                         + ")")
     from solm.engines.cost import fastest
 
-    measured = fastest(able, facts.get("model"), system, facts.get("config"),
-                       facts.get("settings"))
+    measured = fastest({name: ENGINES[name] for name in able}, facts.get("model"), system,
+                       facts.get("config"), facts.get("settings"))
     if measured is not None:
         notice(f"--engine auto: {measured[0]}, the fastest {measured[1]}")
         return measured[0]

@@ -107,13 +107,11 @@ def pass_ms(ms: dict, k: float) -> float:
     return v1 + (v1 - v0) * (k - k1) / (k1 - k0)
 
 
-def engine_rates(names: Sequence[str], model: str, system: str, config, settings,
+def engine_rates(engines: dict, model: str, system: str, config, settings,
                  cpu: str | None = None) -> tuple[dict[str, float], float]:
-    """({engine: tokens per ms} for the named engines measured here, tokens per pass).
-    An engine's weight format is the one its settings name (`Engine.format_setting`), else
-    its fastest measured one."""
-    from solm.engines import ENGINES
-
+    """({engine: tokens per ms} for the `engines` (name -> `Engine`) measured here, tokens
+    per pass). An engine's weight format is the one its settings name
+    (`Engine.format_setting`), else its fastest measured one."""
     if cpu is None:
         from solm.decode.bandwidth import cpu_description
 
@@ -123,23 +121,23 @@ def engine_rates(names: Sequence[str], model: str, system: str, config, settings
     rates: dict[str, float] = {}
     if not measured:
         return rates, tpp
-    for name in names:
+    for name, engine in engines.items():
         rows = [e for e in measured["engines"] if e["engine"] == name]
-        wanted = getattr(settings, ENGINES[name].format_setting, None) \
-            if ENGINES[name].format_setting else None
+        wanted = getattr(settings, engine.format_setting, None) \
+            if engine.format_setting else None
         rows = [e for e in rows if e["variant"] == wanted] or rows
         if rows:
             rates[name] = max(tpp / pass_ms(e["ms"], max(1.0, tpp)) for e in rows)
     return rates, tpp
 
 
-def fastest(names: Sequence[str], model: str | None, system: str, config,
+def fastest(engines: dict, model: str | None, system: str, config,
             settings) -> tuple[str, str] | None:
-    """(the engine of `names` with the highest measured rate, why), or None when fewer than
-    two of them were measured on this CPU for this model."""
-    if model is None or len(names) < 2:
+    """(the engine of `engines` (name -> `Engine`) with the highest measured rate, why), or
+    None when fewer than two of them were measured on this CPU for this model."""
+    if model is None or len(engines) < 2:
         return None
-    rates, tpp = engine_rates(names, model, system, config, settings)
+    rates, tpp = engine_rates(engines, model, system, config, settings)
     if len(rates) < 2:
         return None
     best = max(rates, key=rates.get)
