@@ -63,16 +63,19 @@ def test_every_engines_probe_runs_k_isolated_sequences(name, tiny_folder, tmp_pa
     if engine.unavailable():
         pytest.skip(engine.unavailable())
     monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
-    (probe,) = engine.probes(tiny_folder, [engine.exact_format])
+    probes = engine.probes(tiny_folder, [engine.exact_format])  # llama.cpp: flash off, on
+    assert len({p.variant for p in probes}) == len(probes) >= 1
     model, _ = load_decoder(tiny_folder, dtype="fp32", device="cpu", system="pasta")
-    probe.prepare(k_max=4, context=6)
-    for k in (1, 4, 4):
-        probe.one_pass(k)
-        assert probe.logits.shape[0] == k
-        for s in range(k):
-            want = hf_last_logits(model, context_ids(s, 6) + [FIRST_ID + s])
-            assert (probe.logits[s].float() - want).abs().max() < 1e-3, (name, k, s)
-    probe.close()
+    for probe in probes:
+        probe.prepare(k_max=4, context=6)
+        for k in (1, 4, 4):
+            probe.one_pass(k)
+            assert probe.logits.shape[0] == k
+            for s in range(k):
+                want = hf_last_logits(model, context_ids(s, 6) + [FIRST_ID + s])
+                assert (probe.logits[s].float() - want).abs().max() < 1e-3, \
+                    (name, probe.variant, k, s)
+        probe.close()
 
 
 def test_a_torch_probe_sequence_reads_only_its_own_keys(pasta_tokenizer):
@@ -131,3 +134,48 @@ def test_an_engine_not_installed_is_skipped_with_why(tiny_folder, monkeypatch):
                                            "llama.cpp", "--bandwidth-gbps", "5"])
     assert r.exit_code != 0 and "no engine to time: llama.cpp: llama-cpp-python is not" \
         in " ".join(r.output.split())
+
+
+def test_bench_step_keeps_flash_attention_where_it_is_faster_for_every_format(tmp_path,
+                                                                            monkeypatch):
+    """The rule written a second way: on for this CPU iff every format timed both ways sums
+    fewer ms with it on; the llama.cpp engine's contexts then take it (the environment
+    overrides)."""
+    import itertools
+
+    from solm.decode.bandwidth import cpu_description
+    from solm.engines import cost
+
+    monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(cost.FLASH_ENV, raising=False)
+    assert cost.flash_attn_here() is False  # nothing measured: off
+    for a, b in itertools.product([(10, 20), (12, 30)], repeat=2):
+        rows = [{"engine": "llama.cpp", "variant": "q8_0", "ms": {"1": 11, "4": 25}},
+                {"engine": "llama.cpp", "variant": "q8_0" + cost.FLASH,
+                 "ms": {"1": a[0], "4": a[1]}},
+                {"engine": "llama.cpp", "variant": "q4_0", "ms": {"1": 11, "4": 25}},
+                {"engine": "llama.cpp", "variant": "q4_0" + cost.FLASH,
+                 "ms": {"1": b[0], "4": b[1]}},
+                {"engine": "torch", "variant": "float32", "ms": {"1": 1, "4": 1}}]
+        on = sum(a) < 36 and sum(b) < 36
+        assert cost.record_flash_attn({"cpu": cpu_description(), "engines": rows}) is on
+        assert cost.flash_attn_here() is on
+    assert cost.record_flash_attn({"cpu": "x", "engines": rows[:1]}) is None
+    monkeypatch.setenv(cost.FLASH_ENV, "on")
+    assert cost.flash_attn_here() is True
+
+
+def test_the_llama_cpp_engines_contexts_take_the_flash_setting(monkeypatch):
+    import solm.llamacpp.engine as llama_engine
+    from solm.decode.pasta.system import PastaEngine
+    from solm.engines import cost
+
+    seen = []
+    monkeypatch.setattr(llama_engine, "llama_context",
+                        lambda *a, **k: seen.append(k["flash_attn"]) or object())
+    monkeypatch.setattr("solm.llamacpp.step.LlamaCppStep", lambda ctx: ctx)
+    settings = PastaEngine(engine="llama.cpp")
+    for value in ("on", "off"):
+        monkeypatch.setenv(cost.FLASH_ENV, value)
+        ENGINES["llama.cpp"].step("slots", settings, 64)
+    assert seen == [True, False]

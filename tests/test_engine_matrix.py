@@ -280,11 +280,20 @@ def folders(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("engine", sorted(ENGINES))
+ENGINE_VARIANTS = [(name, "off") for name in sorted(ENGINES)] + [("llama.cpp", "on")]
+
+
+@pytest.mark.parametrize("engine,flash", ENGINE_VARIANTS,
+                         ids=[f"{e}" + ("+flash" if f == "on" else "") for e, f in
+                              ENGINE_VARIANTS])
 @pytest.mark.parametrize("case_name", sorted(CASES))
 def test_every_system_on_every_engine_equals_the_oracle_or_is_refused_by_name(
-        case_name, engine, folders, monkeypatch, tmp_path):
+        case_name, engine, flash, folders, monkeypatch, tmp_path):
+    """`flash`: llama.cpp's flash attention (`solm.engines.cost.flash_attn_here`)."""
     from solm.decode.sot import runtime as sot_runtime
+    from solm.engines.cost import FLASH_ENV
+
+    monkeypatch.setenv(FLASH_ENV, flash)
 
     case = CASES[case_name]
     system = get_system(case.system)

@@ -23,6 +23,10 @@ pass that reads every weight once cannot go below, whatever k.
 Run it on a quiet machine (nothing else using the cores): a second process using torch
 threads on a 2-core CPU slows a pass many times. The CPU is named in the output.
 
+llama.cpp is timed with its flash attention off and on ("+flash"): which is faster depends on
+the CPU, and the winner (on if it wins for every format timed) becomes the llama.cpp
+engine's setting on this CPU ($SOLM_LLAMA_FLASH_ATTN=on|off overrides it).
+
 The figures are also kept in solm's cache for `--engine auto`: on this CPU, for this model
 (and adapters trained on it), auto then takes the engine where the tokens a decode writes
 per pass (as its last decode here measured them) cost the least time.
@@ -103,9 +107,13 @@ def step_command(
               "context": context, "repeats": repeats, "ks": k_list, "skipped": skipped,
               "engines": [c.to_dict(bandwidth) for c in costs]}
     _print_table(result, out_console)
-    from solm.engines.cost import record_step_costs
+    from solm.engines.cost import record_flash_attn, record_step_costs
 
     info(f"kept for --engine auto: {record_step_costs(result)}")
+    flash = record_flash_attn(result)
+    if flash is not None:
+        info(f"llama.cpp's flash attention {'on' if flash else 'off'} on this CPU from now "
+             f"(faster here; $SOLM_LLAMA_FLASH_ATTN=on|off overrides)")
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=1) + "\n")

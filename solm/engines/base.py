@@ -66,6 +66,11 @@ class Engine:
         the model's `generate`."""
         return None
 
+    def measured_variant(self, settings) -> str | None:
+        """The `solm bench step` variant a decode with these settings runs (None: the
+        fastest measured)."""
+        return None
+
     def describe(self, settings, dtype: str) -> str:
         """The engine and its weights, for a line a user reads."""
         return f"{self.name} ({dtype})"

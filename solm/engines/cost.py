@@ -43,6 +43,40 @@ def _write(path: Path, data: dict) -> None:
     tmp.replace(path)
 
 
+FLASH_ENV = "SOLM_LLAMA_FLASH_ATTN"  # on / off: over what was measured
+FLASH = "+flash"  # llama.cpp's measured variant with its flash attention on
+
+
+def record_flash_attn(result: dict) -> bool | None:
+    """From `solm bench step`'s figures: llama.cpp's flash attention wins on this CPU when,
+    for every format timed both ways, its passes summed over the ks cost less; kept in
+    solm's cache per CPU (None: not timed both ways)."""
+    rows = {e["variant"]: e["ms"] for e in result["engines"] if e["engine"] == "llama.cpp"}
+    pairs = [(rows[v], rows[v + FLASH]) for v in rows if not v.endswith(FLASH)
+             and v + FLASH in rows]
+    if not pairs:
+        return None
+    on = all(sum(f.values()) < sum(o.values()) for o, f in pairs)
+    path = _cache("llama_flash_attn.json")
+    data = _read(path)
+    data[result["cpu"]] = on
+    _write(path, data)
+    return on
+
+
+def flash_attn_here() -> bool:
+    """llama.cpp's flash attention for this CPU: $SOLM_LLAMA_FLASH_ATTN (on / off), else
+    what `solm bench step` measured here, else off."""
+    import os
+
+    forced = os.environ.get(FLASH_ENV, "").strip().lower()
+    if forced in ("on", "off"):
+        return forced == "on"
+    from solm.decode.bandwidth import cpu_description
+
+    return bool(_read(_cache("llama_flash_attn.json")).get(cpu_description(), False))
+
+
 def base_model(model: str) -> str:
     """The model whose weights' shapes decide a pass's cost: a LoRA adapter's parent (its
     passes cost what its parent's do), else the model itself."""
@@ -123,8 +157,7 @@ def engine_rates(engines: dict, model: str, system: str, config, settings,
         return rates, tpp
     for name, engine in engines.items():
         rows = [e for e in measured["engines"] if e["engine"] == name]
-        wanted = getattr(settings, engine.format_setting, None) \
-            if engine.format_setting else None
+        wanted = engine.measured_variant(settings) if settings is not None else None
         rows = [e for e in rows if e["variant"] == wanted] or rows
         if rows:
             rates[name] = max(tpp / pass_ms(e["ms"], max(1.0, tpp)) for e in rows)

@@ -7,6 +7,7 @@ import time
 from typing import Sequence
 
 from solm.engines.base import Engine
+from solm.engines.cost import FLASH
 
 
 class LlamaCppEngine(Engine):
@@ -61,8 +62,11 @@ class LlamaCppEngine(Engine):
         from solm.llamacpp.binding import MAX_SEQUENCES
         from solm.llamacpp.engine import llama_context
 
+        from solm.engines.cost import flash_attn_here
+
         seqs = sequences if independent else min(MAX_SEQUENCES, sequences or MAX_SEQUENCES)
-        ctx = llama_context(settings, cells, seqs, unified=not independent)
+        ctx = llama_context(settings, cells, seqs, unified=not independent,
+                            flash_attn=flash_attn_here())
         if kind == "paged":
             from solm.llamacpp.tip import LlamaKV
 
@@ -75,10 +79,12 @@ class LlamaCppEngine(Engine):
 
     def sequential_loop(self, settings, cells: int):
         """llama.cpp's own loop on the same GGUF (`solm.llamacpp.own_loop`)."""
+        from solm.engines.cost import flash_attn_here
         from solm.llamacpp.engine import llama_context
         from solm.llamacpp.own_loop import OwnLoop
 
-        return OwnLoop(llama_context(settings, cells, sequences=1))
+        return OwnLoop(llama_context(settings, cells, sequences=1,
+                                     flash_attn=flash_attn_here()))
 
     def describe(self, settings, dtype: str) -> str:
         return f"llama.cpp ({settings.gguf_type} GGUF)"
@@ -86,7 +92,15 @@ class LlamaCppEngine(Engine):
     def probes(self, model: str, formats: Sequence[str]) -> list:
         from solm.llamacpp.engine import gguf_for
 
-        return [LlamaCppProbe(gguf_for(model, f), f) for f in formats]
+        # each format with flash attention off and on: which wins depends on the CPU, and
+        # `bench step` keeps the winner for this engine's contexts (`cost.flash_attn_here`)
+        return [LlamaCppProbe(gguf_for(model, f), f + (FLASH if flash else ""),
+                              flash_attn=flash) for f in formats for flash in (False, True)]
+
+    def measured_variant(self, settings) -> str:
+        from solm.engines.cost import flash_attn_here
+
+        return settings.gguf_type + (FLASH if flash_attn_here() else "")
 
 
 def _settings_refusal(settings) -> str | None:
@@ -134,10 +148,12 @@ class LlamaCppProbe:
 
     engine = "llama.cpp"
 
-    def __init__(self, gguf, variant: str, threads: int | None = None):
+    def __init__(self, gguf, variant: str, threads: int | None = None,
+                 flash_attn: bool = False):
         from pathlib import Path
 
         self.gguf, self.variant, self.threads = str(gguf), variant, threads
+        self.flash_attn = flash_attn
         self.weight_bytes = Path(gguf).stat().st_size
         self.ctx = None
 
@@ -147,6 +163,7 @@ class LlamaCppProbe:
 
         self.context = context
         self.ctx = LlamaContext(self.gguf, n_ctx=k_max * (context + 1) + 16, n_seq=k_max,
+                                flash_attn=self.flash_attn,
                                 threads=self.threads)
         for s in range(k_max):
             ids = context_ids(s, context)

@@ -85,10 +85,11 @@ def kv_type(engine) -> str:
     return "f32" if engine.gguf_type == "f32" else "f16"
 
 
-def llama_context(engine, cells: int, sequences: int = MAX_SEQUENCES, unified: bool = True):
+def llama_context(engine, cells: int, sequences: int = MAX_SEQUENCES, unified: bool = True,
+                  flash_attn: bool = False):
     """The llama.cpp context of a decode on `engine` (its `gguf`, `gguf_type`): `cells` KV
     cells for up to `sequences` sequences (`LlamaContext`)."""
     from solm.llamacpp.binding import LlamaContext
 
     return LlamaContext(engine.gguf, n_ctx=cells, n_seq=sequences, kv_type=kv_type(engine),
-                        unified=unified)
+                        unified=unified, flash_attn=flash_attn)
