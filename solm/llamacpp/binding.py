@@ -82,7 +82,8 @@ class LlamaContext:
     batch's KV. Not unified: each sequence has a stream of `n_ctx / n_seq` cells of its own
     and a token reads its own stream only (what independent requests want).
 
-    `flash_attn`: llama.cpp's flash attention, off by default (slower on the CPUs measured)."""
+    `flash_attn`: llama.cpp's flash attention; which is faster depends on the CPU (the
+    llama.cpp engine passes what `solm bench step` measured here: `solm.engines.cost`)."""
 
     def __init__(self, gguf_path: str | Path, n_ctx: int = 4096, n_seq: int = 1,
                  n_batch: int | None = None, threads: int | None = None,
