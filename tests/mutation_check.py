@@ -1038,6 +1038,19 @@ ISSUE37 = {
         "solm/engines/llamacpp_engine.py",
         '    if parallel and model_positions(model) != "overlap":',
         "    if False:", ["tests/test_engine_matrix.py"]),
+    "auto_takes_the_slowest_measured_engine": (
+        "solm/engines/cost.py", "best = max(rates, key=rates.get)",
+        "best = min(rates, key=rates.get)", ["tests/test_engine_seam.py"]),
+    "auto_ignores_the_tokens_per_pass": (
+        "solm/engines/cost.py", "rates[name] = max(tpp / pass_ms(e[\"ms\"], max(1.0, tpp))",
+        "rates[name] = max(tpp / pass_ms(e[\"ms\"], 1.0)", ["tests/test_engine_seam.py"]),
+    "flash_kept_if_any_format_wins": (
+        "solm/engines/cost.py", "on = all(sum(f.values()) < sum(o.values()) for o, f in pairs)",
+        "on = any(sum(f.values()) < sum(o.values()) for o, f in pairs)",
+        ["tests/test_bench_step.py"]),
+    "flash_setting_not_passed_to_contexts": (
+        "solm/engines/llamacpp_engine.py", "unified=not independent,\n                            flash_attn=flash_attn_here())",
+        "unified=not independent)", ["tests/test_bench_step.py"]),
     "sot_batched_runtime_drops_the_engines_step": (
         "solm/decode/sot/system.py", "max_batch=batch, forward=forward)",
         "max_batch=batch)", ["tests/test_engine_matrix.py"]),

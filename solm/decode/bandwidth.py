@@ -8,6 +8,7 @@ measured once per device and cached under solm's cache folder.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -93,6 +94,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+@functools.lru_cache(maxsize=1)  # a subprocess; the engines read it per context
 def cpu_description() -> str:
     """CPU model, core count and vector ISA (AVX2 / AVX-512 / avx512_bf16): what every
     timing on a CPU is stated beside."""
