@@ -6,7 +6,7 @@ pass of the Hugging Face model under the system's rules written a second way
 
 Models are tiny steered llamas (`steered_models`) that write their system's tags, so the
 threads, register kills and chunks are exercised; llama.cpp decodes an f32 export (F32 KV),
-where its logits equal the reference's to TOL."""
+where its logits equal the reference's to TOL; onnxruntime its fp32 graph."""
 
 from __future__ import annotations
 
@@ -302,7 +302,8 @@ def test_every_system_on_every_engine_equals_the_oracle_or_is_refused_by_name(
     monkeypatch.setattr(sot_runtime, "parse_skeleton", lambda text: ["Apples", "Pears",
                                                                      "Plums"])
     config = system.config_cls(sampling=GREEDY, **case.config)
-    settings = system.engine_cls(engine=engine, gguf_type="f32", **case.settings)
+    settings = system.engine_cls(engine=engine, gguf_type="f32", onnx_type="fp32",
+                                   **case.settings)
     if ENGINES[engine].unavailable():
         pytest.skip(ENGINES[engine].unavailable())
     try:
@@ -337,17 +338,19 @@ def test_every_system_on_every_engine_equals_the_oracle_or_is_refused_by_name(
 def test_the_refused_cells_are_the_ones_llama_cpp_cannot_express(folders):
     """Which cells the matrix expects refused, written down: the Pred-10X layouts' jumps
     (PASTA's parallel threads, Planned Diffusion's chunks) and H2O's single-token drops on
-    llama.cpp; nothing on torch."""
+    llama.cpp; H2O's attention scores on onnxruntime (its graph takes any mask, so every
+    layout runs); nothing on torch."""
     from solm.decode.tip.policies import make_policy
 
     expected = {("pasta-pred10x", "llama.cpp"), ("pdiff-pred10x", "llama.cpp"),
-                ("tip-h2o", "llama.cpp")}
+                ("tip-h2o", "llama.cpp"), ("tip-h2o", "onnxruntime")}
     found = set()
     for name, case in CASES.items():
         system = get_system(case.system)
         config = system.config_cls(sampling=GREEDY, **case.config)
         for engine, e in ENGINES.items():
-            settings = system.engine_cls(engine=engine, gguf_type="f32", **case.settings)
+            settings = system.engine_cls(engine=engine, gguf_type="f32", onnx_type="fp32",
+                                         **case.settings)
             policy = (make_policy(config.policy, config.budget, settings.page_size)
                       if case.system == "tip" else None)
             if e.refusal(case.system, config=config, settings=settings, model=folders(case),

@@ -2,7 +2,7 @@
 (function-level imports included): a helper two packages share lives on the lower one's
 floor. And no module imports itself back through others (no import circle), lazily or not.
 
-    core  <  data, annotate, llamacpp  <  decode, engines  <  train  <  prefs, eval, judge  <  serve  <  cli
+    core  <  data, annotate, llamacpp  <  decode, engines, onnxrt  <  train  <  prefs, eval, judge  <  serve  <  cli
 """
 
 import ast
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "solm"
-FLOORS = {"core": 0, "data": 1, "annotate": 1, "llamacpp": 1, "decode": 2, "engines": 2, "train": 3, "prefs": 4,
+FLOORS = {"core": 0, "data": 1, "annotate": 1, "llamacpp": 1, "decode": 2, "engines": 2, "onnxrt": 2, "train": 3, "prefs": 4,
           "eval": 4, "judge": 4, "serve": 5, "cli": 6}
 
 

@@ -98,6 +98,37 @@ def cache_root() -> Path:
     return Path(base) / "solm"
 
 
+def model_identity(model: str) -> dict:
+    """What decides a model's weights, the key of an engine's export in the cache: its
+    files' names, sizes and modification times (a kept model's cache folder is already
+    named by its packed file's hash)."""
+    if model in ALIASES:
+        path = alias_gguf_path(model)
+        return {"alias": model, "file": str(path), "size": path.stat().st_size,
+                "mtime": path.stat().st_mtime_ns}
+    folder = Path(artifact_folder(model) or model)
+    if folder.is_dir():
+        files = sorted(p for p in folder.iterdir() if p.is_file())
+        return {"folder": str(folder.resolve()),
+                "files": [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]}
+    return {"name": model}
+
+
+def rope_theta(config, target: str) -> float:
+    """The rope base of a plain-rope config; a one-line error when scaled rope would not
+    survive an export to `target` (a GGUF, an ONNX graph)."""
+    params = dict(getattr(config, "rope_parameters", None) or {})
+    scaling = getattr(config, "rope_scaling", None) or {}
+    kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
+    if kind != "default":
+        raise SolmError(f"rope scaling '{kind}' cannot be exported to {target} by solm yet "
+                        f"(plain rope only)")
+    theta = params.get("rope_theta", getattr(config, "rope_theta", None))
+    if theta is None:
+        raise SolmError("the model config has no rope_theta")
+    return float(theta)
+
+
 def alias_gguf_path(alias: str) -> Path:
     spec = ALIASES[alias]
     found = importlib.util.find_spec(spec.package)

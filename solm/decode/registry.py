@@ -17,6 +17,8 @@ from solm.core.settings import is_setting, setting
 from solm.engines import ENGINE_CHOICES, ENGINE_HELP
 from solm.llamacpp.engine import GGUF_TYPE_HELP
 from solm.llamacpp.export import OUTTYPES
+from solm.engines.onnxruntime_engine import ONNX_TYPE_HELP
+from solm.onnxrt.graph import FORMATS as ONNX_FORMATS
 
 COMPILE_HELP = ("Run decode steps as graphs compiled per shape bucket (torch.compile; cached "
                 "on disk). Default: on for CUDA, and on a CPU for jobs long enough to repay the "
@@ -40,11 +42,13 @@ class CompiledEngine(EngineSettings):
 
 @dataclass
 class EngineChoice(EngineSettings):
-    """A system that decodes on torch or llama.cpp (`solm.llamacpp.engine`)."""
+    """A system that decodes on any engine of `solm.engines`."""
 
     engine: str = setting("torch", ENGINE_HELP, choices=ENGINE_CHOICES)
     gguf_type: str = setting("q8_0", GGUF_TYPE_HELP, choices=OUTTYPES)
     gguf: Optional[str] = None  # the llama.cpp engine's GGUF, found or exported at load
+    onnx_type: str = setting("q4", ONNX_TYPE_HELP, choices=ONNX_FORMATS)
+    onnx: Optional[str] = None  # the onnxruntime engine's graph, found or written at load
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,23 @@ def batch_bucket(n: int) -> int | None:
     return next((b for b in BATCH_TOKEN_BUCKETS if b >= n), None)
 
 
+def segment_masks(attrs: Mapping[str, torch.Tensor], visible: MaskTerm, index: torch.Tensor,
+                  reads: Sequence[Read]) -> list[Segment]:
+    """Each read's mask (on the CPU): `visible` over its query rows (the slots `index`
+    writes, in order) and its key slots, from the slots' attribute columns `attrs`."""
+    out, at = [], 0
+    for rows, ranges in reads:
+        ranges = tuple((int(a), int(b)) for a, b in ranges)
+        keys = torch.cat([torch.arange(a, b) for a, b in ranges])
+        q = {n: c[index[at:at + rows]] for n, c in attrs.items()}
+        k = {n: c[keys] for n, c in attrs.items()}
+        out.append(Segment(rows, ranges, pairwise(visible, q, k)))
+        at += rows
+    if at != len(index):
+        raise ValueError(f"reads cover {at} rows of the {len(index)} fed")
+    return out
+
+
 class SlotStep:
     """`step(tokens, positions, attrs, slots, reads)`: one forward pass writing `tokens` at
     `slots`; returns a logits row per token. `reads` splits the fed rows into consecutive runs
@@ -110,17 +127,8 @@ class SlotStep:
 
     def segments(self, index: torch.Tensor, reads: Sequence[Read]) -> list[Segment]:
         """Each read's mask: the term over its query rows and its key slots."""
-        out, at = [], 0
-        for rows, ranges in reads:
-            ranges = tuple((int(a), int(b)) for a, b in ranges)
-            keys = torch.cat([torch.arange(a, b) for a, b in ranges])
-            q = {n: c[index[at:at + rows]] for n, c in self.attrs.items()}
-            k = {n: c[keys] for n, c in self.attrs.items()}
-            out.append(Segment(rows, ranges, pairwise(self.visible, q, k).to(self.device)))
-            at += rows
-        if at != len(index):
-            raise ValueError(f"reads cover {at} rows of the {len(index)} fed")
-        return out
+        return [Segment(s.rows, s.ranges, s.mask.to(self.device))
+                for s in segment_masks(self.attrs, self.visible, index, reads)]
 
     def _inputs(self, ids, positions, kv_len: int) -> dict:
         # the segments carry the masks; transformers still wants a 4D mask (a free view)

@@ -1,5 +1,5 @@
 """The engines solm decodes on, by name: one module per engine (`torch_engine`,
-`llamacpp_engine`), each an `Engine` saying whether it runs here, which decodes it refuses
+`llamacpp_engine`, `onnxruntime_engine`), each an `Engine` saying whether it runs here, which decodes it refuses
 and why, and how it times a pass. `--engine` choices and `auto` read this registry."""
 
 from __future__ import annotations
@@ -7,17 +7,22 @@ from __future__ import annotations
 from solm.core.errors import SolmError
 from solm.engines.base import Engine
 from solm.engines.llamacpp_engine import LlamaCppEngine
+from solm.engines.onnxruntime_engine import OnnxRuntimeEngine
 from solm.engines.torch_engine import TorchEngine
 
-# in `auto`'s order of preference: the first that runs here and takes the decode (torch,
-# the reference, takes every decode)
-ENGINES: dict[str, Engine] = {e.name: e for e in (LlamaCppEngine(), TorchEngine())}
+# in `auto`'s order of preference where nothing is measured: the first that runs here and
+# takes the decode (torch, the reference, takes every decode, so onnxruntime goes by
+# measurement only)
+ENGINES: dict[str, Engine] = {e.name: e for e in (LlamaCppEngine(), TorchEngine(),
+                                                  OnnxRuntimeEngine())}
 REFERENCE = next(e.name for e in ENGINES.values() if e.reference)
 AUTO = "auto"
 ENGINE_CHOICES = (*ENGINES, AUTO)
 ENGINE_HELP = ("Decoding engine: torch (solm's own runtime, the reference), llama.cpp (the "
                "model exported to a GGUF in solm's cache on first use, decoded by "
-               "llama-cpp-python: faster on a CPU), auto (of the engines installed and able "
+               "llama-cpp-python: faster on a CPU), onnxruntime (the model written as an ONNX "
+               "graph in solm's cache on first use, taking each pass's attention mask: every "
+               "system and layout), auto (of the engines installed and able "
                "to run this decode, the fastest `solm bench step` measured on this CPU for "
                "the model's tokens per pass; unmeasured: llama.cpp, else torch). Greedy answers agree up to near-ties on an f32 "
                "export; other types round the logits (`solm check-engines` measures it).")

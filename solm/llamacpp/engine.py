@@ -19,28 +19,11 @@ GGUF_TYPE_HELP = ("llama.cpp engine: the weight type of the exported GGUF (f32 e
 EXPORT_VERSION = 1  # bump when the exporter writes different files for the same model
 
 
-def _source_identity(model: str) -> dict:
-    """What decides a model's weights: its files' names, sizes and modification times (a
-    kept model's cache folder is already named by its packed file's hash)."""
-    from solm.core.models import ALIASES, alias_gguf_path, artifact_folder
-
-    if model in ALIASES:
-        path = alias_gguf_path(model)
-        return {"alias": model, "file": str(path), "size": path.stat().st_size,
-                "mtime": path.stat().st_mtime_ns}
-    folder = Path(artifact_folder(model) or model)
-    if folder.is_dir():
-        files = sorted(p for p in folder.iterdir() if p.is_file())
-        return {"folder": str(folder.resolve()),
-                "files": [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]}
-    return {"name": model}
-
-
 def cached_gguf_path(model: str, control_tokens: str | None, num_registers: int,
                      outtype: str) -> Path:
-    from solm.core.models import cache_root
+    from solm.core.models import cache_root, model_identity
 
-    key = json.dumps({"source": _source_identity(model), "tokens": control_tokens,
+    key = json.dumps({"source": model_identity(model), "tokens": control_tokens,
                       "registers": num_registers, "outtype": outtype,
                       "exporter": EXPORT_VERSION}, sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from solm.core.errors import SolmError
+from solm.core.models import rope_theta
 
 OUTTYPES = ("f32", "f16", "bf16", "q8_0", "q4_1", "q4_0")
 # general.file_type values (llama.cpp's LLAMA_FTYPE_*)
@@ -66,19 +67,6 @@ def _permute_rotary(weight: np.ndarray, n_head: int) -> np.ndarray:
     rows = weight.shape[0]
     return (weight.reshape(n_head, 2, rows // n_head // 2, *weight.shape[1:])
             .swapaxes(1, 2).reshape(weight.shape))
-
-
-def _rope_theta(config) -> float:
-    params = dict(getattr(config, "rope_parameters", None) or {})
-    scaling = getattr(config, "rope_scaling", None) or {}
-    kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
-    if kind != "default":
-        raise SolmError(f"rope scaling '{kind}' cannot be exported to GGUF by solm yet "
-                        f"(plain rope only)")
-    theta = params.get("rope_theta", getattr(config, "rope_theta", None))
-    if theta is None:
-        raise SolmError("the model config has no rope_theta")
-    return float(theta)
 
 
 def _vocabulary(tokenizer, rows: int) -> tuple[list[str], list[int], list[str]]:
@@ -184,7 +172,7 @@ def write_gguf(model, tokenizer, out: Path, outtype: str = "f16", *, meta: dict 
         writer.add_head_count(int(n_head))
         writer.add_head_count_kv(int(n_kv))
         writer.add_rope_dimension_count(int(head_dim))
-        writer.add_rope_freq_base(_rope_theta(config))
+        writer.add_rope_freq_base(rope_theta(config, "GGUF"))
         writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
         writer.add_vocab_size(int(rows))
         writer.add_file_type(_FILE_TYPES[outtype])

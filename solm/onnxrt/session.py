@@ -1,0 +1,109 @@
+"""The ONNX graph of a model in solm's cache (built on first use per weight format, reused
+while the model's files are unchanged), an ONNX Runtime session over it, and the KV pool
+its passes read and write."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from solm.core.errors import SolmError
+from solm.onnxrt.graph import FORMATS
+
+GRAPH_VERSION = 1  # bump when the graph builder writes a different graph for the same model
+INSTALL_HINT = "pip install onnxruntime onnx (or `make setup`, which installs solm[onnx])"
+
+
+def onnxruntime_available() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx"))
+
+
+def cached_graph_path(model: str, fmt: str, control_tokens: str | None,
+                      num_registers: int) -> Path:
+    from solm.core.models import cache_root, model_identity
+
+    key = json.dumps({"source": model_identity(model), "tokens": control_tokens,
+                      "registers": num_registers, "format": fmt, "graph": GRAPH_VERSION},
+                     sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    stem = Path(str(model).rstrip("/")).name or "model"
+    return cache_root() / "onnx" / f"{stem}-{fmt}-{digest}.onnx"
+
+
+def graph_for(model: str, fmt: str, control_tokens: str | None = None,
+              num_registers: int = 16, loaded=None) -> Path:
+    """The ONNX graph of `model` with `control_tokens` added in weight format `fmt`, built
+    once (under a lock, written atomically). `loaded`: the (model, tokenizer) already in
+    memory in fp32 with the tokens added."""
+    from solm.core.models import _file_lock
+    from solm.core.notices import notice
+    from solm.onnxrt.graph import build_graph
+
+    if fmt not in FORMATS:
+        raise SolmError(f"--onnx-type must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    path = cached_graph_path(model, fmt, control_tokens, num_registers)
+    if path.is_file():
+        return path
+    with _file_lock(path.with_name(path.name + ".lock")):
+        if path.is_file():
+            return path
+        notice(f"writing {model} as a {fmt} ONNX graph for onnxruntime, once: {path}")
+        if loaded is None:
+            from solm.core.models import load_decoder
+
+            loaded = load_decoder(model, dtype="fp32", device="cpu",
+                                  system=control_tokens or "pasta", num_registers=num_registers)
+        proto, _ = build_graph(loaded[0], fmt)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        partial.write_bytes(proto.SerializeToString())
+        os.replace(partial, path)
+    return path
+
+
+class OrtModel:
+    """An ONNX Runtime session over a graph of `solm.onnxrt.graph` and a KV pool of `cells`
+    cells: `forward` feeds tokens that read given pool cells under an additive bias, writes
+    their keys and values at their slots, and returns their logits."""
+
+    def __init__(self, graph: Path | str, cells: int, threads: int | None = None):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or torch.get_num_threads()
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.session = ort.InferenceSession(str(graph), options,
+                                            providers=["CPUExecutionProvider"])
+        pools = [i for i in self.session.get_inputs() if i.name.startswith("pool_")]
+        kv_heads, _, head_dim = pools[0].shape
+        self.layers = len(pools) // 2
+        self.cells = cells
+        self.pool = {i.name: np.zeros((kv_heads, cells, head_dim), np.float32) for i in pools}
+        self.new_names = [o.name for o in self.session.get_outputs()]
+
+    def forward(self, tokens: Sequence[int], positions: Sequence[int], read_slots: np.ndarray,
+                bias: np.ndarray, write_slots: Sequence[int],
+                rows: Sequence[int] | None = None) -> torch.Tensor:
+        """Logits [len(rows or tokens), vocab] of the fed `tokens`; `bias` [fed, read + fed]:
+        0 where a fed token reads a cell (the `read_slots`, then the fed tokens), -inf where
+        it does not."""
+        slots = np.asarray(list(write_slots), dtype=np.int64)
+        if len(slots) and (slots.min() < 0 or slots.max() >= self.cells):
+            raise RuntimeError(f"a write outside the pool of {self.cells} cells")
+        out = self.session.run(self.new_names, {
+            "input_ids": np.asarray(list(tokens), dtype=np.int64),
+            "position_ids": np.asarray(list(positions), dtype=np.int64),
+            "read_slots": np.asarray(read_slots, dtype=np.int64), "bias": bias, **self.pool})
+        for name, value in zip(self.new_names[1:], out[1:]):
+            self.pool[name.replace("new_", "pool_")][:, slots] = value
+        logits = out[0] if rows is None else out[0][list(rows)]
+        return torch.from_numpy(np.ascontiguousarray(logits))
