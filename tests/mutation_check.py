@@ -1109,7 +1109,7 @@ ISSUE50 = {
         "solm/core/shard.py", "    rank = _prompt_order(files)\n", "    rank = None\n",
         ["tests/test_shard.py"]),
     "gguf_type_ignored_on_torch": (
-        "solm/cli/flags.py", "        refuse_gguf_type_on_torch(kwargs)\n", "",
+        "solm/cli/flags.py", "        refuse_other_engines_settings(kwargs)\n", "",
         ["tests/test_cli_validation.py"]),
     "tip_server_greedy_by_default": (
         "solm/cli/serve.py", "                              chosen.command_defaults)",
@@ -1320,7 +1320,32 @@ ISSUE47 = {
         "    return s.speedup + (quality_weight * (s.quality or 0.0) if quality_weight else 0.0)",
         ["tests/test_prefs.py"]),
 }
+
+# the onnxruntime engine (issue 48's third engine)
+ONNXRT = {
+    "ort_rope_sign_lost": (
+        "solm/onnxrt/graph.py", '    rotated = w.op("Concat", w.op("Neg", second), first, axis=-1)',
+        '    rotated = w.op("Concat", second, first, axis=-1)', ["tests/test_onnxruntime.py"]),
+    "ort_fed_cells_take_the_read_columns": (
+        "solm/onnxrt/step.py", "    column[written] = len(read) + np.arange(len(written))",
+        "    column[written] = np.arange(len(written))", ["tests/test_onnxruntime.py"]),
+    "ort_hidden_cells_never_freed": (
+        "solm/onnxrt/step.py", "            self._free.append(cells.pop(token))",
+        "            cells.pop(token)", ["tests/test_onnxruntime.py"]),
+    "ort_i8_full_range_overflows": (
+        "solm/onnxrt/graph.py", "I8_TOP = 63", "I8_TOP = 127", ["tests/test_onnxruntime.py"]),
+    "ort_nibbles_swapped": (
+        "solm/onnxrt/graph.py", "        q = q[..., 0::2] | (q[..., 1::2] << 4)",
+        "        q = q[..., 1::2] | (q[..., 0::2] << 4)", ["tests/test_onnxruntime.py"]),
+    "ort_pdiff_given_pastas_mask": (
+        "solm/onnxrt/step.py", '    if kind == "pdiff":\n', '    if False:\n',
+        ["tests/test_engine_matrix.py"]),
+    "ort_h2o_refusal_dropped": (
+        "solm/engines/onnxruntime_engine.py", "        if policy is not None and policy.needs_scores:",
+        "        if False:", ["tests/test_engine_matrix.py"]),
+}
 MUTATIONS.update(ISSUE35)
+MUTATIONS.update(ONNXRT)
 MUTATIONS.update(ISSUE36)
 MUTATIONS.update(ISSUE37)
 MUTATIONS.update(ISSUE50)

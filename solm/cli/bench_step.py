@@ -14,8 +14,8 @@ from solm.cli.flags import (ConfigOption, DebugOption, ModelOption, QuietOption,
 
 BENCH_STEP_HELP = """Time one forward pass that feeds k tokens, one in each of k sequences, after
 a context of --context tokens each (k = --ks), on every engine asked for and every weight
-format: llama.cpp per --gguf-types (exported once, cached), torch per --dtypes (solm's
-eager step). Prints, per engine and format, the median ms of a pass at each k and the same
+format: llama.cpp per --gguf-types (exported once, cached), onnxruntime per --onnx-types
+(its ONNX graph, written once, cached), torch per --dtypes (solm's eager step). Prints, per engine and format, the median ms of a pass at each k and the same
 in one-token passes ("x one"): a parallel thread pays only where k tokens cost about what
 one costs. Beside them: the weights' bytes over this machine's copy bandwidth, the floor a
 pass that reads every weight once cannot go below, whatever k.
@@ -31,8 +31,8 @@ The figures are also kept in solm's cache for `--engine auto`: on this CPU, for 
 (and adapters trained on it), auto then takes the engine where the tokens a decode writes
 per pass (as its last decode here measured them) cost the least time.
 
-Example: `solm bench step -m smollm2-135m --gguf-types q8_0,q4_0,f16 --dtypes fp32
--o bench/results/step_cost.json`
+Example: `solm bench step -m smollm2-135m --gguf-types q8_0,q4_0,f16 --onnx-types q4,fp32
+--dtypes fp32 -o bench/results/step_cost.json`
 """
 
 app = command_group("bench", "Measurements of this machine that choose defaults.")
@@ -48,10 +48,12 @@ def _list(text: str, name: str) -> list[str]:
 @model_command
 def step_command(
     model: str = ModelOption,
-    engines: str = typer.Option("torch,llama.cpp", help="Comma-separated engines to time "
+    engines: str = typer.Option("torch,llama.cpp,onnxruntime", help="Comma-separated engines to time "
                                 "(an engine not installed here is skipped, with why)."),
     gguf_types: str = typer.Option("q8_0", "--gguf-types", help="llama.cpp's weight formats "
                                    "(comma-separated export types)."),
+    onnx_types: str = typer.Option("i8", "--onnx-types", help="onnxruntime's weight formats "
+                                   "(comma-separated: fp32, i8, q8, q4)."),
     dtypes: str = typer.Option("fp32", help="torch's weight dtypes (comma-separated: fp32, "
                                "bf16, fp16)."),
     ks: str = typer.Option("1,2,4,8,16", "--ks", help="Tokens per pass to time "
@@ -89,7 +91,7 @@ def step_command(
     bandwidth = (bandwidth_gbps * 1e9 if bandwidth_gbps else machine_bandwidth("cpu"))
     cpu = cpu_description()
     info(f"{cpu}; copy bandwidth {bandwidth / 1e9:.1f} GB/s; k = {k_list}, context {context}")
-    formats = {"dtypes": dtypes, "gguf_types": gguf_types}  # by the option an engine reads
+    formats = {"dtypes": dtypes, "gguf_types": gguf_types, "onnx_types": onnx_types}  # by the option an engine reads
     probes, skipped = [], {}
     for name in wanted:
         engine = ENGINES[name]

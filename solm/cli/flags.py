@@ -69,26 +69,28 @@ TrustRemoteCodeOption = typer.Option(
          "Dream-7B); without it such a model is refused. Read that code first.")
 
 
-def refuse_gguf_type_on_torch(values: dict) -> None:
-    """`--gguf-type` given to a command whose `--engine` does not read it would be ignored:
-    refused (README: options that do not apply are refused). Under `auto` it applies when
-    an engine that reads it is chosen."""
-    from solm.cli.errors import current_context
-    from solm.engines import applies, owners
+def refuse_other_engines_settings(values: dict) -> None:
+    """An engine's own setting (`--gguf-type`, `--onnx-type`) given to a command whose
+    `--engine` does not read it would be ignored: refused (README: options that do not apply
+    are refused). Under `auto` it applies when an engine that reads it is chosen. torch's
+    own settings (--dtype, ...) are left alone: other engines load from them."""
+    from solm.cli.errors import current_context, given_explicitly
+    from solm.engines import ENGINES, applies, owners
 
     ctx = current_context()
+    if ctx is None:
+        return
     engine = values.get("engine")
     chosen = engine if isinstance(engine, (list, tuple)) else [engine]  # `tip bench`: a list
-    if ctx is None or "gguf_type" not in ctx.params or any(applies(e, "gguf_type")
-                                                            for e in chosen):
-        return
-    from solm.cli.errors import given_explicitly
-
-    if given_explicitly(ctx, "gguf_type"):
-        readers = " or ".join(owners("gguf_type"))
+    for name in sorted({s for e in ENGINES.values() if not e.reference
+                        for s in e.own_settings}):
+        if (name not in ctx.params or any(applies(e, name) for e in chosen)
+                or not given_explicitly(ctx, name)):
+            continue
+        readers = " or ".join(owners(name))
         raise typer.BadParameter(f"applies to the {readers} engine only; this command runs "
-                                 f"on --engine {','.join(chosen)} (choose --engine {readers} or auto)",
-                                 param_hint="--gguf-type")
+                                 f"on --engine {','.join(chosen)} (choose --engine {readers} "
+                                 f"or auto)", param_hint="--" + name.replace("_", "-"))
 
 
 def loads_models(fn: Callable) -> Callable:
@@ -106,7 +108,7 @@ def loads_models(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def command(*args, **kwargs):
         kwargs.pop("trust_remote_code", None)
-        refuse_gguf_type_on_torch(kwargs)
+        refuse_other_engines_settings(kwargs)
         return fn(*args, **kwargs)
 
     command.__signature__ = inspect.Signature(params[:at] + [trust] + params[at:])

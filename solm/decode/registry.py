@@ -47,7 +47,7 @@ class EngineChoice(EngineSettings):
     engine: str = setting("torch", ENGINE_HELP, choices=ENGINE_CHOICES)
     gguf_type: str = setting("q8_0", GGUF_TYPE_HELP, choices=OUTTYPES)
     gguf: Optional[str] = None  # the llama.cpp engine's GGUF, found or exported at load
-    onnx_type: str = setting("q4", ONNX_TYPE_HELP, choices=ONNX_FORMATS)
+    onnx_type: str = setting("q8", ONNX_TYPE_HELP, choices=ONNX_FORMATS)
     onnx: Optional[str] = None  # the onnxruntime engine's graph, found or written at load
 
 

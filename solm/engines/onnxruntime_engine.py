@@ -9,8 +9,10 @@ from typing import Sequence
 from solm.engines.base import Engine
 
 ONNX_TYPE_HELP = ("onnxruntime engine: the weight format of the ONNX graph (fp32 equals "
-                  "torch's fp32 logits to ~1e-5; q8 and q4 quantize every linear layer in "
-                  "blocks of 32, run with int8 activations by onnxruntime's MatMulNBits).")
+                  "torch's fp32 logits to ~1e-5 and costs least per extra token of a pass; "
+                  "q8 and q4: blocks of 32 weights run by MatMulNBits, q8 closest to fp32; "
+                  "i8: 7-bit weights per output row run by DynamicQuantizeMatMul, the "
+                  "fastest for several tokens a pass, the roughest).")
 
 
 class OnnxRuntimeEngine(Engine):
@@ -72,6 +74,12 @@ class OnnxRuntimeEngine(Engine):
             return OrtPoolStep(model)
         return OrtSlotStep(model, kind)
 
+    def sequential_loop(self, settings, cells: int):
+        """One token a pass on the same graph (`solm.onnxrt.session.OrtOwnLoop`)."""
+        from solm.onnxrt.session import OrtModel, OrtOwnLoop
+
+        return OrtOwnLoop(OrtModel(settings.onnx, cells))
+
     def describe(self, settings, dtype: str) -> str:
         return f"onnxruntime ({settings.onnx_type} ONNX graph)"
 
@@ -91,10 +99,10 @@ class OrtProbe:
     engine = "onnxruntime"
 
     def __init__(self, graph, variant: str, threads: int | None = None):
-        from pathlib import Path
+        from solm.onnxrt.session import graph_pass_bytes
 
         self.graph, self.variant, self.threads = graph, variant, threads
-        self.weight_bytes = Path(graph).stat().st_size
+        self.weight_bytes = graph_pass_bytes(graph)
         self.model = None
 
     def prepare(self, k_max: int, context: int) -> None:

@@ -6,9 +6,10 @@ it reads and returns the keys and values of the tokens it fed, which the caller 
 into the pool. So any structure's mask runs unchanged, token for token, as on torch.
 
 Weight formats: `fp32` (the Hugging Face weights: its logits equal the reference's to
-~1e-5), `q8` and `q4` (every linear layer, the output head included, as ONNX Runtime's
-`MatMulNBits`: blocks of 32 weights with one scale each, symmetric, int8 activations inside
-the kernel (`accuracy_level` 4)).
+~1e-5); `i8` (every linear layer, the output head included, int8 with one scale per output
+row, run by `DynamicQuantizeMatMul`, which quantizes the activations per pass); `q8` and
+`q4` (the same layers as `MatMulNBits`: blocks of 32 weights with one scale each,
+symmetric, int8 activations inside the kernel (`accuracy_level` 4)).
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import numpy as np
 
 from solm.core.errors import SolmError
 
-FORMATS = ("fp32", "q8", "q4")
+FORMATS = ("fp32", "i8", "q8", "q4")
 BLOCK = 32  # weights per quantization block
+I8_TOP = 63  # the `i8` format's largest weight step (see `quantize_columns`)
 OPSET = 21
-ARCHITECTURES = ("LlamaForCausalLM",)
+# Llama's layer stack; Qwen2's is the same with biases on q, k and v
+ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,8 @@ def model_shape(model) -> Shape:
     if not any(n in ARCHITECTURES for n in names + [type(model).__name__]):
         raise SolmError(f"architecture {names[0]} has no ONNX graph in solm yet (supported: "
                         f"{', '.join(ARCHITECTURES)})")
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+        raise SolmError("the ONNX graph has no sliding window; this config sets one")
     heads = config.num_attention_heads
     state = model.state_dict()
     return Shape(layers=config.num_hidden_layers, heads=heads,
@@ -71,6 +76,17 @@ def quantize_blocks(weight: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarr
     if bits == 4:
         q = q[..., 0::2] | (q[..., 1::2] << 4)
     return q, scale.astype(np.float32).reshape(-1)
+
+
+def quantize_columns(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`DynamicQuantizeMatMul`'s B [K, N] int8 and per-column scales for a [N, K] weight:
+    scale = max |w| of an output row / 63, q = round(w / scale). Seven bits, not eight: on
+    x86 without VNNI the u8 x s8 kernel adds pairs of products in int16, which 8-bit
+    weights overflow (a measured 23% error in a matmul at full range)."""
+    scale = np.abs(weight).max(axis=1) / I8_TOP
+    scale[scale == 0] = 1.0
+    q = np.clip(np.rint(weight / scale[:, None]), -I8_TOP, I8_TOP).astype(np.int8)
+    return np.ascontiguousarray(q.T), scale.astype(np.float32)
 
 
 class GraphWriter:
@@ -106,6 +122,11 @@ class GraphWriter:
         weight = np.ascontiguousarray(weight, dtype=np.float32)
         if self.fmt == "fp32":
             out = self.op("MatMul", x, self.const(weight.T.copy(), "w"))
+        elif self.fmt == "i8":
+            q, scales = quantize_columns(weight)
+            out = self.op("DynamicQuantizeMatMul", x, self.const(q, "wq"),
+                          self.const(scales, "ws"), self.const(np.zeros_like(scales, np.int8)),
+                          domain="com.microsoft")
         else:
             bits = {"q8": 8, "q4": 4}[self.fmt]
             n, k = weight.shape

@@ -18,12 +18,13 @@ from solm.onnxrt.graph import FORMATS
 
 GRAPH_VERSION = 1  # bump when the graph builder writes a different graph for the same model
 INSTALL_HINT = "pip install onnxruntime onnx (or `make setup`, which installs solm[onnx])"
+PACKAGES = ["onnxruntime", "onnx"]  # the session runs the graph, onnx writes it
 
 
 def onnxruntime_available() -> bool:
     import importlib.util
 
-    return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx"))
+    return all(importlib.util.find_spec(m) is not None for m in PACKAGES)
 
 
 def cached_graph_path(model: str, fmt: str, control_tokens: str | None,
@@ -63,10 +64,27 @@ def graph_for(model: str, fmt: str, control_tokens: str | None = None,
                                   system=control_tokens or "pasta", num_registers=num_registers)
         proto, _ = build_graph(loaded[0], fmt)
         path.parent.mkdir(parents=True, exist_ok=True)
+        facts = {"format": fmt, "bytes_a_pass_reads": pass_bytes(proto)}
+        path.with_suffix(".json").write_text(json.dumps(facts) + "\n")
         partial = path.with_name(path.name + ".partial")
         partial.write_bytes(proto.SerializeToString())
         os.replace(partial, path)
     return path
+
+
+def pass_bytes(proto) -> int:
+    """The weight bytes one pass reads: every initializer but the embedding table, of which
+    a pass gathers only the rows of its tokens."""
+    return sum(len(t.raw_data) for t in proto.graph.initializer
+               if not t.name.startswith("embed_"))
+
+
+def graph_pass_bytes(graph: Path | str) -> int:
+    """`pass_bytes` of a cached graph (its file's size when the note beside it is missing)."""
+    note = Path(graph).with_suffix(".json")
+    if note.is_file():
+        return int(json.loads(note.read_text())["bytes_a_pass_reads"])
+    return Path(graph).stat().st_size
 
 
 class OrtModel:
@@ -107,3 +125,34 @@ class OrtModel:
             self.pool[name.replace("new_", "pool_")][:, slots] = value
         logits = out[0] if rows is None else out[0][list(rows)]
         return torch.from_numpy(np.ascontiguousarray(logits))
+
+
+class OrtOwnLoop:
+    """The sequential yardstick on onnxruntime: one token a pass on the same graph, the
+    greedy argmax in numpy, nothing of solm's runtimes between the passes."""
+
+    def __init__(self, model: OrtModel):
+        self.model = model
+
+    def generate(self, ids: list[int], n_tokens: int) -> tuple[list[int], float, float]:
+        """(the n_tokens generated, prefill seconds, decode seconds) from the prompt `ids`."""
+        import time
+
+        n = len(ids)
+        if n + n_tokens > self.model.cells:
+            raise RuntimeError(f"{n + n_tokens} tokens do not fit {self.model.cells} cells")
+        t0 = time.perf_counter()
+        causal = np.triu(np.full((n, n), -np.inf, np.float32), 1)
+        logits = self.model.forward(ids, range(n), np.zeros(0, np.int64), causal, range(n),
+                                    rows=[n - 1])
+        t1 = time.perf_counter()
+        out = [int(logits[0].argmax())]
+        for step in range(n_tokens - 1):
+            at = n + step
+            logits = self.model.forward([out[-1]], [at], np.arange(at),
+                                        np.zeros((1, at + 1), np.float32), [at])
+            out.append(int(logits[0].argmax()))
+        return out, t1 - t0, time.perf_counter() - t1
+
+    def close(self) -> None:
+        self.model = None

@@ -1,0 +1,204 @@
+"""The onnxruntime engine's own parts (`solm.onnxrt`): the graph's logits against the
+Hugging Face forward under any mask, its KV cells written and read at scattered slots, the
+quantized formats' packing against onnxruntime's own kernels, the bias a pass builds, and
+its sequential loop. (The systems on it: `test_engine_matrix.py`.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from solm.engines import ENGINES
+
+pytestmark = pytest.mark.skipif(ENGINES["onnxruntime"].unavailable() is not None,
+                                reason="onnxruntime is not installed")
+
+
+def random_visible(n: int, seed: int) -> torch.Tensor:
+    """A mask no system writes: causal with random holes, every token seeing itself."""
+    g = torch.Generator().manual_seed(seed)
+    visible = torch.ones(n, n, dtype=torch.bool).tril() & (torch.rand(n, n, generator=g) > 0.3)
+    return visible | torch.eye(n, dtype=torch.bool)
+
+
+def hf_logits(model, ids, positions, visible) -> torch.Tensor:
+    from solm.core.structure import model_mask
+
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids]), position_ids=torch.tensor([positions]),
+                     attention_mask=model_mask(visible, model)).logits[0]
+
+
+def ort_model(model, fmt: str, cells: int, tmp_path):
+    from solm.onnxrt.graph import build_graph
+    from solm.onnxrt.session import OrtModel
+
+    proto, _ = build_graph(model, fmt)
+    path = tmp_path / f"{fmt}.onnx"
+    path.write_bytes(proto.SerializeToString())
+    return OrtModel(path, cells, threads=1)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_graph_logits_equal_the_forward_under_any_mask_with_cells_at_scattered_slots(
+        arch, tmp_path):
+    """Two passes: the first writes 9 tokens at scattered pool cells, the second feeds 7
+    more that read them back (in another order) and each other, under a random mask and
+    jumping positions; every row equals one HF forward over all 16 tokens."""
+    from solm.core.models import tiny_model
+
+    model, tok = tiny_model(seed=3, arch=arch)
+    n, first = 16, 9
+    ids = torch.randint(5, 1000, (n,), generator=torch.Generator().manual_seed(1)).tolist()
+    positions = [0, 1, 2, 3, 4, 14, 15, 16, 5, 6, 7, 17, 18, 8, 9, 19]
+    visible = random_visible(n, seed=2)
+    ref = hf_logits(model, ids, positions, visible)
+    ort = ort_model(model, "fp32", 40, tmp_path)
+    slots = np.random.default_rng(0).permutation(40)[:n]
+
+    def bias(rows, keys):
+        return np.where(visible[rows][:, keys].numpy(), 0.0, -np.inf).astype(np.float32)
+
+    one = list(range(first))
+    out1 = ort.forward(ids[:first], positions[:first], np.zeros(0, np.int64),
+                       bias(one, one), slots[:first])
+    old = list(range(first))[::-1]  # the cells read in another order than written
+    two = list(range(first, n))
+    out2 = ort.forward(ids[first:], positions[first:], slots[old], bias(two, old + two),
+                       slots[first:])
+    ours = torch.cat([out1, out2])
+    assert (ours - ref).abs().max().item() < 1e-4
+
+
+def dequantize_blocks(q: np.ndarray, scales: np.ndarray, bits: int, k: int) -> np.ndarray:
+    """MatMulNBits' B written out the other way: unpack, subtract the default zero point,
+    scale per block."""
+    if bits == 4:
+        q = np.stack([q & 0x0F, q >> 4], axis=-1).reshape(*q.shape[:-1], -1)
+    values = q.astype(np.float32) - (1 << (bits - 1))
+    n = q.shape[0]
+    return (values * scales.reshape(n, -1, 1)).reshape(n, k)
+
+
+def dequantized(fmt: str, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the weight each format's kernel multiplies, read by hand from the packed arrays;
+    the largest rounding step of each weight)."""
+    from solm.onnxrt.graph import quantize_blocks, quantize_columns
+
+    n, k = weight.shape
+    if fmt == "i8":
+        q, scales = quantize_columns(weight)
+        return (q.astype(np.float32) * scales[None, :]).T, np.repeat(scales[:, None], k, 1)
+    bits = {"q4": 4, "q8": 8}[fmt]
+    q, scales = quantize_blocks(weight, bits)
+    return (dequantize_blocks(q, scales, bits, k),
+            np.repeat(scales.reshape(n, -1), 32, axis=1))
+
+
+@pytest.mark.parametrize("fmt", ["i8", "q8", "q4"])
+def test_quantization_is_what_onnxruntimes_kernel_multiplies(fmt):
+    """The packing (nibble order, zero point, scale layout, the 7-bit range of i8) read by
+    hand equals the weight to half a step, and onnxruntime's kernel computes x @ that
+    dequantized weight (up to its own int8 rounding of x)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from solm.onnxrt.graph import GraphWriter
+
+    rng = np.random.default_rng(len(fmt))
+    n, k = 24, 64
+    # rows of very different size: a per-row or per-block scale is needed
+    weight = (rng.standard_normal((n, k)) * np.linspace(0.1, 3, n)[:, None]).astype(np.float32)
+    deq, step = dequantized(fmt, weight)
+    assert np.all(np.abs(deq - weight) <= step / 2 + 1e-6)
+    w = GraphWriter(fmt)
+    out = w.linear("x", weight)
+    graph = helper.make_graph(w.nodes, "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, k])],
+                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, [3, n])],
+                              w.inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    x = rng.standard_normal((3, k)).astype(np.float32)
+    got = ort.InferenceSession(proto.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    want = x @ deq.T
+    # the kernels quantize x to 8 bits as well: ~1% of the largest output
+    assert np.abs(got - want).max() < 0.02 * np.abs(want).max()
+
+
+def test_quantized_graphs_keep_the_forward_close(tmp_path):
+    """Every format's logits stay near the fp32 forward (a broken layout is far off)."""
+    from solm.core.models import tiny_model
+    from solm.onnxrt.graph import FORMATS
+
+    model, _ = tiny_model(seed=4)
+    ids = list(range(30, 50))
+    n = len(ids)
+    visible = torch.ones(n, n, dtype=torch.bool).tril()
+    ref = hf_logits(model, ids, list(range(n)), visible)
+    for fmt in FORMATS:
+        ort = ort_model(model, fmt, n, tmp_path)
+        causal = np.where(visible.numpy(), 0.0, -np.inf).astype(np.float32)
+        ours = ort.forward(ids, range(n), np.zeros(0, np.int64), causal, range(n))
+        err = (ours - ref).abs().max().item() / ref.abs().max().item()
+        assert err < (1e-5 if fmt == "fp32" else 0.1), (fmt, err)
+
+
+def test_pass_bias_places_each_groups_mask_over_its_cells():
+    """The bias against the rule written directly: fed token i reads cell c iff c is in
+    its group's keys and the group's mask says so; columns are the read cells (ascending),
+    then the fed tokens' own cells in the order fed."""
+    from solm.onnxrt.step import pass_bias
+
+    rng = np.random.default_rng(5)
+    written = np.array([9, 3, 14])
+    groups = [(2, np.array([0, 1, 2, 9, 3]), rng.random((2, 5)) > 0.4),
+              (1, np.array([7, 2, 14]), np.array([[True, False, True]]))]
+    read, bias = pass_bias(written, groups, 16)
+    assert read.tolist() == [0, 1, 2, 7]
+    cells = read.tolist() + written.tolist()
+    row = 0
+    for rows, keys, mask in groups:
+        for r in range(rows):
+            for col, cell in enumerate(cells):
+                hit = [j for j, key in enumerate(keys) if key == cell]
+                seen = bool(hit) and bool(mask[r, hit[0]])
+                assert (bias[row, col] == 0.0) == seen and (seen or bias[row, col] == -np.inf)
+            row += 1
+
+
+def test_own_loop_is_greedy_generation(tmp_path):
+    """The sequential yardstick writes what Hugging Face's greedy generate writes."""
+    from solm.core.models import tiny_model
+    from solm.onnxrt.session import OrtOwnLoop
+
+    model, _ = tiny_model(seed=6)
+    prompt = list(range(40, 52))
+    loop = OrtOwnLoop(ort_model(model, "fp32", 64, tmp_path))
+    ours, _, _ = loop.generate(prompt, 12)
+    with torch.no_grad():
+        ref = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False,
+                             min_new_tokens=12)[0, len(prompt):].tolist()
+    assert ours == ref
+
+
+def test_paged_kv_frees_what_a_policy_stops_showing(tmp_path):
+    """TIP's paged KV: hiding a page's tokens frees their cells for good, and a token shown
+    again after it was hidden is an error."""
+    from types import SimpleNamespace
+
+    from solm.core.models import tiny_model
+    from solm.onnxrt.step import OrtPagedKV
+
+    model, _ = tiny_model(seed=7)
+    kv = OrtPagedKV(ort_model(model, "fp32", 12, tmp_path))
+    row = object()
+    a, b = SimpleNamespace(tokens=[0, 1, 2, 3]), SimpleNamespace(tokens=[4, 5])
+    kv.forward([row], [[5, 6, 7, 8]], [[0, 1, 2, 3]], [[(a, 4)]])
+    assert len(kv._free) == 8
+    kv.forward([row], [[9, 10]], [[4, 5]], [[(b, 2)]])  # page a hidden
+    assert len(kv._free) == 10
+    with pytest.raises(RuntimeError, match="showed a token again"):
+        kv.forward([row], [[11]], [[6]], [[(a, 4), (b, 2), (SimpleNamespace(tokens=[6]), 1)]])
