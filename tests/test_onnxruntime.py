@@ -202,3 +202,31 @@ def test_paged_kv_frees_what_a_policy_stops_showing(tmp_path):
     assert len(kv._free) == 10
     with pytest.raises(RuntimeError, match="showed a token again"):
         kv.forward([row], [[11]], [[6]], [[(a, 4), (b, 2), (SimpleNamespace(tokens=[6]), 1)]])
+
+
+def test_check_engines_on_onnxruntime_holds_and_refuses_the_other_engines_type(
+        tmp_path, tiny_folder, monkeypatch):
+    """`solm check-engines --engine onnxruntime` (fp32 graph): every greedy answer equal to
+    torch's or parted at a near-tie, logits within the tolerance; llama.cpp's --gguf-type
+    given to it is refused (it would be ignored)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from solm.cli.main import app
+
+    monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": p}) + "\n" for i, p in
+                               enumerate(["Name a fruit.", "Count to three."])))
+    out = tmp_path / "engines.jsonl"
+    runner = CliRunner()
+    r = runner.invoke(app, ["check-engines", "-m", tiny_folder, "-p", str(prompts),
+                            "--engine", "onnxruntime", "--max-new-tokens", "12", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == 2 and all(x["verdict"] in ("equal", "near-tie") for x in rows)
+    assert max(x["max_logit_diff"] for x in rows) < 1e-3
+    r = runner.invoke(app, ["check-engines", "-m", tiny_folder, "-p", str(prompts),
+                            "--engine", "onnxruntime", "--gguf-type", "q8_0"])
+    assert r.exit_code != 0 and "--gguf-type" in r.output

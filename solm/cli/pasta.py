@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from solm.decode.pasta.config import PastaDecodeConfig
+from solm.decode.registry import EngineChoice
 from solm.cli.setting_options import setting_option
 from solm.cli.checks import check_paths
 from solm.cli.console import console, handle_errors, info, is_quiet, out_console, progress
@@ -248,6 +249,7 @@ def demo(
                                        "and the answer as JSON here."),
     engine: str = engine_option("auto"),
     gguf_type: str = gguf_type_option(),
+    onnx_type: str = setting_option(EngineChoice, "onnx_type"),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
@@ -277,7 +279,7 @@ def demo(
     prompt = prompt or DEMO_PROMPT
     decoding = resolve_decode(model, decode_flags(None, None, None, None))
     rt, settings = runtime_on_engine(model, "parallel", engine, gguf_type, dtype, device,
-                                     max(1024, 4 * max_new_tokens))
+                                     max(1024, 4 * max_new_tokens), onnx_type=onnx_type)
     m = rt.model
     where = cpu_description() if m.device.type == "cpu" else str(m.device)
     on = get_engine(settings.engine).describe(settings, str(m.dtype))
@@ -333,6 +335,7 @@ def demo(
             "model": model, "prompt": prompt, "response": res.response, "machine": where,
             "engine": settings.engine, "gguf_type": settings.gguf_type if
             applies(settings.engine, "gguf_type") else None,
+            "onnx_type": settings.onnx_type if applies(settings.engine, "onnx_type") else None,
             "dtype": str(m.dtype), "answer_tokens": n, "threads": live_run.threads,
             "decode_forward_passes": live_run.forward_passes,
             "decode_tokens_fed": live_run.tokens_fed,

@@ -35,14 +35,16 @@ def load(model: str, engine: PastaEngine, dtype: str, device: str | None):
 
 def runtime_on_engine(model: str, mode: str, engine: str, gguf_type: str, dtype: str,
                       device: str | None, pool_size: int, compile: bool | None = False,
-                      quantize: str | None = None, expected_tokens: int = 0):
+                      quantize: str | None = None, expected_tokens: int = 0,
+                      **engine_settings):
     """(a one-request `PastaRuntime` for `model` on the engine `engine` resolves to for a
     `mode` decode, that engine's settings): for `pasta demo`, `pasta chat` and other single
     decodes. `compile`: torch's flag (None: when `expected_tokens` repay it)."""
     from solm.decode.compiled import should_compile
 
     settings = PastaEngine(engine=engine, gguf_type=gguf_type,
-                           pool_size=pool_size, compile=compile, quantize=quantize)
+                           pool_size=pool_size, compile=compile, quantize=quantize,
+                           **engine_settings)
     prepare(PastaDecodeConfig(mode=mode), settings, model)
     m, tok = load(model, settings, dtype, device)
     compiled = get_engine(settings.engine).torch_step and should_compile(compile, expected_tokens,
