@@ -10,6 +10,7 @@ import typer
 
 from solm.decode.tip.config import TipDecodeConfig
 from solm.cli.setting_options import setting_option
+from solm.decode.registry import EngineChoice
 from solm.cli.checks import check_paths, engine_list
 from solm.cli.console import handle_errors, info, out_console, progress
 from solm.cli.flags import engine_option, gguf_type_option
@@ -298,6 +299,7 @@ def bench(
                                                "cannot run (h2o) and says why.",
                                           callback=engine_list),
     gguf_type: str = gguf_type_option(),
+    onnx_type: str = setting_option(EngineChoice, "onnx_type"),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """Replay traces token by token with each policy, side by side in one run: throughput,
@@ -328,7 +330,8 @@ def bench(
     for name in names:  # fail on bad flags before loading the model
         make_policy(name, budget, page_size)
     plans = plan_engines(engine, names, budget, page_size, named, registers=registers,
-                         gguf_type=gguf_type, quantize=quantize, compile=compile)
+                         gguf_type=gguf_type, onnx_type=onnx_type, quantize=quantize,
+                         compile=compile)
     plot = None if out is None else out.with_suffix(".png")
     check_paths([traces_file], [*outputs_beside(out), plot])
     rows = read_trace_rows(traces_file, limit)
@@ -366,6 +369,8 @@ def bench(
                         if applies(settings.engine, "dtype") else None,
                         "refused": refused,
                         "gguf_type": gguf_type if applies(settings.engine, "gguf_type")
+                        else None,
+                        "onnx_type": onnx_type if applies(settings.engine, "onnx_type")
                         else None})
         summaries.append(summary)
         del rt, m  # one model in memory at a time

@@ -176,7 +176,7 @@ def merge_engines(summaries: list[dict]) -> dict:
     merged["policies"] = [r for s in summaries for r in s["policies"]]
     merged["engines"] = {s["engine"]: {k: s[k] for k in
                                        ("throughput_vs_dense", "live_kv_vs_dense",
-                                        "compiled", "dtype", "gguf_type", "refused")
+                                        "compiled", "dtype", "gguf_type", "onnx_type", "refused")
                                        if k in s}
                          for s in summaries}
     by = {(r["engine"], r["policy"]): r for r in merged["policies"]}
