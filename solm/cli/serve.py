@@ -150,7 +150,8 @@ def serve(
                 max_batch=max_batch, compile=options["compile"],
                 quantize=options["quantize"], policy=policy,
                 budget=budget, registers=registers, page_size=page_size,
-                engine=options["engine"], gguf_type=options["gguf_type"])
+                engine=options["engine"], gguf_type=options["gguf_type"],
+                onnx_type=options["onnx_type"])
     check_engine(chosen, model, opts, decoding)  # a refusal before anything loads
     info(f"loading {model} ...")
     engine, defaults, what = make_engine(chosen, model, opts, decoding, dtype, device)

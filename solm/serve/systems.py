@@ -12,6 +12,12 @@ from solm.core.sampling import SamplingConfig
 from solm.decode.registry import DecodeSystem
 
 
+def engine_formats(opts: dict) -> dict:
+    """The engines' own format settings the server was given (the rest keep their
+    declared defaults)."""
+    return {k: opts[k] for k in ("onnx_type",) if opts.get(k)}
+
+
 def pasta_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: str,
                  device: str | None):
     from dataclasses import replace
@@ -30,6 +36,7 @@ def pasta_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: 
         sampling=SamplingConfig(seed=opts["seed"], **decoding.values))
     settings = PastaEngine(engine=opts.get("engine") or "torch",
                            gguf_type=opts.get("gguf_type") or "q8_0",
+                           **engine_formats(opts),
                            quantize=opts["quantize"], pool_size=opts["pool_size"])
     prepare(defaults, settings, model)  # under auto, llama.cpp where the default mode runs
     m, tok = load(model, settings, dtype, device)
@@ -65,7 +72,8 @@ def tip_settings(model: str, opts: dict, decoding):
                         "generation_config.json's)")
     registers = opts["registers"] or model_registers(model) or 16
     settings = TipEngine(engine=opts.get("engine") or "torch",
-                         gguf_type=opts.get("gguf_type") or "q8_0", quantize=opts["quantize"],
+                         gguf_type=opts.get("gguf_type") or "q8_0",
+                         quantize=opts["quantize"], **engine_formats(opts),
                          registers=registers)
     settings.engine = choose(settings.engine, "tip", settings=settings, model=model,
                              policy=policy)
