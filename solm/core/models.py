@@ -114,6 +114,19 @@ def model_identity(model: str) -> dict:
     return {"name": model}
 
 
+def export_path(model: str, folder: str, label: str, suffix: str, **facts) -> Path:
+    """Where an engine keeps its export of `model` in solm's cache:
+    `<cache>/<folder>/<model's name>-<label>-<digest><suffix>`, the digest over the model's
+    identity (`model_identity`) and the export's `facts` (tokens, format, exporter version)."""
+    import hashlib
+    import json
+
+    key = json.dumps({"source": model_identity(model), **facts}, sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    stem = Path(str(model).rstrip("/")).name or "model"
+    return cache_root() / folder / f"{stem}-{label}-{digest}{suffix}"
+
+
 def rope_theta(config, target: str) -> float:
     """The rope base of a plain-rope config; a one-line error when scaled rope would not
     survive an export to `target` (a GGUF, an ONNX graph)."""

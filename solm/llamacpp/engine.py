@@ -5,8 +5,6 @@ refuses, is `solm.engines`' business."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 
 from solm.core.errors import SolmError
@@ -21,14 +19,10 @@ EXPORT_VERSION = 1  # bump when the exporter writes different files for the same
 
 def cached_gguf_path(model: str, control_tokens: str | None, num_registers: int,
                      outtype: str) -> Path:
-    from solm.core.models import cache_root, model_identity
+    from solm.core.models import export_path
 
-    key = json.dumps({"source": model_identity(model), "tokens": control_tokens,
-                      "registers": num_registers, "outtype": outtype,
-                      "exporter": EXPORT_VERSION}, sort_keys=True)
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    stem = Path(str(model).rstrip("/")).name or "model"
-    return cache_root() / "gguf" / f"{stem}-{outtype}-{digest}.gguf"
+    return export_path(model, "gguf", outtype, ".gguf", tokens=control_tokens,
+                       registers=num_registers, outtype=outtype, exporter=EXPORT_VERSION)
 
 
 def gguf_for(model: str, outtype: str, control_tokens: str | None = None,

@@ -31,6 +31,7 @@ from typing import Sequence
 
 import torch
 
+from solm.core.one_request_pool import OneRequestPool
 from solm.llamacpp.binding import LlamaContext, Token
 
 MAIN = 0
@@ -209,34 +210,8 @@ class LlamaPdiffStep(LlamaCppStep):
         return torch.stack([r for r in out if r is not None])
 
 
-class LlamaPoolStep:
-    """`solm.decode.step.PoolStep`'s call (one request at a time, as `PastaRuntime` decodes)
-    on `LlamaCppStep`: the request's tokens take the next slots of a pool of `pool_size`."""
-
-    compile_s = 0.0
-    join_before_sync = True
-    NAMES = ("thread", "order", "anchor", "epoch", "join")
+class LlamaPoolStep(OneRequestPool):
+    """`PoolStep`'s call on `LlamaCppStep` (`solm.core.one_request_pool`)."""
 
     def __init__(self, ctx: LlamaContext, pool_size: int):
-        self.inner = LlamaCppStep(ctx)
-        self.pool_size, self.used = pool_size, 0
-
-    def reset(self) -> None:
-        if self.used:
-            self.inner.release(0, self.used)
-        self.used = 0
-
-    def fits(self, n: int) -> bool:
-        return self.used + n <= self.pool_size
-
-    def compile_buckets(self, max_fed: int, max_slots: int) -> int:
-        return 0
-
-    def __call__(self, tokens: Sequence[int], attrs: Sequence, prefill: bool = False
-                 ) -> torch.Tensor:
-        n, first = len(tokens), self.used
-        self.used += n
-        columns = {name: [int(getattr(a, name)) for a in attrs] for name in self.NAMES}
-        columns["request"] = [1] * n
-        return self.inner(tokens, [a.pos for a in attrs], columns, range(first, first + n),
-                          [(n, [(0, self.used)])], prefill)
+        super().__init__(LlamaCppStep(ctx), pool_size)

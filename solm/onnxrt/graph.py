@@ -154,7 +154,6 @@ def _rotate(w: GraphWriter, x: str, cos: str, sin: str, half: int) -> str:
 
 def build_graph(model, fmt: str = "fp32"):
     """The ONNX model of a loaded (fp32, LoRA merged) Llama-architecture decoder."""
-    import onnx
     from onnx import TensorProto, helper
 
     if fmt not in FORMATS:

@@ -4,7 +4,6 @@ its passes read and write."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -29,14 +28,10 @@ def onnxruntime_available() -> bool:
 
 def cached_graph_path(model: str, fmt: str, control_tokens: str | None,
                       num_registers: int) -> Path:
-    from solm.core.models import cache_root, model_identity
+    from solm.core.models import export_path
 
-    key = json.dumps({"source": model_identity(model), "tokens": control_tokens,
-                      "registers": num_registers, "format": fmt, "graph": GRAPH_VERSION},
-                     sort_keys=True)
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    stem = Path(str(model).rstrip("/")).name or "model"
-    return cache_root() / "onnx" / f"{stem}-{fmt}-{digest}.onnx"
+    return export_path(model, "onnx", fmt, ".onnx", tokens=control_tokens,
+                       registers=num_registers, format=fmt, graph=GRAPH_VERSION)
 
 
 def graph_for(model: str, fmt: str, control_tokens: str | None = None,

@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from solm.core.one_request_pool import OneRequestPool
 from solm.core.structure import BATCH_ATTR_NAMES, NO_REQUEST, MaskTerm, and_masks, same_request
 from solm.decode.slots import Read, segment_masks
 from solm.onnxrt.session import OrtModel
@@ -106,39 +107,11 @@ def pass_bias(written: np.ndarray, groups: Sequence[tuple[int, np.ndarray, np.nd
     return read, bias
 
 
-class OrtPoolStep:
-    """`PoolStep`'s call (one request at a time, as `PastaRuntime` decodes) on
-    `OrtSlotStep`: the request's tokens take the next slots of the pool."""
-
-    compile_s = 0.0
-    join_before_sync = False
+class OrtPoolStep(OneRequestPool):
+    """`PoolStep`'s call on `OrtSlotStep` (`solm.core.one_request_pool`)."""
 
     def __init__(self, model: OrtModel):
-        from solm.core.systems.pasta import ATTR_NAMES
-
-        self.inner = OrtSlotStep(model)
-        self.names = ATTR_NAMES
-        self.pool_size, self.used = model.cells, 0
-
-    def reset(self) -> None:
-        if self.used:
-            self.inner.release(0, self.used)
-        self.used = 0
-
-    def fits(self, n: int) -> bool:
-        return self.used + n <= self.pool_size
-
-    def compile_buckets(self, max_fed: int, max_slots: int) -> int:
-        return 0
-
-    def __call__(self, tokens: Sequence[int], attrs: Sequence, prefill: bool = False
-                 ) -> torch.Tensor:
-        n, first = len(tokens), self.used
-        self.used += n
-        columns = {name: [int(getattr(a, name)) for a in attrs] for name in self.names}
-        columns.update(request=[1] * n, group=[-1] * n, shared=[0] * n)
-        return self.inner(tokens, [a.pos for a in attrs], columns, range(first, first + n),
-                          [(n, [(0, self.used)])], prefill)
+        super().__init__(OrtSlotStep(model), model.cells)
 
 
 class OrtPagedKV:
