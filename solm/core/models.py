@@ -16,6 +16,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -125,6 +126,26 @@ def export_path(model: str, folder: str, label: str, suffix: str, **facts) -> Pa
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     stem = Path(str(model).rstrip("/")).name or "model"
     return cache_root() / folder / f"{stem}-{label}-{digest}{suffix}"
+
+
+def build_once(path: Path, what: str, build: Callable[[tuple], None], loaded,
+               model: str, system: str, num_registers: int) -> Path:
+    """`path`, built by `build(loaded)` unless it exists (under a lock: two processes never
+    build it twice; `build` writes it atomically). `loaded`: the (model, tokenizer) in fp32
+    with `system`'s tokens added, loaded here when None. `what`: the notice's words."""
+    from solm.core.notices import notice
+
+    if path.is_file():
+        return path
+    with _file_lock(path.with_name(path.name + ".lock")):
+        if path.is_file():
+            return path
+        notice(f"{what}, once: {path}")
+        if loaded is None:
+            loaded = load_decoder(model, dtype="fp32", device="cpu", system=system,
+                                  num_registers=num_registers)
+        build(loaded)
+    return path
 
 
 def rope_theta(config, target: str) -> float:

@@ -30,31 +30,22 @@ def gguf_for(model: str, outtype: str, control_tokens: str | None = None,
     """The GGUF of `model` with `control_tokens` added, exported once (under a lock, written
     atomically). `loaded`: the (model, tokenizer) already in memory in fp32 with the tokens
     added, to export without loading again."""
-    from solm.core.models import _file_lock
+    from solm.core.models import build_once
     from solm.llamacpp.export import model_meta, write_gguf
 
     if outtype not in OUTTYPES:
         raise SolmError(f"--gguf-type must be one of {', '.join(OUTTYPES)}, got {outtype!r}")
-    from solm.core.notices import notice
-
     path = cached_gguf_path(model, control_tokens, num_registers, outtype)
-    if path.is_file():
-        return path
-    with _file_lock(path.with_name(path.name + ".lock")):
-        if path.is_file():
-            return path
-        notice(f"exporting {model} to a {outtype} GGUF for llama.cpp, once: {path} "
-               f"(`solm cache` shows the cache's size, `solm cache clean --gguf` empties it)")
-        if loaded is None:
-            from solm.core.models import load_decoder
 
-            loaded = load_decoder(model, dtype="float32", device="cpu",
-                                  system=control_tokens or "pasta",
-                                  num_registers=num_registers)
+    def write(loaded) -> None:
         meta = model_meta(model)
         meta["control_tokens"] = control_tokens
         write_gguf(*loaded, path, outtype, meta=meta, source=str(model))
-    return path
+
+    return build_once(path, f"exporting {model} to a {outtype} GGUF for llama.cpp (`solm "
+                            f"cache` shows the cache's size, `solm cache clean --gguf` empties "
+                            f"it)", write, loaded, model, control_tokens or "pasta",
+                      num_registers)
 
 
 def kv_type(engine) -> str:

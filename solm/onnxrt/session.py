@@ -39,24 +39,14 @@ def graph_for(model: str, fmt: str, control_tokens: str | None = None,
     """The ONNX graph of `model` with `control_tokens` added in weight format `fmt`, built
     once (under a lock, written atomically). `loaded`: the (model, tokenizer) already in
     memory in fp32 with the tokens added."""
-    from solm.core.models import _file_lock
-    from solm.core.notices import notice
+    from solm.core.models import build_once
     from solm.onnxrt.graph import build_graph
 
     if fmt not in FORMATS:
         raise SolmError(f"--onnx-type must be one of {', '.join(FORMATS)}, got {fmt!r}")
     path = cached_graph_path(model, fmt, control_tokens, num_registers)
-    if path.is_file():
-        return path
-    with _file_lock(path.with_name(path.name + ".lock")):
-        if path.is_file():
-            return path
-        notice(f"writing {model} as a {fmt} ONNX graph for onnxruntime, once: {path}")
-        if loaded is None:
-            from solm.core.models import load_decoder
 
-            loaded = load_decoder(model, dtype="fp32", device="cpu",
-                                  system=control_tokens or "pasta", num_registers=num_registers)
+    def write(loaded) -> None:
         proto, _ = build_graph(loaded[0], fmt)
         path.parent.mkdir(parents=True, exist_ok=True)
         facts = {"format": fmt, "bytes_a_pass_reads": pass_bytes(proto)}
@@ -64,7 +54,9 @@ def graph_for(model: str, fmt: str, control_tokens: str | None = None,
         partial = path.with_name(path.name + ".partial")
         partial.write_bytes(proto.SerializeToString())
         os.replace(partial, path)
-    return path
+
+    return build_once(path, f"writing {model} as a {fmt} ONNX graph for onnxruntime", write,
+                      loaded, model, control_tokens or "pasta", num_registers)
 
 
 def pass_bytes(proto) -> int:
