@@ -26,6 +26,25 @@ _hypothesis_settings.load_profile("solm")
 # on this machine (the matrix test runs it on as well)
 os.environ.setdefault("SOLM_LLAMA_FLASH_ATTN", "off")
 
+
+
+@pytest.fixture(autouse=True)
+def _own_measurement_records(tmp_path_factory, monkeypatch):
+    """`--engine auto` reads what `solm bench step` and finished decodes recorded in solm's
+    cache; a test sees only the records it (or its SOLM_CACHE) writes, never the user's or
+    another test's (a machine where onnxruntime had been measured fastest made the demo test
+    pick it)."""
+    from solm.engines import cost
+
+    records = tmp_path_factory.mktemp("records")
+    real = cost._cache
+
+    def cache(name: str):
+        return real(name) if os.environ.get("SOLM_CACHE") else records / name
+
+    monkeypatch.setattr(cost, "_cache", cache)
+
+
 TIP_REGISTERS = 4  # registers of the TIP test tokenizer
 SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 
