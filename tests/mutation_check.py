@@ -993,6 +993,13 @@ ISSUE37 = {
         "solm/llamacpp/step.py",
         "seq, extra = req.main, tuple(also.pop(int(columns[\"order\"][i]), ()))",
         "seq, extra = req.main, (); also.pop(int(columns[\"order\"][i]), ())", LLAMA_TESTS),
+    "llama_compaction_loses_the_kv": (
+        "solm/llamacpp/binding.py",
+        "        if L.llama_state_seq_set_data(self.ctx, blob, size, seq) == 0:",
+        "        if False:", LLAMA_TESTS),
+    "llama_compaction_miscounts_holes": (
+        "solm/llamacpp/tip.py", "            span, holes = held, 0",
+        "            span, holes = held, holes", LLAMA_TESTS),
     "llama_sync_joins_nothing": (
         "solm/llamacpp/step.py", "                self.ctx.seq_cp(seq, req.main)\n",
         "                pass\n", LLAMA_TESTS),

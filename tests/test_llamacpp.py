@@ -455,6 +455,35 @@ def test_tip_runtime_on_llama_cpp_equals_torch(register_happy, policy, budget):
         assert newest_kills > 0  # the deferred kill was exercised
 
 
+@pytest.mark.parametrize("policy,budget", [("tip", None), ("streamingllm", 48)])
+def test_compacted_streams_decode_what_torch_decodes(register_happy, policy, budget,
+                                                     monkeypatch):
+    """Streams compacted whenever a cell is a hole (this model's TIP steps are a token or two;
+    the streaming window drops pages of 16): the KV copied out and set back packed, and
+    every later pass equals torch's (same tokens, same logits)."""
+    from solm.llamacpp.binding import LlamaContext
+    from solm.llamacpp.tip import LlamaKV
+
+    monkeypatch.setattr(LlamaKV, "compact_holes", 1)
+    monkeypatch.setattr(LlamaKV, "compact_share", 0.0)
+    compacted = []
+    real = LlamaContext.seq_compact
+
+    def counting(self, seq):
+        compacted.append(seq)
+        real(self, seq)
+
+    monkeypatch.setattr(LlamaContext, "seq_compact", counting)
+    model, tok, path = register_happy
+    prompts = prompt_ids(tok, PROBLEMS)
+    ours = tip_decode(model, tok, prompts, policy, budget, "llama.cpp", path)
+    ref = tip_decode(model, tok, prompts, policy, budget, "torch")
+    assert len(compacted) >= 4
+    for a, b in zip(ours, ref):
+        assert a.ids == b.ids
+        assert (a.logits - b.logits).abs().max().item() < TOL
+
+
 def test_a_one_page_streaming_window_is_refused_on_llama_cpp(register_happy):
     """A window of one recent page drops the token before each new page: the refusal says
     so, and forcing it anyway is what llama.cpp would refuse (so the rule is needed)."""

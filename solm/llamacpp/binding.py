@@ -185,6 +185,22 @@ class LlamaContext:
             raise RuntimeError(f"llama.cpp refused to remove positions [{p0}, {p1}) of "
                                f"sequence {seq}")
 
+    def seq_compact(self, seq: int) -> None:
+        """Move sequence `seq`'s cells together at the start of its stream (its KV copied out
+        through `llama_state_seq_get_data`, the sequence removed, the copy set back), so its
+        passes read only as many cells as it holds. Streams only (`unified=False`): there the
+        emptied stream always has room for the copy."""
+        if self.unified:
+            raise RuntimeError("seq_compact needs a stream per sequence (unified=False)")
+        L = self.L
+        size = L.llama_state_seq_get_size(self.ctx, seq)
+        blob = (ctypes.c_uint8 * size)()
+        if L.llama_state_seq_get_data(self.ctx, blob, size, seq) != size:
+            raise RuntimeError(f"llama.cpp could not copy out sequence {seq}")
+        self.seq_rm(seq)
+        if L.llama_state_seq_set_data(self.ctx, blob, size, seq) == 0:
+            raise RuntimeError(f"llama.cpp could not set back sequence {seq}")
+
     def seq_pos_max(self, seq: int) -> int:
         """The largest position sequence `seq` holds (-1 when empty)."""
         return int(self.L.llama_memory_seq_pos_max(self.memory, seq))
