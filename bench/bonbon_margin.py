@@ -3,7 +3,7 @@
     python bench/bonbon_margin.py \
         --run runs/prefs/lambda-0-own/round-1/bonbon=runs/prefs/margin/from-sft/pairs.jsonl \
         --run runs/prefs/lambda-0-own/round-2/bonbon=runs/prefs/margin/from-own-r1/pairs.jsonl \
-        --out bench/results/issue23_heldout_margin.json
+        --out bench/results/prefs_rounds/heldout_margin.json
 
 `pasta bonbon` logs the margin on its own few held-out pairs (`--eval-rows`), too few to tell
 a trend from noise. Here each run is read against a pairs file that `pasta prefs` made on

@@ -1,5 +1,5 @@
 """Collect the preference rounds' small outputs (summaries, BoNBoN results and margins, frontier
-signal, win rates, report) from runs/prefs into bench/results/issue23_* (runs/ is not kept
+signal, win rates, report) from runs/prefs into bench/results/prefs_rounds/* (runs/ is not kept
 in git).
 
     python bench/collect_prefs_results.py
@@ -29,7 +29,7 @@ for fr in ("frontier", "frontier-len", "frontier-own"):
         if os.path.exists(f"{root}/{fr}/inf_vs_start_winrate.json"):
             out[fr]["inf_vs_start_winrate"] = json.load(open(f"{root}/{fr}/inf_vs_start_winrate.json"))
         if os.path.exists(f"{root}/{fr}/report/report.md"):
-            shutil.copyfile(f"{root}/{fr}/report/report.md", f"bench/results/issue23_{fr}_report.md")
+            shutil.copyfile(f"{root}/{fr}/report/report.md", f"bench/results/prefs_rounds/{fr}_report.md")
 out["timeline"] = open(f"{root}/timeline.log").read().splitlines()
-json.dump(out, open("bench/results/issue23_prefs_rounds.json", "w"), indent=1)
+json.dump(out, open("bench/results/prefs_rounds/prefs_rounds.json", "w"), indent=1)
 print("ok", list(rounds))

@@ -11,7 +11,7 @@
    GGUF holding the same weights solm decodes (dequantized from that GGUF), and
    `model.generate`.
 
-    python bench/fast_step.py --out bench/results/issue14_fast_step.json
+    python bench/fast_step.py --out bench/results/fast_step.json
 
 Each section is written to the JSON as soon as it is measured (a killed run keeps them). Run
 on a quiet machine: nothing else using the CPU.

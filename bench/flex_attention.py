@@ -7,7 +7,7 @@ the collator (dense) and by `solm.train.flex` (block mask, from the same terms).
 share of 128 x 128 blocks the block mask skips and the time of each, side by side in one run.
 `--attention auto` in training follows this measurement (flex on CUDA, SDPA on a CPU).
 
-    python bench/flex_attention.py --rows runs/sft/sft_rows.jsonl --out bench/results/issue14_flex.json
+    python bench/flex_attention.py --rows runs/sft/sft_rows.jsonl --out bench/results/flex_attention.json
 """
 
 from __future__ import annotations

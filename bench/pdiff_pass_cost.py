@@ -3,7 +3,7 @@ machine: one forward pass feeding W tokens (chunk slots) over a KV cache of C to
 and plan), for widths from 1 up to several 30-slot chunks. A denoising pass pays off in wall
 time only when it yields more content tokens than its cost in one-token steps.
 
-    python bench/pdiff_pass_cost.py --model pdiff-cpu --out bench/results/issue25_pass_cost.json
+    python bench/pdiff_pass_cost.py --model pdiff-cpu --out bench/results/pdiff_pass_cost.json
 
 Run it on a quiet machine (no tests or training beside it).
 """

@@ -3,7 +3,7 @@ client), one request at a time (`--max-batch 1`, the queue before batching) agai
 continuous batching (`--max-batch 8`), side by side in one run.
 
     python bench/serve_batching.py [--clients 8] [--requests-per-client 3] [--max-tokens 64]
-        [--out bench/results/issue22_serve.json]
+        [--out bench/results/decode_batching/serve.json]
     python bench/serve_batching.py --engines torch,llama.cpp [--gguf-type q8_0] [--out ...]
 
 With `--engines`, both servers batch (`--max-batch` = the clients) and the engines are

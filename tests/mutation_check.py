@@ -565,7 +565,7 @@ AUDIT3: dict[str, tuple] = {
         'penalize=defaults.penalize, record_logits=False)',
         ['tests/test_serve_settings.py', 'tests/test_serve.py', 'tests/test_serve_app.py', 'tests/test_serve_engine.py']),
     'serve_chat_cap_prefers_max_tokens': (
-        'solm/serve/protocol.py',
+        'solm/serve/openai_schema.py',
         '        return self.max_completion_tokens or self.max_tokens',
         '        return self.max_tokens or self.max_completion_tokens',
         ['tests/test_serve_settings.py', 'tests/test_serve.py', 'tests/test_serve_app.py', 'tests/test_serve_engine.py']),

@@ -230,7 +230,7 @@ def _no_model_load(monkeypatch):
 def test_a_tip_server_refuses_what_llama_cpp_cannot_run_before_loading(monkeypatch):
     """`serve --system tip --engine llama.cpp --policy h2o` said "needs --budget" after
     loading; --budget had no default there while `tip decode`'s is 2048."""
-    from solm.decode.registry import get_system
+    from solm.decode.registry import decode_system
 
     _no_model_load(monkeypatch)
     r = CliRunner().invoke(solm_main.app, ["serve", "--system", "tip", "--engine", "llama.cpp",
@@ -238,7 +238,7 @@ def test_a_tip_server_refuses_what_llama_cpp_cannot_run_before_loading(monkeypat
     assert r.exit_code != 0 and "h2o" in r.output and "attention" in r.output.lower(), r.output
     assert "needs --budget" not in r.output
     assert "loading" not in r.output  # refused before the server starts loading anything
-    tip_defaults = get_system("tip").command_defaults
+    tip_defaults = decode_system("tip").command_defaults
     assert tip_defaults["budget"] == 2048 and tip_defaults["temperature"] == 0.6
 
 

@@ -15,7 +15,7 @@ from solm.core.sampling import SamplingConfig
 from solm.core.settings import cli_name, is_setting
 from solm.decode.pasta.config import PastaDecodeConfig
 from solm.decode.pdiff.config import PdiffDecodeConfig
-from solm.decode.registry import SYSTEMS, load_builtin_systems
+from solm.decode.registry import decode_systems
 from solm.decode.sot.runtime import SotConfig
 from solm.decode.tip.config import TipDecodeConfig
 from solm.train.base import TrainConfig
@@ -45,8 +45,7 @@ def declared():
     import solm.train.bonbon, solm.train.grpo, solm.train.pdiff_sft, solm.train.sft  # noqa
     import solm.train.tip_sft  # noqa: F401
 
-    load_builtin_systems()
-    classes = [*DECODE_CONFIGS, *(s.engine_cls for s in SYSTEMS.values()),
+    classes = [*DECODE_CONFIGS, *(s.engine_cls for s in decode_systems().values()),
                *_subclasses(TrainConfig)]
     out: dict[str, list] = {}
     for name, f in _fields(classes):

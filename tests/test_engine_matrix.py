@@ -23,7 +23,7 @@ from solm.core.errors import SolmError
 from solm.core.records import Record
 from solm.core.sampling import SamplingConfig
 from solm.decode.jobs import pending_jobs
-from solm.decode.registry import SYSTEMS, get_system, load_builtin_systems
+from solm.decode.registry import decode_system, decode_systems
 from solm.engines import ENGINES
 
 TOL = 1e-3  # fp32 logits of an f32 export with an F32 KV cache
@@ -264,8 +264,7 @@ CASES = {
 
 
 def test_every_registered_system_has_a_case():
-    load_builtin_systems()
-    assert {c.system for c in CASES.values()} >= set(SYSTEMS)
+    assert {c.system for c in CASES.values()} >= set(decode_systems())
 
 
 @pytest.fixture(scope="module")
@@ -296,7 +295,7 @@ def test_every_system_on_every_engine_equals_the_oracle_or_is_refused_by_name(
     monkeypatch.setenv(FLASH_ENV, flash)
 
     case = CASES[case_name]
-    system = get_system(case.system)
+    system = decode_system(case.system)
     model_dir = folders(case)  # before the cache moves: the embedded tokenizer is in the real one
     monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))  # the GGUF exports go here
     monkeypatch.setattr(sot_runtime, "parse_skeleton", lambda text: ["Apples", "Pears",
@@ -346,7 +345,7 @@ def test_the_refused_cells_are_the_ones_llama_cpp_cannot_express(folders):
                 ("tip-h2o", "llama.cpp"), ("tip-h2o", "onnxruntime")}
     found = set()
     for name, case in CASES.items():
-        system = get_system(case.system)
+        system = decode_system(case.system)
         config = system.config_cls(sampling=GREEDY, **case.config)
         for engine, e in ENGINES.items():
             settings = system.engine_cls(engine=engine, gguf_type="f32", onnx_type="fp32",

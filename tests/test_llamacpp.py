@@ -871,7 +871,7 @@ def test_the_server_on_llama_cpp_answers_what_torch_does(tmp_path, monkeypatch):
     from fastapi.testclient import TestClient
 
     from solm.core.generation import resolve_decode
-    from solm.decode.registry import get_system
+    from solm.decode.registry import decode_system
     from solm.serve.app import ServeSettings, create_app
     from solm.serve.systems import make_engine
 
@@ -886,7 +886,7 @@ def test_the_server_on_llama_cpp_answers_what_torch_does(tmp_path, monkeypatch):
     answers = {}
     for engine_name in ("torch", "llama.cpp"):
         decoding = resolve_decode(str(folder), {"temperature": 0.0})
-        engine, defaults, what = make_engine(get_system("pasta"), str(folder),
+        engine, defaults, what = make_engine(decode_system("pasta"), str(folder),
                                              {**opts, "engine": engine_name}, decoding,
                                              "fp32", "cpu")
         assert what.endswith(engine_name)
@@ -908,7 +908,7 @@ def test_the_server_on_llama_cpp_answers_what_torch_does(tmp_path, monkeypatch):
 
     pred10x = tmp_path / "p"
     save_model(model, tok, pred10x)
-    engine, defaults, _ = make_engine(get_system("pasta"), str(pred10x),
+    engine, defaults, _ = make_engine(decode_system("pasta"), str(pred10x),
                                       {**opts, "mode": "sequential", "engine": "llama.cpp"},
                                       resolve_decode(str(pred10x), {}), "fp32", "cpu")
     engine.start_in_thread()

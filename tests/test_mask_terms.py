@@ -51,7 +51,7 @@ def test_block_mask_keeps_exactly_the_blocks_with_a_visible_pair(pasta_tokenizer
 
 
 def test_registry_names_every_system_and_structure_modules_share_one_shape():
-    assert set(SYSTEMS) == {"pasta", "tip", "pdiff"}
+    assert set(SYSTEMS) == {"pasta", "tip", "pdiff", "sot"}
     for name in ("pasta", "tip"):
         module = get_system(name).structure_module()
         assert module.NAME == name

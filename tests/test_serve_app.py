@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 from solm.core.sampling import SamplingConfig
 from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
 from solm.serve.app import ServeSettings, create_app
-from solm.serve.engine import Job, ServeEngine, ShuttingDown
-from solm.serve.protocol import ApiError
+from solm.serve.engine import ServeJob, ServeEngine, ShuttingDown
+from solm.serve.openai_schema import ApiError
 
 POOL = 96
 MODEL = "tiny"
@@ -82,7 +82,7 @@ def test_shutdown_cancels_running_and_queued_jobs_with_an_error(tiny, pasta_toke
                              sampling=SamplingConfig(temperature=1.0))
 
     async def go():
-        jobs = [Job([1, 2, 3], long) for _ in range(2)]
+        jobs = [ServeJob([1, 2, 3], long) for _ in range(2)]
         for j in jobs:
             engine.submit(j)
         worker = threading.Thread(target=engine.work, daemon=True)
@@ -91,7 +91,7 @@ def test_shutdown_cancels_running_and_queued_jobs_with_an_error(tiny, pasta_toke
         started = time.perf_counter()
         engine.shutdown(grace_s=0.2)
         with pytest.raises(ShuttingDown):
-            engine.submit(Job([1, 2, 3], long))
+            engine.submit(ServeJob([1, 2, 3], long))
         events = [await j.events.get() for j in jobs]
         await asyncio.to_thread(worker.join, 10)
         return events, time.perf_counter() - started, worker.is_alive()
@@ -108,7 +108,7 @@ def test_shutdown_lets_a_job_finish_within_the_grace_period(tiny, pasta_tokenize
     short = PastaDecodeConfig(mode="sequential", max_new_tokens=8)
 
     async def go():
-        job = Job([1, 2, 3], short)
+        job = ServeJob([1, 2, 3], short)
         engine.submit(job)
         engine.shutdown(grace_s=30)
         worker = threading.Thread(target=engine.work, daemon=True)

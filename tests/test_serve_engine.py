@@ -10,7 +10,7 @@ from solm.core.chat import text_ids
 from solm.core.pasta_lang import strip
 from solm.core.sampling import SamplingConfig
 from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime, replay_scripts
-from solm.serve.engine import Job, QueueFull, ServeEngine
+from solm.serve.engine import ServeJob, QueueFull, ServeEngine
 from solm.serve.streaming import TextStream, token_bytes
 
 TEXT = ('Tips:\n1.<promise topic="sleep" tokens="2"/><async> Sleep eight hours every night and '
@@ -34,7 +34,7 @@ def started(engine: ServeEngine) -> ServeEngine:
     return engine
 
 
-def run_job(engine: ServeEngine, job: Job) -> list:
+def run_job(engine: ServeEngine, job: ServeJob) -> list:
     async def go():
         engine.submit(job)
         events = []
@@ -59,7 +59,7 @@ def test_stream_sends_final_text_in_reading_order_and_adds_up(runtime, pasta_tok
     monkeypatch.setattr(runtime, "chooser",
                         lambda cfg: scripted_chooser(streams, vocab.eos[0]))
     cfg = PastaDecodeConfig(max_new_tokens=len(resp) + 5, max_fork_tokens=len(resp))
-    events = run_job(started(ServeEngine(runtime)), Job([1, 2, 3], cfg, stream=True))
+    events = run_job(started(ServeEngine(runtime)), ServeJob([1, 2, 3], cfg, stream=True))
     kind, outcome = events[-1]
     assert kind == "done"
     deltas = [text for k, (text, _) in events[:-1]]
@@ -94,7 +94,7 @@ def test_incomplete_characters_are_held_back(pasta_tokenizer):
 def test_logprobs_describe_each_chosen_token(runtime, pasta_tokenizer):
     cfg = PastaDecodeConfig(mode="sequential", max_new_tokens=12,
                             sampling=SamplingConfig(temperature=0.0))
-    events = run_job(started(ServeEngine(runtime)), Job([1, 2, 3, 4], cfg, top_k=3))
+    events = run_job(started(ServeEngine(runtime)), ServeJob([1, 2, 3, 4], cfg, top_k=3))
     kind, outcome = events[-1]
     assert kind == "done" and len(outcome.logprobs) == outcome.completion_tokens == 12
     for entry in outcome.logprobs:
@@ -114,14 +114,14 @@ def test_a_full_queue_refuses_and_a_cancelled_job_is_skipped(runtime):
     async def go():
         engine.lock.acquire()  # the worker is busy: queued jobs wait
         try:
-            jobs = [Job([1, 2, 3], cfg) for _ in range(3)]
+            jobs = [ServeJob([1, 2, 3], cfg) for _ in range(3)]
             engine.submit(jobs[0])
             # the worker may already hold jobs[0] (blocked on the lock) or not
             await asyncio.sleep(0.1)
             engine.submit(jobs[1])
             engine.submit(jobs[2])
             with pytest.raises(QueueFull):
-                engine.submit(Job([1, 2, 3], cfg))
+                engine.submit(ServeJob([1, 2, 3], cfg))
             jobs[1].cancelled.set()
         finally:
             engine.lock.release()

@@ -11,7 +11,7 @@ from solm.decode.pasta.runtime import PastaDecodeConfig
 from solm.decode.tip.runtime import TipDecodeConfig
 from solm.serve.app import ServeSettings, _job
 from solm.serve.engine import ServeEngine
-from solm.serve.protocol import ApiError, CompletionRequest
+from solm.serve.openai_schema import ApiError, CompletionRequest
 from solm.serve.tip_engine import TipServeEngine
 
 SERVER = SamplingConfig(temperature=0.7, top_p=0.9, seed=5, repetition_penalty=1.2,
@@ -84,7 +84,7 @@ def test_tip_request_fields_override_the_server_defaults(fields, expected):
     (dict(max_tokens=10, max_completion_tokens=7), 7),
     (dict(max_tokens=7, max_completion_tokens=10), 10), ({}, 64)])
 def test_a_chat_requests_cap_is_max_completion_tokens_over_max_tokens(fields, cap):
-    from solm.serve.protocol import ChatRequest, Message
+    from solm.serve.openai_schema import ChatRequest, Message
 
     req = ChatRequest(model="m", messages=[Message(role="user", content="Hi")], **fields)
     job = _job(req, ServeSettings("m", PASTA), _Engine(ServeEngine.request_config), [1, 2],

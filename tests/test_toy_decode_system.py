@@ -21,7 +21,9 @@ from solm.core.sampling import SamplingConfig
 from solm.core.settings import setting
 from solm.decode.jobs import DecodeSummary
 from solm.decode.protocol import Done, Job
-from solm.decode.registry import SYSTEMS, DecodeSystem, EngineSettings, register_system
+from solm.core.control_tokens import pasta_tokens
+from solm.core.systems import SYSTEMS, System, register
+from solm.decode.registry import DecodeSystem, EngineSettings, EvalKinds, register_system
 
 runner = CliRunner()
 
@@ -66,15 +68,16 @@ def toy(pasta_tokenizer):
     def make_runner(model, tokenizer, config, engine, prompts, single):
         return ToyRunner(tokenizer, config)
 
+    register(System("toy", "A toy.", lambda n: pasta_tokens(), None, tokens="pasta"))
     system = register_system(DecodeSystem(
         name="toy", help="A toy.", config_cls=ToyConfig, engine_cls=ToyEngine, load=load,
         runner=make_runner, summary_cls=DecodeSummary, sampling=("seed",),
-        default_out="runs/toy.jsonl", methods={"toy": {}},
+        default_out="runs/toy.jsonl", evaluation=EvalKinds(methods={"toy": {}},
         eval_row=lambda row: {"output": row["response"], "content_tokens": row["total_tokens"],
                               "generated_tokens": row["total_tokens"],
                               "critical_path": row["total_tokens"],
                               "forward_passes": row["total_tokens"], "wall_s": 0.0,
-                              "prefill_s": 0.0, "decode_s": 0.0, "flags": []}))
+                              "prefill_s": 0.0, "decode_s": 0.0, "flags": []})))
     yield system
     SYSTEMS.pop("toy")
 

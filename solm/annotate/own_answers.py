@@ -37,7 +37,7 @@ class OwnAnswerRules:
     plain_share: float = 0.4
     max_repeated_3grams: float = 0.15
     # the base model answers in paragraphs more than in lists: forked one by one they never
-    # pay (1 prompt in 58 had a paying answer apart, 19 together; bench/results/issue47)
+    # pay (1 prompt in 58 had a paying answer apart, 19 together; bench/results/own_answers)
     paragraphs_together: bool = True
 
     def __post_init__(self):

@@ -47,13 +47,13 @@ def check_model_command(
     from solm.core.model_features import FEATURES
     from solm.core.models import load_model
     from solm.core.vocabulary import add_control_tokens
-    from solm.decode.check_model import SYSTEMS, check_model
+    from solm.decode.check_model import CHECKED_SYSTEMS, check_model
 
     chosen = tuple(s.strip() for s in systems.split(",") if s.strip())
-    unknown = [s for s in chosen if s not in SYSTEMS]
+    unknown = [s for s in chosen if s not in CHECKED_SYSTEMS]
     if unknown or not chosen:
         raise SolmError(f"--systems: {', '.join(unknown) or 'none given'}; choose from "
-                        f"{', '.join(SYSTEMS)}")
+                        f"{', '.join(CHECKED_SYSTEMS)}")
 
     loaded: dict[str, tuple] = {}
 

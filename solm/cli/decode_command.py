@@ -25,7 +25,7 @@ from solm.cli.options import config_parameters, with_parameters
 from solm.core.generation import MODEL_SETTINGS
 from solm.core.sampling import SamplingConfig
 from solm.core.settings import cli_name, is_setting
-from solm.decode.registry import DecodeSystem, get_system
+from solm.decode.registry import DecodeSystem, decode_system
 
 
 def _values(cls: type, options: dict[str, Any], fixed: dict[str, Any]) -> dict[str, Any]:
@@ -135,10 +135,10 @@ def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path
                        mixed=mixed, extra={"finished": False})
     written: list[dict] = []
     samples = system.samples(engine)
-    with progress(system.describe(runner), len(records) * samples) as advance:
+    with progress(system.display.describe(runner), len(records) * samples) as advance:
         def on_row(summary, row: dict) -> None:
             written.append(row)
-            advance(status=system.status(summary, row))
+            advance(status=system.display.status(summary, row))
 
         summary = decode_records(runner, records, out, tok, runner.row,
                                  system.summary_cls.start(cfg), samples, system.per_sample,
@@ -147,7 +147,7 @@ def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path
     from solm.engines.cost import record_tokens_per_pass
 
     record_tokens_per_pass(model, system.name, cfg, rows)  # what `--engine auto` weighs
-    extra = system.report(rows, summary, runner, engine)
+    extra = system.display.report(rows, summary, runner, engine)
     settings = {"model": model, "prompts": str(source), "out": str(out), "limit": limit,
                 "shard": shard, "dtype": dtype, "device": device,
                 **settings_from(dataclasses.asdict(engine)), **row_settings}
@@ -155,10 +155,10 @@ def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path
                    extra={"summary": summary.to_dict(), **extra, "finished": True},
                    row_settings=row_settings, mixed=mixed)
     finish_shard(part, out)
-    if not quiet and system.shown_rows:
-        for row in rows[-min(len(records), system.shown_rows):]:
-            info(f"[bold cyan]{row['id']}[/] [dim]({system.row_figures(row)})[/]\n"
-                 f"{system.row_text(row)}")
+    if not quiet and system.display.shown_rows:
+        for row in rows[-min(len(records), system.display.shown_rows):]:
+            info(f"[bold cyan]{row['id']}[/] [dim]({system.display.row_figures(row)})[/]\n"
+                 f"{system.display.row_text(row)}")
     scope = "format (this run)" if to_stdout else "format (whole file)"
     printed = {**summary.to_dict(), **{(scope if k == "format" else k): v
                                        for k, v in extra.items()}}
@@ -189,7 +189,7 @@ def decode_command(app: typer.Typer, system_name: str, help: str, name: str = "d
     """Register `name` on `app`: the decode command of the registered system `system_name`.
     `defaults`: this command's own defaults, by field name, over the configs' (the only
     place a command's default may differ from its config's)."""
-    system = get_system(system_name)
+    system = decode_system(system_name)
     defaults = {**system.command_defaults, **(defaults or {})}
     command = command or f"{system_name} {name}"
     demo = ("default: built-in demo prompts" if system.demo_prompts is not None else

@@ -71,7 +71,7 @@ TrustRemoteCodeOption = typer.Option(
 
 def refuse_other_engines_settings(values: dict) -> None:
     """An engine's own setting (`--gguf-type`, `--onnx-type`) given to a command whose
-    `--engine` does not read it would be ignored: refused (README: options that do not apply
+    `--engine` does not read it would be ignored: refused (docs: options that do not apply
     are refused). Under `auto` it applies when an engine that reads it is chosen. torch's
     own settings (--dtype, ...) are left alone: other engines load from them."""
     from solm.cli.errors import current_context, given_explicitly
@@ -183,7 +183,7 @@ CompileOption = typer.Option(
     None, "--compile/--no-compile", show_default=False,
     help="Run decode steps as graphs compiled per shape bucket (torch.compile; cached on "
          "disk). Default: on for CUDA, and on a CPU for jobs long enough to repay the "
-         "compilation (see README \"Fast decode step\").")
+         "compilation (docs: guides/engines.md, \"Fast decode step\").")
 
 
 QuantizeOption = typer.Option(None, callback=one_of("int8", "int4"),

@@ -50,7 +50,7 @@ def bench(
     """Replay annotated responses: realized vs theoretical speedup, efficiency, vs generate.
 
     Input: JSONL rows with `id`, `prompt` and `annotated` (a Pasta-Lang response), as
-    `pasta annotate` writes them (README "Input formats" has a two-line example).
+    `pasta annotate` writes them (docs/guides/data.md, "Input formats", has a two-line example).
     Each row is teacher-forced on the real parallel schedule and its stripped text
     sequentially. Prints a JSON summary with `realized_speedup`, `theoretical_speedup`,
     `efficiency` (geometric means) and `seq_vs_generate` (against `model.generate`, or on

@@ -41,8 +41,9 @@ def report(
 def table(
     repro: Path = typer.Argument(Path("runs/repro-cpu"), help="The run folder of "
                                  "`make repro-cpu` (REPRO=)."),
-    readme: Optional[Path] = typer.Option(None, help="Also write the table into this README, "
-                                          "between its repro-table markers."),
+    readme: Optional[Path] = typer.Option(None, help="Also write the table into this Markdown file "
+                                          "(a README, a results file), between its repro-table "
+                                          "markers."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     """The per-system summary table (markdown) from each system's summary.json."""

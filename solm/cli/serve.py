@@ -73,11 +73,11 @@ def _refuse_other_systems_options(ctx: typer.Context, system) -> None:
 
 def _registered_system(value: str) -> str:
     """Option callback: a system of the decode registry."""
-    from solm.decode.registry import SYSTEMS, load_builtin_systems
+    from solm.decode.registry import decode_systems
 
-    load_builtin_systems()
-    if value not in SYSTEMS:
-        raise typer.BadParameter(f"'{value}' is not one of {', '.join(SYSTEMS)}")
+    systems = decode_systems()
+    if value not in systems:
+        raise typer.BadParameter(f"'{value}' is not one of {', '.join(systems)}")
     return value
 
 
@@ -134,10 +134,10 @@ def serve(
 
     from solm.core.generation import resolve_decode
 
-    from solm.decode.registry import get_system
+    from solm.decode.registry import decode_system
     from solm.serve.systems import check_engine, make_engine
 
-    chosen = get_system(system)
+    chosen = decode_system(system)
     _refuse_other_systems_options(ctx, chosen)
     key = api_key or os.environ.get(API_KEY_ENV) or None
     decoding = resolve_decode(model, decode_flags(**without_seed(options)),

@@ -317,7 +317,7 @@ def bench(
     from solm.core.chat import prompt_ids, text_ids
     from solm.core.provenance import write_manifest
     from solm.decode.compiled import should_compile
-    from solm.eval.tip_bench import (bench_runtime, merge_engines, plan_engines,
+    from solm.eval.tip_bench import (bench_kv, bench_runtime, merge_engines, plan_engines,
                                      read_trace_rows, run_tip_bench)
     from solm.engines import applies, get_engine, load_on_engine
 
@@ -362,8 +362,10 @@ def bench(
              f" on {settings.engine}")
         with progress(f"replaying on {settings.engine} (tokens)",
                       sum(len(r) for _, r in pairs) * len(runs)) as advance:
+            renew = None if rt.engine_kv is None else \
+                (lambda: bench_kv(pairs, settings, batch_size))
             summary = run_tip_bench(rt, pairs, runs, budget, batch_size, settings.engine,
-                                    on_policy=policy_done, on_step=advance)
+                                    on_policy=policy_done, on_step=advance, fresh_kv=renew)
         summary.update({"compiled": compiled, "compile_s": round(rt.compile_s, 1),
                         "dtype": str(m.dtype).replace("torch.", "")
                         if applies(settings.engine, "dtype") else None,

@@ -21,7 +21,7 @@ from solm.core.errors import SolmError
 from solm.core.model_features import unsupported_features
 from solm.core.structure import model_mask
 
-SYSTEMS = ("sequential", "pasta", "tip", "pdiff")
+CHECKED_SYSTEMS = ("sequential", "pasta", "tip", "pdiff")
 TOLERANCE = 1e-3  # max |logit difference| in fp32
 PROMPT = "Give me two tips for a calm morning."
 PLAIN = " Wake up early and drink a glass of water."
@@ -125,7 +125,7 @@ CHECKS: dict[str, tuple[str, Callable]] = {
 }
 
 
-def check_model(load: Callable[[str], tuple], systems: tuple[str, ...] = SYSTEMS,
+def check_model(load: Callable[[str], tuple], systems: tuple[str, ...] = CHECKED_SYSTEMS,
                 tolerance: float = TOLERANCE) -> list[SystemCheck]:
     """Check each system; `load(control_tokens)` returns (model, tokenizer) with that
     system's control tokens, loaded in eager attention."""

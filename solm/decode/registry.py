@@ -1,9 +1,10 @@
-"""The registry of decode systems: what a decode command, an evaluation method or a server
-needs to know about a system, in one entry.
+"""A system's decode side: what a decode command, an evaluation method or a server needs to
+know about it, attached to its entry in the one registry of systems (`solm.core.systems`).
 
-Adding a system is one config (`setting()` fields), one runtime speaking the protocol
-(`solm.decode.protocol`), and one `register_system(DecodeSystem(...))` in its package's
-`system.py`; `decode_command` then makes its CLI command from the entry alone.
+Adding a system's decode side is one config (`setting()` fields), one runtime speaking the
+protocol (`solm.decode.protocol`), and one `register_system(DecodeSystem(...))` in the module
+its registry entry names (`decode_module`); `decode_command` then makes its CLI command from
+the entry alone.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from solm.onnxrt.graph import FORMATS as ONNX_FORMATS
 
 COMPILE_HELP = ("Run decode steps as graphs compiled per shape bucket (torch.compile; cached "
                 "on disk). Default: on for CUDA, and on a CPU for jobs long enough to repay the "
-                "compilation (see README \"Fast decode step\").")
+                "compilation (docs: guides/engines.md, \"Fast decode step\").")
 QUANTIZE_HELP = ("Weight-only quantization for decoding (torchao): int8 (CPU, CUDA) or int4 "
                  "(CUDA). Outputs agree with the full-precision model, they are not equal to "
                  "it.")
@@ -52,8 +53,38 @@ class EngineChoice(EngineSettings):
 
 
 @dataclass(frozen=True)
+class Display:
+    """How a decode command shows a system's work.
+
+    `describe(runner)`: what the progress bar says it does; `status(summary, row)`: the bar's
+    status after a row; `report(rows, summary, runner, engine)`: extra figures for the
+    manifest and the printed summary; `shown_rows`: the last rows printed after a file decode
+    (0: none), each as `row_text(row)` and `row_figures(row)`; `answer(runner, job, engine)`
+    -> (answer text, lines of figures) for a single prompt (default: the row's text and
+    figures)."""
+
+    describe: Callable[[Any], str] = lambda runner: "decoding"
+    status: Callable[[Any, dict], Optional[str]] = lambda summary, row: None
+    report: Callable[[list, Any, Any, Any], dict] = lambda rows, summary, runner, engine: {}
+    shown_rows: int = 2
+    row_text: Callable[[dict], str] = lambda row: row.get("response", "")
+    row_figures: Callable[[dict], str] = lambda row: ""
+    answer: Optional[Callable[[Any, Any, Any], tuple[str, list[str]]]] = None
+
+
+@dataclass(frozen=True)
+class EvalKinds:
+    """The `pasta eval run` method kinds a system decodes: kind -> the config values the kind
+    fixes, and the outputs row of a method from a decode row."""
+
+    methods: dict[str, dict] = dataclasses.field(default_factory=dict)
+    eval_row: Callable[[dict], dict] = lambda row: {"output": row.get("response", "")}
+
+
+@dataclass(frozen=True)
 class DecodeSystem:
-    """A decode system as commands, evaluation and serving see it.
+    """A system's decode side, attached to its entry in the one registry of systems
+    (`solm.core.systems`): what a decode command, an evaluation method or the server runs.
 
     - `config_cls`: its decode settings (a dataclass of `setting()` fields, a `sampling`
       field of `SamplingConfig`); `sampling`: the sampling settings its runtime honours.
@@ -61,13 +92,15 @@ class DecodeSystem:
     - `load(model, engine, dtype, device)` -> (model, tokenizer);
       `runner(model, tokenizer, config, engine, prompts, single)` -> a runner
       (`prompts`: how many prompts this process decodes; `single`: one prompt given on the
-      command line).
+      command line); `prepare(config, engine, model)` checks the settings together and fills
+      what depends on the model, before anything loads.
     - `summary_cls`: its `DecodeSummary`; `per_sample`: rows keyed by (id, sample), K of
       them per prompt (`samples(engine)`).
-    - `answer(runner, job, engine)` -> (answer text, lines of figures) for a single prompt
-      (default: the row's `row_text` and `row_figures`); `status(summary, row)`: the
-      progress bar's status; `report(rows, summary, runner)`: extra figures for the
-      manifest and the printed summary.
+    - rows: `row_engine_settings` (engine settings a row depends on) and `row_excluded`
+      (config settings that do not change a row).
+    - `command_defaults`: the one place where its commands' (decode, serve) defaults differ
+      from its configs' fields, by field name.
+    - `display` (how commands show it) and `evaluation` (its `pasta eval run` kinds).
     """
 
     name: str
@@ -81,39 +114,33 @@ class DecodeSystem:
                                  "no_repeat_ngram")
     per_sample: bool = False
     samples: Callable[[Any], int] = lambda engine: 1
+    prepare: Callable[[Any, Any, str], None] = lambda config, engine, model: None
+    row_engine_settings: tuple[str, ...] = ()
+    row_excluded: tuple[str, ...] = ()
+    command_defaults: dict[str, Any] = dataclasses.field(default_factory=dict)
     demo_prompts: Optional[Path] = None
     default_out: str = "runs/decode.jsonl"
-    row_engine_settings: tuple[str, ...] = ()
-    row_excluded: tuple[str, ...] = ()  # config settings that do not change a row
-    status: Callable[[Any, dict], Optional[str]] = lambda summary, row: None
-    report: Callable[[list, Any, Any, Any], dict] = lambda rows, summary, runner, engine: {}
-    describe: Callable[[Any], str] = lambda runner: "decoding"
-    shown_rows: int = 2  # the last rows shown after a file decode (0: none)
-    row_text: Callable[[dict], str] = lambda row: row.get("response", "")
-    row_figures: Callable[[dict], str] = lambda row: ""
-    answer: Optional[Callable[[Any, Any, Any], tuple[str, list[str]]]] = None
-    # check the settings together and fill what depends on the model, before anything loads
-    prepare: Callable[[Any, Any, str], None] = lambda config, engine, model: None
-    # `pasta eval run`: the method kinds this system decodes (kind -> the config values the
-    # kind fixes), and the outputs row of a method from a decode row
-    methods: dict[str, dict] = dataclasses.field(default_factory=dict)
-    tokens: str = "pasta"  # the control tokens its models carry: systems alike share weights
-    # defaults its commands (decode, serve) use over its configs' fields, by field name: the
-    # one place where a system's command-line default differs from its config's
-    command_defaults: dict[str, Any] = dataclasses.field(default_factory=dict)
-    eval_row: Callable[[dict], dict] = lambda row: {"output": row.get("response", "")}
+    display: Display = Display()
+    evaluation: EvalKinds = EvalKinds()
+
+    @property
+    def tokens(self) -> str:
+        """The control tokens its models carry (systems alike share weights)."""
+        from solm.core.systems import get_system as system_entry
+
+        return system_entry(self.name).token_system
 
     def answer_one(self, runner: Any, job: Any, engine: Any) -> tuple[str, list[str]]:
         """Decode one prompt: its answer text and lines of figures."""
-        if self.answer is not None:
-            return self.answer(runner, job, engine)
+        if self.display.answer is not None:
+            return self.display.answer(runner, job, engine)
         done = next(iter(runner.run([job])))
         if done.error:
             from solm.core.errors import SolmError
 
             raise SolmError(done.error)
         row = runner.row(job, done.result)
-        return self.row_text(row), [self.row_figures(row)]
+        return self.display.row_text(row), [self.display.row_figures(row)]
 
     def row_settings(self, config: Any, engine: Any, model: str, dtype: str) -> dict:
         """What the rows of a decode depend on: the config's settings (sampling flattened,
@@ -135,34 +162,44 @@ class DecodeSystem:
         return out
 
 
-SYSTEMS: dict[str, DecodeSystem] = {}
-
-
 def register_system(system: DecodeSystem) -> DecodeSystem:
-    if system.name in SYSTEMS and SYSTEMS[system.name] is not system:
-        raise ValueError(f"decode system {system.name!r} is already registered")
-    SYSTEMS[system.name] = system
+    """Attach a decode side to its system's entry in `solm.core.systems` (the system must be
+    registered there first: its tokens and structure)."""
+    from solm.core.systems import attach_decoder
+
+    attach_decoder(system.name, system)
     return system
 
 
-def get_system(name: str) -> DecodeSystem:
-    load_builtin_systems()
-    if name not in SYSTEMS:
-        raise KeyError(f"no decode system {name!r} (have {', '.join(sorted(SYSTEMS))})")
-    return SYSTEMS[name]
+def decode_system(name: str) -> DecodeSystem:
+    """A system's decode side, its module imported on first use."""
+    import importlib
+
+    from solm.core.systems import SYSTEMS
+
+    entry = SYSTEMS.get(name)
+    if entry is not None and entry.decoder is None and entry.decode_module:
+        importlib.import_module(entry.decode_module)
+        entry = SYSTEMS[name]
+    if entry is None or entry.decoder is None:
+        have = ", ".join(sorted(decode_systems()))
+        raise KeyError(f"no decode system {name!r} (have {have})")
+    return entry.decoder
 
 
-BUILTIN = ("pasta", "tip", "pdiff", "sot")  # each registers itself in solm/decode/<name>/system.py
+def decode_systems() -> dict[str, DecodeSystem]:
+    """Every system that decodes, by name (their decode modules imported)."""
+    import importlib
+
+    from solm.core.systems import SYSTEMS
+
+    for entry in list(SYSTEMS.values()):
+        if entry.decoder is None and entry.decode_module:
+            importlib.import_module(entry.decode_module)
+    return {name: e.decoder for name, e in SYSTEMS.items() if e.decoder is not None}
 
 
 def method_kinds() -> dict[str, DecodeSystem]:
     """Every `pasta eval run` method kind -> the system that decodes it."""
-    load_builtin_systems()
-    return {kind: system for system in SYSTEMS.values() for kind in system.methods}
-
-
-def load_builtin_systems() -> None:
-    import importlib
-
-    for name in BUILTIN:
-        importlib.import_module(f"solm.decode.{name}.system")
+    return {kind: system for system in decode_systems().values()
+            for kind in system.evaluation.methods}

@@ -42,7 +42,7 @@ def kinds() -> tuple[str, ...]:
 def knobs_of(system: DecodeSystem, kind: str) -> dict[str, dataclasses.Field]:
     """The settings a method of `kind` may set after its model (`pdiff=M,steps_ratio=0.5`):
     its system's config fields, less those the kind fixes and the run's own."""
-    fixed = set(system.methods[kind]) | set(RUN_LEVEL)
+    fixed = set(system.evaluation.methods[kind]) | set(RUN_LEVEL)
     return {f.name: f for f in dataclasses.fields(system.config_cls)
             if is_setting(f) and f.name not in fixed}
 
@@ -116,7 +116,7 @@ class Method:
         system = self.system
         names = {f.name for f in dataclasses.fields(system.config_cls) if is_setting(f)}
         shared = {k: v for k, v in settings.values(system.name).items() if k in names}
-        return system.config_cls(**shared, **system.methods[self.kind], **self.knobs(),
+        return system.config_cls(**shared, **system.evaluation.methods[self.kind], **self.knobs(),
                                  sampling=settings.sampling)
 
 
@@ -134,7 +134,7 @@ def _canonical_options(spec: str, system: DecodeSystem, kind: str, options: str)
                             f"{', '.join(fields)}")
         values[name] = _parse_knob(spec, system, fields[name], value)
     try:  # each knob in its range, as the decode command checks it (before any model loads)
-        check_settings(system.config_cls(**system.methods[kind], **values))
+        check_settings(system.config_cls(**system.evaluation.methods[kind], **values))
     except ValueError as e:
         raise SolmError(f"--method {spec!r}: {e}") from None
     raw = dict(item.split("=", 1) for item in filter(None, options.split(",")))
@@ -196,7 +196,7 @@ class MethodRunner:
         done = next(iter(self.runner.run([job])))
         if done.error:
             raise SolmError(f"{self.method.label}: {record.id}: {done.error}")
-        return self.system.eval_row(self.runner.row(job, done.result))
+        return self.system.evaluation.eval_row(self.runner.row(job, done.result))
 
     def _head(self, record: Record, index: int) -> dict:
         return {"id": record.id, "index": index, "instruction": record.prompt,
@@ -230,7 +230,7 @@ class MethodRunner:
                                     batch_size, False)
 
         def row(job, result) -> dict:
-            out = self.system.eval_row(runner.row(job, result))
+            out = self.system.evaluation.eval_row(runner.row(job, result))
             out.update(wall_s=None, prefill_s=None, decode_s=None)
             return {**self._head(job.record, index[job.record.id]), "batched": batch_size,
                     **out}

@@ -18,7 +18,7 @@ from typing import Callable
 from solm.core.errors import SolmError
 from solm.core.jsonl import read_json_file, read_jsonl
 
-SYSTEMS = ("pasta", "pdiff", "tip")
+REPORTED_SYSTEMS = ("pasta", "pdiff", "tip")
 TITLES = {"pasta": "PASTA", "pdiff": "Planned Diffusion", "tip": "TIP (Thinking in Place)"}
 STAMPS = ".done"
 
@@ -183,7 +183,7 @@ def judge_caveat(judge: str | None) -> str:
     """What the win rates of a run can be read for."""
     if judge and judge.startswith("hf:smollm2"):
         return ("The judge is the embedded 135M model, whose verdicts agree with AlpacaEval's "
-                "GPT-4 annotations at chance (README \"Judge and evaluation\"): these win rates "
+                "GPT-4 annotations at chance (docs: guides/evaluation.md): these win rates "
                 "show that the judging step runs, not which answers are better. A real judge: "
                 "`make repro-cpu-pasta JUDGE=gemini:gemini-2.5-flash` (GEMINI_API_KEY).")
     return ""
@@ -298,7 +298,7 @@ def pdiff_report(run: Path, common: Path) -> tuple[str, dict]:
           f"{health['pad_only_chunks']} pad-only." + (
               " No answer planned a chunk: at this slice the model has not learned to plan, "
               "so no denoising ran; the kept `pdiff-cpu`, trained about four times longer, "
-              "does (README \"Planned Diffusion\")." if health["chunks"] == 0 else ""),
+              "does (docs: guides/pdiff.md)." if health["chunks"] == 0 else ""),
           "## Evaluation against AR decoding",
           f"{summary['eval']['prompts']} AlpacaEval prompts, judge `{ev['judge']}`, in batches "
           "(forward passes per content token, not wall time). Full report: "
@@ -356,7 +356,7 @@ BUILDERS: dict[str, Callable[[Path, Path | None], tuple[str, dict]]] = {
 def write_report(system: str, run: Path, common: Path | None = None) -> Path:
     """REPORT.md and summary.json in `run`; returns REPORT.md's path."""
     if system not in BUILDERS:
-        raise SolmError(f"system must be one of {', '.join(SYSTEMS)}, got {system!r}")
+        raise SolmError(f"system must be one of {', '.join(REPORTED_SYSTEMS)}, got {system!r}")
     if system != "tip" and common is None:
         raise SolmError(f"{system}: give --common (the folder with the shared SFT rows and "
                         "Baseline-SFT)")
@@ -425,7 +425,7 @@ def repro_table(repro: Path) -> str:
         s = _json(path)
         minutes = _minutes(s["steps"])
         rows.append([TITLES[system], f"`make repro-cpu-{system}`", *cells[system](s),
-                     _fmt(minutes, ".0f"), f"[REPORT.md]({Path(repro) / system / 'REPORT.md'})"])
+                     _fmt(minutes, ".0f"), f"`{Path(repro) / system / 'REPORT.md'}`"])
     if not rows:
         raise SolmError(f"{repro}: no system summary.json yet (run make repro-cpu first)")
     return _md_table(["system", "target", "slices (small)", "headline (small-slice figures)",

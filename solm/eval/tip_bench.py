@@ -86,15 +86,20 @@ def step_bandwidth(rt: TipRuntime, steps: int, slot_reads: int, seconds: float) 
 def run_tip_bench(rt: TipRuntime, traces: list[tuple[list[int], list[int]]],
                   policies: list[str], budget: int, batch_size: int, engine: str,
                   on_policy: Callable[[dict], None] | None = None,
-                  on_step: Callable[[int], None] | None = None) -> dict:
+                  on_step: Callable[[int], None] | None = None,
+                  fresh_kv: Callable[[], object] | None = None) -> dict:
     """Each policy replays every trace; `on_policy(row)` gets each policy's figures as soon
-    as it is done (with its ratios against dense when dense ran first)."""
+    as it is done (with its ratios against dense when dense ran first). `fresh_kv`: another
+    engine's paged KV made anew for each policy (see `bench_kv`)."""
     # warm-up: the first forward passes of a process are slow (allocator, kernels)
     warm = [(p, r[:16]) for p, r in traces[:2]]
     for policy in policies:
         replay_policy(rt, warm, policy, budget, batch_size)
     rows = []
     for policy in policies:
+        if fresh_kv is not None:
+            rt.engine_kv = None  # the last policy's context goes before the next is made
+            rt.engine_kv = fresh_kv()
         row = {"engine": engine,
                **replay_policy(rt, traces, policy, budget if POLICIES[policy].needs_budget
                                else None, batch_size, on_step)}
@@ -148,15 +153,24 @@ def plan_engines(choices: list[str], policies: list[str], budget: int, page_size
     return plans
 
 
-def bench_runtime(model, tokenizer, traces: list[tuple[list[int], list[int]]], engine,
-                  batch_size: int, compile: bool) -> TipRuntime:
-    """The paged runtime a replay runs on: torch's pool, or the engine's paged KV with one
-    stream per batch row, each as long as the longest trace."""
+def bench_kv(traces: list[tuple[list[int], list[int]]], engine, batch_size: int):
+    """The engine's paged KV for a replay (None on torch): one stream per batch row, each as
+    long as the longest trace. Made anew for each policy: on llama.cpp the policy replayed
+    second in one context ran 16-20% slower whichever it was (AMD EPYC, 2 cores, q8_0, 8
+    traces of 2,000 tokens: TIP 59.1 tokens/s first, 49.5 after dense; dense 59.3 first,
+    47.5 after TIP; `bench/results/tip_llamacpp_2k.md`)."""
     from solm.engines import get_engine
 
     longest = max(len(p) + len(r) for p, r in traces) + 2
-    kv = get_engine(engine.engine).step("paged", engine, batch_size * longest, batch_size,
-                                        independent=True)
+    return get_engine(engine.engine).step("paged", engine, batch_size * longest, batch_size,
+                                          independent=True)
+
+
+def bench_runtime(model, tokenizer, traces: list[tuple[list[int], list[int]]], engine,
+                  batch_size: int, compile: bool) -> TipRuntime:
+    """The paged runtime a replay runs on: torch's pool, or the engine's paged KV
+    (`bench_kv`)."""
+    kv = bench_kv(traces, engine, batch_size)
     return TipRuntime(model, tokenizer,
                       num_pages=pages_needed(traces, engine.page_size, batch_size,
                                              engine.registers),

@@ -21,8 +21,8 @@ import torch
 from solm.core.errors import SolmError
 
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ
-INSTALL_HINT = ("pip install llama-cpp-python==0.3.36 (built from source: see README "
-                "\"llama.cpp engine\" for the flags an AMX CPU needs)")
+INSTALL_HINT = ("pip install llama-cpp-python==0.3.36 (built from source: see the docs' "
+                "guides/engines.md for the flags an AMX CPU needs)")
 
 
 def llama_cpp_module():

@@ -52,7 +52,7 @@ class LlamaCppStep:
         self.ctx = ctx
         # requests may share a prompt's cells only in one unified cache; in streams of their
         # own (independent sequential requests) a token reads its own stream alone, which
-        # measured 2x faster at 16 requests on a 2-core AVX2 EPYC (bench/results/issue47)
+        # measured 2x faster at 16 requests on a 2-core AVX2 EPYC (bench/results/own_answers)
         self.shares_prompts = ctx.unified
         self._free = list(range(ctx.n_seq))[::-1]
         self._requests: dict[int, _Request] = {}

@@ -25,8 +25,8 @@ from solm.core.chat import messages_ids, text_ids
 from solm.core.sampling import SamplingConfig
 from solm.decode.pasta.runtime import PastaDecodeConfig
 from solm.decode.tip.runtime import TipDecodeConfig
-from solm.serve.engine import BaseEngine, Job, Outcome, QueueFull, ShuttingDown
-from solm.serve.protocol import (ApiError, ChatRequest, CompletionRequest, SolmFields,
+from solm.serve.engine import BaseEngine, ServeJob, Outcome, QueueFull, ShuttingDown
+from solm.serve.openai_schema import (ApiError, ChatRequest, CompletionRequest, SolmFields,
                                  error_body)
 from solm.serve.streaming import TokenLogprob, token_bytes, token_text
 
@@ -116,7 +116,7 @@ def _completion_ids(req: CompletionRequest, engine: BaseEngine) -> list[int]:
 
 
 def _job(req: SolmFields, settings: ServeSettings, engine: BaseEngine,
-         prompt_ids: list[int], prompt_field: str) -> Job:
+         prompt_ids: list[int], prompt_field: str) -> ServeJob:
     """The request checked against the server's bounds and turned into a decode job."""
     req.refuse_unsupported()
     _check_model(req.model, settings)
@@ -139,10 +139,10 @@ def _job(req: SolmFields, settings: ServeSettings, engine: BaseEngine,
                             else req.repetition_penalty),
         no_repeat_ngram=s.no_repeat_ngram if req.no_repeat_ngram is None else req.no_repeat_ngram)
     config = engine.request_config(d, req, cap, sampling)
-    return Job(prompt_ids, config, top_k=req.top_k, compare=req.compare, stream=req.stream)
+    return ServeJob(prompt_ids, config, top_k=req.top_k, compare=req.compare, stream=req.stream)
 
 
-async def _answer(engine: BaseEngine, job: Job, req: SolmFields, settings: ServeSettings,
+async def _answer(engine: BaseEngine, job: ServeJob, req: SolmFields, settings: ServeSettings,
                   request: Request, chat: bool):
     try:
         engine.submit(job)
@@ -180,7 +180,7 @@ async def _answer(engine: BaseEngine, job: Job, req: SolmFields, settings: Serve
 DISCONNECT_POLL_S = 0.05
 
 
-async def _next_event_unless_gone(job: Job, request: Request) -> tuple[str, object]:
+async def _next_event_unless_gone(job: ServeJob, request: Request) -> tuple[str, object]:
     """The job's next event; a client that disconnects while it waits cancels the job at
     once (a non-streamed request has no write to fail, so its connection is polled)."""
     getter = asyncio.ensure_future(job.events.get())
@@ -200,7 +200,7 @@ class ClientGone(Exception):
     """The client closed its connection; there is nobody to answer."""
 
 
-async def _sse(engine: BaseEngine, job: Job, rid: str, model: str, chat: bool,
+async def _sse(engine: BaseEngine, job: ServeJob, rid: str, model: str, chat: bool,
                include_usage: bool) -> AsyncIterator[str]:
     tok = engine.tokenizer
     created = now()

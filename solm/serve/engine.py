@@ -2,7 +2,7 @@
 
 Concurrent requests decode together: up to `max_batch` of them share one KV pool and one
 forward pass per step (`solm.decode.pasta.batched`); a request joins at a step boundary and
-leaves when it ends, freeing its slots. The HTTP side submits a `Job` and reads its events
+leaves when it ends, freeing its slots. The HTTP side submits a `ServeJob` and reads its events
 from an asyncio queue: text deltas as they become final in reading order, then the outcome.
 Over the queue bound, `submit` refuses at once (the HTTP side answers 429); a cancelled or
 disconnected request leaves the batch at the next step.
@@ -41,7 +41,7 @@ class ShuttingDown(Exception):
 
 
 @dataclass
-class Job:
+class ServeJob:
     prompt_ids: list[int]
     config: PastaDecodeConfig
     top_k: int | None = None  # logprobs with this many alternatives; None: no logprobs
@@ -66,7 +66,7 @@ class Outcome:
 
 
 def _shutdown_error() -> Exception:
-    from solm.serve.protocol import ApiError
+    from solm.serve.openai_schema import ApiError
 
     return ApiError(503, "the server shut down before this request finished; retry "
                          "elsewhere or later", code="server_shutdown")
@@ -76,7 +76,7 @@ def _shutdown_error() -> Exception:
 class _Live:
     """A job being decoded: what its stream has sent so far."""
 
-    job: Job
+    job: ServeJob
     stream: TextStream
     sink: list[TokenLogprob]
     sent_logprobs: int = 0
@@ -92,7 +92,7 @@ class BaseEngine:
     def __init__(self, runtime, max_queue: int = 32, max_batch: int = 8):
         self.runtime = runtime
         self.max_batch = max_batch
-        self.jobs: queue.Queue[Job] = queue.Queue(maxsize=max_queue)
+        self.jobs: queue.Queue[ServeJob] = queue.Queue(maxsize=max_queue)
         self.lock = threading.Lock()  # decoding holds it, step by step
         self.draining = threading.Event()  # stopping: refuse new jobs, finish queued ones
         self.abort = threading.Event()  # the grace period is over: cancel what remains
@@ -120,7 +120,7 @@ class BaseEngine:
     def request_config(self, defaults, req, cap: int | None, sampling):
         raise NotImplementedError
 
-    def submit(self, job: Job) -> None:
+    def submit(self, job: ServeJob) -> None:
         """Queue a job; its events arrive on `job.events`. Raises QueueFull over the bound."""
         job.loop = job.loop or asyncio.get_running_loop()
         job.events = job.events or asyncio.Queue()
@@ -165,7 +165,7 @@ class BaseEngine:
                         self.live.pop(rid).job.emit("error", e)
                     self._abandon()
 
-    def _take(self, first: Job | None) -> None:
+    def _take(self, first: ServeJob | None) -> None:
         """Move queued jobs into the batch while it has room."""
         room = self.max_batch - len(self.live)
         while room > 0:
@@ -184,7 +184,7 @@ class BaseEngine:
             self._start(job)
             room -= 1
 
-    def _start(self, job: Job) -> None:
+    def _start(self, job: ServeJob) -> None:
         raise NotImplementedError
 
     def _step(self) -> None:
@@ -217,7 +217,7 @@ class ServeEngine(BaseEngine):
         return self.runtime.pool_size
 
     def request_config(self, defaults: PastaDecodeConfig, req, cap: int | None, sampling):
-        from solm.serve.protocol import ApiError
+        from solm.serve.openai_schema import ApiError
 
         config = replace(defaults, mode=req.mode or defaults.mode,
                          max_new_tokens=cap or defaults.max_new_tokens, sampling=sampling,
@@ -234,7 +234,7 @@ class ServeEngine(BaseEngine):
     def _abandon(self) -> None:
         self.batched.abandon()
 
-    def _start(self, job: Job) -> None:
+    def _start(self, job: ServeJob) -> None:
         from solm.decode.pasta.batched import BatchRequest
 
         sink: list[TokenLogprob] = []
@@ -260,7 +260,7 @@ class ServeEngine(BaseEngine):
             if delta or (live.job.top_k is not None and len(final) > live.sent_logprobs):
                 live.job.emit("delta", (delta, live.sink[live.sent_logprobs:len(final)]))
                 live.sent_logprobs = len(final)
-        from solm.serve.protocol import ApiError
+        from solm.serve.openai_schema import ApiError
 
         for done in ended:
             live = self.live.pop(done.rid)

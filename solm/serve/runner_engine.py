@@ -11,7 +11,7 @@ from dataclasses import replace
 from solm.core.records import Record
 from solm.decode.flags import MAX_NEW_TOKENS
 from solm.decode.protocol import Job as DecodeJob
-from solm.serve.engine import BaseEngine, Job, Outcome
+from solm.serve.engine import BaseEngine, ServeJob, Outcome
 
 TEXT_FIELDS = ("response", "prompt", "id")
 
@@ -27,14 +27,14 @@ class RunnerServeEngine(BaseEngine):
         super().__init__(SimpleNamespace(model=model, tokenizer=tokenizer), max_queue,
                          max_batch)
         self.system, self.runner, self._pool_tokens = system, runner, pool_tokens
-        self.waiting: list[tuple[int, Job]] = []
+        self.waiting: list[tuple[int, ServeJob]] = []
 
     @property
     def pool_tokens(self) -> int:
         return self._pool_tokens
 
     def request_config(self, defaults, req, cap: int | None, sampling):
-        from solm.serve.protocol import ApiError
+        from solm.serve.openai_schema import ApiError
 
         for name in ("mode", "penalize"):
             if getattr(req, name, None) is not None:
@@ -53,7 +53,7 @@ class RunnerServeEngine(BaseEngine):
             if "max_new_tokens" in fields and cap else {}
         return replace(defaults, sampling=sampling, **cap_field)
 
-    def _start(self, job: Job) -> None:
+    def _start(self, job: ServeJob) -> None:
         self._ids += 1
         self.live[self._ids] = job
         self.waiting.append((self._ids, job))
@@ -63,7 +63,7 @@ class RunnerServeEngine(BaseEngine):
 
     def _step(self) -> None:
         from solm.serve.engine import _shutdown_error
-        from solm.serve.protocol import ApiError
+        from solm.serve.openai_schema import ApiError
 
         # one run decodes under one config: the jobs that share the first one's (requests
         # with other settings wait for the next run)
@@ -82,12 +82,16 @@ class RunnerServeEngine(BaseEngine):
             return
         self.runner.config = first
         for done in self.runner.run(jobs):
-            job = self.live.pop(done.rid)
+            # a job leaves `live` only once answered: if making its row raises, the step's
+            # error handler still answers it (a popped job would wait for ever)
+            job = self.live[done.rid]
             if done.error:
+                self.live.pop(done.rid)
                 job.emit("error", ApiError(400, done.error))
                 continue
             row = self.runner.row(next(j for j in jobs if j.rid == done.rid), done.result)
-            text = self.system.row_text(row)
+            text = self.system.display.row_text(row)
+            self.live.pop(done.rid)
             if job.stream and text:
                 job.emit("delta", (text, []))
             figures = {k: v for k, v in row.items() if k not in TEXT_FIELDS}

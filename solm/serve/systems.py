@@ -129,7 +129,7 @@ def runner_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype:
     return engine, defaults, f"{system.name} through its runner"
 
 
-ENGINES: dict[str, Callable[..., Any]] = {"pasta": pasta_engine, "tip": tip_engine}
+SERVING_ENGINES: dict[str, Callable[..., Any]] = {"pasta": pasta_engine, "tip": tip_engine}
 
 
 def check_engine(system: DecodeSystem, model: str, opts: dict, decoding) -> None:
@@ -141,5 +141,5 @@ def check_engine(system: DecodeSystem, model: str, opts: dict, decoding) -> None
 def make_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: str,
                 device: str | None):
     """(engine, the request defaults, a phrase for the banner) for `system`."""
-    return ENGINES.get(system.name, runner_engine)(system, model, opts, decoding, dtype,
+    return SERVING_ENGINES.get(system.name, runner_engine)(system, model, opts, decoding, dtype,
                                                    device)

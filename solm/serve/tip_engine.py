@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from solm.decode.flags import MAX_NEW_TOKENS
 from solm.decode.tip.runtime import TipDecodeConfig, TipRequest, TipResult, TipRuntime
-from solm.serve.engine import CANCELLED, BaseEngine, Job, Outcome, _Live, _shutdown_error
+from solm.serve.engine import CANCELLED, BaseEngine, ServeJob, Outcome, _Live, _shutdown_error
 from solm.serve.streaming import TextStream
 
 
@@ -34,7 +34,7 @@ class TipServeEngine(BaseEngine):
         return (rt.num_pages // self.max_batch - 1) * rt.page_size
 
     def request_config(self, defaults: TipDecodeConfig, req, cap: int | None, sampling):
-        from solm.serve.protocol import ApiError
+        from solm.serve.openai_schema import ApiError
 
         for name in ("mode", "penalize"):
             if getattr(req, name) is not None:
@@ -56,7 +56,7 @@ class TipServeEngine(BaseEngine):
     def _content(self, ids: list[int]) -> list[int]:
         return [t for t in ids if t not in self.registers]
 
-    def _start(self, job: Job) -> None:
+    def _start(self, job: ServeJob) -> None:
         self._ids += 1
         self.live[self._ids] = _Live(job, TextStream(self.runtime.tokenizer), [])
         self.session.add(TipRequest(self._ids, list(job.prompt_ids),
@@ -67,7 +67,7 @@ class TipServeEngine(BaseEngine):
         self.session.abandon()
 
     def _step(self) -> None:
-        from solm.serve.protocol import ApiError
+        from solm.serve.openai_schema import ApiError
 
         for rid, live in self.live.items():
             if live.job.cancelled.is_set() or self.abort.is_set():

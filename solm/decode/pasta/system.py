@@ -8,7 +8,8 @@ from typing import Optional
 from solm.core.settings import setting
 from solm.decode.pasta.config import PastaDecodeConfig
 from solm.decode.pasta.decode_file import DEMO_PROMPTS, PastaDecodeSummary, result_record
-from solm.decode.registry import CompiledEngine, DecodeSystem, EngineChoice, register_system
+from solm.decode.registry import (CompiledEngine, DecodeSystem, Display, EngineChoice,
+                                  EvalKinds, register_system)
 from solm.engines import choose, engine_note, get_engine, load_on_engine
 
 
@@ -250,8 +251,10 @@ SYSTEM = register_system(DecodeSystem(
     config_cls=PastaDecodeConfig, engine_cls=PastaEngine, load=load, runner=runner,
     summary_cls=PastaDecodeSummary, demo_prompts=DEMO_PROMPTS,
     default_out="runs/decode.jsonl", row_engine_settings=("quantize", "engine", "gguf_type"),
-    status=status, prepare=prepare,
-    report=report, describe=describe, shown_rows=3, row_figures=row_figures, answer=answer,
+    prepare=prepare,
+    display=Display(status=status, report=report, describe=describe, shown_rows=3,
+                    row_figures=row_figures, answer=answer),
     # APAR and PASTA decode alike: the models differ in how they were trained
-    methods={"sequential": {"mode": "sequential"}, "pasta": {"mode": "parallel"},
-             "apar": {"mode": "parallel"}}, eval_row=eval_row))
+    evaluation=EvalKinds(methods={"sequential": {"mode": "sequential"},
+                                  "pasta": {"mode": "parallel"}, "apar": {"mode": "parallel"}},
+                         eval_row=eval_row)))

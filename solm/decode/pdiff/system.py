@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from solm.core.settings import setting
 from solm.decode.pdiff.config import PdiffDecodeConfig
 from solm.decode.pdiff.decode_file import DEMO_PROMPTS, PdiffDecodeSummary
-from solm.decode.registry import DecodeSystem, EngineChoice, register_system
+from solm.decode.registry import (DecodeSystem, Display, EngineChoice, EvalKinds,
+                                  register_system)
 from solm.engines import choose, engine_note, get_engine, load_on_engine
 
 
@@ -70,10 +71,10 @@ def eval_row(row: dict) -> dict:
 
 
 SYSTEM = register_system(DecodeSystem(
-    tokens="pdiff",
     name="pdiff", help="Planned Diffusion: a plan of promises, chunks denoised in parallel.",
     config_cls=PdiffDecodeConfig, engine_cls=PdiffEngine, load=load, runner=runner,
     summary_cls=PdiffDecodeSummary, demo_prompts=DEMO_PROMPTS,
-    default_out="runs/pdiff_decode.jsonl", describe=describe, shown_rows=2, prepare=prepare,
+    default_out="runs/pdiff_decode.jsonl", prepare=prepare,
     row_engine_settings=("engine", "gguf_type"),
-    row_figures=figures_line, methods={"pdiff": {}}, eval_row=eval_row))
+    display=Display(describe=describe, shown_rows=2, row_figures=figures_line),
+    evaluation=EvalKinds(methods={"pdiff": {}}, eval_row=eval_row)))

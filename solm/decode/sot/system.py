@@ -10,7 +10,7 @@ from solm.core.chat import text_ids
 from solm.core.settings import setting
 from solm.decode.jobs import DecodeSummary
 from solm.decode.protocol import Done, Job
-from solm.decode.registry import DecodeSystem, EngineChoice, register_system
+from solm.decode.registry import DecodeSystem, EngineChoice, EvalKinds, register_system
 from solm.decode.sot.config import SotConfig
 from solm.engines import choose, get_engine, load_on_engine
 
@@ -91,4 +91,4 @@ SYSTEM = register_system(DecodeSystem(
     name="sot", help="Skeleton-of-Thought: a skeleton of points, each point a thread.",
     config_cls=SotConfig, engine_cls=SotEngine, load=load, runner=runner,
     summary_cls=DecodeSummary, default_out="runs/sot_decode.jsonl",
-    methods={"sot": {}}, eval_row=eval_row, prepare=prepare))
+    evaluation=EvalKinds(methods={"sot": {}}, eval_row=eval_row), prepare=prepare))

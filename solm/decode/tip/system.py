@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from solm.core.settings import setting
-from solm.decode.registry import CompiledEngine, DecodeSystem, EngineChoice, register_system
+from solm.decode.registry import (CompiledEngine, DecodeSystem, Display, EngineChoice,
+                                  register_system)
 from solm.engines import choose, engine_note, get_engine, load_on_engine
 from solm.decode.tip.config import TipDecodeConfig
 from solm.decode.tip.decode_file import TipSummary
@@ -84,15 +85,14 @@ def answer(runner, job, engine: TipEngine) -> tuple[str, list[str]]:
 
 
 SYSTEM = register_system(DecodeSystem(
-    tokens="tip",
     name="tip", help="TIP: thought registers whose reuse frees KV pages.",
     config_cls=TipDecodeConfig, engine_cls=TipEngine, load=load, runner=runner,
     summary_cls=TipSummary, sampling=("temperature", "top_p", "seed"), per_sample=True,
     samples=lambda engine: engine.samples, default_out="runs/tip_decode.jsonl",
     row_engine_settings=("registers", "page_size", "quantize", "engine", "gguf_type"),
-    row_excluded=("batch_size",), status=status,
-    describe=lambda runner: (f"decoding ({runner.config.policy}"
-                             f"{engine_note(runner.engine)})"),
-    shown_rows=0, answer=answer, prepare=prepare,
+    row_excluded=("batch_size",), prepare=prepare,
+    display=Display(status=status, shown_rows=0, answer=answer,
+                    describe=lambda runner: (f"decoding ({runner.config.policy}"
+                                             f"{engine_note(runner.engine)})")),
     # the thesis' sampling for reasoning traces; a budget the budgeted policies can use
     command_defaults={"temperature": 0.6, "top_p": 0.95, "budget": 2048}))
