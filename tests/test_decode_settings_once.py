@@ -1,8 +1,9 @@
-"""Each decode setting is declared once: every command's option named after a decode setting
-takes its default bounds and help from a `setting()` field of a config (the decode configs,
-an engine's settings, or a trainer's config), never from a typer.Option written by hand in
-`solm/cli` (issue 34). The commands are walked from the app, so a new command is checked the
-day it lands."""
+"""Each decode and engine setting is declared once: every command's option named after a decode
+setting or an engine setting takes its default, bounds and help from a `setting()` field of a
+config (the decode configs, an engine's settings, or a trainer's config), never from a
+typer.Option written by hand in `solm/cli`; a command whose default differs from the
+declaration's says so, with its reason, in the help (`why=`). The commands are walked from
+the app, so a new command is checked the day it lands."""
 
 from __future__ import annotations
 
@@ -53,11 +54,23 @@ def declared():
     return out
 
 
-DECODE_NAMES = {name for name, _ in _fields(DECODE_CONFIGS)} - SHAPE
+def _engine_classes():
+    return [s.engine_cls for s in decode_systems().values()]
+
+
+DECODE_NAMES = {name for name, _ in _fields([*DECODE_CONFIGS, *_engine_classes()])} - SHAPE
 # commands that decode nothing, whose options only share a name with a decode setting (the
 # judge's answer mode, an annotator's subset seed)
 NOT_DECODING = {("judge", "mode"), ("pasta", "judge", "mode"), ("pasta", "annotate", "seed"),
-                ("tip", "annotate", "seed")}
+                ("tip", "annotate", "seed"),
+                # the engine checked against the reference: a choice among the others
+                ("check-engines", "engine"), ("check-engines", "gguf_type"),
+                ("check-engines", "onnx_type"),
+                # how many answers preference sampling draws per prompt
+                ("pasta", "prefs", "samples"),
+                # how many registers an annotator assigns or a tokenizer gets: data, no model
+                ("tip", "annotate", "registers"), ("tip", "traces", "registers"),
+                ("tip", "tokens", "registers")}
 
 
 
@@ -66,14 +79,24 @@ def _bounds(param) -> tuple:
     return (getattr(param, "min", None), getattr(param, "max", None))
 
 
+def _own_default_said(param, f: dataclasses.Field) -> bool:
+    """The option's default is the declaration's, or None where a model's
+    generation_config.json supplies it, or it differs and the help gives the reason."""
+    if param.default is None or param.default == f.default:
+        return True
+    return f" Default here: {param.default}, " in (param.help or "")
+
+
 def _matches(param, f: dataclasses.Field) -> bool:
-    """The option's help starts with the field's; its bounds are the field's, or, for a
-    range open at its lower end (which the parser cannot show), none in the parser and the
-    range in words at the end of the help."""
+    """The option's help starts with the field's; its default is the field's or a stated
+    own one; its bounds are the field's, or, for a range open at its lower end (which the
+    parser cannot show), none in the parser and the range in words at the end of the help."""
     from solm.core.settings import rule_text
 
     m = f.metadata
     help_text = param.help or ""
+    if not _own_default_said(param, f):
+        return False
     if m.get("above") is not None:
         return (help_text.startswith(m["help"]) and _bounds(param) == (None, None)
                 and help_text.endswith(f" Must be {rule_text(f)}."))
@@ -114,8 +137,35 @@ def test_the_check_sees_a_hand_declared_option():
     def other(seed: int = typer.Option(0)):
         pass
 
+    @bad.command()
+    def again(pool_size: int = typer.Option(4096, min=2, help=dataclasses.fields(
+                  _pasta_engine())[[f.name for f in dataclasses.fields(_pasta_engine())]
+                                   .index("pool_size")].metadata["help"])):
+        pass
+
     fields = declared()
     cmd = get_command(bad).commands["decode"]
     by_name = {p.name: p for p in cmd.params}
     assert not any(_matches(by_name["max_new_tokens"], f) for f in fields["max_new_tokens"])
     assert any(_matches(by_name["temperature"], f) for f in fields["temperature"])
+    # a second declaration: the field's help and bounds, another default, no reason
+    again = get_command(bad).commands["again"].params[0]
+    assert not any(_matches(again, f) for f in fields["pool_size"])
+
+
+def _pasta_engine():
+    from solm.decode.pasta.system import PastaEngine
+
+    return PastaEngine
+
+
+def test_a_command_default_needs_its_reason():
+    """Declaring a command's own default without a reason fails where it is declared."""
+    import pytest
+
+    from solm.cli.setting_options import setting_option
+
+    with pytest.raises(ValueError, match="needs its reason"):
+        setting_option(_pasta_engine(), "pool_size", 4096)
+    option = setting_option(_pasta_engine(), "pool_size", 4096, why="a whole answer fits")
+    assert option.help.endswith(" Default here: 4096, a whole answer fits.")

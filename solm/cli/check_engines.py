@@ -39,7 +39,8 @@ def check_engines_command(
     prompts: Optional[Path] = typer.Option(None, "--prompts", "-p", help="JSONL of prompts "
                                            "(default: the PASTA demo prompts)."),
     limit: int = typer.Option(16, min=1, help="Only the first N prompts."),
-    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 64),
+    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 64,
+                                         why="enough tokens to find where two engines first differ"),
     engine: str = typer.Option("llama.cpp", "--engine", help="The engine checked against "
                                "the reference (torch): any other registered engine."),
     gguf_type: str = typer.Option("f32", "--gguf-type", help="The export llama.cpp decodes "

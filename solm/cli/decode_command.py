@@ -39,12 +39,13 @@ def _values(cls: type, options: dict[str, Any], fixed: dict[str, Any]) -> dict[s
     return out
 
 
-def decode_parameters(system: DecodeSystem, defaults: dict[str, Any]) -> list[inspect.Parameter]:
+def decode_parameters(system: DecodeSystem, defaults: dict[str, Any],
+                      why: dict[str, str]) -> list[inspect.Parameter]:
     """The system's options: sampling, decode config and engine settings (by field)."""
     sampling = config_parameters(SamplingConfig, defaults, only=system.sampling,
-                                 from_model=MODEL_SETTINGS)
-    config = config_parameters(system.config_cls, defaults)
-    engine = config_parameters(system.engine_cls, defaults)
+                                 from_model=MODEL_SETTINGS, why=why)
+    config = config_parameters(system.config_cls, defaults, why=why)
+    engine = config_parameters(system.engine_cls, defaults, why=why)
     return [*config, *sampling, *engine]
 
 
@@ -184,13 +185,15 @@ def base_model_hint(model: str, system: str) -> None:
 
 
 def decode_command(app: typer.Typer, system_name: str, help: str, name: str = "decode",
-                   defaults: dict[str, Any] | None = None, prompts_help: str | None = None,
-                   command: str | None = None) -> None:
+                   defaults: dict[str, tuple[Any, str]] | None = None,
+                   prompts_help: str | None = None, command: str | None = None) -> None:
     """Register `name` on `app`: the decode command of the registered system `system_name`.
-    `defaults`: this command's own defaults, by field name, over the configs' (the only
-    place a command's default may differ from its config's)."""
+    `defaults`: this command's own defaults, by field name, each with its reason
+    (`(value, why)`), over the configs' (the only place a command's default may differ from
+    its config's; the reason shows in the option's help)."""
     system = decode_system(system_name)
-    defaults = {**system.command_defaults, **(defaults or {})}
+    why = {**system.command_default_reasons, **{k: w for k, (_, w) in (defaults or {}).items()}}
+    defaults = {**system.command_defaults, **{k: v for k, (v, _) in (defaults or {}).items()}}
     command = command or f"{system_name} {name}"
     demo = ("default: built-in demo prompts" if system.demo_prompts is not None else
             "or give one prompt as the argument")
@@ -223,4 +226,4 @@ def decode_command(app: typer.Typer, system_name: str, help: str, name: str = "d
     decode.__name__ = name.replace("-", "_")
     decode.__doc__ = help
     app.command(name=name, help=help)(handle_errors(loads_models(with_parameters(
-        decode, decode_parameters(system, defaults)))))
+        decode, decode_parameters(system, defaults, why)))))

@@ -3,6 +3,7 @@ annotators'), declared once."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from pathlib import Path
@@ -179,17 +180,16 @@ DtypeOption = typer.Option("auto", callback=one_of("auto", "fp32", "bf16", "fp16
                                 "fp32, bf16, fp16.")
 
 
-CompileOption = typer.Option(
-    None, "--compile/--no-compile", show_default=False,
-    help="Run decode steps as graphs compiled per shape bucket (torch.compile; cached on "
-         "disk). Default: on for CUDA, and on a CPU for jobs long enough to repay the "
-         "compilation (docs: guides/engines.md, \"Fast decode step\").")
+def _compiled_engine_option(name: str) -> Any:
+    from solm.cli.setting_options import setting_option
+    from solm.decode.registry import CompiledEngine
+
+    return setting_option(CompiledEngine, name)
 
 
-QuantizeOption = typer.Option(None, callback=one_of("int8", "int4"),
-                              help="Weight-only quantization for decoding (torchao): int8 "
-                                   "(CPU, CUDA) or int4 (CUDA). Outputs agree with the "
-                                   "full-precision model, they are not equal to it.")
+# the engine settings commands outside the decode registry take (declared on CompiledEngine)
+CompileOption = _compiled_engine_option("compile")
+QuantizeOption = _compiled_engine_option("quantize")
 
 
 DeviceOption = typer.Option(None, callback=check_device, help="cpu, cuda, cuda:N or mps "
@@ -207,18 +207,23 @@ VersionOption = typer.Option(False, "--version", callback=_print_version, is_eag
                              help="Print solm's version and exit.")
 
 
-def engine_option(default: str = "torch", also: str = "", callback: Callable | None = None):
-    """`--engine`: the decoding engine (`solm.llamacpp.engine`), with what it means for this
-    command in `also`."""
-    from solm.engines import ENGINE_CHOICES, ENGINE_HELP
+def engine_option(default: Any = dataclasses.MISSING, also: str = "",
+                  callback: Callable | None = None, why: str = ""):
+    """`--engine` as `EngineChoice` declares it, with what it means for this command in
+    `also` (a command's own default needs `why`; `callback` replaces the choice check)."""
+    from solm.cli.setting_options import setting_option
+    from solm.decode.registry import EngineChoice
 
-    return typer.Option(default, "--engine", callback=callback or one_of(*ENGINE_CHOICES),
-                        help=ENGINE_HELP + (" " + also if also else ""))
+    option = setting_option(EngineChoice, "engine", default,
+                            help_suffix=" " + also if also else "", why=why)
+    if callback is not None:
+        option.callback = callback
+    return option
 
 
 def gguf_type_option():
-    """`--gguf-type`: the weight type of the GGUF the llama.cpp engine exports."""
-    from solm.llamacpp.engine import GGUF_TYPE_HELP
-    from solm.llamacpp.export import OUTTYPES
+    """`--gguf-type` as `EngineChoice` declares it."""
+    from solm.cli.setting_options import setting_option
+    from solm.decode.registry import EngineChoice
 
-    return typer.Option("q8_0", "--gguf-type", callback=one_of(*OUTTYPES), help=GGUF_TYPE_HELP)
+    return setting_option(EngineChoice, "gguf_type")

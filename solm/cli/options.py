@@ -29,7 +29,8 @@ def _plain(annotation: Any) -> Any:
 
 def config_parameters(cls: type, defaults: dict[str, Any] | None = None,
                       only: typing.Iterable[str] | None = None,
-                      from_model: typing.Iterable[str] = ()) -> list[inspect.Parameter]:
+                      from_model: typing.Iterable[str] = (),
+                      why: dict[str, str] | None = None) -> list[inspect.Parameter]:
     """One keyword parameter (a typer Option) per setting of the dataclass `cls`.
 
     `defaults`: a command's own defaults over the fields' (by field name); `only`: these
@@ -46,7 +47,7 @@ def config_parameters(cls: type, defaults: dict[str, Any] | None = None,
         if f.name in from_model:
             annotation = Optional[annotation]
         option = option_for(f, defaults.get(f.name, dataclasses.MISSING),
-                            from_model=f.name in from_model)
+                            from_model=f.name in from_model, why=(why or {}).get(f.name, ""))
         params.append(inspect.Parameter(cli_name(f), inspect.Parameter.KEYWORD_ONLY,
                                         default=option, annotation=annotation))
     required_first = sorted(params, key=lambda p: p.default.default is not ...)

@@ -225,7 +225,9 @@ Examples:
 - `cat prompts.jsonl | pasta decode -p - -o - | pasta stats -`
 """
 
-decode_command(app, "pasta", PASTA_DECODE_HELP, defaults={"max_new_tokens": 512})
+decode_command(app, "pasta", PASTA_DECODE_HELP, defaults={
+    "max_new_tokens": (512, "an AlpacaEval answer's length; the config's 1,024 suits files "
+                            "of long answers")})
 
 
 app.command(name="chat")(chat)
@@ -240,14 +242,15 @@ def demo(
     prompt: Optional[str] = typer.Option(None, help="The prompt (default: one the kept "
                                          "pasta-sft-overlap-cpu model answers with a "
                                          "list)."),
-    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 96),
+    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 96,
+                                         why="a demo answer that fits a screen"),
     width: int = typer.Option(60, min=10, max=400, help="Columns of the thread timeline."),
     repeats: int = typer.Option(3, min=1, max=50, help="Timed decodes of each side (after a "
                                 "warm-up of both), in alternating order; the fastest of "
                                 "each side are compared."),
     out: Optional[Path] = out_option(None, help="Also write the figures "
                                        "and the answer as JSON here."),
-    engine: str = engine_option("auto"),
+    engine: str = engine_option("auto", why="the engine measured fastest here"),
     gguf_type: str = gguf_type_option(),
     onnx_type: str = setting_option(EngineChoice, "onnx_type"),
     dtype: str = DtypeOption,

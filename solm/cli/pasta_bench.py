@@ -16,6 +16,8 @@ from solm.cli.flags import (model_command, out_option, CompileOption, ConfigOpti
                             DebugOption, DeviceOption, DtypeOption, ModelOption, QuantizeOption,
                             QuietOption)
 from solm.cli.job_helpers import settings_from
+from solm.cli.setting_options import setting_option
+from solm.decode.pasta.system import PastaEngine
 
 
 BENCH_BESIDE = (".summary.json", ".png")  # what `pasta bench -o OUT` writes beside OUT
@@ -34,7 +36,7 @@ def bench(
                                 "(the paper: 2)."),
     generate_rows: Optional[int] = typer.Option(None, min=0, help="Compare with model.generate on the "
                                                 "first N rows only (default: all)."),
-    pool_size: int = typer.Option(2048, min=2, help="KV pool slots shared by all threads."),
+    pool_size: int = setting_option(PastaEngine, "pool_size"),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     out: Optional[Path] = out_option(None, help="Per-row results (JSONL) and a "
@@ -68,7 +70,7 @@ def bench(
     from solm.decode.bandwidth import kv_bytes_per_token, machine_bandwidth
     from solm.decode.compiled import should_compile
     from solm.decode.pasta.config import PastaDecodeConfig
-    from solm.decode.pasta.system import PastaEngine, load, one_request_runtime, prepare
+    from solm.decode.pasta.system import load, one_request_runtime, prepare
     from solm.engines import get_engine
     from solm.core.paths import outputs_beside
     from solm.eval.pasta_bench import plot_speedups, run_pasta_bench, sequential_bandwidth

@@ -13,6 +13,7 @@ from solm.cli.flags import (loads_models, ConfigOption, DebugOption, decode_flag
                             DeviceOption, DtypeOption, ModelOption, QuietOption)
 from solm.cli.options import settings_options, without_seed
 from solm.cli.setting_options import setting_option
+from solm.decode.pasta.system import PastaEngine
 from solm.core.generation import resolve_decode
 from solm.core.sampling import SamplingConfig
 from solm.decode.pasta.config import PastaDecodeConfig
@@ -40,8 +41,10 @@ def render_threads(views) -> Group:
 def chat(
     model: str = ModelOption,
     system: Optional[str] = typer.Option(None, help="A system message for the conversation."),
-    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 512),
-    pool_size: int = typer.Option(4096, min=2, help="KV pool slots for a whole answer."),
+    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 512,
+                                         why="a chat turn's length"),
+    pool_size: int = setting_option(PastaEngine, "pool_size", 4096,
+                                    why="a whole conversation shares one pool"),
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,

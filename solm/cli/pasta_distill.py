@@ -74,10 +74,12 @@ def distill(
                               "rows (the one SFT will start from)."),
     sampled: int = typer.Option(1, "--sampled", "-n", min=1, help="Sampled answers per prompt "
                                 "beside the greedy one."),
-    temperature: float = setting_option(SamplingConfig, "temperature", 0.7),
+    temperature: float = setting_option(SamplingConfig, "temperature", 0.7,
+                                        why="the sampled answers beside the greedy one"),
     top_p: float = setting_option(SamplingConfig, "top_p"),
     repetition_penalty: Optional[float] = RepetitionPenaltyOption,
-    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 512),
+    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 512,
+                                         why="an AlpacaEval answer's length"),
     min_gain: float = typer.Option(1.3, callback=finite_above(1.0), help="A prompt's best "
                                    "answer is a parallel row when its annotation-level gain "
                                    "(content tokens per forward pass) reaches this. Must be "
@@ -104,8 +106,8 @@ def distill(
                                         "--exclude and --match)."),
     batch_size: Optional[int] = typer.Option(None, min=1, help="Requests decoded together "
                                              "(default: 16 on a CPU, 32 on CUDA)."),
-    engine: str = engine_option("auto", also="Answers are sequential decodes: every engine runs "
-                                     "them."),
+    engine: str = engine_option("auto", why="the engine measured fastest here",
+                                also="Answers are sequential decodes: every engine runs them."),
     gguf_type: str = gguf_type_option(),
     shard: Optional[str] = ShardOption,
     seed: int = SeedOption,

@@ -11,6 +11,7 @@ import typer
 from solm.decode.pasta.config import PastaDecodeConfig
 from solm.cli.options import sampling_options, without_seed
 from solm.cli.setting_options import setting_option
+from solm.decode.pasta.system import PastaEngine
 from solm.cli.checks import check_paths, check_run_inputs, greater_than, judge_spec, one_of
 from solm.cli.console import handle_errors, info, out_console, progress
 from solm.cli.flags import engine_option, gguf_type_option
@@ -261,6 +262,7 @@ def run(
     gamed_csv: Optional[Path] = typer.Option(None, help="alpaca_eval's df_gamed.csv for the "
                                              "exact LC (see `pasta eval winrate`)."),
     max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 512,
+                                         why="an AlpacaEval answer's length",
                                          help_suffix=" Every method's (sot: skeleton and "
                                          "points together; see --sot-skeleton-tokens)."),
     sot_skeleton_tokens: int = typer.Option(160, min=8, help="sot: cap on the skeleton "
@@ -274,7 +276,7 @@ def run(
     repeats: Optional[int] = typer.Option(None, min=1, help="Decodes per request, the last "
                                           "timed (default: 2 on CUDA, 1 on a CPU after a "
                                           "warm-up decode)."),
-    pool_size: int = typer.Option(2048, min=64, help="KV pool slots per runtime."),
+    pool_size: int = setting_option(PastaEngine, "pool_size"),
     engine: str = engine_option(also="Every method's; under auto each method picks its own, "
                                      "named in run.json (pasta/apar/pdiff methods need a model "
                                      "trained with --positions overlap for llama.cpp; "

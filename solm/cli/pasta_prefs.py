@@ -106,10 +106,12 @@ def prefs(
                               "3-grams (--repeat-weight)."),
     repeat_weight: float = typer.Option(1.0, min=0.0, help="μ of --score content: the weight "
                                         "of the share of repeated word 3-grams."),
-    temperature: float = setting_option(SamplingConfig, "temperature", 1.0),
+    temperature: float = setting_option(SamplingConfig, "temperature", 1.0,
+                                        why="preference pairs need different samples"),
     top_p: float = setting_option(SamplingConfig, "top_p"),
     repetition_penalty: Optional[float] = RepetitionPenaltyOption,
-    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 512),
+    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 512,
+                                         why="an AlpacaEval answer's length"),
     judge: str = typer.Option("hf:smollm2-135m", "--judge", "-j", callback=judge_spec,
                               help="Judge backend (gemini:, openai:, hf:), as for `pasta "
                               "judge`."),

@@ -13,6 +13,8 @@ from solm.cli.options import settings_options, without_seed
 from solm.core.sampling import SamplingConfig
 from solm.decode.registry import CompiledEngine, EngineChoice
 from solm.cli.setting_options import setting_option
+from solm.decode.pasta.system import PastaEngine
+from solm.decode.tip.system import TipEngine
 from solm.cli.console import (console, handle_errors, info)
 from solm.cli.flags import (loads_models, ConfigOption, DebugOption, decode_flags,
                             DeviceOption, DtypeOption, ModelOption, QuietOption)
@@ -95,9 +97,8 @@ def serve(
                                     "other registered system through its runner."),
     policy: str = setting_option(TipDecodeConfig, "policy", help_suffix=" (tip)"),
     budget: Optional[int] = setting_option(TipDecodeConfig, "budget", help_suffix=" (tip)"),
-    registers: Optional[int] = typer.Option(None, min=1, help="tip: thought registers "
-                                            "(default: the model's solm.json, else 16)."),
-    page_size: int = typer.Option(64, min=1, help="tip: tokens per KV page."),
+    registers: Optional[int] = setting_option(TipEngine, "registers", help_suffix=" (tip)"),
+    page_size: int = setting_option(TipEngine, "page_size", help_suffix=" (tip)"),
     host: str = typer.Option("127.0.0.1", help="Address to bind (0.0.0.0: every interface; "
                              "set an API key then)."),
     port: int = typer.Option(8000, min=1, max=65535, help="TCP port."),
@@ -109,11 +110,13 @@ def serve(
     mode: str = setting_option(PastaDecodeConfig, "mode", help_suffix=" The default; a "
                                "request's `mode` overrides it."),
     max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 512,
+                                         why="a chat turn's length",
                                          help_suffix=" The default and upper bound of a "
                                                      "request's max_tokens (over it: 400)."),
     penalize: str = setting_option(PastaDecodeConfig, "penalize"),
-    pool_size: int = typer.Option(4096, min=2, help="KV pool slots: prompt + answer must fit "
-                                  "(a longer prompt: 400 context_length_exceeded)."),
+    pool_size: int = setting_option(PastaEngine, "pool_size", 4096,
+                                    why="a prompt and its whole answer must fit (a longer "
+                                        "prompt: 400 context_length_exceeded)"),
     max_fork_tokens: int = setting_option(PastaDecodeConfig, "max_fork_tokens"),
     max_queue: int = typer.Option(32, min=1, help="Requests that may wait; more get 429."),
     max_batch: int = typer.Option(8, min=1, help="Requests decoded together (continuous "

@@ -24,14 +24,23 @@ def field_of(cls: type, name: str) -> dataclasses.Field:
 
 
 def option_for(f: dataclasses.Field, default: Any = _MISSING, *, from_model: bool = False,
-               help_suffix: str = "", flags: tuple[str, ...] | None = None) -> Any:
-    """The typer Option of setting `f`. `default`: the command's own (else the field's);
-    `from_model`: the option defaults to None (not given), a model's generation_config.json
-    may set it (`solm.core.generation`), and the help says which default applies else."""
+               help_suffix: str = "", flags: tuple[str, ...] | None = None,
+               why: str = "") -> Any:
+    """The typer Option of setting `f`. `default`: the command's own (else the field's),
+    which needs `why`: the reason, said in the help ("Default here: N, <why>."), so a
+    default differs from its declaration in one place, for a stated reason; `from_model`:
+    the option defaults to None (not given), a model's generation_config.json may set it
+    (`solm.core.generation`), and the help says which default applies else."""
     meta = f.metadata
+    own = default is not _MISSING and default != f.default
+    if own and not why:
+        raise ValueError(f"setting {f.name!r}: a command's own default ({default!r}, the "
+                         f"declaration's is {f.default!r}) needs its reason (why=)")
     if default is _MISSING:
         default = ... if f.default is _MISSING else f.default
     help_text = meta["help"] + help_suffix
+    if own and not from_model:
+        help_text += f" Default here: {default}, {why}."
     if from_model:
         shown = default if isinstance(default, str) else f"{default:g}"
         help_text += f" Default: the model's generation_config.json, else {shown}."

@@ -10,6 +10,7 @@ import typer
 
 from solm.decode.tip.config import TipDecodeConfig
 from solm.cli.setting_options import setting_option
+from solm.decode.tip.system import TipEngine
 from solm.decode.registry import EngineChoice
 from solm.cli.checks import check_paths, engine_list
 from solm.cli.console import handle_errors, info, out_console, progress
@@ -277,11 +278,10 @@ def bench(
     model: str = ModelOption,
     policies: str = typer.Option("all", help="Comma-separated, side by side in one run, or "
                                  "`all` (every registered policy). " + policies_help() + "."),
-    registers: Optional[int] = typer.Option(None, min=1, help="Register tokens the model's "
-                                            "tokenizer gets (default: the model's solm.json, "
-                                            "else 16)."),
-    budget: int = setting_option(TipDecodeConfig, "budget", 1024),
-    page_size: int = typer.Option(64, min=1, help="Tokens per KV page."),
+    registers: Optional[int] = setting_option(TipEngine, "registers"),
+    budget: int = setting_option(TipDecodeConfig, "budget", 1024,
+                                 why="half a 2K-token trace, so budgeted policies evict"),
+    page_size: int = setting_option(TipEngine, "page_size"),
     batch_size: int = typer.Option(16, min=1, help="Traces replayed together (refilled as "
                                    "they end)."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N traces."),

@@ -10,6 +10,8 @@ import typer
 
 from solm.core.sampling import SamplingConfig
 from solm.cli.setting_options import setting_option
+from solm.decode.tip.config import TipDecodeConfig
+from solm.decode.tip.system import TipEngine
 from solm.cli.checks import check_run_inputs
 from solm.cli.console import handle_errors, info, out_console, progress
 from solm.cli.flags import engine_option, gguf_type_option
@@ -72,17 +74,21 @@ def run(
     policies: str = typer.Option("dense,streamingllm,h2o,tip", help="Comma-separated."),
     budgets: str = typer.Option(",".join(map(str, PROTOCOL["budgets"])),
                                 help="KV budgets (tokens) of the budgeted policies."),
-    registers: Optional[int] = typer.Option(None, min=1, help="Thought registers (default: "
-                                            "the TIP model's solm.json, else 16)."),
-    samples: int = typer.Option(PROTOCOL["samples"], min=1, help="Samples per problem."),
-    temperature: float = setting_option(SamplingConfig, "temperature", PROTOCOL["temperature"]),
-    top_p: float = setting_option(SamplingConfig, "top_p", PROTOCOL["top_p"]),
+    registers: Optional[int] = setting_option(TipEngine, "registers"),
+    samples: int = setting_option(TipEngine, "samples", PROTOCOL["samples"],
+                                  why="the evaluation protocol's"),
+    temperature: float = setting_option(SamplingConfig, "temperature", PROTOCOL["temperature"],
+                                        why="the evaluation protocol's (the thesis' sampling)"),
+    top_p: float = setting_option(SamplingConfig, "top_p", PROTOCOL["top_p"],
+                                  why="the evaluation protocol's (the thesis' sampling)"),
     seed: int = setting_option(SamplingConfig, "seed", help_suffix=" Sample k uses seed + k."),
     batch_size: int = typer.Option(PROTOCOL["batch_size"], min=1,
                                    help="Requests decoded together (refilled as they end)."),
-    page_size: int = typer.Option(PROTOCOL["page_size"], min=1, help="Tokens per KV page."),
-    max_new_tokens: int = typer.Option(PROTOCOL["max_new_tokens"], min=1,
-                                       help="Cap on generated tokens per sample."),
+    page_size: int = setting_option(TipEngine, "page_size", PROTOCOL["page_size"],
+                                    why="the evaluation protocol's"),
+    max_new_tokens: int = setting_option(TipDecodeConfig, "max_new_tokens",
+                                         PROTOCOL["max_new_tokens"],
+                                         why="the evaluation protocol's (AIME traces are long)"),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N problems of "
                                         "each data set."),
     engine: str = engine_option(also="h2o decodes on torch only (it reads attention mass); "

@@ -99,7 +99,8 @@ class DecodeSystem:
     - rows: `row_engine_settings` (engine settings a row depends on) and `row_excluded`
       (config settings that do not change a row).
     - `command_defaults`: the one place where its commands' (decode, serve) defaults differ
-      from its configs' fields, by field name.
+      from its configs' fields, by field name, each with its reason in
+      `command_default_reasons` (shown in the option's help).
     - `display` (how commands show it) and `evaluation` (its `pasta eval run` kinds).
     """
 
@@ -118,10 +119,16 @@ class DecodeSystem:
     row_engine_settings: tuple[str, ...] = ()
     row_excluded: tuple[str, ...] = ()
     command_defaults: dict[str, Any] = dataclasses.field(default_factory=dict)
+    command_default_reasons: dict[str, str] = dataclasses.field(default_factory=dict)
     demo_prompts: Optional[Path] = None
     default_out: str = "runs/decode.jsonl"
     display: Display = Display()
     evaluation: EvalKinds = EvalKinds()
+
+    def __post_init__(self) -> None:
+        if set(self.command_defaults) != set(self.command_default_reasons):
+            raise ValueError(f"decode system {self.name!r}: every command default needs its "
+                             f"reason (command_default_reasons)")
 
     @property
     def tokens(self) -> str:

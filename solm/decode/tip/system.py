@@ -95,4 +95,7 @@ SYSTEM = register_system(DecodeSystem(
                     describe=lambda runner: (f"decoding ({runner.config.policy}"
                                              f"{engine_note(runner.engine)})")),
     # the thesis' sampling for reasoning traces; a budget the budgeted policies can use
-    command_defaults={"temperature": 0.6, "top_p": 0.95, "budget": 2048}))
+    command_defaults={"temperature": 0.6, "top_p": 0.95, "budget": 2048},
+    command_default_reasons={"temperature": "the thesis' sampling for reasoning traces",
+                             "top_p": "the thesis' sampling for reasoning traces",
+                             "budget": "a budget the budgeted policies can use"}))
