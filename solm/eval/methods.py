@@ -28,7 +28,9 @@ from solm.core.errors import SolmError
 from solm.core.records import Record
 from solm.core.sampling import SamplingConfig
 from solm.core.settings import check_settings, is_setting
+from solm.decode.pasta.config import PastaDecodeConfig
 from solm.decode.registry import DecodeSystem, method_kinds
+from solm.decode.sot.config import SotConfig
 
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 # set for every method alike by the run (`DecodeSettings`), never per method
@@ -141,15 +143,21 @@ def _canonical_options(spec: str, system: DecodeSystem, kind: str, options: str)
     return ",".join(f"{n}={raw[n]}" for n in fields if n in raw)
 
 
+def declared_default(cls: type, name: str) -> Any:
+    """A setting's default as its config declares it."""
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
+
+
 @dataclass
 class DecodeSettings:
-    """What a run sets for every method alike."""
+    """What a run sets for every method alike; the defaults are the declarations' (the
+    answer cap: `pasta eval run`'s, an AlpacaEval answer's length)."""
 
     max_new_tokens: int = 512
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    sot_skeleton_tokens: int = 160
-    sot_point_tokens: int = 128
-    max_fork_tokens: int = 512
+    sot_skeleton_tokens: int = declared_default(SotConfig, "max_skeleton_tokens")
+    sot_point_tokens: int = declared_default(SotConfig, "max_point_tokens")
+    max_fork_tokens: int = declared_default(PastaDecodeConfig, "max_fork_tokens")
 
     def values(self, system: str) -> dict[str, Any]:
         """The settings as the `system`'s config names them."""

@@ -13,6 +13,11 @@ PENALIZE = ("all", "blocks")
 MAX_NEW_TOKENS_CAP = 1 << 20  # far beyond any pool here; larger values are typos
 
 
+def topic_cap_setting():
+    """The cap on a promise's topic, declared once for every system that reads promises."""
+    return setting(24, "A promise's topic longer than this is closed (flagged).", min=1)
+
+
 @dataclass
 class PastaDecodeConfig:
     mode: str = setting("parallel", "`parallel` acts on the tags; `sequential` decodes one "
@@ -34,8 +39,7 @@ class PastaDecodeConfig:
     mask_block_eos: bool = setting(True, "Mask EOS inside a block, so a block ends with its "
                                          "`</async>`; off: an EOS sampled in a block reads "
                                          "as `</async>` (flagged eos_in_fork).")
-    max_topic_tokens: int = setting(24, "A promise's topic longer than this is closed "
-                                        "(flagged).", min=1)
+    max_topic_tokens: int = topic_cap_setting()
     record_logits: bool = False
     # record each answer token's raw log-prob (the model's log-softmax at temperature 1, before
     # grammar masks and penalties) when it was sampled; None for tokens the runtime forced

@@ -7,7 +7,7 @@ from typing import Optional
 
 from solm.core.sampling import SamplingConfig
 from solm.core.settings import check_settings, setting
-from solm.decode.pasta.config import MAX_NEW_TOKENS_CAP
+from solm.decode.pasta.config import MAX_NEW_TOKENS_CAP, topic_cap_setting
 from solm.decode.pdiff.limits import MAX_LENGTH_SCALE, MIN_LENGTH_SCALE
 
 ORDERS = ("entropy", "confidence")
@@ -43,8 +43,7 @@ class PdiffDecodeConfig:
                                          "first committed pad, take their pad at once; the "
                                          "chunk's steps shrink with its masked slots: no "
                                          "pass is spent on pads.")
-    max_topic_tokens: int = setting(24, "A promise's topic longer than this is closed "
-                                        "(flagged).", min=1)
+    max_topic_tokens: int = topic_cap_setting()
     record: bool = False  # keep each step's chunk tokens and logits (tests, analysis)
 
     def check(self) -> None:
