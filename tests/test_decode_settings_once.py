@@ -149,8 +149,8 @@ def test_the_check_sees_a_hand_declared_option():
     assert not any(_matches(by_name["max_new_tokens"], f) for f in fields["max_new_tokens"])
     assert any(_matches(by_name["temperature"], f) for f in fields["temperature"])
     # a second declaration: the field's help and bounds, another default, no reason
-    again = get_command(bad).commands["again"].params[0]
-    assert not any(_matches(again, f) for f in fields["pool_size"])
+    second = get_command(bad).commands["again"].params[0]
+    assert not any(_matches(second, f) for f in fields["pool_size"])
 
 
 def _pasta_engine():

@@ -21,3 +21,12 @@ class DataError(SolmError):
         if field is not None:
             where += f" [field '{field}']" if where else f"field '{field}'"
         super().__init__(f"{where}: {message}" if where else message)
+
+
+def look_up(table: dict, name: str, kind: str):
+    """`table[name]`, or a SolmError naming the `kind` and every name the table has."""
+    try:
+        return table[name]
+    except KeyError:
+        raise SolmError(f"unknown {kind} {name!r}: expected one of {', '.join(table)}") \
+            from None

@@ -4,7 +4,7 @@ and why, and how it times a pass. `--engine` choices and `auto` read this regist
 
 from __future__ import annotations
 
-from solm.core.errors import SolmError
+from solm.core.errors import SolmError, look_up
 from solm.engines.base import Engine
 from solm.engines.llamacpp_engine import LlamaCppEngine
 from solm.engines.onnxruntime_engine import OnnxRuntimeEngine
@@ -29,11 +29,7 @@ ENGINE_HELP = ("Decoding engine: torch (solm's own runtime, the reference), llam
 
 
 def get_engine(name: str) -> Engine:
-    try:
-        return ENGINES[name]
-    except KeyError:
-        raise SolmError(f"unknown engine {name!r}: expected one of {', '.join(ENGINES)}") \
-            from None
+    return look_up(ENGINES, name, "engine")
 
 
 def engine_names() -> list[str]:

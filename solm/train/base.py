@@ -139,9 +139,13 @@ def without_tied_copies(state_dict: dict, model) -> dict:
 
 
 class SolmTrainer:
-    """Subclasses set `control_tokens` (a registered system) and implement the hooks."""
+    """Subclasses set `control_tokens` (a registered system) and implement the hooks; a
+    trainer that can also train the plain baseline names the config setting that strips the
+    tags (`strip_setting`) and what solm.json then calls the model (`plain_system`)."""
 
     control_tokens = "pasta"
+    strip_setting = ""
+    plain_system = ""
 
     def __init__(self, config: TrainConfig, on_log: Callable[[dict], None] | None = None):
         self.config = config
@@ -153,6 +157,8 @@ class SolmTrainer:
     @property
     def system(self) -> str:
         """What solm.json calls the trained model."""
+        if self.strip_setting and getattr(self.config, self.strip_setting):
+            return self.plain_system
         return self.control_tokens
 
     def read_data(self) -> Any:

@@ -243,10 +243,6 @@ class BonbonTrainer(SolmTrainer):
     control_tokens = "pasta"
     config: BonbonConfig
 
-    @property
-    def system(self) -> str:
-        return "pasta"
-
     def check(self) -> None:
         super().check()  # paths first: an output that is an input is the first thing said
         cfg = self.config

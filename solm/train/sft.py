@@ -49,10 +49,7 @@ def drop_long_rows(rows: list[dict], collator) -> tuple[list[dict], int]:
 class PastaSFTTrainer(SolmTrainer):
     control_tokens = "pasta"
     config: PastaSFTConfig
-
-    @property
-    def system(self) -> str:
-        return "baseline" if self.config.strip_annotations else "pasta"
+    strip_setting, plain_system = "strip_annotations", "baseline"
 
     def read_data(self) -> list[dict]:
         cfg = self.config

@@ -116,10 +116,7 @@ class TipCollator:
 class TipSFTTrainer(SolmTrainer):
     control_tokens = "tip"
     config: TipSFTConfig
-
-    @property
-    def system(self) -> str:
-        return "dense" if self.config.strip_registers else "tip"
+    strip_setting, plain_system = "strip_registers", "dense"
 
     def control_token_options(self) -> dict[str, Any]:
         return {"num_registers": self.config.registers}

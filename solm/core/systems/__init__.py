@@ -25,7 +25,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from solm.core.control_tokens import pasta_tokens, pdiff_tokens, tip_tokens
-from solm.core.errors import SolmError
+from solm.core.errors import SolmError, look_up
 
 
 @dataclass(frozen=True)
@@ -64,11 +64,7 @@ SYSTEMS: dict[str, System] = {s.name: s for s in (
 
 
 def get_system(name: str) -> System:
-    try:
-        return SYSTEMS[name]
-    except KeyError:
-        raise SolmError(f"unknown system '{name}': expected one of {', '.join(SYSTEMS)}") \
-            from None
+    return look_up(SYSTEMS, name, "system")
 
 
 def register(system: System) -> System:
