@@ -169,3 +169,47 @@ def test_a_command_default_needs_its_reason():
         setting_option(_pasta_engine(), "pool_size", 4096)
     option = setting_option(_pasta_engine(), "pool_size", 4096, why="a whole answer fits")
     assert option.help.endswith(" Default here: 4096, a whole answer fits.")
+
+
+def _rule_admits(meta: dict, value) -> bool:
+    """The declaration's rule written a second way: inclusive min/max, exclusive above."""
+    if meta.get("min") is not None and value < meta["min"]:
+        return False
+    if meta.get("above") is not None and value <= meta["above"]:
+        return False
+    return meta.get("max") is None or value <= meta["max"]
+
+
+def test_server_request_fields_take_their_settings_rules():
+    """Every request field of `solm serve` named after a sampling or decode setting accepts
+    and refuses exactly what the setting declares (values at, inside and past each bound;
+    each choice and one that is not)."""
+    import pydantic
+
+    from solm.serve.openai_schema import SolmFields
+
+    declared_here = {f.name: (cls, f.metadata) for cls in (SamplingConfig, PastaDecodeConfig)
+                     for f in dataclasses.fields(cls) if is_setting(f)}
+    checked = 0
+    for name in SolmFields.model_fields:
+        if name not in declared_here:
+            continue
+        checked += 1
+        _, meta = declared_here[name]
+        if meta.get("choices"):
+            probes = [*meta["choices"], "none-of-these"]
+            admits = {v: v in meta["choices"] for v in probes}
+        else:
+            edges = [meta[k] for k in ("min", "max", "above") if meta.get(k) is not None]
+            probes = sorted({v for e in edges for v in (e - 1, e, e + 1)} | {e + 0.5 for e in edges})
+            if isinstance(meta.get("min", meta.get("above")), int):  # an integer setting
+                probes = [int(v) for v in probes if float(v).is_integer()]
+            admits = {v: _rule_admits(meta, v) for v in probes}
+        for value, ok in admits.items():
+            try:
+                SolmFields(model="m", **{name: value})
+                accepted = True
+            except pydantic.ValidationError:
+                accepted = False
+            assert accepted == ok, (name, value, meta)
+    assert checked >= 7  # temperature, top_p, seed, repetition_penalty, no_repeat_ngram, mode, penalize

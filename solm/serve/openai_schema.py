@@ -9,12 +9,14 @@ top-level fields (the `openai` client's `extra_body`).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
-from solm.core.sampling import MAX_SEED
+from solm.core.sampling import SamplingConfig
+from solm.decode.pasta.config import PastaDecodeConfig
 
 
 class ApiError(HTTPException):
@@ -56,6 +58,21 @@ class Message(BaseModel):
         return "".join(p.text for p in self.content)
 
 
+def _declared(cls: type, name: str) -> dict:
+    return next(f.metadata for f in dataclasses.fields(cls) if f.name == name)
+
+
+def bounded(cls: type, name: str) -> Any:
+    """A request field with the bounds its setting declares (None: the server's default)."""
+    m = _declared(cls, name)
+    return Field(None, ge=m.get("min"), le=m.get("max"), gt=m.get("above"))
+
+
+# a request's `mode` and `penalize`: the choices their settings declare
+Mode = Literal[tuple(_declared(PastaDecodeConfig, "mode")["choices"])]
+Penalize = Literal[tuple(_declared(PastaDecodeConfig, "penalize")["choices"])]
+
+
 class StreamOptions(BaseModel):
     include_usage: bool = False
 
@@ -66,9 +83,9 @@ class SolmFields(BaseModel):
     model_config = ConfigDict(extra="ignore")
     model: str
     max_tokens: Optional[int] = Field(None, ge=1)
-    temperature: Optional[float] = Field(None, ge=0.0, le=2.0)
-    top_p: Optional[float] = Field(None, gt=0.0, le=1.0)
-    seed: Optional[int] = Field(None, ge=0, le=MAX_SEED)
+    temperature: Optional[float] = bounded(SamplingConfig, "temperature")
+    top_p: Optional[float] = bounded(SamplingConfig, "top_p")
+    seed: Optional[int] = bounded(SamplingConfig, "seed")
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
     n: int = Field(1, ge=1)
@@ -77,10 +94,10 @@ class SolmFields(BaseModel):
     frequency_penalty: float = 0.0
     logit_bias: Optional[dict[str, float]] = None
     # solm's own
-    mode: Optional[Literal["parallel", "sequential"]] = None
-    repetition_penalty: Optional[float] = Field(None, gt=0.0)
-    no_repeat_ngram: Optional[int] = Field(None, ge=0)
-    penalize: Optional[Literal["all", "blocks"]] = None
+    mode: Optional[Mode] = None
+    repetition_penalty: Optional[float] = bounded(SamplingConfig, "repetition_penalty")
+    no_repeat_ngram: Optional[int] = bounded(SamplingConfig, "no_repeat_ngram")
+    penalize: Optional[Penalize] = None
     compare: bool = False
 
     def refuse_unsupported(self) -> None:
