@@ -225,9 +225,7 @@ Examples:
 - `cat prompts.jsonl | pasta decode -p - -o - | pasta stats -`
 """
 
-decode_command(app, "pasta", PASTA_DECODE_HELP, defaults={
-    "max_new_tokens": (512, "an AlpacaEval answer's length; the config's 1,024 suits files "
-                            "of long answers")})
+decode_command(app, "pasta", PASTA_DECODE_HELP)
 
 
 app.command(name="chat")(chat)

@@ -41,8 +41,7 @@ def render_threads(views) -> Group:
 def chat(
     model: str = ModelOption,
     system: Optional[str] = typer.Option(None, help="A system message for the conversation."),
-    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 512,
-                                         why="a chat turn's length"),
+    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens"),
     pool_size: int = setting_option(PastaEngine, "pool_size", 4096,
                                     why="a whole conversation shares one pool"),
     dtype: str = DtypeOption,

@@ -78,8 +78,7 @@ def distill(
                                         why="the sampled answers beside the greedy one"),
     top_p: float = setting_option(SamplingConfig, "top_p"),
     repetition_penalty: Optional[float] = RepetitionPenaltyOption,
-    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 512,
-                                         why="an AlpacaEval answer's length"),
+    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens"),
     min_gain: float = typer.Option(1.3, callback=finite_above(1.0), help="A prompt's best "
                                    "answer is a parallel row when its annotation-level gain "
                                    "(content tokens per forward pass) reaches this. Must be "

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from solm.decode.pasta.config import PastaDecodeConfig
+from solm.decode.sot.config import SotConfig
 from solm.cli.options import sampling_options, without_seed
 from solm.cli.setting_options import setting_option
 from solm.decode.pasta.system import PastaEngine
@@ -261,14 +262,14 @@ def run(
     base_url: Optional[str] = typer.Option(None, help="Judge server URL."),
     gamed_csv: Optional[Path] = typer.Option(None, help="alpaca_eval's df_gamed.csv for the "
                                              "exact LC (see `pasta eval winrate`)."),
-    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 512,
-                                         why="an AlpacaEval answer's length",
+    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens",
                                          help_suffix=" Every method's (sot: skeleton and "
                                          "points together; see --sot-skeleton-tokens)."),
-    sot_skeleton_tokens: int = typer.Option(160, min=8, help="sot: cap on the skeleton "
-                                            "(stage 1), itself capped by --max-new-tokens; "
-                                            "the points then share what is left of it."),
-    sot_point_tokens: int = typer.Option(128, min=4, help="sot: cap on each point."),
+    sot_skeleton_tokens: int = setting_option(SotConfig, "max_skeleton_tokens",
+                                              flags=("--sot-skeleton-tokens",),
+                                              help_suffix=" (sot)"),
+    sot_point_tokens: int = setting_option(SotConfig, "max_point_tokens",
+                                           flags=("--sot-point-tokens",), help_suffix=" (sot)"),
     batch_size: int = typer.Option(1, min=1, help="Decode each method's prompts together "
                                    "(continuous batching) for a quality run: rows are then "
                                    "untimed (a row's wall time would count its batch mates), "

@@ -110,8 +110,7 @@ def prefs(
                                         why="preference pairs need different samples"),
     top_p: float = setting_option(SamplingConfig, "top_p"),
     repetition_penalty: Optional[float] = RepetitionPenaltyOption,
-    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 512,
-                                         why="an AlpacaEval answer's length"),
+    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens"),
     judge: str = typer.Option("hf:smollm2-135m", "--judge", "-j", callback=judge_spec,
                               help="Judge backend (gemini:, openai:, hf:), as for `pasta "
                               "judge`."),

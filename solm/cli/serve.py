@@ -109,8 +109,7 @@ def serve(
                                           show_default=False),
     mode: str = setting_option(PastaDecodeConfig, "mode", help_suffix=" The default; a "
                                "request's `mode` overrides it."),
-    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 512,
-                                         why="a chat turn's length",
+    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens",
                                          help_suffix=" The default and upper bound of a "
                                                      "request's max_tokens (over it: 400)."),
     penalize: str = setting_option(PastaDecodeConfig, "penalize"),

@@ -150,10 +150,9 @@ def declared_default(cls: type, name: str) -> Any:
 
 @dataclass
 class DecodeSettings:
-    """What a run sets for every method alike; the defaults are the declarations' (the
-    answer cap: `pasta eval run`'s, an AlpacaEval answer's length)."""
+    """What a run sets for every method alike; the defaults are the declarations'."""
 
-    max_new_tokens: int = 512
+    max_new_tokens: int = declared_default(PastaDecodeConfig, "max_new_tokens")
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     sot_skeleton_tokens: int = declared_default(SotConfig, "max_skeleton_tokens")
     sot_point_tokens: int = declared_default(SotConfig, "max_point_tokens")

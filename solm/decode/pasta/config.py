@@ -23,7 +23,7 @@ class PastaDecodeConfig:
     mode: str = setting("parallel", "`parallel` acts on the tags; `sequential` decodes one "
                                     "token at a time with the same runtime (baseline).",
                         choices=MODES)
-    max_new_tokens: int = setting(1024, "Cap on generated tokens (all threads, tags "
+    max_new_tokens: int = setting(512, "Cap on generated tokens (all threads, tags "
                                         "included).", min=1, max=MAX_NEW_TOKENS_CAP)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_fork_tokens: int = setting(512, "A block longer than this is closed (flagged).", min=1)
