@@ -260,9 +260,23 @@ MUTATIONS: dict[str, tuple] = {
         "",
         ["tests/test_bonbon.py::test_token_ids_outside_the_tokenizer_are_named_not_an_index_"
          "error"]),
+    "command_default_without_reason": (
+        "solm/cli/setting_options.py", "    if own and not why:\n", "    if False:\n",
+        ["tests/test_decode_settings_once.py"]),
+    "request_field_bounds_not_the_settings": (
+        "solm/serve/openai_schema.py",
+        '    return Field(None, ge=m.get("min"), le=m.get("max"), gt=m.get("above"))',
+        '    return Field(None, ge=m.get("min"), le=m.get("max"))',
+        ["tests/test_decode_settings_once.py"]),
+    "decode_side_attached_to_another_system": (
+        "solm/core/systems/__init__.py",
+        "    SYSTEMS[name] = dataclasses.replace(system, decoder=decoder)",
+        "    SYSTEMS[name] = dataclasses.replace(system, decoder=decoder)\n"
+        "    if name == \"pdiff\":\n        SYSTEMS[\"sot\"] = dataclasses.replace(SYSTEMS[\"sot\"], decoder=decoder)",
+        ["tests/test_engine_matrix.py", "tests/test_cli_input_checks.py"]),
     "pdiff_method_options_unchecked": (
         "solm/eval/methods.py",
-        "        check_settings(system.config_cls(**system.methods[kind], **values))\n",
+        "        check_settings(system.config_cls(**system.evaluation.methods[kind], **values))\n",
         "        pass\n",
         ["tests/test_cli_input_checks.py::test_eval_run_checks_pdiff_method_options_before_"
          "loading"]),
@@ -1166,8 +1180,8 @@ AUDIT6 = {
     # planted first as the key without the type: equivalent (the file name carries the
     # type), so the registers instead, which nothing else in the path tells apart
     "gguf_cache_key_ignores_the_registers": (
-        "solm/llamacpp/engine.py", '"registers": num_registers, "outtype": outtype,',
-        '"outtype": outtype,', [*LLAMA_TESTS, "tests/test_output_guards.py"]),
+        "solm/llamacpp/engine.py", "registers=num_registers, outtype=outtype,",
+        "outtype=outtype,", [*LLAMA_TESTS, "tests/test_output_guards.py"]),
     "shard_marker_complete_unchecked": (
         "solm/core/shard.py", '    if not marker.get("complete"):', "    if False:",
         ["tests/test_shard.py"]),
