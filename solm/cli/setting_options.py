@@ -11,16 +11,9 @@ from typing import Any
 import typer
 
 from solm.cli.checks import one_of, within
-from solm.core.settings import rule_text
+from solm.core.settings import field_of, rule_text
 
 _MISSING = dataclasses.MISSING
-
-
-def field_of(cls: type, name: str) -> dataclasses.Field:
-    for f in dataclasses.fields(cls):
-        if f.name == name:
-            return f
-    raise KeyError(f"{cls.__name__} has no setting {name!r}")
 
 
 def option_for(f: dataclasses.Field, default: Any = _MISSING, *, from_model: bool = False,

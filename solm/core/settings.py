@@ -24,6 +24,14 @@ def setting(default: Any = dataclasses.MISSING, help: str = "", *, flags: tuple[
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def field_of(cls: type, name: str) -> dataclasses.Field:
+    """The field `name` of the dataclass `cls`: its declaration (default, help, bounds)."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return f
+    raise KeyError(f"{cls.__name__} has no setting {name!r}")
+
+
 def is_setting(f: dataclasses.Field) -> bool:
     return "help" in f.metadata
 

@@ -178,32 +178,36 @@ def register_system(system: DecodeSystem) -> DecodeSystem:
     return system
 
 
-def decode_system(name: str) -> DecodeSystem:
-    """A system's decode side, its module imported on first use."""
+def _with_decoder(entry):
+    """A registry entry once its decode module is imported (which attaches its decoder)."""
     import importlib
 
     from solm.core.systems import SYSTEMS
 
-    entry = SYSTEMS.get(name)
-    if entry is not None and entry.decoder is None and entry.decode_module:
+    if entry.decoder is None and entry.decode_module:
         importlib.import_module(entry.decode_module)
-        entry = SYSTEMS[name]
-    if entry is None or entry.decoder is None:
+        return SYSTEMS[entry.name]
+    return entry
+
+
+def decode_system(name: str) -> DecodeSystem:
+    """A system's decode side, its module imported on first use."""
+    from solm.core.systems import SYSTEMS
+
+    entry = SYSTEMS.get(name)
+    decoder = _with_decoder(entry).decoder if entry is not None else None
+    if decoder is None:
         have = ", ".join(sorted(decode_systems()))
         raise KeyError(f"no decode system {name!r} (have {have})")
-    return entry.decoder
+    return decoder
 
 
 def decode_systems() -> dict[str, DecodeSystem]:
     """Every system that decodes, by name (their decode modules imported)."""
-    import importlib
-
     from solm.core.systems import SYSTEMS
 
-    for entry in list(SYSTEMS.values()):
-        if entry.decoder is None and entry.decode_module:
-            importlib.import_module(entry.decode_module)
-    return {name: e.decoder for name, e in SYSTEMS.items() if e.decoder is not None}
+    entries = [_with_decoder(e) for e in list(SYSTEMS.values())]
+    return {e.name: e.decoder for e in entries if e.decoder is not None}
 
 
 def method_kinds() -> dict[str, DecodeSystem]:

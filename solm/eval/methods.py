@@ -27,7 +27,7 @@ import torch
 from solm.core.errors import SolmError
 from solm.core.records import Record
 from solm.core.sampling import SamplingConfig
-from solm.core.settings import check_settings, is_setting
+from solm.core.settings import check_settings, field_of, is_setting
 from solm.decode.pasta.config import PastaDecodeConfig
 from solm.decode.registry import DecodeSystem, method_kinds
 from solm.decode.sot.config import SotConfig
@@ -143,20 +143,15 @@ def _canonical_options(spec: str, system: DecodeSystem, kind: str, options: str)
     return ",".join(f"{n}={raw[n]}" for n in fields if n in raw)
 
 
-def declared_default(cls: type, name: str) -> Any:
-    """A setting's default as its config declares it."""
-    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
-
-
 @dataclass
 class DecodeSettings:
     """What a run sets for every method alike; the defaults are the declarations'."""
 
-    max_new_tokens: int = declared_default(PastaDecodeConfig, "max_new_tokens")
+    max_new_tokens: int = field_of(PastaDecodeConfig, "max_new_tokens").default
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    sot_skeleton_tokens: int = declared_default(SotConfig, "max_skeleton_tokens")
-    sot_point_tokens: int = declared_default(SotConfig, "max_point_tokens")
-    max_fork_tokens: int = declared_default(PastaDecodeConfig, "max_fork_tokens")
+    sot_skeleton_tokens: int = field_of(SotConfig, "max_skeleton_tokens").default
+    sot_point_tokens: int = field_of(SotConfig, "max_point_tokens").default
+    max_fork_tokens: int = field_of(PastaDecodeConfig, "max_fork_tokens").default
 
     def values(self, system: str) -> dict[str, Any]:
         """The settings as the `system`'s config names them."""

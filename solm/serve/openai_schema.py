@@ -9,13 +9,13 @@ top-level fields (the `openai` client's `extra_body`).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from solm.core.sampling import SamplingConfig
+from solm.core.settings import field_of
 from solm.decode.pasta.config import PastaDecodeConfig
 
 
@@ -58,19 +58,15 @@ class Message(BaseModel):
         return "".join(p.text for p in self.content)
 
 
-def _declared(cls: type, name: str) -> dict:
-    return next(f.metadata for f in dataclasses.fields(cls) if f.name == name)
-
-
 def bounded(cls: type, name: str) -> Any:
     """A request field with the bounds its setting declares (None: the server's default)."""
-    m = _declared(cls, name)
+    m = field_of(cls, name).metadata
     return Field(None, ge=m.get("min"), le=m.get("max"), gt=m.get("above"))
 
 
 # a request's `mode` and `penalize`: the choices their settings declare
-Mode = Literal[tuple(_declared(PastaDecodeConfig, "mode")["choices"])]
-Penalize = Literal[tuple(_declared(PastaDecodeConfig, "penalize")["choices"])]
+Mode = Literal[tuple(field_of(PastaDecodeConfig, "mode").metadata["choices"])]
+Penalize = Literal[tuple(field_of(PastaDecodeConfig, "penalize").metadata["choices"])]
 
 
 class StreamOptions(BaseModel):
