@@ -1344,9 +1344,17 @@ ISSUE47 = {
 
 # the onnxruntime engine (issue 48's third engine)
 ONNXRT = {
-    "ort_rope_sign_lost": (
-        "solm/onnxrt/graph.py", '    rotated = w.op("Concat", w.op("Neg", second), first, axis=-1)',
-        '    rotated = w.op("Concat", second, first, axis=-1)', ["tests/test_onnxruntime.py"]),
+    "ort_rope_interleaved": (
+        "solm/onnxrt/graph.py", "interleaved=0, num_heads=heads",
+        "interleaved=1, num_heads=heads", ["tests/test_onnxruntime.py"]),
+    "ort_residual_sum_dropped": (
+        "solm/onnxrt/graph.py", "        return normed, total", "        return normed, x",
+        ["tests/test_onnxruntime.py"]),
+    "ort_kv_widths_swapped": (
+        "solm/onnxrt/graph.py",
+        "    qkv_widths = w.const(np.array([s.heads * d, s.kv_heads * d, s.kv_heads * d], np.int64))",
+        "    qkv_widths = w.const(np.array([s.kv_heads * d, s.heads * d, s.kv_heads * d], np.int64))",
+        ["tests/test_onnxruntime.py"]),
     "ort_fed_cells_take_the_read_columns": (
         "solm/onnxrt/step.py", "    column[written] = len(read) + np.arange(len(written))",
         "    column[written] = np.arange(len(written))", ["tests/test_onnxruntime.py"]),

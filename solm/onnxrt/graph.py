@@ -1,7 +1,7 @@
 """A Llama-architecture decoder written as an ONNX graph whose every pass takes its own
 attention mask: the tokens fed, their positions, the pool cells they read (`read_slots`)
 and an additive bias over [those cells, then the fed tokens]. The KV pool stays outside the
-graph (one input per layer and kind, [kv heads, cells, head dim]): a pass gathers the cells
+graph (one input per layer and kind, [1, cells, kv heads x head dim]): a pass gathers the cells
 it reads and returns the keys and values of the tokens it fed, which the caller writes
 into the pool. So any structure's mask runs unchanged, token for token, as on torch.
 
@@ -23,7 +23,7 @@ from solm.core.errors import SolmError
 FORMATS = ("fp32", "i8", "q8", "q4")
 BLOCK = 32  # weights per quantization block
 I8_TOP = 63  # the `i8` format's largest weight step (see `quantize_columns`)
-OPSET = 21
+OPSET = 23  # ONNX's Attention op
 # Llama's layer stack; Qwen2's is the same with biases on q, k and v
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 
@@ -109,10 +109,12 @@ class GraphWriter:
         self.inits.append(numpy_helper.from_array(np.asarray(value), out))
         return out
 
-    def op(self, kind: str, *inputs: str, domain: str = "", outputs: int = 1, **attrs):
+    def op(self, kind: str, *inputs: str, domain: str = "", outputs: int = 1,
+           name: str | None = None, **attrs):
+        """A node's output name(s); `name` names a single output (a graph output)."""
         from onnx import helper
 
-        outs = [self.name(kind.lower()) for _ in range(outputs)]
+        outs = [name] if name else [self.name(kind.lower()) for _ in range(outputs)]
         self.nodes.append(helper.make_node(kind, list(inputs), outs, domain=domain or None,
                                            **attrs))
         return outs[0] if outputs == 1 else outs
@@ -136,24 +138,32 @@ class GraphWriter:
                           accuracy_level=4)
         return out if bias is None else self.op("Add", out, self.const(bias.astype(np.float32)))
 
-    def rms_norm(self, x: str, weight: np.ndarray, eps: float) -> str:
-        square = self.op("Mul", x, x)
-        mean = self.op("ReduceMean", square, self.const(np.array([-1], np.int64)), keepdims=1)
-        inv = self.op("Reciprocal", self.op("Sqrt", self.op("Add", mean, self.const(
-            np.array(eps, np.float32)))))
-        return self.op("Mul", self.op("Mul", x, inv), self.const(weight.astype(np.float32)))
+    def rms_norm(self, x: str, weight: np.ndarray, eps: float,
+                 skip: str | None = None) -> tuple[str, str]:
+        """(RMS-normed x, x) or, with `skip`, (RMS-normed x + skip, x + skip): one fused node
+        either way (the residual add folded into the norm that follows it)."""
+        scale = self.const(weight.astype(np.float32))
+        if skip is None:
+            return self.op("SimplifiedLayerNormalization", x, scale, axis=-1,
+                           epsilon=eps, stash_type=1), x
+        normed, _, _, total = self.op("SkipSimplifiedLayerNormalization", x, skip, scale,
+                                      domain="com.microsoft", outputs=4, epsilon=eps)
+        return normed, total
 
-
-def _rotate(w: GraphWriter, x: str, cos: str, sin: str, half: int) -> str:
-    """Hugging Face's rotate-half rope on [heads, T, D]."""
-    first, second = w.op("Split", x, w.const(np.array([half, half], np.int64)), axis=-1,
-                         outputs=2)
-    rotated = w.op("Concat", w.op("Neg", second), first, axis=-1)
-    return w.op("Add", w.op("Mul", x, cos), w.op("Mul", rotated, sin))
+    def rope(self, x: str, rows: str, cos: str, sin: str, heads: int,
+             name: str | None = None) -> str:
+        """Hugging Face's rotate-half rope on [1, T, heads x D]; `cos` / `sin` [T, D/2] hold
+        each fed token's own angles and `rows` [1, T] = 0..T-1 picks a token's row."""
+        return self.op("RotaryEmbedding", x, rows, cos, sin, domain="com.microsoft",
+                       interleaved=0, num_heads=heads, name=name)
 
 
 def build_graph(model, fmt: str = "fp32"):
-    """The ONNX model of a loaded (fp32, LoRA merged) Llama-architecture decoder."""
+    """The ONNX model of a loaded (fp32, LoRA merged) Llama-architecture decoder. A layer
+    is few nodes, since a pass pays a few microseconds a node on top of its kernels: q, k
+    and v in one matmul, gate and up in one, each residual add fused into the RMS norm
+    after it, rope one op per tensor, attention one op (ONNX's, grouped heads, the pass's
+    bias as its mask) over tensors kept [1, tokens, heads x D], the pool's layout too."""
     from onnx import TensorProto, helper
 
     if fmt not in FORMATS:
@@ -161,7 +171,7 @@ def build_graph(model, fmt: str = "fp32"):
     s = model_shape(model)
     state = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
     w = GraphWriter(fmt)
-    d, group, half = s.head_dim, s.heads // s.kv_heads, s.head_dim // 2
+    d = s.head_dim
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["T"]),
               helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["T"]),
               helper.make_tensor_value_info("read_slots", TensorProto.INT64, ["P"]),
@@ -172,56 +182,52 @@ def build_graph(model, fmt: str = "fp32"):
                 ).astype(np.float32)
     pos = w.op("Unsqueeze", w.op("Cast", "position_ids", to=TensorProto.FLOAT),
                w.const(np.array([-1], np.int64)))
-    freqs = w.op("Mul", pos, w.const(inv_freq))
-    emb = w.op("Concat", freqs, freqs, axis=-1)  # [T, D]
-    cos, sin = w.op("Cos", emb), w.op("Sin", emb)
-    # the bias once per pass, tiled over the query heads that share a KV head ([g*T, K])
-    bias = w.op("Tile", "bias", w.const(np.array([group, 1], np.int64)))
-    q_shape = w.const(np.array([0, s.heads, d], np.int64))
-    kv_shape = w.const(np.array([0, s.kv_heads, d], np.int64))
-    grouped = w.const(np.array([s.kv_heads, -1, d], np.int64))
-    per_head = w.const(np.array([s.heads, -1, d], np.int64))
-    flat = w.const(np.array([0, s.heads * d], np.int64))
-    scale = w.const(np.array(d ** -0.5, np.float32))
+    freqs = w.op("Mul", pos, w.const(inv_freq))  # [T, D/2], the angles as HF computes them
+    cos, sin = w.op("Cos", freqs), w.op("Sin", freqs)
+    count = w.op("Gather", w.op("Shape", "position_ids"), w.const(np.array(0, np.int64)))
+    rows = w.op("Unsqueeze", w.op("Range", w.const(np.array(0, np.int64)), count,
+                                  w.const(np.array(1, np.int64))),
+                w.const(np.array([0], np.int64)))
+    qkv_widths = w.const(np.array([s.heads * d, s.kv_heads * d, s.kv_heads * d], np.int64))
+    batch_of_one = w.const(np.array([0], np.int64))
 
-    def proj(h: str, name: str) -> str:
-        return w.linear(h, state[name + ".weight"], state.get(name + ".bias"))
+    def proj(h: str, *names: str) -> str:
+        """h @ the named layers' weights stacked by rows (their biases stacked alike)."""
+        weight = np.concatenate([state[n + ".weight"] for n in names])
+        biases = [state.get(n + ".bias") for n in names]
+        return w.linear(h, weight, None if biases[0] is None else np.concatenate(biases))
 
-    x = w.op("Gather", w.const(state["model.embed_tokens.weight"], "embed"), "input_ids",
-             axis=0)
+    x = w.op("Unsqueeze", w.op("Gather", w.const(state["model.embed_tokens.weight"], "embed"),
+                               "input_ids", axis=0), batch_of_one)  # [1, T, hidden]
+    pending = None  # the last layer's MLP output, added to x inside the next norm
     for layer in range(s.layers):
         p = f"model.layers.{layer}."
-        h = w.rms_norm(x, state[p + "input_layernorm.weight"], s.eps)
-        q = w.op("Transpose", w.op("Reshape", proj(h, p + "self_attn.q_proj"),
-                                   q_shape), perm=[1, 0, 2])
-        k = w.op("Transpose", w.op("Reshape", proj(h, p + "self_attn.k_proj"),
-                                   kv_shape), perm=[1, 0, 2])
-        v = w.op("Transpose", w.op("Reshape", proj(h, p + "self_attn.v_proj"),
-                                   kv_shape), perm=[1, 0, 2])
-        q, k = _rotate(w, q, cos, sin, half), _rotate(w, k, cos, sin, half)
-        for kind, new in (("k", k), ("v", v)):
+        h, x = w.rms_norm(x, state[p + "input_layernorm.weight"], s.eps, pending)
+        q, k, v = w.op("Split", proj(h, *(p + f"self_attn.{n}_proj" for n in "qkv")),
+                       qkv_widths, axis=-1, outputs=3)
+        q = w.rope(q, rows, cos, sin, s.heads)
+        k = w.rope(k, rows, cos, sin, s.kv_heads, name=f"new_k_{layer}")
+        v = w.op("Identity", v, name=f"new_v_{layer}")
+        for kind in ("k", "v"):
             inputs.append(helper.make_tensor_value_info(
-                f"pool_{kind}_{layer}", TensorProto.FLOAT, [s.kv_heads, "C", d]))
-            w.nodes.append(helper.make_node("Identity", [new], [f"new_{kind}_{layer}"]))
+                f"pool_{kind}_{layer}", TensorProto.FLOAT, [1, "C", s.kv_heads * d]))
             outputs.append(helper.make_tensor_value_info(
-                f"new_{kind}_{layer}", TensorProto.FLOAT, [s.kv_heads, "T", d]))
+                f"new_{kind}_{layer}", TensorProto.FLOAT, [1, "T", s.kv_heads * d]))
         keys = w.op("Concat", w.op("Gather", f"pool_k_{layer}", "read_slots", axis=1), k, axis=1)
         values = w.op("Concat", w.op("Gather", f"pool_v_{layer}", "read_slots", axis=1), v,
                       axis=1)
-        scores = w.op("Mul", w.op("MatMul", w.op("Reshape", q, grouped),
-                                  w.op("Transpose", keys, perm=[0, 2, 1])), scale)
-        probs = w.op("Softmax", w.op("Add", scores, bias), axis=-1)
-        attn = w.op("Reshape", w.op("MatMul", probs, values), per_head)  # [H, T, D]
-        attn = w.op("Reshape", w.op("Transpose", attn, perm=[1, 0, 2]), flat)
-        x = w.op("Add", x, proj(attn, p + "self_attn.o_proj"))
-        h = w.rms_norm(x, state[p + "post_attention_layernorm.weight"], s.eps)
-        gate = proj(h, p + "mlp.gate_proj")
-        up = proj(h, p + "mlp.up_proj")
+        # ONNX's Attention (opset 23): grouped query heads, the additive bias broadcast
+        attn = w.op("Attention", q, keys, values, "bias", q_num_heads=s.heads,
+                    kv_num_heads=s.kv_heads)
+        h, x = w.rms_norm(x, state[p + "post_attention_layernorm.weight"], s.eps,
+                          proj(attn, p + "self_attn.o_proj"))
+        gate, up = w.op("Split", proj(h, p + "mlp.gate_proj", p + "mlp.up_proj"), axis=-1,
+                        num_outputs=2, outputs=2)
         act = w.op("Mul", w.op("Mul", gate, w.op("Sigmoid", gate)), up)
-        x = w.op("Add", x, proj(act, p + "mlp.down_proj"))
-    x = w.rms_norm(x, state["model.norm.weight"], s.eps)
+        pending = proj(act, p + "mlp.down_proj")
+    x, _ = w.rms_norm(x, state["model.norm.weight"], s.eps, pending)
     head = state.get("lm_head.weight", state["model.embed_tokens.weight"])
-    w.nodes.append(helper.make_node("Identity", [w.linear(x, head)], ["logits"]))
+    w.op("Squeeze", w.linear(x, head), batch_of_one, name="logits")
     graph = helper.make_graph(w.nodes, "solm_decoder", inputs, outputs, w.inits)
     opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)]
     return helper.make_model(graph, opset_imports=opsets, producer_name="solm"), s

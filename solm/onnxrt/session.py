@@ -15,7 +15,7 @@ import torch
 from solm.core.errors import SolmError
 from solm.onnxrt.graph import FORMATS
 
-GRAPH_VERSION = 1  # bump when the graph builder writes a different graph for the same model
+GRAPH_VERSION = 2  # bump when the graph builder writes a different graph for the same model
 INSTALL_HINT = "pip install onnxruntime onnx (or `make setup`, which installs solm[onnx])"
 PACKAGES = ["onnxruntime", "onnx"]  # the session runs the graph, onnx writes it
 
@@ -89,10 +89,10 @@ class OrtModel:
         self.session = ort.InferenceSession(str(graph), options,
                                             providers=["CPUExecutionProvider"])
         pools = [i for i in self.session.get_inputs() if i.name.startswith("pool_")]
-        kv_heads, _, head_dim = pools[0].shape
+        _, _, width = pools[0].shape  # [1, cells, kv heads x head dim]
         self.layers = len(pools) // 2
         self.cells = cells
-        self.pool = {i.name: np.zeros((kv_heads, cells, head_dim), np.float32) for i in pools}
+        self.pool = {i.name: np.zeros((1, cells, width), np.float32) for i in pools}
         self.new_names = [o.name for o in self.session.get_outputs()]
 
     def forward(self, tokens: Sequence[int], positions: Sequence[int], read_slots: np.ndarray,
@@ -109,7 +109,7 @@ class OrtModel:
             "position_ids": np.asarray(list(positions), dtype=np.int64),
             "read_slots": np.asarray(read_slots, dtype=np.int64), "bias": bias, **self.pool})
         for name, value in zip(self.new_names[1:], out[1:]):
-            self.pool[name.replace("new_", "pool_")][:, slots] = value
+            self.pool[name.replace("new_", "pool_")][0, slots] = value[0]
         logits = out[0] if rows is None else out[0][list(rows)]
         return torch.from_numpy(np.ascontiguousarray(logits))
 
