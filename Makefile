@@ -313,12 +313,12 @@ tip-eval-cpu: setup $(DATA)/math500.jsonl
 # annotate the rest, an annotation is kept only when its tokens stripped of the tags are the
 # sampled ones, rows with a gain >= 1.3 go in as parallel rows beside 40% plain rows
 # (`pasta distill`; resumable: rerun after a kill). Pasta-SFT and Baseline-SFT (the same rows,
-# tags removed) train on them with the LoRA recipe of the kept models.
+# tags removed) train on them (recipes below).
 # OWN_MATCH keeps the Dolly prompts whose first line asks for lists, steps, ideas, kinds...:
 # their answers fork; a one-paragraph answer runs beside nothing (1 paying answer in 32 of the
 # first 16 Dolly prompts, bench/results/own_answers). 1,244 of Dolly's 5,000 match.
 OWN_DIR      ?= runs/own
-OWN_PROMPTS  ?= 1200
+OWN_PROMPTS  ?= 1000
 OWN_SAMPLED  ?= 1
 OWN_MATCH    ?= '^[^\n]*\b(list|give me|what are|ways|ideas|tips|steps|examples|name|brainstorm|reasons|suggest|pros|cons|advantages|benefits|how (do|can|should|to)|types|kinds|things)\b'
 OWN_ARGS     ?= --max-new-tokens 384 --repetition-penalty 1.2 -q
@@ -326,25 +326,32 @@ own-rows-cpu: setup $(DATA)/dolly.jsonl $(ALPACA)
 	$(BIN)/pasta distill -p $(DATA)/dolly.jsonl --exclude $(ALPACA) --limit $(OWN_PROMPTS) \
 		--match $(OWN_MATCH) --sampled $(OWN_SAMPLED) -o $(OWN_DIR)/distill $(OWN_ARGS)
 
-# Recipes on the own rows (OWN_RECIPE picks one; Baseline-SFT always trains with recipe a's
-# settings on the same rows, tags removed), then the selection prompts (AlpacaEval 1-30,
-# batched, greedy) with both: `make own-select-cpu OWN_RECIPE=b`.
-OWN_RECIPE   ?= a
+# Recipes on the own rows (OWN_RECIPE picks one), Baseline-SFT on the same rows with tags
+# removed, trained with recipe OWN_BASELINE's settings (the same recipe by default: the
+# annotations are then the only difference; a, b and c were measured against a's baseline,
+# OWN_BASELINE=a), then the selection prompts (AlpacaEval 1-30, batched, greedy) with both:
+# `make own-select-cpu OWN_RECIPE=b OWN_BASELINE=a`.
+OWN_RECIPE   ?= d
+OWN_BASELINE ?= $(OWN_RECIPE)
 OWN_a        ?= --lora-r 16 --lr 1e-3 --batch-size 8 --epochs 3 --max-len 1536 --eval-rows 8 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
 OWN_b        ?= --lora-r 0 --lr 2e-4 --control-token-lr-scale 30 --batch-size 8 --epochs 3 --max-len 1536 --eval-rows 8 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
 # c: b's training on rows whose one-word topics name their paragraph (the rules' default
 # now; a and b trained on rows whose topic was the paragraph's first word)
 OWN_c        ?= $(OWN_b)
+# d: c's training on the rows of 1,000 prompts, one epoch (each training under 45 minutes
+# on 2 cores)
+OWN_d        ?= --lora-r 0 --lr 2e-4 --control-token-lr-scale 30 --batch-size 8 --epochs 1 --max-len 1536 --eval-rows 16 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
 OWN_EVAL_ARGS ?= --max-new-tokens 512 --batch-size 16 --repetition-penalty 1.2 --no-judge -q
 .PHONY: own-select-cpu pdiff-exact-cpu
 own-sft-cpu: own-rows-cpu
 	$(call trained,$(OWN_DIR)/$(OWN_RECIPE)/pasta-sft) $(BIN)/pasta sft \
 		--data $(OWN_DIR)/distill/rows.jsonl --out $(OWN_DIR)/$(OWN_RECIPE)/pasta-sft $(OWN_$(OWN_RECIPE))
-	$(call trained,$(OWN_DIR)/baseline-sft) $(BIN)/pasta sft --data $(OWN_DIR)/distill/rows.jsonl \
-		--out $(OWN_DIR)/baseline-sft --strip-annotations $(OWN_a)
+	$(call trained,$(OWN_DIR)/baseline-$(OWN_BASELINE)) $(BIN)/pasta sft \
+		--data $(OWN_DIR)/distill/rows.jsonl --out $(OWN_DIR)/baseline-$(OWN_BASELINE) \
+		--strip-annotations $(OWN_$(OWN_BASELINE))
 own-select-cpu: own-sft-cpu
 	$(BIN)/pasta eval run -o $(OWN_DIR)/$(OWN_RECIPE)/select --prompts $(ALPACA) --limit 30 \
-		--method sequential:baseline-sft=$(OWN_DIR)/baseline-sft \
+		--method sequential:baseline-sft=$(OWN_DIR)/baseline-$(OWN_BASELINE) \
 		--method pasta:pasta-sft=$(OWN_DIR)/$(OWN_RECIPE)/pasta-sft $(OWN_EVAL_ARGS)
 	$(BIN)/pasta eval report $(OWN_DIR)/$(OWN_RECIPE)/select -o $(OWN_DIR)/$(OWN_RECIPE)/select/report -q
 
