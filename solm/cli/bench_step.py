@@ -38,6 +38,17 @@ Example: `solm bench step -m smollm2-135m --gguf-types q8_0,q4_0,f16 --onnx-type
 app = command_group("bench", "Measurements of this machine that choose defaults.")
 
 
+def _decode_format(name: str) -> str:
+    from solm.core.settings import field_of
+    from solm.decode.registry import EngineChoice
+
+    return field_of(EngineChoice, name).default
+
+
+# the weight formats decodes use unless told otherwise, timed by default
+DECODE_FORMATS = {name: _decode_format(name) for name in ("gguf_type", "onnx_type")}
+
+
 def _list(text: str, name: str) -> list[str]:
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
@@ -50,10 +61,13 @@ def step_command(
     model: str = ModelOption,
     engines: str = typer.Option("torch,llama.cpp,onnxruntime", help="Comma-separated engines to time "
                                 "(an engine not installed here is skipped, with why)."),
-    gguf_types: str = typer.Option("q8_0", "--gguf-types", help="llama.cpp's weight formats "
-                                   "(comma-separated export types)."),
-    onnx_types: str = typer.Option("i8", "--onnx-types", help="onnxruntime's weight formats "
-                                   "(comma-separated: fp32, i8, q8, q4)."),
+    gguf_types: str = typer.Option(DECODE_FORMATS["gguf_type"], "--gguf-types",
+                                   help="llama.cpp's weight formats (comma-separated export "
+                                   "types; default: the one decodes use, so --engine auto "
+                                   "rates the format it would run)."),
+    onnx_types: str = typer.Option(DECODE_FORMATS["onnx_type"], "--onnx-types",
+                                   help="onnxruntime's weight formats (comma-separated: fp32, "
+                                   "i8, q8, q4; default: the one decodes use)."),
     dtypes: str = typer.Option("fp32", help="torch's weight dtypes (comma-separated: fp32, "
                                "bf16, fp16)."),
     ks: str = typer.Option("1,2,4,8,16", "--ks", help="Tokens per pass to time "
