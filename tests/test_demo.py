@@ -192,3 +192,21 @@ def test_the_demos_theoretical_speedup_counts_content_over_the_critical_path(tin
     assert res.warnings()[-1].startswith("the parallel decode was slower")
     res.times = {"parallel": [1.0, 1.2], "sequential": [2.0, 2.1]}
     assert not res.unreliable
+
+
+def test_a_demo_keeps_its_tokens_per_pass_for_auto(tmp_path, tiny_folder, monkeypatch):
+    """The next `--engine auto` weighs what this demo's decode wrote per pass: its content
+    tokens (the answer's tokens without tags, counted here from the timeline's threads) over
+    the passes of the live decode."""
+    from solm.cli import pasta
+
+    monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "demo.json"
+    r = CliRunner().invoke(pasta.app, ["demo", "-m", tiny_folder, "--engine", "torch",
+                                       "--max-new-tokens", "12", "--repeats", "1", "-o",
+                                       str(out)])
+    assert r.exit_code == 0, r.output
+    got = json.loads(out.read_text())
+    kept = json.loads((tmp_path / "cache" / "tokens_per_pass.json").read_text())
+    assert kept[tiny_folder]["pasta:parallel"] == pytest.approx(
+        got["answer_tokens"] / got["decode_forward_passes"], abs=1e-4)

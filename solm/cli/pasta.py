@@ -292,6 +292,11 @@ def demo(
     with Live(console=console, transient=True, refresh_per_second=10) as live:
         res = run_demo(rt, prompt, cfg, on_views=lambda v: live.update(render_threads(v)),
                        repeats=repeats)
+    from solm.engines.cost import record_tokens_per_pass
+
+    # what `--engine auto` weighs next time: this model's tokens per pass, measured here
+    record_tokens_per_pass(model, "pasta", cfg, [{"content_tokens": len(res.content_ids),
+                                                  "forward_passes": res.decoded.forward_passes}])
     console.print(render_threads(res.views), soft_wrap=False)
     out_console.print(f"[bold green]model>[/] {res.response}", highlight=False)
     steps = len(res.timeline.steps)
