@@ -1369,6 +1369,12 @@ ONNXRT = {
     "ort_pdiff_given_pastas_mask": (
         "solm/onnxrt/step.py", '    if kind == "pdiff":\n', '    if False:\n',
         ["tests/test_engine_matrix.py"]),
+    "demo_tokens_per_pass_not_kept": (
+        "solm/cli/pasta.py", '    record_tokens_per_pass(model, "pasta", cfg,',
+        '    (lambda *a: None)(model, "pasta", cfg,', ["tests/test_demo.py"]),
+    "bench_step_times_another_onnx_format": (
+        "solm/cli/bench_step.py", '    onnx_types: str = typer.Option(DECODE_FORMATS["onnx_type"],',
+        '    onnx_types: str = typer.Option("i8",', ["tests/test_bench_step.py"]),
     "ort_h2o_refusal_dropped": (
         "solm/engines/onnxruntime_engine.py", "        if policy is not None and policy.needs_scores:",
         "        if False:", ["tests/test_engine_matrix.py"]),

@@ -179,3 +179,18 @@ def test_the_llama_cpp_engines_contexts_take_the_flash_setting(monkeypatch):
         monkeypatch.setenv(cost.FLASH_ENV, value)
         ENGINES["llama.cpp"].step("slots", settings, 64)
     assert seen == [True, False]
+
+
+def test_bench_steps_default_formats_are_the_ones_decodes_run():
+    """`--engine auto` rates an engine by what bench step timed: by default that must be the
+    weight format a decode on that engine uses (an engine settings object made with no
+    arguments)."""
+    import inspect
+
+    from solm.cli.bench_step import step_command
+    from solm.decode.registry import EngineChoice
+
+    params = inspect.signature(step_command).parameters
+    made = EngineChoice()
+    assert params["gguf_types"].default.default == made.gguf_type
+    assert params["onnx_types"].default.default == made.onnx_type
