@@ -45,13 +45,6 @@ def parse() -> argparse.Namespace:
     return ap.parse_args()
 
 
-def content_of(ids, vocab) -> list[int]:
-    from solm.core.systems.pasta import walk_training_order
-
-    attrs, _ = walk_training_order(ids, vocab)
-    return [t for t, a in zip(ids, attrs) if not a.is_tag]
-
-
 def decode_config(model: str, max_new_tokens: int, mode: str):
     from solm.cli.flags import decode_flags
     from solm.core.generation import resolve_decode
@@ -67,6 +60,7 @@ def main() -> None:
     from solm.core.chat import prompt_ids
     from solm.core.jsonl import read_jsonl
     from solm.core.stats import bootstrap_geomean_ci, geomean
+    from solm.core.systems.pasta import content_ids
     from solm.decode.bandwidth import cpu_description
     from solm.decode.pasta.system import runtime_on_engine
     from solm.engines import get_engine
@@ -87,9 +81,9 @@ def main() -> None:
     for i, prompt in enumerate(prompts):
         pids, bids = prompt_ids(prt.tokenizer, prompt), prompt_ids(brt.tokenizer, prompt)
         answer = prt.generate(pids, pcfg)
-        content = content_of(answer.ids, prt.vocab)
+        content = content_ids(answer.ids, prt.vocab)
         base = brt.generate(bids, bcfg)
-        n_base = len(content_of(base.ids, brt.vocab))
+        n_base = len(content_ids(base.ids, brt.vocab))
 
         def pasta_s() -> float:
             return prt.replay(pids, answer.ids, mode="parallel").decode_s

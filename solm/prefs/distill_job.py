@@ -108,7 +108,7 @@ def answer_judge(tokenizer, rules: OwnAnswerRules) -> Callable[[dict], Candidate
     from solm.annotate.gain import tokenizer_gain_meter
     from solm.annotate.rules import RuleShape, annotate_rules
     from solm.core.chat import text_ids
-    from solm.core.systems.pasta import PastaVocab, walk_training_order
+    from solm.core.systems.pasta import PastaVocab, content_ids
 
     vocab = PastaVocab.from_tokenizer(tokenizer)
     shape = RuleShape.speed(paragraphs_together=rules.paragraphs_together)
@@ -121,9 +121,7 @@ def answer_judge(tokenizer, rules: OwnAnswerRules) -> Callable[[dict], Candidate
         return annotate_rules(text, count, shape=shape, gain_of=gain_of)
 
     def training_content(text: str) -> list[int]:
-        ids = text_ids(tokenizer, text)
-        attrs, _ = walk_training_order(ids, vocab)
-        return [t for t, a in zip(ids, attrs) if not a.is_tag]
+        return content_ids(text_ids(tokenizer, text), vocab)
 
     return lambda answer: judge_answer(answer, rules, annotate, training_content, gain_of)
 

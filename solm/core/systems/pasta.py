@@ -216,6 +216,13 @@ def walk_training_order(token_ids: Sequence[int], vocab: PastaVocab
     return attrs, targets
 
 
+def content_ids(token_ids: Sequence[int], vocab: PastaVocab) -> list[int]:
+    """The tokens of a Pasta-Lang answer that are not part of a control tag: the content a
+    reader gets, in the order `walk_training_order` lays it."""
+    attrs, _ = walk_training_order(token_ids, vocab)
+    return [t for t, a in zip(token_ids, attrs) if not a.is_tag]
+
+
 def walk_with_predictors(token_ids: Sequence[int], vocab: PastaVocab,
                          tracker: PastaTracker | None = None
                          ) -> tuple[list[TokenAttrs], list[int], list[int]]:
