@@ -1075,6 +1075,13 @@ ISSUE37 = {
     "sot_batched_runtime_drops_the_engines_step": (
         "solm/decode/sot/system.py", "max_batch=batch, forward=forward)",
         "max_batch=batch)", ["tests/test_engine_matrix.py"]),
+    "distill_continuation_forgets_its_written_tokens": (
+        "solm/decode/pasta/runtime.py",
+        "history = [*written, *thread.fed] if written else thread.fed",
+        "history = thread.fed", ["tests/test_own_answers.py"]),
+    "distill_continues_from_the_prompt_alone": (
+        "solm/prefs/distill_job.py", "return BatchRequest(job.rid, [*job.prompt_ids, *written], config,",
+        "return BatchRequest(job.rid, list(job.prompt_ids), config,", ["tests/test_own_answers.py"]),
     "own_loop_skips_a_position": (
         "solm/llamacpp/own_loop.py", "len(ids) + step, 1", "len(ids) + step + 1, 1",
         LLAMA_TESTS),

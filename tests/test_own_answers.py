@@ -197,3 +197,77 @@ def pasta_tokenizer_free_decode(folder, ids):
     from solm.core.models import load_tokenizer
 
     return load_tokenizer(folder).decode(ids, skip_special_tokens=True)
+
+
+@pytest.fixture(scope="module")
+def lively_folder(tmp_path_factory):
+    """A tiny random llama whose weights are all N(0, 0.25): its greedy answers vary token by
+    token (the default initialisation writes one newline after another), and repeat a token
+    of its first 6 at the 11th under no repetition penalty."""
+    import torch
+
+    from solm.core.models import load_tokenizer, tiny_model
+
+    tok = load_tokenizer("smollm2-135m")
+    model, _ = tiny_model(tok, seed=3)
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    folder = tmp_path_factory.mktemp("lively")
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+def test_a_larger_cap_continues_the_cut_answers_as_one_decode_would(tmp_path, lively_folder):
+    """Answers cut at 6 tokens, rerun at 12: each keeps its 6 tokens and goes on; the greedy
+    one equals a fresh greedy decode at 12 (so the repetition penalty counted the tokens
+    written before the rerun); the rows read are the continued ones; a smaller cap is
+    refused. A random model rarely ends, so the answers are cut at each cap."""
+    import json
+
+    tiny_folder = lively_folder
+    from typer.testing import CliRunner
+
+    from solm.cli import pasta as pasta_app
+
+    prompts = tmp_path / "train.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"Name {i} colours."})
+                               + "\n" for i in range(3)))
+
+    def distill(out, cap):
+        r = CliRunner().invoke(pasta_app.app, [
+            "distill", "-p", str(prompts), "-o", str(out), "-m", tiny_folder,
+            "--engine", "torch", "--max-new-tokens", str(cap), "--sampled", "1",
+            "--temperature", "1.5", "--repetition-penalty", "1.5", "--dtype", "fp32",
+            "--batch-size", "4", "-q"])
+        return r.exit_code, r.output
+
+    def last_rows(out):
+        rows = {}
+        for line in (out / "answers.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            rows[(r["id"], r["sample"])] = r
+        return rows
+
+    short, fresh = tmp_path / "short", tmp_path / "fresh"
+    assert distill(short, 6)[0] == 0
+    first = last_rows(short)
+    code, output = distill(short, 12)
+    assert code == 0, output[-3000:]
+    continued = last_rows(short)
+    assert len((short / "answers.jsonl").read_text().splitlines()) == 12
+    assert distill(fresh, 12)[0] == 0
+    once = last_rows(fresh)
+    assert len(set(once[("q0", 0)]["ids"])) > 6
+    for key, row in continued.items():
+        assert row["ids"][:6] == first[key]["ids"] and len(row["ids"]) == 12
+        assert row["continued_from"] == 6 and not row["ended"]
+        assert row["response"] == pasta_tokenizer_free_decode(tiny_folder, row["ids"])
+        if key[1] == 0:
+            assert row["ids"] == once[key]["ids"]
+    # the judge reads the continued rows
+    assert len((short / "candidates.jsonl").read_text().splitlines()) == 6
+    code, output = distill(short, 8)
+    assert code == 1 and "--max-new-tokens" in output and "12" in output

@@ -78,7 +78,10 @@ def distill(
                                         why="the sampled answers beside the greedy one"),
     top_p: float = setting_option(SamplingConfig, "top_p"),
     repetition_penalty: Optional[float] = RepetitionPenaltyOption,
-    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens"),
+    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens",
+                                         help_suffix=" An answer not ended by then is dropped "
+                                         "as cut; a rerun with a larger cap continues the cut "
+                                         "answers instead of sampling them again."),
     min_gain: float = typer.Option(1.3, callback=finite_above(1.0), help="A prompt's best "
                                    "answer is a parallel row when its annotation-level gain "
                                    "(content tokens per forward pass) reaches this. Must be "
@@ -143,8 +146,7 @@ def distill(
                            max_repeated_3grams=max_repeated_3grams,
                            paragraphs_together=paragraphs_together)
     row_settings = {"model": model, "prompts": file_sha256(prompts), "match": match,
-                    "sampled": sampled,
-                    "max_new_tokens": max_new_tokens, "seed": seed, "dtype": dtype,
+                    "sampled": sampled, "seed": seed, "dtype": dtype,
                     "greedy": greedy.values, "sampling": decoding.values,
                     **recorded_choice(engine, gguf_type=gguf_type)}
     aside = guard_folder(out, row_settings, restart, job.RESULT_FILES)
@@ -172,7 +174,8 @@ def distill(
                             greedy=SamplingConfig(**{**greedy.values, "seed": seed}),
                             sampling=SamplingConfig(**{**decoding.values, "seed": seed}))
     summary = job.DistillSummary(prompts=len(records), excluded=excluded)
-    left = undone(records, out / job.ANSWERS, cfg.answers_per_prompt, per_sample=True)
+    left = (undone(records, out / job.ANSWERS, cfg.answers_per_prompt, per_sample=True)
+            + len(job.cut_answers(out, records, cfg)))
     started = time.perf_counter()
     info(f"loading {model} ...")
     batch = batch_size or default_batch_size(device or default_device())

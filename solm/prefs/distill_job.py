@@ -6,7 +6,10 @@ command resumes:
 - `answers.jsonl`: one row per prompt x answer, appended as each ends: answer 0 greedy (the
   model's own decoding defaults), answers 1..K sampled (seed + k), sequential decodes on the
   batched runtime, the answers of a prompt sharing its prefill; each row keeps the sampled
-  token ids, whether the model ended it, and the runtime's flags;
+  token ids, whether the model ended it, the cap it ran under and the runtime's flags. A
+  rerun with a larger `--max-new-tokens` continues the answers the old cap cut (prompt + their
+  tokens prefilled, the repetition penalty counting them) and appends the longer row: the
+  last row of an answer is the one read;
 - `candidates.jsonl`: every answer judged by `solm.annotate.own_answers` (dropped and why, its
   speed-shaped annotation, its annotation-level gain), rebuilt from the answers on each run;
 - `rows.jsonl`: the SFT mix (`pasta sft --data`; `--strip-annotations` gives Baseline-SFT
@@ -23,6 +26,7 @@ from typing import Callable, Sequence
 
 from solm.annotate.own_answers import (DROP_REASONS, Candidate, OwnAnswerRules, judge_answer,
                                        own_mix)
+from solm.core.errors import SolmError
 from solm.core.jsonl import read_jsonl, write_jsonl
 from solm.core.records import Record
 from solm.core.sampling import SamplingConfig
@@ -62,39 +66,92 @@ class AnswerRunner:
                                            sampling=replace(cfg.sampling, seed=seed + k))
                          for k in range(1, cfg.answers_per_prompt)]
 
+        self.max_new_tokens = cfg.max_new_tokens
+        self.written: dict[int, list[int]] = {}  # rid -> the cut answer a job continues
+
     def run(self, jobs):
+        return self.runtime.run(self.request(job) for job in jobs)
+
+    def request(self, job):
         from solm.decode.pasta.batched import BatchRequest
 
-        return self.runtime.run(BatchRequest(job.rid, list(job.prompt_ids),
-                                             self.configs[job.sample],
-                                             group=job.record.id if self.share_prompts
-                                             else None)
-                                for job in jobs)
+        written = self.written.get(job.rid)
+        if written is None:
+            return BatchRequest(job.rid, list(job.prompt_ids), self.configs[job.sample],
+                                group=job.record.id if self.share_prompts else None)
+        config = replace(self.configs[job.sample],
+                         max_new_tokens=self.max_new_tokens - len(written))
+        return BatchRequest(job.rid, [*job.prompt_ids, *written], config,
+                            chooser=self.runtime.chooser(config, written))
 
     def row(self, job, res) -> dict:
-        return {"id": job.record.id, "sample": job.sample,
-                "seed": self.seed + job.sample if job.sample else None,
-                "response": self.runtime.tokenizer.decode(res.ids, skip_special_tokens=True),
-                "ids": res.ids, "ended": res.ended, "flags": res.flags}
+        written = self.written.pop(job.rid, [])
+        ids = [*written, *res.ids]
+        row = {"id": job.record.id, "sample": job.sample,
+               "seed": self.seed + job.sample if job.sample else None,
+               "response": self.runtime.tokenizer.decode(ids, skip_special_tokens=True),
+               "ids": ids, "ended": res.ended, "max_new_tokens": self.max_new_tokens,
+               "flags": res.flags}
+        if written:
+            row["continued_from"] = len(written)
+        return row
 
 
 def decode_answers(runtime, records: Sequence[Record], folder: Path, cfg: DistillConfig,
                    seed: int, on_done: Callable[[], None] | None = None) -> int:
-    """The answers `answers.jsonl` lacks, decoded and appended; returns how many."""
-    from solm.decode.jobs import DecodeSummary, decode_records
+    """The answers `answers.jsonl` lacks, decoded and appended, then the answers an earlier,
+    smaller cap cut, continued to `cfg.max_new_tokens`; returns how many rows were written."""
+    from solm.core.chat import prompt_ids
+    from solm.decode.jobs import DecodeSummary, decode_jobs, decode_records
+    from solm.decode.protocol import Job
 
     runner = AnswerRunner(runtime, cfg, seed)
+    on_row = (lambda s, row: on_done()) if on_done else None
     summary = decode_records(runner, records, folder / ANSWERS, runtime.tokenizer, runner.row,
                              DecodeSummary(), samples=cfg.answers_per_prompt, per_sample=True,
-                             on_row=(lambda s, row: on_done()) if on_done else None)
+                             on_row=on_row)
+    jobs = []
+    for rec, sample, written in cut_answers(folder, records, cfg):
+        job = Job(len(jobs), rec, tuple(prompt_ids(runtime.tokenizer, rec.prompt, rec.system)),
+                  sample)
+        runner.written[job.rid] = written
+        jobs.append(job)
+    decode_jobs(runner, jobs, folder / ANSWERS, runner.row, summary, on_row)
     return summary.done
+
+
+def latest_answers(folder: Path) -> dict[tuple[str, int], dict]:
+    """(id, sample) -> the last row `answers.jsonl` holds for it (a continued answer's)."""
+    return {(str(r["id"]), int(r["sample"])): r
+            for r in read_jsonl(folder / ANSWERS, skip_partial_last_line=True)}
+
+
+def cut_answers(folder: Path, records: Sequence[Record], cfg: DistillConfig
+                ) -> list[tuple[Record, int, list[int]]]:
+    """The answers (record, sample, their ids) that did not end and are shorter than
+    `cfg.max_new_tokens`: an earlier run's smaller cap cut them. Refuses a cap below an answer
+    already written (those rows would not be what this cap decodes)."""
+    if not (folder / ANSWERS).exists():
+        return []
+    latest = latest_answers(folder)
+    longest = max((len(r["ids"]) for r in latest.values()), default=0)
+    if longest > cfg.max_new_tokens:
+        raise SolmError(f"{folder / ANSWERS}: holds answers of up to {longest} tokens; "
+                        f"--max-new-tokens {cfg.max_new_tokens} would mix caps (raise it, or "
+                        "--restart)")
+    out = []
+    for rec in records:
+        for k in range(cfg.answers_per_prompt):
+            row = latest.get((str(rec.id), k))
+            if row is not None and not row["ended"] and len(row["ids"]) < cfg.max_new_tokens:
+                out.append((rec, k, [int(t) for t in row["ids"]]))
+    return out
 
 
 def read_answers(folder: Path, records: Sequence[Record], per_prompt: int
                  ) -> dict[str, list[dict]]:
     """id -> its answers in sample order (only prompts with every answer decoded)."""
-    done = {(str(r["id"]), int(r["sample"])): r
-            for r in read_jsonl(folder / ANSWERS, skip_partial_last_line=True)}
+    done = latest_answers(folder)
     out = {}
     for rec in records:
         answers = [done.get((str(rec.id), k)) for k in range(per_prompt)]

@@ -129,8 +129,8 @@ class BatchedPastaRuntime:
 
     # ---- public API ---------------------------------------------------------------------
 
-    def chooser(self, config: PastaDecodeConfig) -> Chooser:
-        return self.rules.chooser(config)
+    def chooser(self, config: PastaDecodeConfig, written: Sequence[int] = ()) -> Chooser:
+        return self.rules.chooser(config, written)
 
     def cancel(self, rid: Hashable) -> None:
         """End request `rid` at the next step boundary (waiting or running)."""

@@ -186,15 +186,17 @@ class PastaRuntime:
                  ) -> PastaDecodeResult:
         return self.run(prompt_ids, config, chooser=self.chooser(config))
 
-    def chooser(self, config: PastaDecodeConfig) -> Chooser:
+    def chooser(self, config: PastaDecodeConfig, written: Sequence[int] = ()) -> Chooser:
         """The sampler of `config` under Pasta-Lang's grammar (for driving prefill / step /
-        finish by hand, as `generate` does)."""
+        finish by hand, as `generate` does). `written`: the main thread's tokens of this
+        answer written before this decode (an answer continued from its prompt + them): the
+        repetition penalty and the n-gram ban count them as the main thread's own."""
         always = [*self.vocab.control_ids, *self.vocab.eos]
         exempt = list(always)
         if config.sampling.repetition_penalty != 1.0:
             exempt += formatting_token_ids(self.tokenizer)
         sampler = Sampler(config.sampling, device="cpu", exempt=exempt, always_allowed=always)
-        return self.sampling_chooser(sampler, config)
+        return self.sampling_chooser(sampler, config, written)
 
     def replay(self, prompt_ids: Sequence[int], response_ids: Sequence[int],
                mode: str = "parallel", record_logits: bool = False,
@@ -220,7 +222,8 @@ class PastaRuntime:
             pass
         return self.finish(state)
 
-    def sampling_chooser(self, sampler: Sampler, config: PastaDecodeConfig) -> Chooser:
+    def sampling_chooser(self, sampler: Sampler, config: PastaDecodeConfig,
+                         written: Sequence[int] = ()) -> Chooser:
         """Next-token choice under Pasta-Lang's grammar for each thread's state."""
         grammar = self.grammar  # built here, once per runtime: never inside decode timing
         g = grammar if config.mode == "parallel" else None
@@ -230,7 +233,12 @@ class PastaRuntime:
 
         def choose(thread: _Thread, logits: torch.Tensor, state: PastaRunState) -> int:
             # the penalty and the n-gram ban look at what this thread wrote
-            history = thread.fed if (penalize_main or thread.tid != MAIN) else ()
+            if thread.tid != MAIN:
+                history = thread.fed
+            elif penalize_main:
+                history = [*written, *thread.fed] if written else thread.fed
+            else:
+                history = ()
             if g is None:
                 return sampler(logits, grammar.sequential, history)
             if thread.tid != MAIN:
