@@ -304,7 +304,7 @@ def flex_training_steps(work: Path, device: str) -> dict:
     meta = PastaSFTTrainer(PastaSFTConfig(
         model=tiny_folder(work), data=rows, out=str(work / "flex-sft"), quiet=True,
         eval_rows=0, max_steps=4, attention="flex", micro_batch_size=2,
-        batch_size=2)).train()
+        batch_size=2, logging_steps=1)).train()  # a loss per step: did it move?
     losses = [json.loads(line)["loss"] for line in
               (work / "flex-sft" / "train_log.jsonl").read_text().splitlines()
               if '"loss"' in line]

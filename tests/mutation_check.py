@@ -1082,6 +1082,9 @@ ISSUE37 = {
     "distill_continues_from_the_prompt_alone": (
         "solm/prefs/distill_job.py", "return BatchRequest(job.rid, [*job.prompt_ids, *written], config,",
         "return BatchRequest(job.rid, list(job.prompt_ids), config,", ["tests/test_own_answers.py"]),
+    "models_load_hub_kernels": (
+        "solm/core/models.py", "trust_remote_code=trusts_remote_code(), use_kernels=False)\n    except ValueError",
+        "trust_remote_code=trusts_remote_code())\n    except ValueError", ["tests/test_models.py"]),
     "own_loop_skips_a_position": (
         "solm/llamacpp/own_loop.py", "len(ids) + step, 1", "len(ids) + step + 1, 1",
         LLAMA_TESTS),

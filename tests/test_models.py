@@ -134,3 +134,16 @@ def test_kept_models_are_small_and_load_by_name(name):
 
     tag = "<reg_0>" if model_system(name) == "tip" else "<sync/>"  # a tag of its system
     assert tag in tok.get_vocab() and model.get_input_embeddings().weight.shape[0] == len(tok)
+
+
+def test_models_load_without_hub_kernels(tiny_folder):
+    """transformers turns hub kernels on wherever the `kernels` package is installed and
+    fetches them from the hub (an offline CUDA machine fails there, measured on an H200);
+    solm's runtimes are proven against transformers' own layers, so they stay off."""
+    from transformers import AutoModelForCausalLM
+
+    from solm.core.models import load_model
+
+    assert AutoModelForCausalLM.from_pretrained(tiny_folder).use_kernels  # what it would do
+    model, _ = load_model(tiny_folder, dtype="fp32")
+    assert not model.use_kernels

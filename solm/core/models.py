@@ -203,7 +203,8 @@ def convert_gguf(gguf_path: Path, target: Path) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
         try:
             model = AutoModelForCausalLM.from_pretrained(
-                gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
+                gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32,
+                use_kernels=False)
             tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
             # save_pretrained refuses models marked as gguf-quantized; the weights are dense now.
             model.hf_quantizer = None
@@ -337,20 +338,23 @@ def _load_error(name: str, e: Exception) -> SolmError:
 def _from_pretrained(path: str, torch_dtype, attn_implementation: str):
     """The model under `attn_implementation`, or under eager attention for an architecture
     transformers gives no SDPA path (Gemma-2): solm's runtimes bring their own kernels, and
-    eager is the reference that honours every feature."""
+    eager is the reference that honours every feature. Hub kernels stay off (transformers
+    turns them on wherever the `kernels` package is installed): they are fetched from the
+    hub, which an offline CUDA machine cannot reach (measured on an H200), and solm's
+    runtimes and masks are proven against transformers' own layers."""
     from transformers import AutoModelForCausalLM
 
     try:
         return AutoModelForCausalLM.from_pretrained(
             path, dtype=torch_dtype, attn_implementation=attn_implementation,
-            trust_remote_code=trusts_remote_code())
+            trust_remote_code=trusts_remote_code(), use_kernels=False)
     except ValueError as e:
         if attn_implementation != "sdpa" or "does not support an attention implementation" \
                 not in str(e):
             raise
     return AutoModelForCausalLM.from_pretrained(
         path, dtype=torch_dtype, attn_implementation="eager",
-        trust_remote_code=trusts_remote_code())
+        trust_remote_code=trusts_remote_code(), use_kernels=False)
 
 
 def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "auto",
@@ -484,7 +488,7 @@ def _load_adapter(folder: Path, torch_dtype: torch.dtype, attn_implementation: s
             parent_path = resolve_model_path(parent)
             base = AutoModelForCausalLM.from_pretrained(
                 parent_path, dtype=torch_dtype, attn_implementation=attn_implementation,
-                trust_remote_code=trusts_remote_code())
+                trust_remote_code=trusts_remote_code(), use_kernels=False)
             base_tok = AutoTokenizer.from_pretrained(parent_path,
                                                      trust_remote_code=trusts_remote_code())
         except OSError as e:

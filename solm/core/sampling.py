@@ -74,7 +74,10 @@ class Sampler:
             keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < self.config.top_p
             keep[0] = True
             probs = torch.zeros_like(probs).scatter_(0, idx[keep], sorted_p[keep])
-        return int(torch.multinomial(probs, 1, generator=self.generator))
+        # drawn where the generator lives (the CPU): a seed gives the same draws whatever
+        # device computed the logits, and a CUDA row needs no CUDA generator
+        return int(torch.multinomial(probs.to(self.generator.device), 1,
+                                     generator=self.generator))
 
 
 def repeated_ngram_continuations(history: Sequence[int], n: int) -> set[int]:

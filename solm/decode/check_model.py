@@ -58,7 +58,7 @@ def _check_sequential(model, tok) -> float:
     n = len(prompt + resp)
     ref = _forward(model, prompt + resp, torch.ones(n, n, dtype=torch.bool).tril(),
                    torch.arange(n))[len(prompt):]
-    return (res.logits.float() - ref.float().cpu()).abs().max().item()
+    return (res.logits.float().cpu() - ref.float().cpu()).abs().max().item()
 
 
 def _check_pasta(model, tok) -> float:
@@ -70,7 +70,7 @@ def _check_pasta(model, tok) -> float:
     res = rt.replay(prompt, resp, record_logits=True)
     s = structure(prompt + resp, rt.vocab)
     ref = _forward(model, prompt + resp, s.visible, s.position_ids)[len(prompt):]
-    return (res.logits.float() - ref.float().cpu()).abs().max().item()
+    return (res.logits.float().cpu() - ref.float().cpu()).abs().max().item()
 
 
 def _check_tip(model, tok) -> float:
@@ -85,7 +85,7 @@ def _check_tip(model, tok) -> float:
     ids = prompt + forced
     s = structure(ids, TipVocab.from_tokenizer(tok, REGISTERS), len(prompt))
     ref = _forward(model, ids, s.visible, s.position_ids)[len(prompt) - 1:]
-    return (res.logits.float() - ref.float().cpu()).abs().max().item()
+    return (res.logits.float().cpu() - ref.float().cpu()).abs().max().item()
 
 
 def _check_pdiff(model, tok) -> float:
@@ -110,7 +110,7 @@ def _check_pdiff(model, tok) -> float:
         logits = _forward(model, state, s.visible, s.position_ids).float().cpu()
         for k, (tokens, rows) in step.items():
             expected = logits[starts[k]:starts[k] + len(tokens)]
-            worst = max(worst, (rows.float() - expected).abs().max().item())
+            worst = max(worst, (rows.float().cpu() - expected).abs().max().item())
     if not res.steps:
         raise ValueError("the plan produced no chunk to denoise")
     return worst

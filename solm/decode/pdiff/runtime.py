@@ -462,7 +462,9 @@ class PdiffRuntime:
         """One denoising step of one chunk: choose a token for every masked slot, keep the
         scheduled (and the confident) ones."""
         masked = sorted(c.masked)
-        logits = rows[[predictor(j) for j in masked]].float()
+        # chosen on the CPU, where the masks and the run's generator live: a seed gives the
+        # same draws whatever device computed the rows
+        logits = rows[[predictor(j) for j in masked]].float().cpu()
         logits = logits.masked_fill(self.masks()["chunk"][: logits.shape[-1]], float("-inf"))
         probs = torch.softmax(logits, dim=-1)
         if cfg.chunk_temperature > 0:
