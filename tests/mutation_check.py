@@ -1063,8 +1063,8 @@ ISSUE37 = {
         "solm/engines/cost.py", "best = max(rates, key=rates.get)",
         "best = min(rates, key=rates.get)", ["tests/test_engine_seam.py"]),
     "auto_ignores_the_tokens_per_pass": (
-        "solm/engines/cost.py", "rates[name] = max(tpp / pass_ms(e[\"ms\"], max(1.0, tpp))",
-        "rates[name] = max(tpp / pass_ms(e[\"ms\"], 1.0)", ["tests/test_engine_seam.py"]),
+        "solm/engines/cost.py", "rates[name] = max(content / pass_ms(e[\"ms\"], max(1.0, fed))",
+        "rates[name] = max(content / pass_ms(e[\"ms\"], 1.0)", ["tests/test_engine_seam.py"]),
     "flash_kept_if_any_format_wins": (
         "solm/engines/cost.py", "on = all(sum(f.values()) < sum(o.values()) for o, f in pairs)",
         "on = any(sum(f.values()) < sum(o.values()) for o, f in pairs)",
@@ -1085,6 +1085,10 @@ ISSUE37 = {
     "models_load_hub_kernels": (
         "solm/core/models.py", "trust_remote_code=trusts_remote_code(), use_kernels=False)\n    except ValueError",
         "trust_remote_code=trusts_remote_code())\n    except ValueError", ["tests/test_models.py"]),
+    "auto_sizes_a_pass_by_its_content_tokens": (
+        "solm/engines/cost.py", "rates[name] = max(content / pass_ms(e[\"ms\"], max(1.0, fed)) for e in rows)",
+        "rates[name] = max(content / pass_ms(e[\"ms\"], max(1.0, content)) for e in rows)",
+        ["tests/test_engine_seam.py"]),
     "own_loop_skips_a_position": (
         "solm/llamacpp/own_loop.py", "len(ids) + step, 1", "len(ids) + step + 1, 1",
         LLAMA_TESTS),

@@ -209,4 +209,5 @@ def test_a_demo_keeps_its_tokens_per_pass_for_auto(tmp_path, tiny_folder, monkey
     got = json.loads(out.read_text())
     kept = json.loads((tmp_path / "cache" / "tokens_per_pass.json").read_text())
     assert kept[tiny_folder]["pasta:parallel"] == pytest.approx(
-        got["answer_tokens"] / got["decode_forward_passes"], abs=1e-4)
+        {"content": got["answer_tokens"] / got["decode_forward_passes"],
+         "fed": got["decode_tokens_fed"] / got["decode_forward_passes"]}, abs=1e-4)

@@ -85,9 +85,10 @@ def test_llama_cpp_refuses_what_its_cache_cannot_express():
 # ---- `--engine auto` from what `solm bench step` measured ---------------------------------
 
 def _measured(tmp_path, monkeypatch, costs: dict[str, dict[int, float]], tpp: float | None,
-              model: str = "smollm2-135m"):
+              model: str = "smollm2-135m", fed: float | None = None):
     """A cache holding `bench step` figures ({engine: {k: ms}}) for this CPU and `model`, and
-    (if given) the tokens per pass a PASTA parallel decode of `model` measured."""
+    (if given) the content tokens per pass a PASTA parallel decode of `model` measured, with
+    `fed` tokens fed per pass (default: as many)."""
     from solm.decode.bandwidth import cpu_description
     from solm.decode.pasta.config import PastaDecodeConfig
     from solm.engines.cost import record_step_costs, record_tokens_per_pass
@@ -101,10 +102,13 @@ def _measured(tmp_path, monkeypatch, costs: dict[str, dict[int, float]], tpp: fl
         for e, ms in costs.items()]})
     if tpp is not None:
         passes = 100
+        fed_total = round((fed or tpp) * passes)
         record_tokens_per_pass(model, "pasta", PastaDecodeConfig(mode="parallel"),
                                [{"content_tokens": round(tpp * passes) - 7,
+                                 "generated_tokens": fed_total - 9,
                                  "forward_passes": passes // 2},
-                                {"content_tokens": 7, "forward_passes": passes // 2}])
+                                {"content_tokens": 7, "generated_tokens": 9,
+                                 "forward_passes": passes // 2}])
 
 
 def test_a_pass_of_k_tokens_costs_the_measured_line_between_ks():
@@ -118,19 +122,21 @@ def test_a_pass_of_k_tokens_costs_the_measured_line_between_ks():
     assert pass_ms(ms, 12) == pytest.approx(50 + 5 * 4)  # the last slope, carried on
 
 
-@pytest.mark.parametrize("tpp", [1.0, 3.0])
+@pytest.mark.parametrize("tpp,fed", [(1.0, 1.0), (3.0, 3.0), (1.0, 3.0)])
 def test_auto_takes_the_engine_whose_passes_buy_the_most_tokens_per_second(
-        tmp_path, monkeypatch, tpp):
+        tmp_path, monkeypatch, tpp, fed):
     """llama.cpp: 10 ms for one token, 40 for four (linear); torch: 25 ms flat. One token a
     pass: llama.cpp writes 1/10 a ms against torch's 1/25. Three a pass: llama.cpp 3/30,
-    torch 3/25: torch. Sequential decodes of the same model still go to llama.cpp."""
+    torch 3/25: torch. One content token in passes that feed three (tags, block openers):
+    a pass costs a 3-token pass, llama.cpp 1/30 against torch's 1/25: torch. Sequential
+    decodes of the same model still go to llama.cpp."""
     from solm.decode.pasta.config import PastaDecodeConfig
 
     names = list(ENGINES)
     llama, reference = [n for n in names if n != REFERENCE][0], REFERENCE
     _measured(tmp_path, monkeypatch, {llama: {1: 10, 2: 20, 4: 40},
-                                      reference: {1: 25, 2: 25, 4: 25}}, tpp)
-    rates = {llama: tpp / (10 * tpp), reference: tpp / 25}
+                                      reference: {1: 25, 2: 25, 4: 25}}, tpp, fed=fed)
+    rates = {llama: tpp / (10 * fed), reference: tpp / 25}
     expected = max(rates, key=rates.get)
     assert choose(AUTO, "pasta", config=PastaDecodeConfig(mode="parallel"),
                   model="smollm2-135m") == expected
@@ -179,6 +185,7 @@ def test_a_finished_decode_keeps_its_tokens_per_pass_for_auto(tmp_path, tiny_fol
     assert r.exit_code == 0, r.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     kept = json.loads((tmp_path / "cache" / "tokens_per_pass.json").read_text())
+    passes = sum(r["forward_passes"] for r in rows)
     assert kept[tiny_folder]["pasta:parallel"] == pytest.approx(
-        sum(r["content_tokens"] for r in rows) / sum(r["forward_passes"] for r in rows),
-        abs=1e-4)
+        {"content": sum(r["content_tokens"] for r in rows) / passes,
+         "fed": sum(r["tokens_fed"] for r in rows) / passes}, abs=1e-4)

@@ -296,6 +296,7 @@ def demo(
 
     # what `--engine auto` weighs next time: this model's tokens per pass, measured here
     record_tokens_per_pass(model, "pasta", cfg, [{"content_tokens": len(res.content_ids),
+                                                  "tokens_fed": res.decoded.tokens_fed,
                                                   "forward_passes": res.decoded.forward_passes}])
     console.print(render_threads(res.views), soft_wrap=False)
     out_console.print(f"[bold green]model>[/] {res.response}", highlight=False)

@@ -4,12 +4,13 @@ model's measured tokens per pass buy the most tokens per second.
 Two records in solm's cache, both measured on this machine:
 - `step_cost.json`: what `solm bench step` timed, per CPU and base model: each engine's and
   weight format's milliseconds for a pass of k tokens in k sequences;
-- `tokens_per_pass.json`: per model and decode (system and mode), the tokens its last
-  finished decode here wrote per forward pass (content tokens over the passes its requests
-  took part in).
+- `tokens_per_pass.json`: per model and decode (system and mode), what its last finished
+  decode here did per forward pass: the content tokens it wrote (what a user reads) and the
+  tokens it fed (the pass's width: tags and a block's first tokens included).
 
-An engine's rate is tokens per pass / ms of a pass of that many tokens (linear between the
-ks measured). Without a measurement for this CPU and model, `auto` keeps the registry's
+An engine's rate is content tokens per pass / ms of a pass as wide as the tokens fed (linear
+between the ks measured): a PASTA pass that feeds 1.5 tokens to write 1.06 content tokens
+costs a 1.5-token pass. Without a measurement for this CPU and model, `auto` keeps the registry's
 order of preference.
 """
 
@@ -106,25 +107,34 @@ def record_step_costs(result: dict) -> Path:
 
 
 def record_tokens_per_pass(model: str, system: str, config, rows: Sequence[dict]) -> None:
-    """Keep the tokens per pass a finished decode of `model` measured (rows that carry
-    `content_tokens` and `forward_passes`)."""
+    """Keep what a finished decode of `model` measured per pass (rows that carry
+    `content_tokens` and `forward_passes`; the tokens fed are `tokens_fed`, else the tokens
+    written: `generated_tokens` or `total_tokens`, else the content tokens)."""
     counted = [r for r in rows if r.get("forward_passes") and "content_tokens" in r]
     if not counted:
         return
     passes = sum(r["forward_passes"] for r in counted)
+    fed = sum(r.get("tokens_fed", r.get("generated_tokens", r.get("total_tokens",
+                                                                   r["content_tokens"])))
+              for r in counted)
     path = _cache("tokens_per_pass.json")
     data = _read(path)
     entry = data.pop(str(model), {})  # the newest last: the oldest go past KEEP_MODELS
-    entry[decode_key(system, config)] = round(
-        sum(r["content_tokens"] for r in counted) / passes, 4)
+    entry[decode_key(system, config)] = {
+        "content": round(sum(r["content_tokens"] for r in counted) / passes, 4),
+        "fed": round(fed / passes, 4)}
     data[str(model)] = entry
     _write(path, dict(list(data.items())[-KEEP_MODELS:]))
 
 
-def tokens_per_pass(model: str, system: str, config) -> float:
-    """The tokens a pass of this decode writes, as last measured here (1.0 unmeasured)."""
-    return float(_read(_cache("tokens_per_pass.json")).get(str(model), {})
-                 .get(decode_key(system, config), 1.0))
+def tokens_per_pass(model: str, system: str, config) -> tuple[float, float]:
+    """(content tokens, tokens fed) a pass of this decode handles, as last measured here
+    ((1.0, 1.0) unmeasured; a record from before the tokens fed were kept counts as both)."""
+    kept = (_read(_cache("tokens_per_pass.json")).get(str(model), {})
+            .get(decode_key(system, config), 1.0))
+    if isinstance(kept, dict):
+        return float(kept["content"]), float(kept["fed"])
+    return float(kept), float(kept)
 
 
 def pass_ms(ms: dict, k: float) -> float:
@@ -142,16 +152,18 @@ def pass_ms(ms: dict, k: float) -> float:
 
 
 def engine_rates(engines: dict, model: str, system: str, config, settings,
-                 cpu: str | None = None) -> tuple[dict[str, float], float]:
-    """({engine: tokens per ms} for the `engines` (name -> `Engine`) measured here, tokens
-    per pass). An engine's weight format is the one its settings name
-    (`Engine.format_setting`), else its fastest measured one."""
+                 cpu: str | None = None
+                 ) -> tuple[dict[str, float], tuple[float, float]]:
+    """({engine: content tokens per ms} for the `engines` (name -> `Engine`) measured here,
+    (content tokens, tokens fed) per pass). An engine's weight format is the one its
+    settings name (`Engine.format_setting`), else its fastest measured one."""
     if cpu is None:
         from solm.decode.bandwidth import cpu_description
 
         cpu = cpu_description()
     measured = _read(_cache("step_cost.json")).get(cpu, {}).get(base_model(model))
     tpp = tokens_per_pass(model, system, config)
+    content, fed = tpp
     rates: dict[str, float] = {}
     if not measured:
         return rates, tpp
@@ -160,7 +172,7 @@ def engine_rates(engines: dict, model: str, system: str, config, settings,
         wanted = engine.measured_variant(settings) if settings is not None else None
         rows = [e for e in rows if e["variant"] == wanted] or rows
         if rows:
-            rates[name] = max(tpp / pass_ms(e["ms"], max(1.0, tpp)) for e in rows)
+            rates[name] = max(content / pass_ms(e["ms"], max(1.0, fed)) for e in rows)
     return rates, tpp
 
 
@@ -176,5 +188,5 @@ def fastest(engines: dict, model: str | None, system: str, config,
     best = max(rates, key=rates.get)
     figures = ", ".join(f"{n} {1000 * r:.1f}" for n, r in
                         sorted(rates.items(), key=lambda x: -x[1]))
-    return best, (f"measured here (`solm bench step`, {tpp:.2f} tokens a pass): "
-                  f"{figures} tokens/s")
+    return best, (f"measured here (`solm bench step`; a pass feeds {tpp[1]:.2f} tokens and "
+                  f"writes {tpp[0]:.2f} content tokens): {figures} content tokens/s")

@@ -55,7 +55,8 @@ def result_record(rt: PastaRuntime, rec: Record, res: PastaDecodeResult, mode: s
         "total_tokens": len(res.ids),
         "parallelism": round(metrics.parallelism, 4) if metrics else 1.0,
         "content_speedup": round(metrics.content_speedup, 4) if metrics else 1.0,
-        "forward_passes": res.forward_passes, "threads": res.threads,
+        "forward_passes": res.forward_passes, "tokens_fed": res.tokens_fed,
+        "threads": res.threads,
         # blocks the runtime closed at their promise + slack, or looping (flags say which)
         "guarded_blocks": res.guarded,
         "wall_s": round(res.wall_s, 4), "prefill_s": round(res.prefill_s, 4),
