@@ -1089,6 +1089,9 @@ ISSUE37 = {
         "solm/engines/cost.py", "rates[name] = max(content / pass_ms(e[\"ms\"], max(1.0, fed)) for e in rows)",
         "rates[name] = max(content / pass_ms(e[\"ms\"], max(1.0, content)) for e in rows)",
         ["tests/test_engine_seam.py"]),
+    "close_nudge_ramp_starts_a_token_late": (
+        "solm/decode/pasta/guards.py", "return nudge * (content_tokens - n + 1) / (slack(n) + 1)",
+        "return nudge * (content_tokens - n) / (slack(n) + 1)", ["tests/test_runtime.py"]),
     "own_loop_skips_a_position": (
         "solm/llamacpp/own_loop.py", "len(ids) + step, 1", "len(ids) + step + 1, 1",
         LLAMA_TESTS),

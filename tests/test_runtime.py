@@ -467,3 +467,23 @@ def test_one_step_at_a_time_is_the_whole_run(pasta_tokenizer, tiny, vocab):
     assert by_hand.ids == whole.ids == resp
     assert by_hand.forward_passes == whole.forward_passes == len(fed)
     assert torch.equal(by_hand.logits, whole.logits)
+
+
+@pytest.mark.parametrize("nudge,held", [(0.0, 14), (3.0, 11), (12.0, 10)])
+def test_the_close_nudge_ends_a_block_where_its_closer_comes_within_reach(
+        pasta_tokenizer, tiny, vocab, nudge, held):
+    """A block under tokens="1" (10 promised, slack 4) whose model ranks `</async>` one logit
+    below going on: off, the promise guard closes it at 14 tokens; a nudge of 3 lifts the
+    closer by 3 x (c - 9) / 5 at c >= 10 tokens, past the gap of 1 first at c = 11; a nudge of
+    12 at c = 10 already (12 / 5 > 1)."""
+    v, tok = vocab, pasta_tokenizer
+    word, other = ids_of(tok, "Ġhello", "Ġworld")
+    c1 = next(k for k, n in v.close_tens.items() if n == 1)
+    prompt = text_ids(tok, PROMPT)
+    rule = {prompt[-1]: v.promise_open, v.promise_open: word, word: c1, c1: v.sync,
+            v.sync: v.eos[0], v.async_open: other, other: [other, v.async_close]}.get
+    res = steered_runtime(tok, tiny, rule).generate(prompt, PastaDecodeConfig(
+        close_nudge=nudge, block_repeats=0, max_new_tokens=100))
+    block = res.ids[res.ids.index(v.async_open) + 1:res.ids.index(v.async_close)]
+    assert block == [other] * held
+    assert (pr.FLAG_PROMISE_OVERRUN in res.flags) == (nudge == 0.0)

@@ -31,6 +31,11 @@ class PastaDecodeConfig:
                                         "promised tokens for tokens=\"T\", plus max(4, N/4) "
                                         "(its `</async>` fed as the model's own; flagged "
                                         "promise_overrun).")
+    close_nudge: float = setting(0.0, "From a block's promised N tokens on, raise its "
+                                      "`</async>` logit by this x (tokens past N + 1) / "
+                                      "(slack + 1): the block ends where the model leans to "
+                                      "end it before the promise guard cuts a sentence "
+                                      "(0 = off).", min=0.0)
     block_repeats: int = setting(3, "Close a block that writes the same 4-token run for the "
                                     "k-th time (flagged block_repeating); 0 turns the guard "
                                     "off.", min=0)

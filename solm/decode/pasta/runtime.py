@@ -40,7 +40,7 @@ from solm.decode.flags import (PASTA_GUARDS, BLOCK_CUT as FLAG_BLOCK_CUT,
                                TOPIC_CAPPED as FLAG_TOPIC_CAPPED)
 from solm.decode.pasta.config import MODES, PastaDecodeConfig  # noqa: F401 (re-exported)
 from solm.decode.pasta.grammar import PastaGrammar
-from solm.decode.pasta.guards import past_promise, repeating
+from solm.decode.pasta.guards import close_bias, past_promise, repeating
 from solm.decode.step import PoolStep
 
 PENALIZE_SCOPES = ("all", "blocks")
@@ -230,6 +230,7 @@ class PastaRuntime:
         if config.penalize not in PENALIZE_SCOPES:
             raise ValueError(f"penalize must be 'all' or 'blocks', got {config.penalize!r}")
         penalize_main = config.penalize == "all" or config.mode != "parallel"
+        close = self.vocab.async_close
 
         def choose(thread: _Thread, logits: torch.Tensor, state: PastaRunState) -> int:
             # the penalty and the n-gram ban look at what this thread wrote
@@ -242,6 +243,10 @@ class PastaRuntime:
             if g is None:
                 return sampler(logits, grammar.sequential, history)
             if thread.tid != MAIN:
+                bias = close_bias(len(thread.fed) - 1, thread.promise, config.close_nudge)
+                if bias:
+                    logits = logits.clone()
+                    logits[close] += bias
                 return sampler(logits, g.fork_no_eos if config.mask_block_eos else g.fork,
                                history)
             if thread.in_topic:
