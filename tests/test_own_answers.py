@@ -236,12 +236,12 @@ def test_a_larger_cap_continues_the_cut_answers_as_one_decode_would(tmp_path, li
     prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"Name {i} colours."})
                                + "\n" for i in range(3)))
 
-    def distill(out, cap):
+    def distill(out, cap, *extra):
         r = CliRunner().invoke(pasta_app.app, [
             "distill", "-p", str(prompts), "-o", str(out), "-m", tiny_folder,
             "--engine", "torch", "--max-new-tokens", str(cap), "--sampled", "1",
             "--temperature", "1.5", "--repetition-penalty", "1.5", "--dtype", "fp32",
-            "--batch-size", "4", "-q"])
+            "--batch-size", "4", "-q", *extra])
         return r.exit_code, r.output
 
     def last_rows(out):
@@ -254,6 +254,14 @@ def test_a_larger_cap_continues_the_cut_answers_as_one_decode_would(tmp_path, li
     short, fresh = tmp_path / "short", tmp_path / "fresh"
     assert distill(short, 6)[0] == 0
     first = last_rows(short)
+    judged = (short / "candidates.jsonl").read_text()
+    # --rows-only: the rows of what is there, nothing decoded, the 6 cut answers counted
+    code, output = distill(short, 12, "--rows-only")
+    assert code == 0, output[-3000:]
+    assert last_rows(short) == first and len((short / "answers.jsonl").read_text()
+                                             .splitlines()) == 6
+    assert (short / "candidates.jsonl").read_text() == judged
+    assert json.loads((short / "summary.json").read_text())["answers_left"] == 6
     code, output = distill(short, 12)
     assert code == 0, output[-3000:]
     continued = last_rows(short)

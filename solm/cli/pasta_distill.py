@@ -115,6 +115,9 @@ def distill(
     seed: int = SeedOption,
     dtype: str = DtypeOption,
     device: Optional[str] = DeviceOption,
+    rows_only: bool = typer.Option(False, "--rows-only", help="Judge and mix the answers "
+                                   "decoded so far, decode nothing: stop sampling early, "
+                                   "train on what is there, rerun without it later to go on."),
     restart: bool = RestartOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
@@ -177,21 +180,33 @@ def distill(
     left = (undone(records, out / job.ANSWERS, cfg.answers_per_prompt, per_sample=True)
             + len(job.cut_answers(out, records, cfg)))
     started = time.perf_counter()
-    info(f"loading {model} ...")
-    batch = batch_size or default_batch_size(device or default_device())
-    tokenizer = load_tokenizer(model)
-    longest = max(len(prompt_ids(tokenizer, r.prompt, r.system)) for r in records)
-    rt, engine_used = batched_on_engine(model, "sequential", engine, gguf_type, dtype, device,
-                                        batch * (max_new_tokens + longest), batch,
-                                        independent=True)
-    with progress(f"answering ({model}, {engine_used}; greedy + {sampled} sampled)",
-                  left) as advance:
-        summary.answers_decoded_now = job.decode_answers(rt, records, out, cfg, seed,
-                                                         on_done=advance)
+    if rows_only:
+        from solm.core.vocabulary import add_control_tokens
+
+        tokenizer = load_tokenizer(model)
+        add_control_tokens(None, tokenizer, "pasta")
+        earlier = out / job.SUMMARY
+        engine_used = (json.loads(earlier.read_text()).get("engine") if earlier.exists()
+                       else None)
+        summary.answers_left = left
+        info(f"--rows-only: {left} answers left undecoded")
+    else:
+        info(f"loading {model} ...")
+        batch = batch_size or default_batch_size(device or default_device())
+        tokenizer = load_tokenizer(model)
+        longest = max(len(prompt_ids(tokenizer, r.prompt, r.system)) for r in records)
+        rt, engine_used = batched_on_engine(model, "sequential", engine, gguf_type, dtype,
+                                            device, batch * (max_new_tokens + longest), batch,
+                                            independent=True)
+        tokenizer = rt.tokenizer
+        with progress(f"answering ({model}, {engine_used}; greedy + {sampled} sampled)",
+                      left) as advance:
+            summary.answers_decoded_now = job.decode_answers(rt, records, out, cfg, seed,
+                                                             on_done=advance)
     summary.seconds["answers"] = round(time.perf_counter() - started, 1)
     answers = job.read_answers(out, records, cfg.answers_per_prompt)
     started = time.perf_counter()
-    job.build_rows(out, records, answers, job.answer_judge(rt.tokenizer, rules), rules,
+    job.build_rows(out, records, answers, job.answer_judge(tokenizer, rules), rules,
                    summary)
     summary.seconds["rows"] = round(time.perf_counter() - started, 1)
     extra = {"model": model, "engine": engine_used, "greedy": greedy.describe(),

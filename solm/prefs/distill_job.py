@@ -189,6 +189,7 @@ class DistillSummary:
     excluded: int = 0  # prompts left out: they are evaluation prompts
     answers: int = 0
     answers_decoded_now: int = 0
+    answers_left: int = 0  # not decoded yet (`--rows-only`): new, or cut by a smaller cap
     dropped: dict[str, int] = field(default_factory=dict)
     annotated_answers: int = 0  # answers whose speed-shaped annotation held
     parallel_rows: int = 0
