@@ -5,7 +5,7 @@
 cd /work/main
 export HF_HUB_OFFLINE=1
 D="--lora-r 0 --lr 2e-4 --control-token-lr-scale 30 --batch-size 8 --epochs 1 --max-len 1536 --eval-rows 16 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q"
-ROWS=runs/own/distill/rows.jsonl
+ROWS=runs/own/rows_384.jsonl  # the 384-token rows (runs/own/distill holds the 768-token ones now)
 done_() { grep -qs '"complete": true' "$1/solm.json"; }
 done_ runs/own/d/pasta-sft || OMP_NUM_THREADS=1 .venv/bin/pasta sft --data $ROWS --out runs/own/d/pasta-sft $D > runs/own/d_pasta.log 2>&1 &
 done_ runs/own/baseline-d || OMP_NUM_THREADS=1 .venv/bin/pasta sft --data $ROWS --out runs/own/baseline-d --strip-annotations $D > runs/own/d_baseline.log 2>&1 &
