@@ -1092,6 +1092,9 @@ ISSUE37 = {
     "close_nudge_ramp_starts_a_token_late": (
         "solm/decode/pasta/guards.py", "return nudge * (content_tokens - n + 1) / (slack(n) + 1)",
         "return nudge * (content_tokens - n) / (slack(n) + 1)", ["tests/test_runtime.py"]),
+    "prefs_guard_share_unweighted": (
+        "solm/prefs/job.py", "penalty += guard_weight * guarded_share(s)",
+        "penalty += guarded_share(s)", ["tests/test_prefs.py"]),
     "own_loop_skips_a_position": (
         "solm/llamacpp/own_loop.py", "len(ids) + step, 1", "len(ids) + step + 1, 1",
         LLAMA_TESTS),

@@ -348,26 +348,32 @@ def _word_trigram_repeats(text: str) -> float:
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 60), st.integers(1, 60), st.booleans(),
-                          st.integers(0, 3)), min_size=2, max_size=6),
-       st.integers(1, 60), st.sampled_from([0.0, 0.5, 2.0]), st.sampled_from([0.0, 1.0, 5.0]))
-def test_the_content_score_picks_what_a_brute_force_ranking_picks(draws, baseline, lam, mu):
+                          st.integers(0, 3), st.integers(0, 4), st.integers(0, 4)),
+                min_size=2, max_size=6),
+       st.integers(1, 60), st.sampled_from([0.0, 0.5, 2.0]), st.sampled_from([0.0, 1.0, 5.0]),
+       st.sampled_from([0.0, 1.0, 3.0]))
+def test_the_content_score_picks_what_a_brute_force_ranking_picks(draws, baseline, lam, mu,
+                                                                  nu):
     from solm.core.records import Record
     from solm.prefs.job import score_prompt
     from solm.prefs.score import choose_pair
 
     texts = ["a b c d e f", "a b c a b c a b c", "one two three one two three", "x y"]
-    samples = [{"ids": [k, content, path, text], "content_tokens": content,
-                "critical_path": path, "well": well, "response": texts[text],
-                "forward_passes": path, "total_tokens": content, "flags": []}
-               for k, (content, path, well, text) in enumerate(draws)]
+    samples = [{"ids": [k, content, path, text, promises, guarded],
+                "content_tokens": content, "critical_path": path, "well": well,
+                "response": texts[text], "forward_passes": path, "total_tokens": content,
+                "flags": [], "promises": promises, "guarded_blocks": min(guarded, promises)}
+               for k, (content, path, well, text, promises, guarded) in enumerate(draws)]
     scored, _ = score_prompt(Record("p", "P"), samples, baseline, None, [], lam,
-                             lambda s: s["well"], score="content", repeat_weight=mu)
+                             lambda s: s["well"], score="content", repeat_weight=mu,
+                             guard_weight=nu)
     choice = choose_pair(scored, lam)
 
     def by_hand(s):
+        guarded = s["guarded_blocks"] / s["promises"] if s["promises"] else 0.0
         return (1 - s["critical_path"] / s["content_tokens"]
                 + lam * min(1.0, s["content_tokens"] / baseline)
-                - mu * _word_trigram_repeats(s["response"]))
+                - mu * _word_trigram_repeats(s["response"]) - nu * guarded)
 
     values = [by_hand(s) for s in samples]
     well = [k for k, s in enumerate(samples) if s["well"]]

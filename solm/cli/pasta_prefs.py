@@ -103,9 +103,14 @@ def prefs(
                               "speedup + λ x the judge's quality; content (no judge): passes "
                               "saved (1 - critical path / own content tokens) + λ x min(1, "
                               "content / the Baseline-SFT answer's) - μ x repeated word "
-                              "3-grams (--repeat-weight)."),
+                              "3-grams (--repeat-weight) - ν x the share of blocks a guard "
+                              "closed (--guard-weight)."),
     repeat_weight: float = typer.Option(1.0, min=0.0, help="μ of --score content: the weight "
                                         "of the share of repeated word 3-grams."),
+    guard_weight: float = typer.Option(1.0, min=0.0, help="ν of --score content: the weight "
+                                       "of the share of a sample's blocks a guard closed "
+                                       "(past its promise + slack, or looping): samples "
+                                       "that keep their promises are preferred."),
     temperature: float = setting_option(SamplingConfig, "temperature", 1.0,
                                         why="preference pairs need different samples"),
     top_p: float = setting_option(SamplingConfig, "top_p"),
@@ -162,7 +167,8 @@ def prefs(
         "quality_weight": "inf" if math.isinf(weight) else weight,
         "judge": judge if weight != 0 and score == "thesis" else None,
         "min_length_ratio": min_length_ratio, "speed": speed, "score": score,
-        "repeat_weight": repeat_weight if score == "content" else None, "dtype": dtype, **{k: v for k, v in decoding.values.items()},
+        "repeat_weight": repeat_weight if score == "content" else None,
+        "guard_weight": guard_weight if score == "content" else None, "dtype": dtype, **{k: v for k, v in decoding.values.items()},
         **recorded_choice(engine, gguf_type=gguf_type)}
     aside = guard_folder(out, row_settings, restart, RESULT_FILES)
     if aside is not None:
@@ -181,7 +187,7 @@ def prefs(
     cfg = job.PrefsConfig(samples=samples, max_new_tokens=max_new_tokens,
                           quality_weight=weight, min_length_ratio=min_length_ratio,
                           speed=speed, model=model, score=score,
-                          repeat_weight=repeat_weight,
+                          repeat_weight=repeat_weight, guard_weight=guard_weight,
                           sampling=SamplingConfig(**{**decoding.values, "seed": seed}))
     summary = job.PrefsSummary(prompts=len(records), samples=len(records) * samples)
 

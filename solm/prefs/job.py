@@ -46,6 +46,7 @@ class PrefsConfig:
     speed: str = "baseline"  # speedup over the Baseline-SFT answer, or "own": over its own text
     score: str = "thesis"  # or "content" (`solm.prefs.score`): passes saved, content, repeats
     repeat_weight: float = 1.0  # μ of the content score
+    guard_weight: float = 1.0  # ν of the content score: the share of blocks a guard closed
     batch_size: int = 16
     pool_per_request: int = 2048
     model: str | None = None  # the sampled model, named in every pair (BoNBoN's reference)
@@ -196,8 +197,8 @@ def score_prompt(record: Record, samples: list[dict], baseline_tokens: int,
                  judgments: dict[str, dict] | None, references: Sequence[str],
                  quality_weight: float, vocab_well_formed: Callable[[dict], bool],
                  min_length_ratio: float = 0.0, speed: str = "baseline",
-                 score: str = "thesis", repeat_weight: float = 1.0
-                 ) -> tuple[list[Scored], list[dict]]:
+                 score: str = "thesis", repeat_weight: float = 1.0,
+                 guard_weight: float = 0.0) -> tuple[list[Scored], list[dict]]:
     """The prompt's distinct samples as Scored, and a scored row per sample."""
     scored, rows = [], []
     groups = distinct([s["ids"] for s in samples])
@@ -221,6 +222,7 @@ def score_prompt(record: Record, samples: list[dict], baseline_tokens: int,
             speedup, quality, penalty = content_terms(s["content_tokens"], s["critical_path"],
                                                       baseline_tokens, s["response"],
                                                       repeat_weight)
+            penalty += guard_weight * guarded_share(s)
         scored.append(Scored(first, vocab_well_formed(s), speedup, quality, n_copies,
                              {"unjudged": unjudged, "theoretical": theoretical},
                              too_short=s["content_tokens"] < min_length_ratio * baseline_tokens,
@@ -244,6 +246,12 @@ def score_prompt(record: Record, samples: list[dict], baseline_tokens: int,
                      "critical_path": s["critical_path"], "total_tokens": s["total_tokens"],
                      "content_tokens": s["content_tokens"], "flags": s["flags"]})
     return scored, rows
+
+
+def guarded_share(sample: dict) -> float:
+    """The share of a sample's blocks a guard closed (promise overrun, repetition)."""
+    promises = sample.get("promises", 0)
+    return sample.get("guarded_blocks", 0) / promises if promises else 0.0
 
 
 def pair_row(record: Record, samples: list[dict], choice, quality_weight: float,
@@ -278,7 +286,7 @@ def write_results(folder: Path, records: Sequence[Record], samples: dict[str, li
             scored, rows = score_prompt(r, samples[r.id], baseline[r.id]["tokens"], judgments,
                                         list(references[r.id]), cfg.quality_weight,
                                         well_formed, cfg.min_length_ratio, cfg.speed,
-                                        cfg.score, cfg.repeat_weight)
+                                        cfg.score, cfg.repeat_weight, cfg.guard_weight)
             summary.unjudged_samples += sum(1 for x in scored if x.extra.get("unjudged"))
             for row in rows:
                 scored_out.write(row)

@@ -19,7 +19,10 @@ score = passes saved + λ × min(1, content / the Baseline-SFT answer's content)
 - content: the sample's text tokens over the Baseline-SFT answer's, capped at 1 (an answer
   shorter than the baseline's loses, a longer one gains nothing);
 - repeated 3-grams: the share of the answer's word 3-grams repeating an earlier one (the
-  evaluation's measure), weighted by μ (`repeat_weight`).
+  evaluation's measure), weighted by μ (`repeat_weight`);
+- guarded blocks: the share of the sample's blocks a guard closed (a block that ran past its
+  promise + slack, or looped, lost its end), weighted by ν (`guard_weight`): promises kept
+  are preferred.
 
 Identical samples count once (n is the number of distinct samples). A malformed sample (not
 valid Pasta-Lang, or cut by the runtime) scores below every well-formed one: it can be
