@@ -321,11 +321,12 @@ OWN_DIR      ?= runs/own
 OWN_PROMPTS  ?= 1000
 OWN_SAMPLED  ?= 1
 OWN_MATCH    ?= '^[^\n]*\b(list|give me|what are|ways|ideas|tips|steps|examples|name|brainstorm|reasons|suggest|pros|cons|advantages|benefits|how (do|can|should|to)|types|kinds|things)\b'
-# 768 tokens: at 384 the cap cut 43% of the answers, the long ones (a rerun with a larger cap
-# continues the cut answers; recipes a-d trained on the 384-token rows, kept in
-# runs/own/rows_384.jsonl: `make own-select-cpu OWN_RECIPE=d OWN_ROWS=runs/own/rows_384.jsonl`)
+# 768 tokens: at 384 the cap cut 43% of the answers (a rerun with a larger cap continues the
+# cut answers; of 448 continued to 768, 16% ended: bench/results/own_answers). Recipes a-d
+# trained on the 384-token rows, kept in runs/own/rows_384.jsonl (OWN_ROWS); the 768-token
+# rows: OWN_ROWS=$(OWN_DIR)/distill/rows.jsonl.
 OWN_ARGS     ?= --max-new-tokens 768 --repetition-penalty 1.2 -q
-OWN_ROWS     ?= $(OWN_DIR)/distill/rows.jsonl
+OWN_ROWS     ?= $(OWN_DIR)/rows_384.jsonl
 own-rows-cpu: setup $(DATA)/dolly.jsonl $(ALPACA)
 	$(BIN)/pasta distill -p $(DATA)/dolly.jsonl --exclude $(ALPACA) --limit $(OWN_PROMPTS) \
 		--match $(OWN_MATCH) --sampled $(OWN_SAMPLED) -o $(OWN_DIR)/distill $(OWN_ARGS)
@@ -335,7 +336,7 @@ own-rows-cpu: setup $(DATA)/dolly.jsonl $(ALPACA)
 # annotations are then the only difference; a, b and c were measured against a's baseline,
 # OWN_BASELINE=a), then the selection prompts (AlpacaEval 1-30, batched, greedy) with both:
 # `make own-select-cpu OWN_RECIPE=b OWN_BASELINE=a`.
-OWN_RECIPE   ?= e
+OWN_RECIPE   ?= d
 OWN_BASELINE ?= $(OWN_RECIPE)
 OWN_a        ?= --lora-r 16 --lr 1e-3 --batch-size 8 --epochs 3 --max-len 1536 --eval-rows 8 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
 OWN_b        ?= --lora-r 0 --lr 2e-4 --control-token-lr-scale 30 --batch-size 8 --epochs 3 --max-len 1536 --eval-rows 8 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
@@ -345,8 +346,6 @@ OWN_c        ?= $(OWN_b)
 # d: c's training on the rows of 1,000 prompts, one epoch (each training under 45 minutes
 # on 2 cores)
 OWN_d        ?= --lora-r 0 --lr 2e-4 --control-token-lr-scale 30 --batch-size 8 --epochs 1 --max-len 1536 --eval-rows 16 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
-# e: d's training on the 768-token rows (the long answers in)
-OWN_e        ?= $(OWN_d)
 OWN_EVAL_ARGS ?= --max-new-tokens 512 --batch-size 16 --repetition-penalty 1.2 --no-judge -q
 .PHONY: own-select-cpu pdiff-exact-cpu
 own-sft-cpu: own-rows-cpu
