@@ -14,8 +14,8 @@ test "$(wc -l < $B/baseline.jsonl)" -ge 96 || .venv/bin/pasta decode -m runs/own
   -n 4 --score content --quality-weight 1 --repeat-weight 1 --guard-weight 1 --temperature 0.8 \
   --repetition-penalty 1.2 --max-new-tokens 512 --engine torch --seed 1 -q >> $B/prefs.log 2>&1 || exit 1
 grep -qs '"complete": true' $B/bonbon/solm.json || .venv/bin/pasta bonbon --data $B/prefs/pairs.jsonl \
-  --model runs/own/d/pasta-sft --out $B/bonbon --lora-r 16 --lr 2e-4 --epochs 2 --batch-size 4 \
-  --eval-rows 6 --eval-every 4 --save-every 10 -q >> $B/bonbon.log 2>&1 || exit 1
+  --model runs/own/d/pasta-sft --out $B/bonbon --lora-r 16 --lr 2e-4 --epochs 1 --batch-size 4 \
+  --eval-rows 6 --eval-every 8 --save-every 10 -q >> $B/bonbon.log 2>&1 || exit 1
 test -d $B/select || cp -r runs/own/d/select $B/select
 .venv/bin/pasta eval run -o $B/select --prompts /work/shared/data/alpaca_eval/alpaca_eval.jsonl --limit 30 \
   --method sequential:baseline-sft=runs/own/baseline-d --method pasta:pasta-sft=runs/own/d/pasta-sft \
