@@ -177,8 +177,8 @@ def distill(
                             greedy=SamplingConfig(**{**greedy.values, "seed": seed}),
                             sampling=SamplingConfig(**{**decoding.values, "seed": seed}))
     summary = job.DistillSummary(prompts=len(records), excluded=excluded)
-    left = (undone(records, out / job.ANSWERS, cfg.answers_per_prompt, per_sample=True)
-            + len(job.cut_answers(out, records, cfg)))
+    cut = job.cut_answers(out, records, cfg)
+    left = undone(records, out / job.ANSWERS, cfg.answers_per_prompt, per_sample=True) + len(cut)
     started = time.perf_counter()
     if rows_only:
         from solm.core.vocabulary import add_control_tokens
@@ -202,7 +202,7 @@ def distill(
         with progress(f"answering ({model}, {engine_used}; greedy + {sampled} sampled)",
                       left) as advance:
             summary.answers_decoded_now = job.decode_answers(rt, records, out, cfg, seed,
-                                                             on_done=advance)
+                                                             cut, on_done=advance)
     summary.seconds["answers"] = round(time.perf_counter() - started, 1)
     answers = job.read_answers(out, records, cfg.answers_per_prompt)
     started = time.perf_counter()

@@ -98,9 +98,11 @@ class AnswerRunner:
 
 
 def decode_answers(runtime, records: Sequence[Record], folder: Path, cfg: DistillConfig,
-                   seed: int, on_done: Callable[[], None] | None = None) -> int:
-    """The answers `answers.jsonl` lacks, decoded and appended, then the answers an earlier,
-    smaller cap cut, continued to `cfg.max_new_tokens`; returns how many rows were written."""
+                   seed: int, cut: Sequence[tuple[Record, int, list[int]]],
+                   on_done: Callable[[], None] | None = None) -> int:
+    """The answers `answers.jsonl` lacks, decoded and appended, then the `cut` ones
+    (`cut_answers`: an earlier, smaller cap cut them) continued to `cfg.max_new_tokens`;
+    returns how many rows were written."""
     from solm.core.chat import prompt_ids
     from solm.decode.jobs import DecodeSummary, decode_jobs, decode_records
     from solm.decode.protocol import Job
@@ -111,7 +113,7 @@ def decode_answers(runtime, records: Sequence[Record], folder: Path, cfg: Distil
                              DecodeSummary(), samples=cfg.answers_per_prompt, per_sample=True,
                              on_row=on_row)
     jobs = []
-    for rec, sample, written in cut_answers(folder, records, cfg):
+    for rec, sample, written in cut:
         job = Job(len(jobs), rec, tuple(prompt_ids(runtime.tokenizer, rec.prompt, rec.system)),
                   sample)
         runner.written[job.rid] = written
