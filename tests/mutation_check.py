@@ -1095,6 +1095,10 @@ ISSUE37 = {
     "prefs_guard_share_unweighted": (
         "solm/prefs/job.py", "penalty += guard_weight * guarded_share(s)",
         "penalty += guarded_share(s)", ["tests/test_prefs.py"]),
+    "prefs_weights_in_the_folder_identity": (
+        "solm/cli/pasta_prefs.py", '"dtype": dtype, **{k: v for k, v in decoding.values.items()},',
+        '"dtype": dtype, "repeat_weight": repeat_weight, **{k: v for k, v in decoding.values.items()},',
+        ["tests/test_prefs.py::test_a_rerun_with_other_weights_rescores_the_samples_it_has"]),
     "own_loop_skips_a_position": (
         "solm/llamacpp/own_loop.py", "len(ids) + step, 1", "len(ids) + step + 1, 1",
         LLAMA_TESTS),

@@ -279,6 +279,48 @@ def test_prefs_reruns_keep_earlier_pairs_and_refuse_other_settings(tmp_path, tin
     assert json.loads((out / "summary.json").read_text())["prompts"] == 1
 
 
+def test_a_rerun_with_other_weights_rescores_the_samples_it_has(tmp_path, tiny_folder):
+    """λ, μ and ν are the knobs a user turns between BoNBoN rounds: a rerun with other weights
+    decodes nothing (the samples stay byte for byte) and its pairs equal those of a fresh
+    folder sampled and scored with those weights from the start."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": q}) + "\n" for i, q in
+                               enumerate(["Name three fruits.", "Boil an egg.", "Rain?"])))
+    base = tmp_path / "base.jsonl"
+    base.write_text("".join(json.dumps({"id": f"q{i}", "response": "A plain answer of a few "
+                                                                    "words."}) + "\n"
+                            for i in range(3)))
+
+    def command(out, *weights):
+        return ["prefs", "-p", str(prompts), "-o", str(out), "-m", tiny_folder, "--baseline",
+                str(base), "-n", "3", "--temperature", "1.5", "--dtype", "fp32",
+                "--batch-size", "4", "--max-new-tokens", "12", "--seed", "0", "-q",
+                "--score", "content", *weights]
+
+    from typer.testing import CliRunner
+
+    from solm.cli import pasta as pasta_app
+
+    def run(*argv):
+        result = CliRunner().invoke(pasta_app.app, list(argv))
+        assert result.exit_code == 0, result.output[-3000:]
+
+    folder = tmp_path / "reused"
+    run(*command(folder, "--quality-weight", "0", "--repeat-weight", "0"))
+    samples_before = (folder / "samples.jsonl").read_bytes()
+    scores_before = [r["score"] for r in _rows(folder / "scored.jsonl")]
+    heavy = ("--quality-weight", "5", "--repeat-weight", "3", "--guard-weight", "2",
+             "--min-length-ratio", "0.5")
+    run(*command(folder, *heavy))
+    assert (folder / "samples.jsonl").read_bytes() == samples_before
+    assert json.loads((folder / "summary.json").read_text())["samples_decoded_now"] == 0
+    fresh = tmp_path / "fresh"
+    run(*command(fresh, *heavy))
+    for name in ("scored.jsonl", "pairs.jsonl"):
+        assert _rows(folder / name) == _rows(fresh / name), name
+    assert [r["score"] for r in _rows(folder / "scored.jsonl")] != scores_before
+
+
 def test_a_sample_every_judgment_of_which_was_rejected_is_a_tie():
     """Issue 33's planted bug (an unjudged sample's quality read as 0) passed the tests: a
     sample with no surviving judgment carries no information, so it scores as a tie (0.5),

@@ -45,7 +45,9 @@ answer. Prompts with no eligible sample, or one distinct sample, give no pair (c
 OUT (a folder) receives baseline.jsonl, samples.jsonl, judgments.jsonl, scored.jsonl,
 pairs.jsonl (for `pasta bonbon --data`) and summary.json. Everything is appended as it
 finishes: rerun the same command after a kill and it resumes (no sample decoded twice, no
-comparison judged twice).
+comparison judged twice). A rerun with other scoring weights (λ, μ, ν, --score content
+with --min-length-ratio...) decodes nothing: it rescores the samples OUT holds and rewrites
+scored.jsonl, pairs.jsonl and summary.json (copy the folder first to keep both).
 
 Examples:
 
@@ -66,9 +68,11 @@ def _quality_weight(value: str) -> float:
 RESULT_FILES = ("baseline.jsonl", "samples.jsonl", "judgments.jsonl", "judgments.rejects.jsonl",
                 "scored.jsonl", "pairs.jsonl", "summary.json")
 RestartOption = typer.Option(False, "--restart", help="OUT holds results made with another "
-                             "model, judge, prompts file or settings: move them into "
+                             "model, judge, prompts file or sampling settings: move them into "
                              "OUT/previous-TIME/ and start again (without it such a rerun "
-                             "is refused).")
+                             "is refused). Scoring settings (--quality-weight, --score, "
+                             "--repeat-weight, --guard-weight, --min-length-ratio, --speed) "
+                             "need no restart: a rerun rescores the samples OUT holds.")
 
 
 @model_command
@@ -164,12 +168,12 @@ def prefs(
         "model": model, "prompts": file_sha256(prompts),
         "baseline": f"file sha256 {file_sha256(baseline)}" if baseline else baseline_model,
         "samples": samples, "max_new_tokens": max_new_tokens, "seed": seed,
-        "quality_weight": "inf" if math.isinf(weight) else weight,
         "judge": judge if weight != 0 and score == "thesis" else None,
-        "min_length_ratio": min_length_ratio, "speed": speed, "score": score,
-        "repeat_weight": repeat_weight if score == "content" else None,
-        "guard_weight": guard_weight if score == "content" else None, "dtype": dtype, **{k: v for k, v in decoding.values.items()},
+        "dtype": dtype, **{k: v for k, v in decoding.values.items()},
         **recorded_choice(engine, gguf_type=gguf_type)}
+    # The scoring (λ, μ, ν, the length floor, speed, score) is not part of the folder's
+    # identity: scored.jsonl and pairs.jsonl are rewritten whole from the samples each run,
+    # so a rerun with other weights rescores the samples it has instead of being refused.
     aside = guard_folder(out, row_settings, restart, RESULT_FILES)
     if aside is not None:
         info(f"--restart: the earlier results were moved into {aside}")
