@@ -1099,6 +1099,13 @@ ISSUE37 = {
         "solm/cli/pasta_prefs.py", '"dtype": dtype, **{k: v for k, v in decoding.values.items()},',
         '"dtype": dtype, "repeat_weight": repeat_weight, **{k: v for k, v in decoding.values.items()},',
         ["tests/test_prefs.py::test_a_rerun_with_other_weights_rescores_the_samples_it_has"]),
+    "delta_keeps_the_smallest_directions": (
+        "solm/core/delta_packing.py", "return (u[:, :r] * s[:r]).contiguous(), vh[:r].contiguous()",
+        "return (u[:, -r:] * s[-r:]).contiguous(), vh[-r:].contiguous()",
+        ["tests/test_delta_packing.py"]),
+    "delta_norm_difference_dropped": (
+        "solm/core/delta_packing.py", "out[name] = b + stored[name + _VEC].float()",
+        "out[name] = b", ["tests/test_delta_packing.py"]),
     "own_loop_skips_a_position": (
         "solm/llamacpp/own_loop.py", "len(ids) + step, 1", "len(ids) + step + 1, 1",
         LLAMA_TESTS),

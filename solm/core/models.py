@@ -70,20 +70,30 @@ ARTIFACT_TARGETS = {"pasta-sft-cpu": "sft-lora-cpu", "baseline-sft-cpu": "sft-lo
 
 def artifact_folder(name: str) -> str | None:
     """The loadable folder of a kept model (`pasta-sft-cpu`, ...), None for other names: the
-    package keeps it compact (`solm.core.adapter_packing.pack`); the first use writes the full
-    adapter into the cache, keyed by the packed file's hash (a rebuilt model gets a fresh
-    copy)."""
+    package keeps it compact (a LoRA adapter: `solm.core.adapter_packing.pack`; a full
+    finetune: its low-rank difference from the base, `solm.core.delta_packing.pack_delta`);
+    the first use writes the full adapter or model into the cache, keyed by the packed files'
+    hash (a rebuilt model gets a fresh copy)."""
+    import hashlib
+
     from solm.core.adapter_packing import PACKED, unpack
+    from solm.core.delta_packing import is_delta_folder, shard_files, unpack_delta
 
     if name not in ARTIFACTS:
         return None
     folder = ARTIFACTS_DIR / name
+    if is_delta_folder(folder) and shard_files(folder):  # a full finetune, as its difference
+        digest = hashlib.sha256()
+        for shard in shard_files(folder):
+            digest.update(shard.read_bytes())
+        cached = cache_root() / "artifacts" / f"{name}-{digest.hexdigest()[:16]}"
+        if not (cached / "model.safetensors").exists():
+            unpack_delta(folder, cached)
+        return str(cached)
     packed = folder / PACKED
     if not (folder / "adapter_config.json").exists() or not packed.exists():
         raise SolmError(f"model '{name}' is not in this installation ({folder}); make it with "
                         f"`make {ARTIFACT_TARGETS[name]}`")
-    import hashlib
-
     digest = hashlib.sha256(packed.read_bytes()).hexdigest()[:16]
     cached = cache_root() / "artifacts" / f"{name}-{digest}"
     if not (cached / "adapter_config.json").exists():
