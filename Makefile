@@ -107,6 +107,10 @@ sft-pasta-cpu: setup $(SFT_DIR)/sft_rows.jsonl $(ALPACA)
 # trained as their own parameters), Pasta-SFT and Baseline-SFT. The adapters (< 20 MB each)
 # are copied into the package, where the aliases pasta-sft-cpu / baseline-sft-cpu load them
 # (without a tokenizer: loading rebuilds it from the parent's, as training built it).
+# Since issue 47 the package's pasta-sft-cpu / baseline-sft-cpu are the own-answer models
+# (`make own-kept-cpu`); these, the last wave's, are packed into SFT_KEPT (copy a folder into
+# solm/artifacts/ to load it by that name).
+SFT_KEPT ?= $(SFT_DIR)/kept
 LORA_ARGS ?= --lora-r 8 --lr 1e-3 --batch-size 4 --epochs 1 --max-len 384 --eval-rows 16 --save-every 40 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
 ARTIFACTS := solm/artifacts
 # kept models are stored packed (int8 LoRA factors, under 5 MB a file); the first use writes
@@ -115,12 +119,12 @@ PACK = $(BIN)/python -c "from solm.core.adapter_packing import pack; pack(
 sft-lora-cpu: setup $(SFT_DIR)/sft_rows.jsonl
 	$(BIN)/pasta sft --data $(SFT_DIR)/sft_rows.jsonl --out $(SFT_DIR)/pasta-sft-lora $(LORA_ARGS)
 	$(BIN)/pasta sft --data $(SFT_DIR)/sft_rows.jsonl --out $(SFT_DIR)/baseline-sft-lora --strip-annotations $(LORA_ARGS)
-	$(PACK) '$(SFT_DIR)/pasta-sft-lora', '$(ARTIFACTS)/pasta-sft-cpu')"
-	$(PACK) '$(SFT_DIR)/baseline-sft-lora', '$(ARTIFACTS)/baseline-sft-cpu')"
+	$(PACK) '$(SFT_DIR)/pasta-sft-lora', '$(SFT_KEPT)/pasta-sft-cpu')"
+	$(PACK) '$(SFT_DIR)/baseline-sft-lora', '$(SFT_KEPT)/baseline-sft-cpu')"
 	# their decoding defaults travel with them (without the penalty the 135M models loop)
 	for m in pasta-sft-cpu baseline-sft-cpu; do printf '{\n  "do_sample": false,\n  "repetition_penalty": 1.2\n}\n' \
-		> $(ARTIFACTS)/$$m/generation_config.json; done
-	du -sh $(ARTIFACTS)/*
+		> $(SFT_KEPT)/$$m/generation_config.json; done
+	du -sh $(SFT_KEPT)/*
 
 # The overlap layout beside Pred-10X (issue 37): pasta-sft-cpu's recipe on today's rows, trained
 # with --positions overlap (threads overlap the main thread's positions, so llama.cpp can
@@ -248,14 +252,15 @@ pasta-frontier: setup $(ALPACA)
 
 # Keep a round's model under the name pasta-bonbon-cpu (when it is faster than pasta-sft-cpu
 # at a well-formed rate that is not lower: see README "Preference rounds"): its adapter chain
-# flattened into one LoRA adapter over pasta-sft-cpu (rank 16), packed into the package at
-# rank 12 (SVD; logits within 0.003 of rank 16) with int8 factors (3.9 MB).
+# flattened into one LoRA adapter over pasta-sft-cpu (rank 16), packed at rank 12 (SVD;
+# logits within 0.003 of rank 16) with int8 factors (3.9 MB), into SFT_KEPT: the last wave's
+# model (the package's pasta-bonbon-cpu is `make own-kept-cpu`'s since issue 47).
 KEEP ?= $(PREFS_DIR)/lambda-0/round-$(ROUNDS)/bonbon
 pasta-bonbon-cpu: setup
-	rm -rf $(ARTIFACTS)/pasta-bonbon-cpu $(PREFS_DIR)/pasta-bonbon-flat
+	rm -rf $(SFT_KEPT)/pasta-bonbon-cpu $(PREFS_DIR)/pasta-bonbon-flat
 	$(BIN)/python -c "from solm.core.adapters import flatten; flatten('$(KEEP)', 'pasta-sft-cpu', '$(PREFS_DIR)/pasta-bonbon-flat')"
-	$(PACK) '$(PREFS_DIR)/pasta-bonbon-flat', '$(ARTIFACTS)/pasta-bonbon-cpu', max_rank=12)"
-	du -sh $(ARTIFACTS)/pasta-bonbon-cpu
+	$(PACK) '$(PREFS_DIR)/pasta-bonbon-flat', '$(SFT_KEPT)/pasta-bonbon-cpu', max_rank=12)"
+	du -sh $(SFT_KEPT)/pasta-bonbon-cpu
 
 # TIP on a CPU (issue 24), each step on files and resumable (rerun after a kill):
 # 1,000 MATH solutions (the shared sample: MATH's test set minus MATH-500) annotated with
@@ -347,8 +352,10 @@ OWN_c        ?= $(OWN_b)
 # on 2 cores)
 OWN_d        ?= --lora-r 0 --lr 2e-4 --control-token-lr-scale 30 --batch-size 8 --epochs 1 --max-len 1536 --eval-rows 16 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
 OWN_EVAL_ARGS ?= --max-new-tokens 512 --batch-size 16 --repetition-penalty 1.2 --no-judge -q
-.PHONY: own-select-cpu pdiff-exact-cpu
-own-sft-cpu: own-rows-cpu
+.PHONY: own-select-cpu own-sft-cpu own-kept-cpu pdiff-exact-cpu
+$(OWN_DIR)/distill/rows.jsonl:
+	$(MAKE) own-rows-cpu
+own-sft-cpu: setup $(OWN_ROWS)
 	$(call trained,$(OWN_DIR)/$(OWN_RECIPE)/pasta-sft) $(BIN)/pasta sft \
 		--data $(OWN_ROWS) --out $(OWN_DIR)/$(OWN_RECIPE)/pasta-sft $(OWN_$(OWN_RECIPE))
 	$(call trained,$(OWN_DIR)/baseline-$(OWN_BASELINE)) $(BIN)/pasta sft \
@@ -359,6 +366,42 @@ own-select-cpu: own-sft-cpu
 		--method sequential:baseline-sft=$(OWN_DIR)/baseline-$(OWN_BASELINE) \
 		--method pasta:pasta-sft=$(OWN_DIR)/$(OWN_RECIPE)/pasta-sft $(OWN_EVAL_ARGS)
 	$(BIN)/pasta eval report $(OWN_DIR)/$(OWN_RECIPE)/select -o $(OWN_DIR)/$(OWN_RECIPE)/select/report -q
+
+# The kept PASTA models (issue 47): recipe d's Pasta-SFT and Baseline-SFT on the own-answer
+# rows (OWN_ROWS, committed; `make own-rows-cpu` remakes the distilled rows from nothing),
+# then two BoNBoN rounds with the content score on 96 Dolly prompts that gave d no row
+# (runs/own/bonbon/prompts.jsonl, committed), d's Baseline-SFT answers as the yardstick, 4
+# samples each: round 1 over d (λ 1, μ 1, ν 1), round 2 over round 1 (λ 2, μ 3, ν 1); each
+# full finetune packed into the package as its rank-KEPT_RANK difference from the embedded
+# model (int8 factors, files under 5 MB): pasta-sft-cpu (d), pasta-bonbon-cpu (round 2),
+# baseline-sft-cpu. Every step is resumable (rerun after a kill); on 2 cores the trainings
+# take ~21 min each, each round's sampling ~40 min, each BoNBoN ~8 min.
+KEPT_DIR   ?= $(OWN_DIR)/bonbon
+KEPT_R1    ?= $(KEPT_DIR)/bonbon
+KEPT_R2    ?= $(KEPT_DIR)/bonbon3_v1
+KEPT_RANK  ?= 32
+KEPT_PREFS ?= -n 4 --score content --guard-weight 1 --temperature 0.8 --repetition-penalty 1.2 --max-new-tokens 512 --engine torch -q
+KEPT_BONBON ?= --lora-r 16 --lr 2e-4 --epochs 1 --batch-size 4 --eval-rows 6 --eval-every 8 --save-every 10 -q
+KEEP_DELTA = $(BIN)/python -c "from solm.core.delta_packing import pack_delta; pack_delta(
+own-kept-cpu: setup
+	$(MAKE) own-sft-cpu OWN_RECIPE=d OWN_BASELINE=d
+	test "$$(wc -l < $(KEPT_DIR)/baseline.jsonl 2>/dev/null || echo 0)" -ge 96 || $(BIN)/pasta decode \
+		-m $(OWN_DIR)/baseline-d --mode sequential -p $(KEPT_DIR)/prompts.jsonl -o $(KEPT_DIR)/baseline.jsonl \
+		--max-new-tokens 512 --repetition-penalty 1.2 --engine llama.cpp -q
+	$(BIN)/pasta prefs -p $(KEPT_DIR)/prompts.jsonl -m $(OWN_DIR)/d/pasta-sft --baseline $(KEPT_DIR)/baseline.jsonl \
+		-o $(KEPT_DIR)/prefs --quality-weight 1 --repeat-weight 1 --seed 1 $(KEPT_PREFS)
+	$(call trained,$(KEPT_R1)) $(BIN)/pasta bonbon --data $(KEPT_DIR)/prefs/pairs.jsonl \
+		--model $(OWN_DIR)/d/pasta-sft --out $(KEPT_R1) $(KEPT_BONBON)
+	$(BIN)/pasta prefs -p $(KEPT_DIR)/prompts.jsonl -m $(KEPT_R1) --baseline $(KEPT_DIR)/baseline.jsonl \
+		-o $(KEPT_DIR)/prefs2 --quality-weight 2 --repeat-weight 3 --seed 2 $(KEPT_PREFS)
+	$(call trained,$(KEPT_R2)) $(BIN)/pasta bonbon --data $(KEPT_DIR)/prefs2/pairs.jsonl \
+		--model $(KEPT_R1) --out $(KEPT_R2) $(KEPT_BONBON)
+	$(KEEP_DELTA)'$(OWN_DIR)/d/pasta-sft', 'smollm2-135m', '$(ARTIFACTS)/pasta-sft-cpu', $(KEPT_RANK), $(KEPT_RANK))"
+	$(KEEP_DELTA)'$(OWN_DIR)/baseline-d', 'smollm2-135m', '$(ARTIFACTS)/baseline-sft-cpu', $(KEPT_RANK), $(KEPT_RANK))"
+	$(KEEP_DELTA)'$(KEPT_R2)', 'smollm2-135m', '$(ARTIFACTS)/pasta-bonbon-cpu', $(KEPT_RANK), $(KEPT_RANK))"
+	for m in pasta-sft-cpu baseline-sft-cpu pasta-bonbon-cpu; do printf '{\n  "do_sample": false,\n  "repetition_penalty": 1.2\n}\n' \
+		> $(ARTIFACTS)/$$m/generation_config.json; done
+	du -sh $(ARTIFACTS)/*
 
 # Planned Diffusion on a CPU (issue 25), each step on files and resumable (rerun after a kill):
 # hybrid AR + diffusion SFT of the embedded model on the rule-annotated rows of the PASTA

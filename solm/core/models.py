@@ -38,22 +38,28 @@ ALIASES: dict[str, GgufAlias] = {
 }
 DEFAULT_MODEL = "smollm2-135m"
 
-# Small trained models kept in the package: LoRA adapters (with their trained control-token
-# rows) over the embedded model or over another kept model, made by `make` targets; loaded
-# by name like aliases.
+# Small trained models kept in the package, made by `make` targets and loaded by name like
+# aliases: LoRA adapters (with their trained control-token rows) over the embedded model or
+# over another kept model, or full finetunes kept as their low-rank difference from the
+# embedded model (solm.core.delta_packing).
 ARTIFACTS_DIR = Path(__file__).resolve().parent.parent / "artifacts"
 ARTIFACTS: dict[str, str] = {
-    "pasta-sft-cpu": "Pasta-SFT on the embedded model: LoRA r=8 on 517 rule-annotated rows "
-                     "(the APAR-style model of the CPU evaluation)",
-    "baseline-sft-cpu": "Baseline-SFT: the same rows with the tags stripped, same LoRA",
-    "pasta-bonbon-cpu": "pasta-sft-cpu after two BoNBoN rounds at lambda 0 (speed only, "
-                        "--speed own): its two LoRA r=8 adapters flattened into one adapter "
-                        "over pasta-sft-cpu, kept at rank 12 (`make pasta-bonbon-cpu`)",
+    "pasta-sft-cpu": "Pasta-SFT on the embedded model trained on its own answers (issue 47): "
+                     "360 rows of its own Dolly answers annotated by the rules, 216 parallel "
+                     "+ 144 plain, full finetune, one epoch; kept as its rank-32 difference "
+                     "from the embedded model (`make own-kept-cpu`)",
+    "baseline-sft-cpu": "Baseline-SFT: the same own-answer rows with the tags stripped, the "
+                        "same training, kept the same way (`make own-kept-cpu`)",
+    "pasta-bonbon-cpu": "pasta-sft-cpu after two BoNBoN rounds scored by passes saved + "
+                        "content kept - repeats - guard-closed blocks (the second rescored "
+                        "with lambda 2, mu 3); kept as its rank-32 difference from the "
+                        "embedded model (`make own-kept-cpu`)",
     "pdiff-cpu": "Planned Diffusion on the embedded model: hybrid AR + diffusion SFT, LoRA r=8 "
                  "on the rule-annotated rows laid out in chunk slots (`make pdiff-cpu`)",
-    "pasta-sft-overlap-cpu": "pasta-sft-cpu's rows and recipe trained with the overlap "
-                             "layout (--positions overlap): its threads decode on llama.cpp "
-                             "too (`make sft-overlap-cpu`)",
+    "pasta-sft-overlap-cpu": "the last wave's Pasta-SFT recipe (517 rule-annotated Dolly / "
+                             "SlimOrca rows, LoRA r=8) trained with the overlap layout "
+                             "(--positions overlap): its threads decode on llama.cpp too "
+                             "(`make sft-overlap-cpu`)",
     "pdiff-overlap-cpu": "pdiff-cpu's recipe on pasta-sft-overlap-cpu's rows, trained with the "
                          "overlap layout: its chunks denoise on llama.cpp too (`make "
                          "pdiff-sft-overlap-cpu`)",
@@ -62,8 +68,8 @@ ARTIFACTS: dict[str, str] = {
 }
 
 # the make target that builds each kept model, for the error when one is missing
-ARTIFACT_TARGETS = {"pasta-sft-cpu": "sft-lora-cpu", "baseline-sft-cpu": "sft-lora-cpu",
-                    "pasta-bonbon-cpu": "pasta-bonbon-cpu", "pdiff-cpu": "pdiff-cpu",
+ARTIFACT_TARGETS = {"pasta-sft-cpu": "own-kept-cpu", "baseline-sft-cpu": "own-kept-cpu",
+                    "pasta-bonbon-cpu": "own-kept-cpu", "pdiff-cpu": "pdiff-cpu",
                     "pasta-sft-overlap-cpu": "sft-overlap-cpu",
                     "pdiff-overlap-cpu": "pdiff-sft-overlap-cpu", "tip-sft-cpu": "tip-kept-cpu"}
 
