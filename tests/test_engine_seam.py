@@ -167,6 +167,22 @@ def test_an_adapter_is_timed_by_its_parents_measurement(tmp_path, monkeypatch):
     assert base_model("smollm2-135m") == "smollm2-135m"
 
 
+def test_a_kept_difference_is_timed_by_its_bases_measurement(tmp_path, monkeypatch):
+    """A full finetune kept as its difference from the base has the base's shapes: the
+    base's figures decide (the unpacked folder itself was never measured)."""
+    from solm.core import models
+    from solm.engines.cost import base_model
+
+    kept = tmp_path / "kept" / "some-kept"
+    kept.mkdir(parents=True)
+    (kept / "delta.json").write_text('{"base": "smollm2-135m", "rank": 2}')
+    monkeypatch.setattr(models, "ARTIFACTS_DIR", tmp_path / "kept")
+    monkeypatch.setitem(models.ARTIFACTS, "some-kept", "a test model")
+    assert base_model("some-kept") == "smollm2-135m"
+    assert base_model(str(kept)) == "smollm2-135m"
+    assert base_model(str(tmp_path)) == str(tmp_path.resolve())  # a plain folder: itself
+
+
 def test_a_finished_decode_keeps_its_tokens_per_pass_for_auto(tmp_path, tiny_folder,
                                                               monkeypatch):
     import json

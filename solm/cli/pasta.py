@@ -234,12 +234,13 @@ app.command(name="chat")(chat)
 @app.command()
 @model_command
 def demo(
-    model: str = model_option("pasta-sft-overlap-cpu", help="A PASTA model: alias, "
-                              "HF folder or hub id (default: the kept Pasta-SFT model trained "
-                              "with the overlap layout, which llama.cpp decodes too)."),
+    model: str = model_option("pasta-bonbon-cpu", help="A PASTA model: alias, "
+                              "HF folder or hub id (default: the kept model trained on the "
+                              "embedded model's own answers, after its BoNBoN rounds; "
+                              "pasta-sft-overlap-cpu is the one llama.cpp decodes too)."),
     prompt: Optional[str] = typer.Option(None, help="The prompt (default: one the kept "
-                                         "pasta-sft-overlap-cpu model answers with a "
-                                         "list)."),
+                                         "pasta-bonbon-cpu model answers in three "
+                                         "threads)."),
     max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 96,
                                          why="a demo answer that fits a screen"),
     width: int = typer.Option(60, min=10, max=400, help="Columns of the thread timeline."),
@@ -260,7 +261,7 @@ def demo(
     timeline, one column per decode step), and the same answer is then decoded one token per
     step by the same model, so the realized speedup printed is measured in this run, on the
     same text (prefill excluded from both). `make demo` runs this on the embedded model's
-    kept Pasta-SFT adapter (about a minute on a 2-core CPU: the timing replays each side four
+    kept PASTA model (about a minute on a 2-core CPU: the timing replays each side four
     times)."""
     import json as _json
 

@@ -42,6 +42,17 @@ def is_delta_folder(folder: str | Path) -> bool:
     return (Path(folder) / PACKED_META).exists()
 
 
+def packed_base(model: str) -> str | None:
+    """The base a model kept as a difference (a kept model's name or a packed folder) was
+    packed against, else None: its passes cost the base's (same shapes, a few rows more)."""
+    from solm.core.models import ARTIFACTS, ARTIFACTS_DIR
+
+    folder = ARTIFACTS_DIR / model if model in ARTIFACTS else Path(model)
+    if not is_delta_folder(folder):
+        return None
+    return json.loads((folder / PACKED_META).read_text())["base"]
+
+
 def shard_files(folder: str | Path) -> list[Path]:
     return sorted(Path(folder).glob(f"{SHARD_PREFIX}*.safetensors"))
 

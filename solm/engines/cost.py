@@ -79,10 +79,15 @@ def flash_attn_here() -> bool:
 
 
 def base_model(model: str) -> str:
-    """The model whose weights' shapes decide a pass's cost: a LoRA adapter's parent (its
-    passes cost what its parent's do), else the model itself."""
+    """The model whose weights' shapes decide a pass's cost: a LoRA adapter's parent or the
+    base a kept difference was packed against (their passes cost what those do), else the
+    model itself."""
+    from solm.core.delta_packing import packed_base
     from solm.core.models import ALIASES, adapter_parent, artifact_folder
 
+    base = packed_base(str(model))
+    if base is not None:
+        return base_model(base)
     folder = Path(artifact_folder(str(model)) or str(model))
     if (folder / "adapter_config.json").is_file():
         try:
