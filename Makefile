@@ -382,7 +382,7 @@ KEPT_R2    ?= $(KEPT_DIR)/bonbon3_v1
 KEPT_RANK  ?= 32
 KEPT_PREFS ?= -n 4 --score content --guard-weight 1 --temperature 0.8 --repetition-penalty 1.2 --max-new-tokens 512 --engine torch -q
 KEPT_BONBON ?= --lora-r 16 --lr 2e-4 --epochs 1 --batch-size 4 --eval-rows 6 --eval-every 8 --save-every 10 -q
-KEEP_DELTA = $(BIN)/python -c "from solm.core.delta_packing import pack_delta; pack_delta(
+KEEP_DELTA = $(BIN)/python -c "from solm.core.kept_difference import pack_delta; pack_delta(
 own-kept-cpu: setup
 	$(MAKE) own-sft-cpu OWN_RECIPE=d OWN_BASELINE=d
 	test "$$(wc -l < $(KEPT_DIR)/baseline.jsonl 2>/dev/null || echo 0)" -ge 96 || $(BIN)/pasta decode \

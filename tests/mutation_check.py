@@ -1107,8 +1107,8 @@ ISSUE37 = {
         "solm/core/delta_packing.py", "out[name] = b + stored[name + _VEC].float()",
         "out[name] = b", ["tests/test_delta_packing.py"]),
     "kept_difference_timed_as_itself": (
-        "solm/engines/cost.py", "    if base is not None:\n        return base_model(base)",
-        "    if base is None:\n        return base_model(base)", ["tests/test_engine_seam.py"]),
+        "solm/engines/cost.py", "    base = packed_base(str(model))", "    base = None",
+        ["tests/test_engine_seam.py"]),
     "own_loop_skips_a_position": (
         "solm/llamacpp/own_loop.py", "len(ids) + step, 1", "len(ids) + step + 1, 1",
         LLAMA_TESTS),

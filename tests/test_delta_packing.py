@@ -45,7 +45,8 @@ def _weights(folder):
 
 
 def test_a_low_rank_difference_comes_back_and_the_logits_with_it(tmp_path, tiny_folder):
-    from solm.core.delta_packing import pack_delta, shard_files, unpack_delta
+    from solm.core.delta_packing import shard_files
+    from solm.core.kept_difference import pack_delta, unpack_delta
     from solm.core.models import load_model
 
     finetuned = _finetune(tiny_folder, tmp_path / "ft", low_rank=3)
@@ -66,7 +67,7 @@ def test_a_low_rank_difference_comes_back_and_the_logits_with_it(tmp_path, tiny_
 
 
 def test_a_full_rank_difference_keeps_its_best_rank_r_part(tmp_path, tiny_folder):
-    from solm.core.delta_packing import pack_delta, unpack_delta
+    from solm.core.kept_difference import pack_delta, unpack_delta
     from solm.core.models import load_model
 
     target = "layers.0.mlp.up_proj"
@@ -106,7 +107,7 @@ def test_a_weight_the_base_lacks_is_refused(tmp_path, tiny_folder):
 
 def test_a_kept_model_stored_as_a_difference_loads_by_name(tmp_path, tiny_folder, monkeypatch):
     from solm.core import models
-    from solm.core.delta_packing import pack_delta
+    from solm.core.kept_difference import pack_delta
 
     _finetune(tiny_folder, tmp_path / "ft", low_rank=2)
     monkeypatch.setattr(models, "ARTIFACTS_DIR", tmp_path / "kept")

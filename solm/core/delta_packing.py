@@ -14,9 +14,10 @@ with every weight free (or an adapter chain over one) has no factors, so it is s
 The tensors go into shards of at most `max_file_bytes` each (a package keeps every file
 small). No tokenizer is stored (3.5 MB for the embedded model): the base's, with the control tokens
 added as training added them, is rebuilt and checked against the token ids recorded at
-packing. On first use `unpack_delta` adds the difference back onto the base's weights and
+packing. On first use `write_full` adds the difference back onto the base's weights and
 writes a full model folder (fp32, with that tokenizer) into the cache, which loads like any
-checkpoint.
+checkpoint. Packing a model and unpacking a kept one by name load models:
+`solm.core.kept_difference`.
 """
 
 from __future__ import annotations
@@ -42,17 +43,6 @@ def is_delta_folder(folder: str | Path) -> bool:
     return (Path(folder) / PACKED_META).exists()
 
 
-def packed_base(model: str) -> str | None:
-    """The base a model kept as a difference (a kept model's name or a packed folder) was
-    packed against, else None: its passes cost the base's (same shapes, a few rows more)."""
-    from solm.core.models import ARTIFACTS, ARTIFACTS_DIR
-
-    folder = ARTIFACTS_DIR / model if model in ARTIFACTS else Path(model)
-    if not is_delta_folder(folder):
-        return None
-    return json.loads((folder / PACKED_META).read_text())["base"]
-
-
 def shard_files(folder: str | Path) -> list[Path]:
     return sorted(Path(folder).glob(f"{SHARD_PREFIX}*.safetensors"))
 
@@ -70,7 +60,7 @@ def low_rank_factors(delta: torch.Tensor, rank: int) -> tuple[torch.Tensor, torc
     return (u[:, :r] * s[:r]).contiguous(), vh[:r].contiguous()
 
 
-def _params(model) -> dict[str, torch.Tensor]:
+def params(model) -> dict[str, torch.Tensor]:
     """Name -> fp32 tensor, a tied weight once (under the name that owns it)."""
     return {name: p.detach().float().cpu() for name, p in model.named_parameters()}
 
@@ -139,77 +129,45 @@ def _shards(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, 
     return shards
 
 
-def pack_delta(model: str | Path, base: str, out: str | Path, rank: int, embed_rank: int,
-               max_file_bytes: int = 4_800_000) -> Path:
-    """Write `model` (a full model or an adapter chain over one) as its low-rank difference
-    from `base` into `out`: shards, its config, tokenizer and solm.json."""
+def write_difference(full: dict[str, torch.Tensor], base: dict[str, torch.Tensor], out: Path,
+                     rank: int, embed_rank: int, info: dict,
+                     max_file_bytes: int = 4_800_000) -> None:
+    """`full - base` in its stored form, sharded into `out` (created afresh), with `info`
+    (the base's name, the added tokens' ids...) beside it."""
     from safetensors.torch import save_file
 
-    from solm.core.models import load_model
-
-    full_model, tokenizer = load_model(str(model), dtype="float32", device="cpu")
-    base_model, base_tokenizer = load_model(base, dtype="float32", device="cpu")
-    if type(full_model.config).__name__ != type(base_model.config).__name__:
-        raise SolmError(f"{model} is a {type(full_model.config).__name__}, {base} a "
-                        f"{type(base_model.config).__name__}")
-    tensors = delta_tensors(_params(full_model), _params(base_model), rank, embed_rank)
-    out = Path(out)
+    tensors = delta_tensors(full, base, rank, embed_rank)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     for i, shard in enumerate(_shards(tensors, max_file_bytes), 1):
         save_file(shard, str(out / f"{SHARD_PREFIX}{i:05d}.safetensors"))
-    full_model.config.save_pretrained(out)
-    if full_model.generation_config is not None:
-        full_model.generation_config.save_pretrained(out)
-    source = Path(str(model))
-    if (source / "generation_config.json").exists():  # the model's decoding defaults
-        shutil.copyfile(source / "generation_config.json", out / "generation_config.json")
-    meta = json.loads((source / META).read_text()) if (source / META).exists() else {}
-    meta.update(format="full", parent_model=base, packed_from=str(model))
-    (out / META).write_text(json.dumps(meta, indent=2) + "\n")
-    added = {t: i for t, i in tokenizer.get_vocab().items() if i >= len(base_tokenizer)}
-    rebuilt = _tokenizer(base, meta)
-    if len(rebuilt) != len(tokenizer) or any(rebuilt.convert_tokens_to_ids(t) != i
-                                             for t, i in added.items()):
-        raise SolmError(f"{model}: its tokenizer is not {base}'s with the "
-                        f"{meta.get('control_tokens', 'pasta')} control tokens added, so it "
-                        f"cannot be rebuilt from them")
     (out / PACKED_META).write_text(json.dumps(
-        {"base": base, "rank": rank, "embed_rank": embed_rank, "from": str(model),
-         "added_tokens": added}, indent=2) + "\n")
-    return out
+        {**info, "rank": rank, "embed_rank": embed_rank}, indent=2) + "\n")
 
 
-def _tokenizer(base: str, meta: dict):
-    """The base's tokenizer with the control tokens `meta` names, added as training adds them."""
-    from solm.core.models import load_tokenizer
-    from solm.core.vocabulary import add_control_tokens
-
-    tok = load_tokenizer(base)
-    add_control_tokens(None, tok, meta.get("control_tokens", "pasta"),
-                       num_registers=meta.get("num_registers", 16),
-                       pad_cycle=meta.get("pad_cycle", 1))
-    return tok
+def read_info(folder: str | Path) -> tuple[dict, dict]:
+    """(delta.json, solm.json) of a packed folder."""
+    folder = Path(folder)
+    meta = json.loads((folder / META).read_text()) if (folder / META).exists() else {}
+    return json.loads((folder / PACKED_META).read_text()), meta
 
 
-def unpack_delta(folder: str | Path, out: str | Path) -> Path:
-    """Write the full model (fp32) of a packed difference `folder` into `out`, atomically."""
+def write_full(folder: str | Path, out: str | Path, base: dict[str, torch.Tensor],
+               tokenizer) -> Path:
+    """The full model (fp32) of a packed difference `folder` over the `base` weights, with
+    `tokenizer` (the base's with the control tokens added), written to `out` atomically."""
     from safetensors.torch import load_file, save_file
 
-    from solm.core.models import load_model
-
     folder, out = Path(folder), Path(out)
-    info = json.loads((folder / PACKED_META).read_text())
-    stored: dict[str, torch.Tensor] = {}
-    for shard in shard_files(folder):
-        stored.update(load_file(str(shard)))
-    base_model, _ = load_model(info["base"], dtype="float32", device="cpu")
-    weights = apply_delta(_params(base_model), stored)
-    tokenizer = _tokenizer(info["base"], json.loads((folder / META).read_text()))
+    info, _ = read_info(folder)
     if any(tokenizer.convert_tokens_to_ids(t) != i for t, i in info["added_tokens"].items()):
         raise SolmError(f"{folder}: the control tokens' ids rebuilt on {info['base']} differ "
                         f"from those the model was packed with")
+    stored: dict[str, torch.Tensor] = {}
+    for shard in shard_files(folder):
+        stored.update(load_file(str(shard)))
+    weights = apply_delta(base, stored)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=out.name + ".tmp"))
     save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})

@@ -77,13 +77,13 @@ ARTIFACT_TARGETS = {"pasta-sft-cpu": "own-kept-cpu", "baseline-sft-cpu": "own-ke
 def artifact_folder(name: str) -> str | None:
     """The loadable folder of a kept model (`pasta-sft-cpu`, ...), None for other names: the
     package keeps it compact (a LoRA adapter: `solm.core.adapter_packing.pack`; a full
-    finetune: its low-rank difference from the base, `solm.core.delta_packing.pack_delta`);
+    finetune: its low-rank difference from the base, `solm.core.kept_difference.pack_delta`);
     the first use writes the full adapter or model into the cache, keyed by the packed files'
     hash (a rebuilt model gets a fresh copy)."""
     import hashlib
 
     from solm.core.adapter_packing import PACKED, unpack
-    from solm.core.delta_packing import is_delta_folder, shard_files, unpack_delta
+    from solm.core.delta_packing import is_delta_folder, params, read_info, shard_files, write_full
 
     if name not in ARTIFACTS:
         return None
@@ -94,7 +94,9 @@ def artifact_folder(name: str) -> str | None:
             digest.update(shard.read_bytes())
         cached = cache_root() / "artifacts" / f"{name}-{digest.hexdigest()[:16]}"
         if not (cached / "model.safetensors").exists():
-            unpack_delta(folder, cached)
+            info, meta = read_info(folder)
+            base, _ = load_model(info["base"], dtype="float32", device="cpu")
+            write_full(folder, cached, params(base), rebuilt_tokenizer(info["base"], meta))
         return str(cached)
     packed = folder / PACKED
     if not (folder / "adapter_config.json").exists() or not packed.exists():
@@ -326,6 +328,18 @@ def _check_model_folder(path: str) -> None:
     if folder.is_file():
         raise SolmError(f"{path}: a file, not a model (use an alias, a model folder, a hub id "
                         f"or a .gguf file)")
+
+
+def rebuilt_tokenizer(base: str, meta: dict):
+    """`base`'s tokenizer with the control tokens a model's solm.json (`meta`) names, added
+    as training adds them (a kept model carries no tokenizer of its own)."""
+    from solm.core.vocabulary import add_control_tokens
+
+    tok = load_tokenizer(base)
+    add_control_tokens(None, tok, meta.get("control_tokens", "pasta"),
+                       num_registers=meta.get("num_registers", 16),
+                       pad_cycle=meta.get("pad_cycle", 1))
+    return tok
 
 
 def load_tokenizer(name_or_path: str = DEFAULT_MODEL):

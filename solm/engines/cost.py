@@ -82,7 +82,7 @@ def base_model(model: str) -> str:
     """The model whose weights' shapes decide a pass's cost: a LoRA adapter's parent or the
     base a kept difference was packed against (their passes cost what those do), else the
     model itself."""
-    from solm.core.delta_packing import packed_base
+    from solm.core.kept_difference import packed_base
     from solm.core.models import ALIASES, adapter_parent, artifact_folder
 
     base = packed_base(str(model))
