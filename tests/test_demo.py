@@ -83,8 +83,9 @@ def test_make_demo_command_forks_threads_with_the_kept_model(tmp_path):
     r = CliRunner().invoke(pasta.app, ["demo", "-o", str(out), "--width", "400"])
     assert r.exit_code == 0, r.output
     got = json.loads(out.read_text())
-    # installed by the set-up, and with nothing measured here `auto` takes it first
-    assert got["engine"] == "llama.cpp"
+    # the kept model's threads take the Pred-10X layout, which llama.cpp refuses; with nothing
+    # measured here `auto` takes the first engine that can run it
+    assert got["model"] == "pasta-bonbon-cpu" and got["engine"] == "torch"
     assert got["threads"] >= 2  # the model wrote its own promises and they ran as threads
     assert got["sequential_forward_passes"] == got["answer_tokens"]
     assert got["parallel_forward_passes"] < got["sequential_forward_passes"]
