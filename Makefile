@@ -427,13 +427,14 @@ pdiff-cpu: pdiff-sft-cpu
 	du -sh $(ARTIFACTS)/pdiff-cpu
 
 # Planned Diffusion with exact promised lengths (no extra pads) and a cycle of seven pad
-# tokens, against the Baseline-SFT on the selection prompts, steps ratio 0.5 as a cap, with
-# and without committing every slot above a confidence threshold. Training resumes.
+# tokens, on the own-answer rows the kept Baseline-SFT learnt from (OWN_ROWS; --max-len 1024
+# keeps them all), against that Baseline-SFT on the selection prompts, steps ratio 0.5 as a
+# cap, with and without committing every slot above a confidence threshold. Training resumes.
 PDIFF_EXACT_DIR ?= runs/pdiff-exact
-pdiff-exact-cpu: setup $(SFT_DIR)/sft_rows.jsonl $(ALPACA)
+pdiff-exact-cpu: setup $(OWN_ROWS) $(ALPACA)
 	grep -qs '"complete": true' $(PDIFF_EXACT_DIR)/pdiff-sft/solm.json || $(BIN)/pdiff sft \
-		--data $(SFT_DIR)/sft_rows.jsonl --out $(PDIFF_EXACT_DIR)/pdiff-sft $(PDIFF_SFT_ARGS) \
-		--extra-pads 0 --pad-cycle 7
+		--data $(OWN_ROWS) --out $(PDIFF_EXACT_DIR)/pdiff-sft $(PDIFF_SFT_ARGS) \
+		--max-len 1024 --extra-pads 0 --pad-cycle 7
 	$(BIN)/pasta eval run -o $(PDIFF_EXACT_DIR)/select --prompts $(ALPACA) --limit 30 \
 		--method sequential:baseline-sft=baseline-sft-cpu \
 		--method pdiff:exact=$(PDIFF_EXACT_DIR)/pdiff-sft,steps_ratio=0.5 \
