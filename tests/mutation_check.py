@@ -1100,8 +1100,8 @@ ISSUE37 = {
         '"dtype": dtype, "repeat_weight": repeat_weight, **{k: v for k, v in decoding.values.items()},',
         ["tests/test_prefs.py::test_a_rerun_with_other_weights_rescores_the_samples_it_has"]),
     "delta_keeps_the_smallest_directions": (
-        "solm/core/delta_packing.py", "return (u[:, :r] * s[:r]).contiguous(), vh[:r].contiguous()",
-        "return (u[:, -r:] * s[-r:]).contiguous(), vh[-r:].contiguous()",
+        "solm/core/adapter_packing.py", "return (u[:, :r] * sv[:r]).contiguous(), vh[:r].contiguous()",
+        "return (u[:, -r:] * sv[-r:]).contiguous(), vh[-r:].contiguous()",
         ["tests/test_delta_packing.py"]),
     "delta_norm_difference_dropped": (
         "solm/core/delta_packing.py", "out[name] = b + stored[name + _VEC].float()",

@@ -46,7 +46,8 @@ def _weights(folder):
 
 def test_a_low_rank_difference_comes_back_and_the_logits_with_it(tmp_path, tiny_folder):
     from solm.core.delta_packing import shard_files
-    from solm.core.kept_difference import pack_delta, unpack_delta
+    from solm.core.kept_difference import pack_delta
+    from solm.core.models import unpack_difference as unpack_delta
     from solm.core.models import load_model
 
     finetuned = _finetune(tiny_folder, tmp_path / "ft", low_rank=3)
@@ -67,7 +68,8 @@ def test_a_low_rank_difference_comes_back_and_the_logits_with_it(tmp_path, tiny_
 
 
 def test_a_full_rank_difference_keeps_its_best_rank_r_part(tmp_path, tiny_folder):
-    from solm.core.kept_difference import pack_delta, unpack_delta
+    from solm.core.kept_difference import pack_delta
+    from solm.core.models import unpack_difference as unpack_delta
     from solm.core.models import load_model
 
     target = "layers.0.mlp.up_proj"

@@ -27,6 +27,38 @@ _SCALE = ".int8_scale"
 SIDE_FILES = (CONFIG, META, "generation_config.json")
 
 
+def low_rank_factors(delta: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """B (out x r) and A (r x in) with B @ A the best rank-`rank` approximation of `delta`
+    (SVD: no other rank-r matrix is closer in Frobenius norm), the singular values in B."""
+    u, sv, vh = torch.linalg.svd(delta.float(), full_matrices=False)
+    r = min(rank, sv.numel())
+    return (u[:, :r] * sv[:r]).contiguous(), vh[:r].contiguous()
+
+
+def quantize_int8(w: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """int8 values and one fp32 scale per slice along the rank direction (`dim` is reduced:
+    1 for A's rows, 0 for B's columns), so each direction's error stays its own."""
+    w = w.float()
+    scale = (w.abs().amax(dim=dim, keepdim=True) / 127.0).clamp_min(1e-12)
+    return (torch.round(w / scale).to(torch.int8).contiguous(),
+            scale.squeeze(dim).to(torch.float32).contiguous())
+
+
+def dequantize_int8(values: torch.Tensor, scale: torch.Tensor, dim: int) -> torch.Tensor:
+    return values.float() * scale.unsqueeze(dim)
+
+
+def replace_folder_atomically(tmp: Path, out: Path) -> None:
+    """Move a finished `tmp` folder to `out`; if another process got there first, keep
+    theirs."""
+    import os
+
+    try:
+        os.replace(tmp, out)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _truncate(weights: dict[str, torch.Tensor], scale: float, rank: int
               ) -> dict[str, torch.Tensor]:
     """Each module's delta s B A, cut to its best rank-`rank` approximation (SVD), returned
@@ -35,9 +67,7 @@ def _truncate(weights: dict[str, torch.Tensor], scale: float, rank: int
     for key in [k for k in weights if LORA_KEY.match(k) and LORA_KEY.match(k)["which"] == "A"]:
         b_key = key.replace(".lora_A.", ".lora_B.")
         delta = scale * weights[b_key].float() @ weights[key].float()
-        u, sv, vh = torch.linalg.svd(delta, full_matrices=False)
-        out[b_key] = (u[:, :rank] * sv[:rank]).contiguous()
-        out[key] = vh[:rank].contiguous()
+        out[b_key], out[key] = low_rank_factors(delta, rank)
     return out
 
 
@@ -58,11 +88,8 @@ def pack(folder: str | Path, out: str | Path, max_rank: int | None = None) -> Pa
         if not m:
             packed[key] = value.to(torch.bfloat16).contiguous()
             continue
-        w = value.float()
         dim = 1 if m["which"] == "A" else 0  # reduce over all but the rank direction
-        scale = (w.abs().amax(dim=dim, keepdim=True) / 127.0).clamp_min(1e-12)
-        packed[key] = torch.round(w / scale).to(torch.int8).contiguous()
-        packed[key + _SCALE] = scale.squeeze(dim).to(torch.float32).contiguous()
+        packed[key], packed[key + _SCALE] = quantize_int8(value, dim)
     out.mkdir(parents=True, exist_ok=True)
     save_file(packed, str(out / PACKED))
     for name in SIDE_FILES:
@@ -74,7 +101,6 @@ def pack(folder: str | Path, out: str | Path, max_rank: int | None = None) -> Pa
 
 def unpack(folder: str | Path, out: str | Path) -> Path:
     """Write the full adapter (bf16) of a packed `folder` into `out`, atomically."""
-    import os
     import tempfile
 
     from safetensors.torch import load_file, save_file
@@ -87,9 +113,7 @@ def unpack(folder: str | Path, out: str | Path) -> Path:
             continue
         m = LORA_KEY.match(key)
         if m:
-            scale = packed[key + _SCALE]
-            scale = scale.unsqueeze(1) if m["which"] == "A" else scale.unsqueeze(0)
-            value = value.float() * scale
+            value = dequantize_int8(value, packed[key + _SCALE], 1 if m["which"] == "A" else 0)
         full[key] = value.to(torch.bfloat16).contiguous()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=out.name + ".tmp"))
@@ -97,8 +121,5 @@ def unpack(folder: str | Path, out: str | Path) -> Path:
     for name in SIDE_FILES:
         if (folder / name).exists():
             shutil.copyfile(folder / name, tmp / name)
-    try:
-        os.replace(tmp, out)
-    except OSError:  # another process unpacked it first
-        shutil.rmtree(tmp, ignore_errors=True)
+    replace_folder_atomically(tmp, out)
     return out

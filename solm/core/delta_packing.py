@@ -23,13 +23,14 @@ checkpoint. Packing a model and unpacking a kept one by name load models:
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import torch
 
+from solm.core.adapter_packing import (dequantize_int8, low_rank_factors, quantize_int8,
+                                       replace_folder_atomically)
 from solm.core.errors import SolmError
 
 SHARD_PREFIX = "delta-"
@@ -45,19 +46,6 @@ def is_delta_folder(folder: str | Path) -> bool:
 
 def shard_files(folder: str | Path) -> list[Path]:
     return sorted(Path(folder).glob(f"{SHARD_PREFIX}*.safetensors"))
-
-
-def _quantize(w: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """int8 values and one fp32 scale per slice along the rank direction (reduced over `dim`)."""
-    scale = (w.abs().amax(dim=dim, keepdim=True) / 127.0).clamp_min(1e-12)
-    return torch.round(w / scale).to(torch.int8).contiguous(), scale.squeeze(dim).float().contiguous()
-
-
-def low_rank_factors(delta: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """B (out x r) and A (r x in) with B @ A the best rank-`rank` approximation of `delta`."""
-    u, s, vh = torch.linalg.svd(delta.float(), full_matrices=False)
-    r = min(rank, s.numel())
-    return (u[:, :r] * s[:r]).contiguous(), vh[:r].contiguous()
 
 
 def params(model) -> dict[str, torch.Tensor]:
@@ -88,8 +76,8 @@ def delta_tensors(full: dict[str, torch.Tensor], base: dict[str, torch.Tensor], 
             out[name + _ROWS] = w[kept:].to(torch.bfloat16).contiguous()
         r = embed_rank if w.shape[0] != b.shape[0] or "embed" in name else rank
         bf, af = low_rank_factors(w[:kept] - b, r)
-        out[name + _B], out[name + _B + _SCALE] = _quantize(bf, dim=0)  # a scale per column
-        out[name + _A], out[name + _A + _SCALE] = _quantize(af, dim=1)  # a scale per row
+        out[name + _B], out[name + _B + _SCALE] = quantize_int8(bf, dim=0)  # per column
+        out[name + _A], out[name + _A + _SCALE] = quantize_int8(af, dim=1)  # per row
     return out
 
 
@@ -102,8 +90,8 @@ def apply_delta(base: dict[str, torch.Tensor], stored: dict[str, torch.Tensor]
         if name + _VEC in stored:
             out[name] = b + stored[name + _VEC].float()
         elif name + _A in stored:
-            bf = stored[name + _B].float() * stored[name + _B + _SCALE].unsqueeze(0)
-            af = stored[name + _A].float() * stored[name + _A + _SCALE].unsqueeze(1)
+            bf = dequantize_int8(stored[name + _B], stored[name + _B + _SCALE], 0)
+            af = dequantize_int8(stored[name + _A], stored[name + _A + _SCALE], 1)
             w = b + bf @ af
             if name + _ROWS in stored:
                 w = torch.cat([w, stored[name + _ROWS].float()], dim=0)
@@ -175,8 +163,5 @@ def write_full(folder: str | Path, out: str | Path, base: dict[str, torch.Tensor
         if (folder / name).exists():
             shutil.copyfile(folder / name, tmp / name)
     tokenizer.save_pretrained(tmp)
-    try:
-        os.replace(tmp, out)
-    except OSError:  # another process unpacked it first
-        shutil.rmtree(tmp, ignore_errors=True)
+    replace_folder_atomically(tmp, out)
     return out

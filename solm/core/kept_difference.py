@@ -1,5 +1,6 @@
-"""Full finetunes kept as their difference from a base (the format: `solm.core.delta_packing`):
-packing one from its folder, the base a kept one times like, unpacking one into the cache."""
+"""Full finetunes kept as their difference from a base (the format: `solm.core.delta_packing`;
+unpacking one into the cache: `solm.core.models.unpack_difference`): packing one from its
+folder, and the base a kept one is timed like."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
-from solm.core.delta_packing import (META, PACKED_META, is_delta_folder, params, read_info,
-                                     write_difference, write_full)
+from solm.core.delta_packing import META, PACKED_META, is_delta_folder, params, write_difference
 from solm.core.errors import SolmError
 from solm.core import models
 from solm.core.models import load_model, rebuilt_tokenizer
@@ -41,13 +41,6 @@ def pack_delta(model: str | Path, base: str, out: str | Path, rank: int, embed_r
         shutil.copyfile(source / "generation_config.json", out / "generation_config.json")
     (out / META).write_text(json.dumps(meta, indent=2) + "\n")
     return out
-
-
-def unpack_delta(folder: str | Path, out: str | Path) -> Path:
-    """Write the full model (fp32) of a packed difference `folder` into `out`."""
-    info, meta = read_info(folder)
-    base_model, _ = load_model(info["base"], dtype="float32", device="cpu")
-    return write_full(folder, out, params(base_model), rebuilt_tokenizer(info["base"], meta))
 
 
 def packed_base(model: str) -> str | None:

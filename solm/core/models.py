@@ -83,7 +83,7 @@ def artifact_folder(name: str) -> str | None:
     import hashlib
 
     from solm.core.adapter_packing import PACKED, unpack
-    from solm.core.delta_packing import is_delta_folder, params, read_info, shard_files, write_full
+    from solm.core.delta_packing import is_delta_folder, shard_files
 
     if name not in ARTIFACTS:
         return None
@@ -94,9 +94,7 @@ def artifact_folder(name: str) -> str | None:
             digest.update(shard.read_bytes())
         cached = cache_root() / "artifacts" / f"{name}-{digest.hexdigest()[:16]}"
         if not (cached / "model.safetensors").exists():
-            info, meta = read_info(folder)
-            base, _ = load_model(info["base"], dtype="float32", device="cpu")
-            write_full(folder, cached, params(base), rebuilt_tokenizer(info["base"], meta))
+            unpack_difference(folder, cached)
         return str(cached)
     packed = folder / PACKED
     if not (folder / "adapter_config.json").exists() or not packed.exists():
@@ -330,16 +328,32 @@ def _check_model_folder(path: str) -> None:
                         f"or a .gguf file)")
 
 
-def rebuilt_tokenizer(base: str, meta: dict):
-    """`base`'s tokenizer with the control tokens a model's solm.json (`meta`) names, added
-    as training adds them (a kept model carries no tokenizer of its own)."""
+def _add_recorded_control_tokens(model, tokenizer, meta: dict) -> None:
+    """The control tokens a model's solm.json (`meta`) names, added as training added them
+    (a Planned Diffusion model that records no pad cycle was trained with one pad)."""
     from solm.core.vocabulary import add_control_tokens
 
-    tok = load_tokenizer(base)
-    add_control_tokens(None, tok, meta.get("control_tokens", "pasta"),
+    add_control_tokens(model, tokenizer, meta.get("control_tokens", "pasta"),
                        num_registers=meta.get("num_registers", 16),
                        pad_cycle=meta.get("pad_cycle", 1))
+
+
+def rebuilt_tokenizer(base: str, meta: dict):
+    """`base`'s tokenizer with the control tokens a model's solm.json (`meta`) names (a kept
+    model carries no tokenizer of its own)."""
+    tok = load_tokenizer(base)
+    _add_recorded_control_tokens(None, tok, meta)
     return tok
+
+
+def unpack_difference(folder: str | Path, out: str | Path) -> Path:
+    """Write the full model (fp32) of a full finetune kept as its difference from its base
+    (`solm.core.delta_packing`) into `out`."""
+    from solm.core.delta_packing import params, read_info, write_full
+
+    info, meta = read_info(folder)
+    base, _ = load_model(info["base"], dtype="float32", device="cpu")
+    return write_full(folder, out, params(base), rebuilt_tokenizer(info["base"], meta))
 
 
 def load_tokenizer(name_or_path: str = DEFAULT_MODEL):
@@ -525,12 +539,7 @@ def _load_adapter(folder: Path, torch_dtype: torch.dtype, attn_implementation: s
             raise _load_error(parent, e) from None
         except ValueError as e:
             raise _remote_code_error(parent, e) or e from None
-    from solm.core.vocabulary import add_control_tokens
-    # the same mean-initialised rows the adapter was trained from
-    # (a Planned Diffusion model that records no pad cycle was trained with one pad)
-    add_control_tokens(base, base_tok, meta.get("control_tokens", "pasta"),
-                       num_registers=meta.get("num_registers", 16),
-                       pad_cycle=meta.get("pad_cycle", 1))
+    _add_recorded_control_tokens(base, base_tok, meta)  # the mean-initialised rows it trained from
     tokenizer = tokenizer or base_tok
     if len(base_tok) != len(tokenizer):
         raise SolmError(f"{folder}: tokenizer has {len(tokenizer)} tokens but the parent "
