@@ -351,6 +351,9 @@ OWN_c        ?= $(OWN_b)
 # d: c's training on the rows of 1,000 prompts, one epoch (each training under 45 minutes
 # on 2 cores)
 OWN_d        ?= --lora-r 0 --lr 2e-4 --control-token-lr-scale 30 --batch-size 8 --epochs 1 --max-len 1536 --eval-rows 16 --save-every 10 --warmup-ratio 0.05 --control-token-loss-weight 5 -q
+# e: d in the overlap layout (threads overlap the main thread's positions, so llama.cpp can
+# decode them); its baseline is d's (positions do not touch a row without tags)
+OWN_e        ?= $(OWN_d) --positions overlap
 OWN_EVAL_ARGS ?= --max-new-tokens 512 --batch-size 16 --repetition-penalty 1.2 --no-judge -q
 .PHONY: own-select-cpu own-sft-cpu own-kept-cpu pdiff-exact-cpu
 $(OWN_DIR)/distill/rows.jsonl:
