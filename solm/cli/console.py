@@ -40,8 +40,6 @@ silence_library_deprecations()
 
 def silence_library_bars() -> None:
     """--quiet: no progress bars from transformers, datasets or the hub either."""
-    import warnings
-
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     os.environ["TQDM_DISABLE"] = "1"
     if "huggingface_hub" in sys.modules:
