@@ -1106,6 +1106,9 @@ ISSUE37 = {
     "delta_norm_difference_dropped": (
         "solm/core/delta_packing.py", "out[name] = b + stored[name + _VEC].float()",
         "out[name] = b", ["tests/test_delta_packing.py"]),
+    "packed_folder_by_path_loaded_raw": (
+        "solm/core/models.py", "return _unpacked_copy(folder, folder.name) if folder.is_dir() else None",
+        "return None", ["tests/test_delta_packing.py"]),
     "kept_difference_timed_as_itself": (
         "solm/engines/cost.py", "    base = packed_base(str(model))", "    base = None",
         ["tests/test_engine_seam.py"]),

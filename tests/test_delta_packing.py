@@ -122,3 +122,23 @@ def test_a_kept_model_stored_as_a_difference_loads_by_name(tmp_path, tiny_folder
     model, tok = models.load_model("tiny-kept", dtype="float32", device="cpu")
     assert model.get_input_embeddings().weight.shape[0] == len(tok)
     assert models.model_system("tiny-kept") == "pasta"
+
+
+def test_a_packed_folder_loads_by_its_path_with_the_finetunes_logits(tmp_path, tiny_folder,
+                                                                       monkeypatch):
+    """A user's own pack, passed as a path (not a kept name), loads as the model it keeps:
+    the same logits as the finetune (rank <= r comes back whole), not the raw shards."""
+    from solm.core import models
+    from solm.core.kept_difference import pack_delta
+
+    finetune = _finetune(tiny_folder, tmp_path / "ft", low_rank=2).eval()
+    monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
+    pack_delta(tmp_path / "ft", tiny_folder, tmp_path / "mine", rank=2, embed_rank=2)
+    model, tok = models.load_model(str(tmp_path / "mine"), dtype="float32", device="cpu")
+    ids = tok("a short probe of the kept logits", return_tensors="pt").input_ids
+    with torch.no_grad():
+        want, got = finetune(ids).logits, model(ids).logits
+    assert (got - want).abs().max() < 2e-2 * want.abs().max()  # int8 factors' rounding
+    assert got.argmax(-1).equal(want.argmax(-1))
+    assert models.model_system(str(tmp_path / "mine")) == "pasta"
+    assert models.artifact_folder(str(tmp_path / "ft")) is None  # an unpacked folder as it is

@@ -75,35 +75,42 @@ ARTIFACT_TARGETS = {"pasta-sft-cpu": "own-kept-cpu", "baseline-sft-cpu": "own-ke
 
 
 def artifact_folder(name: str) -> str | None:
-    """The loadable folder of a kept model (`pasta-sft-cpu`, ...), None for other names: the
-    package keeps it compact (a LoRA adapter: `solm.core.adapter_packing.pack`; a full
-    finetune: its low-rank difference from the base, `solm.core.kept_difference.pack_delta`);
-    the first use writes the full adapter or model into the cache, keyed by the packed files'
-    hash (a rebuilt model gets a fresh copy)."""
+    """The loadable folder of a kept model (`pasta-sft-cpu`, ...) or of a local folder kept
+    the same way, None for anything else: a kept model is stored compact (a LoRA adapter:
+    `solm.core.adapter_packing.pack`; a full finetune: its low-rank difference from the base,
+    `solm.core.kept_difference.pack_delta`); the first use writes the full adapter or model
+    into the cache, keyed by the packed files' hash (a rebuilt model gets a fresh copy)."""
+    if name in ARTIFACTS:
+        folder = ARTIFACTS_DIR / name
+        unpacked = _unpacked_copy(folder, name)
+        if unpacked is None:
+            raise SolmError(f"model '{name}' is not in this installation ({folder}); make it "
+                            f"with `make {ARTIFACT_TARGETS[name]}`")
+        return unpacked
+    folder = Path(name)
+    return _unpacked_copy(folder, folder.name) if folder.is_dir() else None
+
+
+def _unpacked_copy(folder: Path, label: str) -> str | None:
+    """The cached full copy of a packed folder (unpacked on first use), None when `folder`
+    is not packed."""
     import hashlib
 
     from solm.core.adapter_packing import PACKED, unpack
     from solm.core.delta_packing import is_delta_folder, shard_files
 
-    if name not in ARTIFACTS:
-        return None
-    folder = ARTIFACTS_DIR / name
     if is_delta_folder(folder) and shard_files(folder):  # a full finetune, as its difference
-        digest = hashlib.sha256()
-        for shard in shard_files(folder):
-            digest.update(shard.read_bytes())
-        cached = cache_root() / "artifacts" / f"{name}-{digest.hexdigest()[:16]}"
-        if not (cached / "model.safetensors").exists():
-            unpack_difference(folder, cached)
-        return str(cached)
-    packed = folder / PACKED
-    if not (folder / "adapter_config.json").exists() or not packed.exists():
-        raise SolmError(f"model '{name}' is not in this installation ({folder}); make it with "
-                        f"`make {ARTIFACT_TARGETS[name]}`")
-    digest = hashlib.sha256(packed.read_bytes()).hexdigest()[:16]
-    cached = cache_root() / "artifacts" / f"{name}-{digest}"
-    if not (cached / "adapter_config.json").exists():
-        unpack(folder, cached)
+        files, done, write = shard_files(folder), "model.safetensors", unpack_difference
+    elif (folder / "adapter_config.json").exists() and (folder / PACKED).exists():
+        files, done, write = [folder / PACKED], "adapter_config.json", unpack
+    else:
+        return None
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.read_bytes())
+    cached = cache_root() / "artifacts" / f"{label}-{digest.hexdigest()[:16]}"
+    if not (cached / done).exists():
+        write(folder, cached)
     return str(cached)
 
 
