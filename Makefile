@@ -128,7 +128,8 @@ sft-lora-cpu: setup $(SFT_DIR)/sft_rows.jsonl
 
 # The overlap layout beside Pred-10X (issue 37): pasta-sft-cpu's recipe on today's rows, trained
 # with --positions overlap (threads overlap the main thread's positions, so llama.cpp can
-# decode them; kept as pasta-sft-overlap-cpu) and with --positions pred10x; then both
+# decode them; packed into SFT_KEPT: the package's pasta-sft-overlap-cpu is `make
+# own-kept-cpu`'s since issue 47) and with --positions pred10x; then both
 # measured side by side on the first
 # $(OVERLAP_PROMPTS) AlpacaEval prompts against baseline-sft-cpu (greedy, batched, torch),
 # and the overlap model on llama.cpp against the baseline on llama.cpp (batch 1, timed).
@@ -140,19 +141,19 @@ sft-overlap-cpu: setup $(SFT_DIR)/sft_rows.jsonl
 		--out $(SFT_DIR)/pasta-sft-overlap $(LORA_ARGS) --positions overlap
 	$(call trained,$(SFT_DIR)/pasta-sft-pred10x) $(BIN)/pasta sft --data $(SFT_DIR)/sft_rows.jsonl \
 		--out $(SFT_DIR)/pasta-sft-pred10x $(LORA_ARGS) --positions pred10x
-	$(PACK) '$(SFT_DIR)/pasta-sft-overlap', '$(ARTIFACTS)/pasta-sft-overlap-cpu')"
+	$(PACK) '$(SFT_DIR)/pasta-sft-overlap', '$(SFT_KEPT)/pasta-sft-overlap-cpu')"
 	printf '{\n  "do_sample": false,\n  "repetition_penalty": 1.2\n}\n' \
-		> $(ARTIFACTS)/pasta-sft-overlap-cpu/generation_config.json
+		> $(SFT_KEPT)/pasta-sft-overlap-cpu/generation_config.json
 
 overlap-vs-pred10x: setup $(ALPACA)
 	$(BIN)/pasta eval run -o $(OVERLAP_DIR)/batched --prompts $(ALPACA) --limit $(OVERLAP_PROMPTS) \
 		--method sequential:baseline-sft=baseline-sft-cpu --method pasta:pred10x=$(SFT_DIR)/pasta-sft-pred10x \
-		--method pasta:overlap=pasta-sft-overlap-cpu --batch-size 16 $(OVERLAP_EVAL)
+		--method pasta:overlap=$(SFT_DIR)/pasta-sft-overlap --batch-size 16 $(OVERLAP_EVAL)
 	$(BIN)/pasta eval run -o $(OVERLAP_DIR)/llama-timed --prompts $(ALPACA) --limit 16 \
-		--method sequential:baseline-sft=baseline-sft-cpu --method pasta:overlap=pasta-sft-overlap-cpu \
+		--method sequential:baseline-sft=baseline-sft-cpu --method pasta:overlap=$(SFT_DIR)/pasta-sft-overlap \
 		--engine llama.cpp $(OVERLAP_EVAL)
 	$(BIN)/pasta eval run -o $(OVERLAP_DIR)/torch-timed --prompts $(ALPACA) --limit 16 \
-		--method sequential:baseline-sft=baseline-sft-cpu --method pasta:overlap=pasta-sft-overlap-cpu \
+		--method sequential:baseline-sft=baseline-sft-cpu --method pasta:overlap=$(SFT_DIR)/pasta-sft-overlap \
 		$(OVERLAP_EVAL)
 
 # Planned Diffusion in the overlap layout beside Pred-10X (issue 37): pdiff-cpu's recipe on
@@ -377,7 +378,8 @@ own-select-cpu: own-sft-cpu
 # samples each: round 1 over d (λ 1, μ 1, ν 1), round 2 over round 1 (λ 2, μ 3, ν 1); each
 # full finetune packed into the package as its rank-KEPT_RANK difference from the embedded
 # model (int8 factors, files under 5 MB): pasta-sft-cpu (d), pasta-bonbon-cpu (round 2),
-# baseline-sft-cpu. Every step is resumable (rerun after a kill); on 2 cores the trainings
+# baseline-sft-cpu, pasta-sft-overlap-cpu (e: d in the overlap layout, which llama.cpp
+# decodes). Every step is resumable (rerun after a kill); on 2 cores the trainings
 # take ~21 min each, each round's sampling ~40 min, each BoNBoN ~8 min.
 KEPT_DIR   ?= $(OWN_DIR)/bonbon
 KEPT_R1    ?= $(KEPT_DIR)/bonbon
@@ -388,6 +390,7 @@ KEPT_BONBON ?= --lora-r 16 --lr 2e-4 --epochs 1 --batch-size 4 --eval-rows 6 --e
 KEEP_DELTA = $(BIN)/python -c "from solm.core.kept_difference import pack_delta; pack_delta(
 own-kept-cpu: setup
 	$(MAKE) own-sft-cpu OWN_RECIPE=d OWN_BASELINE=d
+	$(MAKE) own-sft-cpu OWN_RECIPE=e OWN_BASELINE=d
 	test "$$(wc -l < $(KEPT_DIR)/baseline.jsonl 2>/dev/null || echo 0)" -ge 96 || $(BIN)/pasta decode \
 		-m $(OWN_DIR)/baseline-d --mode sequential -p $(KEPT_DIR)/prompts.jsonl -o $(KEPT_DIR)/baseline.jsonl \
 		--max-new-tokens 512 --repetition-penalty 1.2 --engine llama.cpp -q
@@ -402,7 +405,8 @@ own-kept-cpu: setup
 	$(KEEP_DELTA)'$(OWN_DIR)/d/pasta-sft', 'smollm2-135m', '$(ARTIFACTS)/pasta-sft-cpu', $(KEPT_RANK), $(KEPT_RANK))"
 	$(KEEP_DELTA)'$(OWN_DIR)/baseline-d', 'smollm2-135m', '$(ARTIFACTS)/baseline-sft-cpu', $(KEPT_RANK), $(KEPT_RANK))"
 	$(KEEP_DELTA)'$(KEPT_R2)', 'smollm2-135m', '$(ARTIFACTS)/pasta-bonbon-cpu', $(KEPT_RANK), $(KEPT_RANK))"
-	for m in pasta-sft-cpu baseline-sft-cpu pasta-bonbon-cpu; do printf '{\n  "do_sample": false,\n  "repetition_penalty": 1.2\n}\n' \
+	$(KEEP_DELTA)'$(OWN_DIR)/e/pasta-sft', 'smollm2-135m', '$(ARTIFACTS)/pasta-sft-overlap-cpu', $(KEPT_RANK), $(KEPT_RANK))"
+	for m in pasta-sft-cpu baseline-sft-cpu pasta-bonbon-cpu pasta-sft-overlap-cpu; do printf '{\n  "do_sample": false,\n  "repetition_penalty": 1.2\n}\n' \
 		> $(ARTIFACTS)/$$m/generation_config.json; done
 	du -sh $(ARTIFACTS)/*
 

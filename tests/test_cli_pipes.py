@@ -157,7 +157,7 @@ def test_a_base_model_is_named_as_one_before_it_decodes(tmp_path, tiny_folder):
     r = CliRunner().invoke(pasta.app, ["decode", "Say hi", "-m", tiny_folder,
                                        "--max-new-tokens", "2"])
     assert r.exit_code == 0 and "was not trained for pasta" in r.output
-    assert "pasta-sft-overlap-cpu" in r.output
+    assert "pasta-bonbon-cpu" in r.output
     assert model_system(tiny_folder) is None
     assert model_system("pdiff-cpu") == "pdiff" and model_system("pasta-sft-cpu") == "pasta"
 

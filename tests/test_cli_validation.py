@@ -43,7 +43,7 @@ def files(tmp_path_factory):
     (d / "bad.yaml").write_text("limit: [1, 2\nmode: x\n")
     (d / "afile").write_text("not a folder")
     adapter = d / "badadapter"
-    shutil.copytree(artifact_folder("pasta-sft-overlap-cpu"), adapter)  # a LoRA kept model
+    shutil.copytree(artifact_folder("tip-sft-cpu"), adapter)  # a LoRA kept model
     (adapter / "adapter_model.safetensors").write_bytes(b"garbage, not safetensors")
     return d
 

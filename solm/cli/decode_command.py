@@ -166,7 +166,7 @@ def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path
     (console if to_stdout else out_console).print_json(json.dumps(printed))
 
 
-KEPT_MODEL = {"pasta": "pasta-sft-overlap-cpu", "pdiff": "pdiff-cpu", "tip": "tip-sft-cpu"}
+KEPT_MODEL = {"pasta": "pasta-bonbon-cpu", "pdiff": "pdiff-cpu", "tip": "tip-sft-cpu"}
 
 
 def base_model_hint(model: str, system: str) -> None:

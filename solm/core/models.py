@@ -56,10 +56,10 @@ ARTIFACTS: dict[str, str] = {
                         "embedded model (`make own-kept-cpu`)",
     "pdiff-cpu": "Planned Diffusion on the embedded model: hybrid AR + diffusion SFT, LoRA r=8 "
                  "on the rule-annotated rows laid out in chunk slots (`make pdiff-cpu`)",
-    "pasta-sft-overlap-cpu": "the last wave's Pasta-SFT recipe (517 rule-annotated Dolly / "
-                             "SlimOrca rows, LoRA r=8) trained with the overlap layout "
-                             "(--positions overlap): its threads decode on llama.cpp too "
-                             "(`make sft-overlap-cpu`)",
+    "pasta-sft-overlap-cpu": "pasta-sft-cpu's recipe on the same own-answer rows trained with "
+                             "the overlap layout (--positions overlap): its threads decode on "
+                             "llama.cpp too; kept as its rank-32 difference from the embedded "
+                             "model (`make own-kept-cpu`)",
     "pdiff-overlap-cpu": "pdiff-cpu's recipe on pasta-sft-overlap-cpu's rows, trained with the "
                          "overlap layout: its chunks denoise on llama.cpp too (`make "
                          "pdiff-sft-overlap-cpu`)",
@@ -70,7 +70,7 @@ ARTIFACTS: dict[str, str] = {
 # the make target that builds each kept model, for the error when one is missing
 ARTIFACT_TARGETS = {"pasta-sft-cpu": "own-kept-cpu", "baseline-sft-cpu": "own-kept-cpu",
                     "pasta-bonbon-cpu": "own-kept-cpu", "pdiff-cpu": "pdiff-cpu",
-                    "pasta-sft-overlap-cpu": "sft-overlap-cpu",
+                    "pasta-sft-overlap-cpu": "own-kept-cpu",
                     "pdiff-overlap-cpu": "pdiff-sft-overlap-cpu", "tip-sft-cpu": "tip-kept-cpu"}
 
 
