@@ -37,9 +37,8 @@ from solm.core.systems.pasta_schedule import DISTRUST, WANDER, pasta_metrics
 from solm.decode.pasta.live import ThreadView, thread_views
 from solm.decode.pasta.runtime import PastaDecodeConfig, PastaDecodeResult, PastaRuntime
 
-# a prompt the kept pasta-sft-overlap-cpu model answers with a well-formed list of three
-# threads (on llama.cpp, q8_0, and on torch); pasta-sft-cpu forked four on the old one,
-# "What are the pros and cons of working from home?"
+# a prompt the kept pasta-bonbon-cpu model (the demo's default) answers with a well-formed
+# answer of three threads (on torch and on onnxruntime q8)
 DEMO_PROMPT = "What are the advantages of electric cars?"
 
 
