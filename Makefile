@@ -373,17 +373,19 @@ own-select-cpu: own-sft-cpu
 
 # The kept PASTA models (issue 47): recipe d's Pasta-SFT and Baseline-SFT on the own-answer
 # rows (OWN_ROWS, committed; `make own-rows-cpu` remakes the distilled rows from nothing),
-# then two BoNBoN rounds with the content score on 96 Dolly prompts that gave d no row
+# then three BoNBoN rounds with the content score on 96 Dolly prompts that gave d no row
 # (runs/own/bonbon/prompts.jsonl, committed), d's Baseline-SFT answers as the yardstick, 4
-# samples each: round 1 over d (λ 1, μ 1, ν 1), round 2 over round 1 (λ 2, μ 3, ν 1); each
-# full finetune packed into the package as its rank-KEPT_RANK difference from the embedded
-# model (int8 factors, files under 5 MB): pasta-sft-cpu (d), pasta-bonbon-cpu (round 2),
+# samples each: round 1 over d (λ 1, μ 1, ν 1), round 2 over round 1 (λ 2, μ 3, ν 1), round 3
+# over round 2 (its weights, new samples); each full finetune packed into the package as its
+# rank-KEPT_RANK difference from the embedded model (int8 factors, files under 5 MB):
+# pasta-sft-cpu (d), pasta-bonbon-cpu (round 3),
 # baseline-sft-cpu, pasta-sft-overlap-cpu (e: d in the overlap layout, which llama.cpp
 # decodes). Every step is resumable (rerun after a kill); on 2 cores the trainings
 # take ~21 min each, each round's sampling ~40 min, each BoNBoN ~8 min.
 KEPT_DIR   ?= $(OWN_DIR)/bonbon
 KEPT_R1    ?= $(KEPT_DIR)/bonbon
 KEPT_R2    ?= $(KEPT_DIR)/bonbon3_v1
+KEPT_R3    ?= $(KEPT_DIR)/bonbon4
 KEPT_RANK  ?= 32
 KEPT_PREFS ?= -n 4 --score content --guard-weight 1 --temperature 0.8 --repetition-penalty 1.2 --max-new-tokens 512 --engine torch -q
 KEPT_BONBON ?= --lora-r 16 --lr 2e-4 --epochs 1 --batch-size 4 --eval-rows 6 --eval-every 8 --save-every 10 -q
@@ -402,9 +404,13 @@ own-kept-cpu: setup
 		-o $(KEPT_DIR)/prefs2 --quality-weight 2 --repeat-weight 3 --seed 2 $(KEPT_PREFS)
 	$(call trained,$(KEPT_R2)) $(BIN)/pasta bonbon --data $(KEPT_DIR)/prefs2/pairs.jsonl \
 		--model $(KEPT_R1) --out $(KEPT_R2) $(KEPT_BONBON)
+	$(BIN)/pasta prefs -p $(KEPT_DIR)/prompts.jsonl -m $(KEPT_R2) --baseline $(KEPT_DIR)/baseline.jsonl \
+		-o $(KEPT_DIR)/prefs4 --quality-weight 2 --repeat-weight 3 --seed 3 $(KEPT_PREFS)
+	$(call trained,$(KEPT_R3)) $(BIN)/pasta bonbon --data $(KEPT_DIR)/prefs4/pairs.jsonl \
+		--model $(KEPT_R2) --out $(KEPT_R3) $(KEPT_BONBON)
 	$(KEEP_DELTA)'$(OWN_DIR)/d/pasta-sft', 'smollm2-135m', '$(ARTIFACTS)/pasta-sft-cpu', $(KEPT_RANK), $(KEPT_RANK))"
 	$(KEEP_DELTA)'$(OWN_DIR)/baseline-d', 'smollm2-135m', '$(ARTIFACTS)/baseline-sft-cpu', $(KEPT_RANK), $(KEPT_RANK))"
-	$(KEEP_DELTA)'$(KEPT_R2)', 'smollm2-135m', '$(ARTIFACTS)/pasta-bonbon-cpu', $(KEPT_RANK), $(KEPT_RANK))"
+	$(KEEP_DELTA)'$(KEPT_R3)', 'smollm2-135m', '$(ARTIFACTS)/pasta-bonbon-cpu', $(KEPT_RANK), $(KEPT_RANK))"
 	$(KEEP_DELTA)'$(OWN_DIR)/e/pasta-sft', 'smollm2-135m', '$(ARTIFACTS)/pasta-sft-overlap-cpu', $(KEPT_RANK), $(KEPT_RANK))"
 	for m in pasta-sft-cpu baseline-sft-cpu pasta-bonbon-cpu pasta-sft-overlap-cpu; do printf '{\n  "do_sample": false,\n  "repetition_penalty": 1.2\n}\n' \
 		> $(ARTIFACTS)/$$m/generation_config.json; done

@@ -50,9 +50,9 @@ ARTIFACTS: dict[str, str] = {
                      "from the embedded model (`make own-kept-cpu`)",
     "baseline-sft-cpu": "Baseline-SFT: the same own-answer rows with the tags stripped, the "
                         "same training, kept the same way (`make own-kept-cpu`)",
-    "pasta-bonbon-cpu": "pasta-sft-cpu after two BoNBoN rounds scored by passes saved + "
-                        "content kept - repeats - guard-closed blocks (the second rescored "
-                        "with lambda 2, mu 3); kept as its rank-32 difference from the "
+    "pasta-bonbon-cpu": "pasta-sft-cpu after three BoNBoN rounds scored by passes saved + "
+                        "content kept - repeats - guard-closed blocks (lambda 1, then 2, "
+                        "mu 3 from the second); kept as its rank-32 difference from the "
                         "embedded model (`make own-kept-cpu`)",
     "pdiff-cpu": "Planned Diffusion on the embedded model: hybrid AR + diffusion SFT, LoRA r=8 "
                  "on the rule-annotated rows laid out in chunk slots (`make pdiff-cpu`)",
