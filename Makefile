@@ -157,8 +157,9 @@ overlap-vs-pred10x: setup $(ALPACA)
 		$(OVERLAP_EVAL)
 
 # Planned Diffusion in the overlap layout beside Pred-10X (issue 37): pdiff-cpu's recipe on
-# today's rows, trained with --positions overlap (kept as pdiff-overlap-cpu; llama.cpp decodes
-# it) and --positions pred10x; both on the first $(OVERLAP_PROMPTS) AlpacaEval prompts against
+# today's rows, trained with --positions overlap (llama.cpp decodes it; packed into
+# PDIFF_OVERLAP_DIR/kept: the package's pdiff-overlap-cpu is `make own-pdiff-kept-cpu`'s since
+# issue 47) and --positions pred10x; both on the first $(OVERLAP_PROMPTS) AlpacaEval prompts against
 # baseline-sft-cpu (greedy, batched 16, torch, steps ratio 0.5), then the overlap model and the
 # baseline timed at batch 1 on llama.cpp. Resumable: rerun after a kill.
 PDIFF_OVERLAP_DIR ?= runs/pdiff-overlap
@@ -167,9 +168,9 @@ pdiff-sft-overlap-cpu: setup $(SFT_DIR)/sft_rows.jsonl
 		--out $(PDIFF_OVERLAP_DIR)/overlap $(PDIFF_SFT_ARGS) --positions overlap
 	$(call trained,$(PDIFF_OVERLAP_DIR)/pred10x) $(BIN)/pdiff sft --data $(SFT_DIR)/sft_rows.jsonl \
 		--out $(PDIFF_OVERLAP_DIR)/pred10x $(PDIFF_SFT_ARGS) --positions pred10x
-	$(PACK) '$(PDIFF_OVERLAP_DIR)/overlap', '$(ARTIFACTS)/pdiff-overlap-cpu')"
+	$(PACK) '$(PDIFF_OVERLAP_DIR)/overlap', '$(PDIFF_OVERLAP_DIR)/kept/pdiff-overlap-cpu')"
 	printf '{\n  "do_sample": false,\n  "repetition_penalty": 1.2\n}\n' \
-		> $(ARTIFACTS)/pdiff-overlap-cpu/generation_config.json
+		> $(PDIFF_OVERLAP_DIR)/kept/pdiff-overlap-cpu/generation_config.json
 
 pdiff-overlap-vs-pred10x: setup $(ALPACA)
 	$(BIN)/pasta eval run -o $(PDIFF_OVERLAP_DIR)/batched --prompts $(ALPACA) --limit $(OVERLAP_PROMPTS) \
@@ -356,7 +357,7 @@ OWN_d        ?= --lora-r 0 --lr 2e-4 --control-token-lr-scale 30 --batch-size 8 
 # decode them); its baseline is d's (positions do not touch a row without tags)
 OWN_e        ?= $(OWN_d) --positions overlap
 OWN_EVAL_ARGS ?= --max-new-tokens 512 --batch-size 16 --repetition-penalty 1.2 --no-judge -q
-.PHONY: own-select-cpu own-sft-cpu own-kept-cpu pdiff-exact-cpu
+.PHONY: own-select-cpu own-sft-cpu own-kept-cpu pdiff-exact-cpu own-pdiff-kept-cpu
 $(OWN_DIR)/distill/rows.jsonl:
 	$(MAKE) own-rows-cpu
 own-sft-cpu: setup $(OWN_ROWS)
@@ -433,11 +434,13 @@ pdiff-sft-cpu: setup $(SFT_DIR)/sft_rows.jsonl
 	grep -qs '"complete": true' $(PDIFF_DIR)/pdiff-sft/solm.json || $(BIN)/pdiff sft \
 		--data $(SFT_DIR)/sft_rows.jsonl --out $(PDIFF_DIR)/pdiff-sft $(PDIFF_SFT_ARGS)
 
+# the last wave's pdiff-cpu, packed into PDIFF_DIR/kept (the package's is `make
+# own-pdiff-kept-cpu`'s since issue 47)
 pdiff-cpu: pdiff-sft-cpu
-	rm -rf $(ARTIFACTS)/pdiff-cpu
-	$(PACK) '$(PDIFF_DIR)/pdiff-sft', '$(ARTIFACTS)/pdiff-cpu')"
-	printf '{\n  "do_sample": false,\n  "repetition_penalty": 1.2\n}\n' > $(ARTIFACTS)/pdiff-cpu/generation_config.json
-	du -sh $(ARTIFACTS)/pdiff-cpu
+	rm -rf $(PDIFF_DIR)/kept/pdiff-cpu
+	$(PACK) '$(PDIFF_DIR)/pdiff-sft', '$(PDIFF_DIR)/kept/pdiff-cpu')"
+	printf '{\n  "do_sample": false,\n  "repetition_penalty": 1.2\n}\n' > $(PDIFF_DIR)/kept/pdiff-cpu/generation_config.json
+	du -sh $(PDIFF_DIR)/kept/pdiff-cpu
 
 # Planned Diffusion with exact promised lengths (no extra pads) and a cycle of seven pad
 # tokens, on the own-answer rows the kept Baseline-SFT learnt from (OWN_ROWS; --max-len 1024
@@ -454,10 +457,26 @@ pdiff-exact-cpu: setup $(OWN_ROWS) $(ALPACA)
 		--method pdiff:exact-conf=$(PDIFF_EXACT_DIR)/pdiff-sft,steps_ratio=0.5,confidence_threshold=0.9 \
 		--method pdiff:exact-ls0.7=$(PDIFF_EXACT_DIR)/pdiff-sft,steps_ratio=0.5,length_scale=0.7 \
 		--method pdiff:exact-ls0.5=$(PDIFF_EXACT_DIR)/pdiff-sft,steps_ratio=0.5,length_scale=0.5 \
-		--method pdiff:kept=pdiff-cpu,steps_ratio=0.5 \
-		--method pdiff:kept-overlap=pdiff-overlap-cpu,steps_ratio=0.5 \
 		--max-new-tokens 384 --batch-size 16 --repetition-penalty 1.2 --no-judge -q
 	$(BIN)/pasta eval report $(PDIFF_EXACT_DIR)/select -o $(PDIFF_EXACT_DIR)/select/report -q
+
+# The kept Planned Diffusion models (issue 47): the exact recipe on the own-answer rows (LoRA
+# r8, exact lengths, seven pads), in the Pred-10X layout (pdiff-cpu) and the overlap one
+# (pdiff-overlap-cpu, which llama.cpp decodes), each packed (int8 LoRA factors, 2.6 MB);
+# ~11 min a training on 2 cores, resumable.
+own-pdiff-kept-cpu: setup $(OWN_ROWS)
+	grep -qs '"complete": true' $(PDIFF_EXACT_DIR)/pdiff-sft/solm.json || $(BIN)/pdiff sft \
+		--data $(OWN_ROWS) --out $(PDIFF_EXACT_DIR)/pdiff-sft $(PDIFF_SFT_ARGS) \
+		--max-len 1024 --extra-pads 0 --pad-cycle 7
+	grep -qs '"complete": true' $(PDIFF_EXACT_DIR)/pdiff-sft-overlap/solm.json || $(BIN)/pdiff sft \
+		--data $(OWN_ROWS) --out $(PDIFF_EXACT_DIR)/pdiff-sft-overlap $(PDIFF_SFT_ARGS) \
+		--max-len 1024 --extra-pads 0 --pad-cycle 7 --positions overlap
+	rm -rf $(ARTIFACTS)/pdiff-cpu $(ARTIFACTS)/pdiff-overlap-cpu
+	$(PACK) '$(PDIFF_EXACT_DIR)/pdiff-sft', '$(ARTIFACTS)/pdiff-cpu')"
+	$(PACK) '$(PDIFF_EXACT_DIR)/pdiff-sft-overlap', '$(ARTIFACTS)/pdiff-overlap-cpu')"
+	for m in pdiff-cpu pdiff-overlap-cpu; do printf '{\n  "do_sample": false,\n  "repetition_penalty": 1.2\n}\n' \
+		> $(ARTIFACTS)/$$m/generation_config.json; done
+	du -sh $(ARTIFACTS)/pdiff-cpu $(ARTIFACTS)/pdiff-overlap-cpu
 
 pdiff-decode-cpu: setup $(ALPACA)
 	$(BIN)/pdiff decode -m $(PDIFF_MODEL) -p $(ALPACA) --limit 30 --steps-ratio 0.5 \

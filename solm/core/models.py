@@ -55,23 +55,23 @@ ARTIFACTS: dict[str, str] = {
                         "mu 3 from the second); kept as its rank-32 difference from the "
                         "embedded model (`make own-kept-cpu`)",
     "pdiff-cpu": "Planned Diffusion on the embedded model: hybrid AR + diffusion SFT, LoRA r=8 "
-                 "on the rule-annotated rows laid out in chunk slots (`make pdiff-cpu`)",
+                 "on the own-answer rows, exact promised lengths and a cycle of seven pad "
+                 "tokens (`make own-pdiff-kept-cpu`)",
     "pasta-sft-overlap-cpu": "pasta-sft-cpu's recipe on the same own-answer rows trained with "
                              "the overlap layout (--positions overlap): its threads decode on "
                              "llama.cpp too; kept as its rank-32 difference from the embedded "
                              "model (`make own-kept-cpu`)",
-    "pdiff-overlap-cpu": "pdiff-cpu's recipe on pasta-sft-overlap-cpu's rows, trained with the "
-                         "overlap layout: its chunks denoise on llama.cpp too (`make "
-                         "pdiff-sft-overlap-cpu`)",
+    "pdiff-overlap-cpu": "pdiff-cpu's recipe trained with the overlap layout: its chunks "
+                         "denoise on llama.cpp too (`make own-pdiff-kept-cpu`)",
     "tip-sft-cpu": "TIP-SFT on the embedded model: LoRA r=8 on 500 MATH solutions annotated "
                    "with 2 thought registers by the rules (`make tip-kept-cpu`)",
 }
 
 # the make target that builds each kept model, for the error when one is missing
 ARTIFACT_TARGETS = {"pasta-sft-cpu": "own-kept-cpu", "baseline-sft-cpu": "own-kept-cpu",
-                    "pasta-bonbon-cpu": "own-kept-cpu", "pdiff-cpu": "pdiff-cpu",
+                    "pasta-bonbon-cpu": "own-kept-cpu", "pdiff-cpu": "own-pdiff-kept-cpu",
                     "pasta-sft-overlap-cpu": "own-kept-cpu",
-                    "pdiff-overlap-cpu": "pdiff-sft-overlap-cpu", "tip-sft-cpu": "tip-kept-cpu"}
+                    "pdiff-overlap-cpu": "own-pdiff-kept-cpu", "tip-sft-cpu": "tip-kept-cpu"}
 
 
 def artifact_folder(name: str) -> str | None:
