@@ -44,7 +44,7 @@ DEFAULT_MODEL = "smollm2-135m"
 # embedded model (solm.core.delta_packing).
 ARTIFACTS_DIR = Path(__file__).resolve().parent.parent / "artifacts"
 ARTIFACTS: dict[str, str] = {
-    "pasta-sft-cpu": "Pasta-SFT on the embedded model trained on its own answers (issue 47): "
+    "pasta-sft-cpu": "Pasta-SFT on the embedded model trained on its own answers: "
                      "360 rows of its own Dolly answers annotated by the rules, 216 parallel "
                      "+ 144 plain, full finetune, one epoch; kept as its rank-32 difference "
                      "from the embedded model (`make own-kept-cpu`)",
