@@ -1,5 +1,5 @@
 #!/bin/bash
-# Rank 64 (and 128) packs of pasta-bonbon-cpu's and baseline-sft-cpu's sources, unpacked to full
+# Rank 64 packs (rank 128 would put the embedding factor over the 5 MB file limit) of pasta-bonbon-cpu's and baseline-sft-cpu's sources, unpacked to full
 # folders, then the selection prompts (AlpacaEval 1-30) in one run. Resumable: rerun.
 cd /work/main
 export HF_HUB_OFFLINE=1
