@@ -9,6 +9,8 @@ Per prompt (greedy, each model's generation_config):
   learn its length n); llama.cpp's own loop (`OwnLoop`: C-level decode, argmax sampler)
   then generates n tokens from the same prompt, timed. The own loop samples argmax without
   the repetition penalty, so its tokens may differ; a pass costs the same whichever token.
+The widths of PASTA's passes (tokens fed in each, tags included) are recorded from one more
+replay, untimed, so a pass cost curve (`solm bench step`) can say what the schedule costs.
 Both sides are warmed on the first prompt, then each prompt's sides are timed `--repeats`
 times in alternating order and the fastest kept (interference only adds time). Prefill is
 excluded from both. Ratio per prompt = PASTA content tokens/s over the baseline's; the
@@ -56,6 +58,33 @@ def decode_config(model: str, max_new_tokens: int, mode: str):
                              sampling=SamplingConfig(**decoding.values))
 
 
+class WidthRecorder:
+    """A runtime's step that records how many tokens each decode pass feeds (prefill not
+    counted) and otherwise is the step it wraps."""
+
+    def __init__(self, step):
+        self.step, self.widths = step, []
+
+    def __call__(self, tokens, attrs, prefill: bool = False):
+        if not prefill:
+            self.widths.append(len(tokens))
+        return self.step(tokens, attrs, prefill=prefill)
+
+    def __getattr__(self, name):
+        return getattr(self.step, name)
+
+
+def pass_widths(runtime, prompt_ids, answer_ids) -> list[int]:
+    """Tokens fed by each pass of `answer_ids` replayed on its parallel schedule."""
+    step = runtime.forward
+    runtime.forward = recorder = WidthRecorder(step)
+    try:
+        runtime.replay(prompt_ids, answer_ids, mode="parallel")
+    finally:
+        runtime.forward = step
+    return recorder.widths
+
+
 def main() -> None:
     from solm.core.chat import prompt_ids
     from solm.core.jsonl import read_jsonl
@@ -99,8 +128,10 @@ def main() -> None:
                 times[side].append(pasta_s() if side == "pasta" else base_s())
         p_rate = len(content) / min(times["pasta"])
         b_rate = n_base / min(times["baseline"])
+        widths = pass_widths(prt, pids, answer.ids)
         results.append({"prompt": prompt, "pasta_content_tokens": len(content),
                         "pasta_passes": answer.forward_passes, "pasta_flags": answer.flags,
+                        "pasta_pass_widths": widths,
                         "baseline_content_tokens": n_base, "times_s": times,
                         "pasta_tokens_per_s": p_rate, "baseline_tokens_per_s": b_rate,
                         "ratio": p_rate / b_rate})
@@ -121,6 +152,7 @@ def main() -> None:
         "ratio_geomean": geomean(ratios), "ratio_ci95": bootstrap_geomean_ci(ratios),
         "pasta_content_tokens": sum(r["pasta_content_tokens"] for r in results),
         "baseline_content_tokens": sum(r["baseline_content_tokens"] for r in results),
+        "pasta_width_histogram": width_histogram(results),
         "pasta_tokens_per_s_pooled": sum(r["pasta_content_tokens"] for r in results)
         / sum(min(r["times_s"]["pasta"]) for r in results),
         "baseline_tokens_per_s_pooled": sum(r["baseline_content_tokens"] for r in results)
@@ -130,6 +162,15 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, indent=1))
+
+
+def width_histogram(results: list[dict]) -> dict[int, int]:
+    """Passes by tokens fed, over every prompt."""
+    counts: dict[int, int] = {}
+    for r in results:
+        for w in r["pasta_pass_widths"]:
+            counts[w] = counts.get(w, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 if __name__ == "__main__":

@@ -87,7 +87,8 @@ class LlamaContext:
 
     def __init__(self, gguf_path: str | Path, n_ctx: int = 4096, n_seq: int = 1,
                  n_batch: int | None = None, threads: int | None = None,
-                 kv_type: str = "f16", unified: bool = True, flash_attn: bool = False):
+                 kv_type: str = "f16", unified: bool = True, flash_attn: bool = False,
+                 repack: bool = True):
         L = llama_cpp_module()
         _init_backend(L)
         self.L, self.model, self.ctx, self._batch = L, None, None, None
@@ -95,6 +96,7 @@ class LlamaContext:
         if not path.is_file():
             raise SolmError(f"GGUF file not found: {path}")
         mparams = L.llama_model_default_params()
+        mparams.use_extra_bufts = bool(repack)
         self.model = L.llama_model_load_from_file(str(path).encode(), mparams)
         if not self.model:
             raise SolmError(f"{path}: llama.cpp could not load this GGUF (run with "
