@@ -3,7 +3,7 @@
     python runs/i48s10/predict.py VS_LLAMACPP.json KERNELS.json [format] [repack] [flash]
 
 VS_LLAMACPP.json: bench/pasta_vs_llamacpp.py's output (with pass widths); KERNELS.json:
-runs/i48s10/kernels.py's (ms per pass at k = 1, 2, 3, 4, 6, 8; linear between, and past 8
+runs/i48s10/llama_kernels.py's (ms per pass at k = 1, 2, 3, 4, 6, 8; linear between, and past 8
 along the last segment). Prints the measured ratio, the ratio the schedule alone predicts
 (every pass at the curve's cost, the baseline at k = 1), and per width the content tokens a
 pass of that width must carry for 1.2x."""

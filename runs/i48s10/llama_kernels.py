@@ -26,6 +26,9 @@ for name, ftype, pure in [("iq4_nl", L.LLAMA_FTYPE_MOSTLY_IQ4_NL, True),
         rc = L.llama_model_quantize(str(src).encode(), str(out).encode(), ctypes.byref(p))
         assert rc == 0, (name, rc)
     files[name] = out
+untied = gdir / f"i48s10-{model}-q4_0_untied.gguf"  # written by untie.py: output.weight of its own
+if untied.exists():
+    files["q4_0_untied"] = untied
 C = 64
 ctxs = {}
 for name, path in files.items():
