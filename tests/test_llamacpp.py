@@ -301,6 +301,26 @@ def test_smaller_exports_stay_close_to_the_reference(exported, tmp_path, outtype
     assert (ours.argmax(-1) == ref.argmax(-1)).float().mean().item() >= agree
 
 
+def test_repacked_and_plain_kernels_compute_the_same_model(exported, tmp_path):
+    """`repack=False` (llama.cpp's plain kernels) and the default repacked layout decode one
+    q4_0 file to the same logits up to activation rounding, both close to the reference."""
+    from solm.llamacpp.binding import LlamaContext, Token
+    from solm.llamacpp.export import write_gguf
+
+    model, tok, _ = exported
+    path = tmp_path / "tiny.q4_0.gguf"
+    write_gguf(model, tok, path, "q4_0")
+    ids = tok("Planets orbit the sun because gravity pulls them inward.")["input_ids"]
+    ref = hf_logits(model, ids)
+    out = {}
+    for repack in (True, False):
+        with LlamaContext(path, n_ctx=128, kv_type="f16", repack=repack) as ctx:
+            out[repack] = ctx.decode([Token(t, i, 0) for i, t in enumerate(ids)])
+        assert (out[repack] - ref).abs().max().item() < 0.3 * ref.abs().max().item()
+    assert (out[True] - out[False]).abs().max().item() < 0.05 * ref.abs().max().item()
+    assert (out[True].argmax(-1) == out[False].argmax(-1)).float().mean().item() >= 0.9
+
+
 # GGML's block layouts (ggml-common.h), written out here as the oracle: bytes per 32 weights
 BLOCK_BYTES = {"q8_0": 2 + 32, "q4_0": 2 + 16, "q4_1": 2 + 2 + 16}
 ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
