@@ -381,7 +381,7 @@ own-select-cpu: own-sft-cpu
 # rank-KEPT_RANK difference from the embedded model (int8 factors, files under 5 MB):
 # pasta-sft-cpu (d), pasta-bonbon-cpu (round 3),
 # baseline-sft-cpu, pasta-sft-overlap-cpu (e: d in the overlap layout, which llama.cpp
-# decodes). Every step is resumable (rerun after a kill); on 2 cores the trainings
+# decodes), pasta-bonbon-overlap-cpu (e after the same three rounds). Every step is resumable (rerun after a kill); on 2 cores the trainings
 # take ~21 min each, each round's sampling ~40 min, each BoNBoN ~8 min.
 KEPT_DIR   ?= $(OWN_DIR)/bonbon
 KEPT_R1    ?= $(KEPT_DIR)/bonbon
@@ -413,9 +413,29 @@ own-kept-cpu: setup
 	$(KEEP_DELTA)'$(OWN_DIR)/baseline-d', 'smollm2-135m', '$(ARTIFACTS)/baseline-sft-cpu', $(KEPT_RANK), $(KEPT_RANK))"
 	$(KEEP_DELTA)'$(KEPT_R3)', 'smollm2-135m', '$(ARTIFACTS)/pasta-bonbon-cpu', $(KEPT_RANK), $(KEPT_RANK))"
 	$(KEEP_DELTA)'$(OWN_DIR)/e/pasta-sft', 'smollm2-135m', '$(ARTIFACTS)/pasta-sft-overlap-cpu', $(KEPT_RANK), $(KEPT_RANK))"
-	for m in pasta-sft-cpu baseline-sft-cpu pasta-bonbon-cpu pasta-sft-overlap-cpu; do printf '{\n  "do_sample": false,\n  "repetition_penalty": 1.2\n}\n' \
+	$(MAKE) own-kept-overlap-rounds-cpu
+	$(KEEP_DELTA)'$(KEPT_E)/bonbon3', 'smollm2-135m', '$(ARTIFACTS)/pasta-bonbon-overlap-cpu', $(KEPT_RANK), $(KEPT_RANK))"
+	for m in pasta-sft-cpu baseline-sft-cpu pasta-bonbon-cpu pasta-sft-overlap-cpu pasta-bonbon-overlap-cpu; do printf '{\n  "do_sample": false,\n  "repetition_penalty": 1.2\n}\n' \
 		> $(ARTIFACTS)/$$m/generation_config.json; done
 	du -sh $(ARTIFACTS)/*
+
+# The same three BoNBoN rounds (prompts, baseline answers, weights, seeds) on the overlap model
+# e: pasta-bonbon-overlap-cpu, the PASTA model whose threads decode on llama.cpp. Resumable.
+KEPT_E ?= $(OWN_DIR)/e
+.PHONY: own-kept-overlap-rounds-cpu
+own-kept-overlap-rounds-cpu:
+	$(BIN)/pasta prefs -p $(KEPT_DIR)/prompts.jsonl -m $(KEPT_E)/pasta-sft --baseline $(KEPT_DIR)/baseline.jsonl \
+		-o $(KEPT_E)/prefs1 --quality-weight 1 --repeat-weight 1 --seed 1 $(KEPT_PREFS)
+	$(call trained,$(KEPT_E)/bonbon1) $(BIN)/pasta bonbon --data $(KEPT_E)/prefs1/pairs.jsonl \
+		--model $(KEPT_E)/pasta-sft --out $(KEPT_E)/bonbon1 $(KEPT_BONBON)
+	$(BIN)/pasta prefs -p $(KEPT_DIR)/prompts.jsonl -m $(KEPT_E)/bonbon1 --baseline $(KEPT_DIR)/baseline.jsonl \
+		-o $(KEPT_E)/prefs2 --quality-weight 2 --repeat-weight 3 --seed 2 $(KEPT_PREFS)
+	$(call trained,$(KEPT_E)/bonbon2) $(BIN)/pasta bonbon --data $(KEPT_E)/prefs2/pairs.jsonl \
+		--model $(KEPT_E)/bonbon1 --out $(KEPT_E)/bonbon2 $(KEPT_BONBON)
+	$(BIN)/pasta prefs -p $(KEPT_DIR)/prompts.jsonl -m $(KEPT_E)/bonbon2 --baseline $(KEPT_DIR)/baseline.jsonl \
+		-o $(KEPT_E)/prefs3 --quality-weight 2 --repeat-weight 3 --seed 3 $(KEPT_PREFS)
+	$(call trained,$(KEPT_E)/bonbon3) $(BIN)/pasta bonbon --data $(KEPT_E)/prefs3/pairs.jsonl \
+		--model $(KEPT_E)/bonbon2 --out $(KEPT_E)/bonbon3 $(KEPT_BONBON)
 
 # Planned Diffusion on a CPU (issue 25), each step on files and resumable (rerun after a kill):
 # hybrid AR + diffusion SFT of the embedded model on the rule-annotated rows of the PASTA

@@ -61,6 +61,10 @@ ARTIFACTS: dict[str, str] = {
                              "the overlap layout (--positions overlap): its threads decode on "
                              "llama.cpp too; kept as its rank-32 difference from the embedded "
                              "model (`make own-kept-cpu`)",
+    "pasta-bonbon-overlap-cpu": "pasta-sft-overlap-cpu after pasta-bonbon-cpu's three "
+                                "BoNBoN rounds (same prompts, weights and seeds): the fastest "
+                                "PASTA decode on llama.cpp; kept as its rank-32 difference "
+                                "from the embedded model (`make own-kept-cpu`)",
     "pdiff-overlap-cpu": "pdiff-cpu's recipe trained with the overlap layout: its chunks "
                          "denoise on llama.cpp too (`make own-pdiff-kept-cpu`)",
     "tip-sft-cpu": "TIP-SFT on the embedded model: LoRA r=8 on 500 MATH solutions annotated "
@@ -71,6 +75,7 @@ ARTIFACTS: dict[str, str] = {
 ARTIFACT_TARGETS = {"pasta-sft-cpu": "own-kept-cpu", "baseline-sft-cpu": "own-kept-cpu",
                     "pasta-bonbon-cpu": "own-kept-cpu", "pdiff-cpu": "own-pdiff-kept-cpu",
                     "pasta-sft-overlap-cpu": "own-kept-cpu",
+                    "pasta-bonbon-overlap-cpu": "own-kept-cpu",
                     "pdiff-overlap-cpu": "own-pdiff-kept-cpu", "tip-sft-cpu": "tip-kept-cpu"}
 
 
