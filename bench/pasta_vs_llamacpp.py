@@ -17,7 +17,7 @@ excluded from both. Ratio per prompt = PASTA content tokens/s over the baseline'
 geometric mean with a 95% bootstrap interval over prompts.
 
     python bench/pasta_vs_llamacpp.py -p alpaca_eval.jsonl --limit 16 \
-        --engine onnxruntime --onnx-type i8 -o bench/results/engine_step/vs_llamacpp.json
+        -o bench/results/engine_step/vs_llamacpp.json   # pasta-bonbon-overlap-cpu, llama.cpp q4_0
 
 Run it on a quiet machine: it times.
 """
@@ -34,11 +34,12 @@ def parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-p", "--prompts", type=Path, required=True)
     ap.add_argument("--limit", type=int, default=16)
-    ap.add_argument("--pasta-model", default="pasta-sft-overlap-cpu")
+    ap.add_argument("--pasta-model", default="pasta-bonbon-overlap-cpu")
     ap.add_argument("--baseline-model", default="baseline-sft-cpu")
-    ap.add_argument("--engine", default="onnxruntime")
+    ap.add_argument("--engine", default="llama.cpp",
+                    help="PASTA's engine (llama.cpp decodes overlap-layout models only)")
     ap.add_argument("--onnx-type", default="i8")
-    ap.add_argument("--gguf-type", default="q8_0", help="PASTA's GGUF on --engine llama.cpp")
+    ap.add_argument("--gguf-type", default="q4_0", help="PASTA's GGUF on --engine llama.cpp")
     ap.add_argument("--baseline-gguf-type", default="q4_0",
                     help="the baseline's GGUF (q4_0: llama.cpp's fastest one-token pass here)")
     ap.add_argument("--max-new-tokens", type=int, default=256)
