@@ -1109,6 +1109,9 @@ ISSUE37 = {
     "packed_folder_by_path_loaded_raw": (
         "solm/core/models.py", "return _unpacked_copy(folder, folder.name) if folder.is_dir() else None",
         "return None", ["tests/test_delta_packing.py"]),
+    "pass_widths_count_the_prefill": (
+        "bench/pasta_vs_llamacpp.py", "        if not prefill:\n            self.widths.append",
+        "        if True:\n            self.widths.append", ["tests/test_bench_pasta_vs_llamacpp.py"]),
     "kept_difference_timed_as_itself": (
         "solm/engines/cost.py", "    base = packed_base(str(model))", "    base = None",
         ["tests/test_engine_seam.py"]),
@@ -1436,7 +1439,8 @@ def tests_of(mutation: tuple) -> list[str]:
 
 
 def copy_tree(dest: Path) -> Path:
-    for part in ("solm", "tests", "configs"):  # configs: the launch configs tests use
+    for part in ("solm", "tests", "configs", "bench"):  # configs: the launch configs tests use;
+        # bench: the benchmark scripts whose helpers tests import
         shutil.copytree(ROOT / part, dest / part,
                         ignore=shutil.ignore_patterns("__pycache__", ".hypothesis"))
     shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
