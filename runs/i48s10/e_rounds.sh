@@ -6,7 +6,7 @@ cd /work/main
 export HF_HUB_OFFLINE=1
 P=runs/own/pack
 R=bench/results/engine_step
-for r in ${ROUNDS:-3 2}; do
+for r in ${ROUNDS:-4 3 2}; do
   test -f runs/own/e/bonbon$r/solm.json || continue
   test -f $P/e-r$r-r32/delta.json || .venv/bin/python -c "from solm.core.kept_difference import pack_delta; pack_delta('runs/own/e/bonbon$r', 'smollm2-135m', '$P/e-r$r-r32', 32, 32)" || exit 1
   test -f $R/vs_llamacpp_overlap_r${r}_llama_q4.json || .venv/bin/python bench/pasta_vs_llamacpp.py \
