@@ -381,8 +381,9 @@ own-select-cpu: own-sft-cpu
 # rank-KEPT_RANK difference from the embedded model (int8 factors, files under 5 MB):
 # pasta-sft-cpu (d), pasta-bonbon-cpu (round 3),
 # baseline-sft-cpu, pasta-sft-overlap-cpu (e: d in the overlap layout, which llama.cpp
-# decodes), pasta-bonbon-overlap-cpu (e after the same three rounds). Every step is resumable (rerun after a kill); on 2 cores the trainings
-# take ~21 min each, each round's sampling ~40 min, each BoNBoN ~8 min.
+# decodes), pasta-bonbon-overlap-cpu (e after the same three rounds). Every step is
+# resumable (rerun after a kill); on 2 cores the trainings take ~21 min each, each round's
+# sampling ~40 min, each BoNBoN ~8 min.
 KEPT_DIR   ?= $(OWN_DIR)/bonbon
 KEPT_R1    ?= $(KEPT_DIR)/bonbon
 KEPT_R2    ?= $(KEPT_DIR)/bonbon3_v1

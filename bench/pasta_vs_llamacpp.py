@@ -167,11 +167,9 @@ def main() -> None:
 
 def width_histogram(results: list[dict]) -> dict[int, int]:
     """Passes by tokens fed, over every prompt."""
-    counts: dict[int, int] = {}
-    for r in results:
-        for w in r["pasta_pass_widths"]:
-            counts[w] = counts.get(w, 0) + 1
-    return dict(sorted(counts.items()))
+    from collections import Counter
+
+    return dict(sorted(Counter(w for r in results for w in r["pasta_pass_widths"]).items()))
 
 
 if __name__ == "__main__":
