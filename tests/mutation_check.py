@@ -1109,6 +1109,9 @@ ISSUE37 = {
     "packed_folder_by_path_loaded_raw": (
         "solm/core/models.py", "return _unpacked_copy(folder, folder.name) if folder.is_dir() else None",
         "return None", ["tests/test_delta_packing.py"]),
+    "f32_takes_flash_attention": (
+        "solm/llamacpp/engine.py", 'return kv_type(engine) != "f32" and flash_attn_here()',
+        "return flash_attn_here()", ["tests/test_llamacpp.py"]),
     "pass_widths_count_the_prefill": (
         "bench/pasta_vs_llamacpp.py", "        if not prefill:\n            self.widths.append",
         "        if True:\n            self.widths.append", ["tests/test_bench_pasta_vs_llamacpp.py"]),

@@ -1111,6 +1111,39 @@ def test_the_llama_contexts_kv_type_follows_the_export(exported):
     assert (ours - hf_logits(model, ids)).abs().max().item() < 2e-4
 
 
+def test_an_f32_export_decodes_without_flash_attention_where_it_is_faster(exported,
+                                                                          monkeypatch):
+    """Where `bench step` found llama.cpp's flash attention faster, decodes of quantized
+    exports take it; an f32 export never does: its CPU kernel rounds through F16 (a pass of
+    two tokens, the second a thread's, ~700x further off the reference than without it), and
+    f32 promises the reference's logits."""
+    from types import SimpleNamespace
+
+    from solm.engines.cost import FLASH_ENV
+    from solm.llamacpp.binding import LlamaContext, Token
+    from solm.llamacpp.engine import flash_attn, llama_context
+
+    model, tok, path = exported
+    monkeypatch.setenv(FLASH_ENV, "on")
+    assert flash_attn(SimpleNamespace(gguf_type="q4_0"))
+    ids = tok("Planets orbit the sun because gravity pulls them inward, and so on.")["input_ids"]
+    ref = hf_logits(model, ids)
+    batch = [Token(t, i, 0, logits=i == len(ids) - 1) for i, t in enumerate(ids[:-1])]
+
+    def last_two(ctx) -> torch.Tensor:
+        try:  # the prompt but its last token, then that token beside a second sequence's
+            ctx.decode(batch)
+            ctx.seq_cp(0, 1)
+            return ctx.decode([Token(ids[-1], len(ids) - 1, 0), Token(ids[-1], len(ids) - 1, 1)])
+        finally:
+            ctx.close()
+
+    ours = last_two(llama_context(SimpleNamespace(gguf=str(path), gguf_type="f32"), 256, 2))
+    flashed = last_two(LlamaContext(path, n_ctx=256, n_seq=2, kv_type="f32", flash_attn=True))
+    # measured on this model: 3e-7 without flash attention, 2e-4 with it
+    assert (ours - ref[-1]).abs().max().item() < 1e-5 < (flashed - ref[-1]).abs().max().item()
+
+
 def test_the_preference_stage_samples_on_the_engine_its_parallel_decodes_allow(tmp_path,
                                                                                pasta_tokenizer):
     """`pasta prefs` samples parallel decodes: under auto a Pred-10X model samples on torch and

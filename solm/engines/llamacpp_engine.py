@@ -62,11 +62,8 @@ class LlamaCppEngine(Engine):
         from solm.llamacpp.binding import MAX_SEQUENCES
         from solm.llamacpp.engine import llama_context
 
-        from solm.engines.cost import flash_attn_here
-
         seqs = sequences if independent else min(MAX_SEQUENCES, sequences or MAX_SEQUENCES)
-        ctx = llama_context(settings, cells, seqs, unified=not independent,
-                            flash_attn=flash_attn_here())
+        ctx = llama_context(settings, cells, seqs, unified=not independent)
         if kind == "paged":
             from solm.llamacpp.tip import LlamaKV
 
@@ -79,12 +76,10 @@ class LlamaCppEngine(Engine):
 
     def sequential_loop(self, settings, cells: int):
         """llama.cpp's own loop on the same GGUF (`solm.llamacpp.own_loop`)."""
-        from solm.engines.cost import flash_attn_here
         from solm.llamacpp.engine import llama_context
         from solm.llamacpp.own_loop import OwnLoop
 
-        return OwnLoop(llama_context(settings, cells, sequences=1,
-                                     flash_attn=flash_attn_here()))
+        return OwnLoop(llama_context(settings, cells, sequences=1))
 
     def describe(self, settings, dtype: str) -> str:
         return f"llama.cpp ({settings.gguf_type} GGUF)"
@@ -98,9 +93,9 @@ class LlamaCppEngine(Engine):
                               flash_attn=flash) for f in formats for flash in (False, True)]
 
     def measured_variant(self, settings) -> str:
-        from solm.engines.cost import flash_attn_here
+        from solm.llamacpp.engine import flash_attn
 
-        return settings.gguf_type + (FLASH if flash_attn_here() else "")
+        return settings.gguf_type + (FLASH if flash_attn(settings) else "")
 
 
 def _settings_refusal(settings) -> str | None:
