@@ -9,8 +9,10 @@ Per prompt (greedy, each model's generation_config):
   learn its length n); llama.cpp's own loop (`OwnLoop`: C-level decode, argmax sampler)
   then generates n tokens from the same prompt, timed. The own loop samples argmax without
   the repetition penalty, so its tokens may differ; a pass costs the same whichever token.
-The widths of PASTA's passes (tokens fed in each, tags included) are recorded from one more
-replay, untimed, so a pass cost curve (`solm bench step`) can say what the schedule costs.
+The widths of PASTA's passes (tokens fed in each, tags included) and each pass's seconds are
+recorded from one more replay (not counted in the ratio): the median pass of each width
+inside the decode, beside the own loop's token, says where the time goes, and a pass cost
+curve (`solm bench step`) can say what the schedule would cost on another step.
 Both sides are warmed on the first prompt, then each prompt's sides are timed `--repeats`
 times in alternating order and the fastest kept (interference only adds time). Prefill is
 excluded from both. Ratio per prompt = PASTA content tokens/s over the baseline's; the
@@ -60,30 +62,34 @@ def decode_config(model: str, max_new_tokens: int, mode: str):
 
 
 class WidthRecorder:
-    """A runtime's step that records how many tokens each decode pass feeds (prefill not
-    counted) and otherwise is the step it wraps."""
+    """A runtime's step that records how many tokens each decode pass feeds and the seconds
+    it took (prefill not counted), and otherwise is the step it wraps."""
 
     def __init__(self, step):
-        self.step, self.widths = step, []
+        self.step, self.widths, self.seconds = step, [], []
 
     def __call__(self, tokens, attrs, prefill: bool = False):
+        t0 = time.perf_counter()
+        logits = self.step(tokens, attrs, prefill=prefill)
         if not prefill:
             self.widths.append(len(tokens))
-        return self.step(tokens, attrs, prefill=prefill)
+            self.seconds.append(time.perf_counter() - t0)
+        return logits
 
     def __getattr__(self, name):
         return getattr(self.step, name)
 
 
-def pass_widths(runtime, prompt_ids, answer_ids) -> list[int]:
-    """Tokens fed by each pass of `answer_ids` replayed on its parallel schedule."""
+def replay_passes(runtime, prompt_ids, answer_ids) -> tuple[list[int], list[float]]:
+    """Tokens fed by each pass of `answer_ids` replayed on its parallel schedule, and each
+    pass's seconds."""
     step = runtime.forward
     runtime.forward = recorder = WidthRecorder(step)
     try:
         runtime.replay(prompt_ids, answer_ids, mode="parallel")
     finally:
         runtime.forward = step
-    return recorder.widths
+    return recorder.widths, recorder.seconds
 
 
 def main() -> None:
@@ -129,10 +135,11 @@ def main() -> None:
                 times[side].append(pasta_s() if side == "pasta" else base_s())
         p_rate = len(content) / min(times["pasta"])
         b_rate = n_base / min(times["baseline"])
-        widths = pass_widths(prt, pids, answer.ids)
+        widths, pass_s = replay_passes(prt, pids, answer.ids)
         results.append({"prompt": prompt, "pasta_content_tokens": len(content),
                         "pasta_passes": answer.forward_passes, "pasta_flags": answer.flags,
                         "pasta_pass_widths": widths,
+                        "pasta_pass_ms": [round(x * 1e3, 3) for x in pass_s],
                         "baseline_content_tokens": n_base, "times_s": times,
                         "pasta_tokens_per_s": p_rate, "baseline_tokens_per_s": b_rate,
                         "ratio": p_rate / b_rate})
@@ -154,6 +161,9 @@ def main() -> None:
         "pasta_content_tokens": sum(r["pasta_content_tokens"] for r in results),
         "baseline_content_tokens": sum(r["baseline_content_tokens"] for r in results),
         "pasta_width_histogram": width_histogram(results),
+        "pasta_pass_ms_by_width": ms_by_width(results),
+        "baseline_ms_per_token": 1e3 * sum(min(r["times_s"]["baseline"]) for r in results)
+        / sum(r["baseline_content_tokens"] for r in results),
         "pasta_tokens_per_s_pooled": sum(r["pasta_content_tokens"] for r in results)
         / sum(min(r["times_s"]["pasta"]) for r in results),
         "baseline_tokens_per_s_pooled": sum(r["baseline_content_tokens"] for r in results)
@@ -174,3 +184,14 @@ def width_histogram(results: list[dict]) -> dict[int, int]:
 
 if __name__ == "__main__":
     main()
+
+
+def ms_by_width(results: list[dict]) -> dict[int, float]:
+    """The median milliseconds of a pass of each width, over every prompt's passes."""
+    import statistics
+
+    by: dict[int, list[float]] = {}
+    for r in results:
+        for w, ms in zip(r["pasta_pass_widths"], r["pasta_pass_ms"]):
+            by.setdefault(w, []).append(ms)
+    return {w: statistics.median(v) for w, v in sorted(by.items())}

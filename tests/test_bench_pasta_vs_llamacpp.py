@@ -1,5 +1,6 @@
-"""bench/pasta_vs_llamacpp.py's record of each pass's width (tokens fed), read by the pass
-cost analysis: every answer token is fed once, in as many passes as the replay counts."""
+"""bench/pasta_vs_llamacpp.py's record of each pass's width (tokens fed) and seconds, read
+by the pass cost analysis: every answer token is fed once, in as many passes as the replay
+counts; the median pass of each width."""
 
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ from solm.core.models import tiny_model
 from solm.decode.pasta.runtime import PastaRuntime
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from pasta_vs_llamacpp import pass_widths, width_histogram  # noqa: E402
+from pasta_vs_llamacpp import ms_by_width, replay_passes, width_histogram  # noqa: E402
 
 PROMPT = "User: give me some tips\nAssistant:"
 ANNOTATED = ('Tips:\n1. Sleep:<promise topic="sleep" tokens="1"/><async> Get eight hours of '
@@ -23,7 +24,7 @@ def test_pass_widths_feed_every_answer_token_once_in_the_replays_passes(pasta_to
     rt = PastaRuntime(model, pasta_tokenizer, pool_size=512)
     prompt, resp = text_ids(pasta_tokenizer, PROMPT), text_ids(pasta_tokenizer, ANNOTATED)
     step = rt.forward
-    widths = pass_widths(rt, prompt, resp)
+    widths, seconds = replay_passes(rt, prompt, resp)
     assert rt.forward is step  # the recorder is taken off again
     replay = rt.replay(prompt, resp)
     assert sum(widths) == len(resp)
@@ -32,3 +33,7 @@ def test_pass_widths_feed_every_answer_token_once_in_the_replays_passes(pasta_to
     hist = width_histogram([{"pasta_pass_widths": widths}, {"pasta_pass_widths": [1, 1]}])
     assert sum(hist.values()) == len(widths) + 2
     assert hist[1] == widths.count(1) + 2
+    assert len(seconds) == len(widths) and min(seconds) > 0
+    rows = [{"pasta_pass_widths": [1, 2, 1, 2, 3], "pasta_pass_ms": [4.0, 9.0, 6.0, 7.0, 1.0]},
+            {"pasta_pass_widths": [1], "pasta_pass_ms": [5.0]}]
+    assert ms_by_width(rows) == {1: 5.0, 2: 8.0, 3: 1.0}  # medians, by width

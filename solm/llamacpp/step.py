@@ -13,7 +13,11 @@ a token sees expressed as llama.cpp sequence membership in one unified KV cache.
   after `seq_cp(block, main)`: main then sees the whole block; the block's sequence id is
   freed. llama.cpp can only join cells it already holds, so a `<sync/>` waits one pass for
   the `</async>` tokens of its blocks (`join_before_sync`); positions and logits are those of
-  training, the pass count is one higher per sync than on torch.
+  training, the pass count is one higher per sync than on torch. (Joining in the pass itself
+  is ruled out by two llama.cpp rules, both measured: a token in several sequences reads the
+  cells of all of them, so a `</async>` that also joined main would read main's text past its
+  promise; and a sequence's tokens must continue at its last position + 1, which a `<sync/>`
+  after a `</async>` that main does not hold cannot.)
 
 Skeleton-of-Thought's points (columns without `anchor`/`join`/`epoch`) are forks too: a point's
 sequence is given every cell of its main thread (the shared prefix, fed in an earlier pass) at
