@@ -391,6 +391,14 @@ KEPT_R3    ?= $(KEPT_DIR)/bonbon4
 KEPT_RANK  ?= 32
 KEPT_PREFS ?= -n 4 --score content --guard-weight 1 --temperature 0.8 --repetition-penalty 1.2 --max-new-tokens 512 --engine torch -q
 KEPT_BONBON ?= --lora-r 16 --lr 2e-4 --epochs 1 --batch-size 4 --eval-rows 6 --eval-every 8 --save-every 10 -q
+# One BoNBoN round: 4 samples a prompt from model $(1), scored against the baseline's answers,
+# into $(2); then BoNBoN on those pairs from $(1) into $(3); quality weight $(4), repeat weight
+# $(5), seed $(6). Resumable.
+define bonbon_round
+$(BIN)/pasta prefs -p $(KEPT_DIR)/prompts.jsonl -m $(1) --baseline $(KEPT_DIR)/baseline.jsonl \
+	-o $(2) --quality-weight $(4) --repeat-weight $(5) --seed $(6) $(KEPT_PREFS)
+$(call trained,$(3)) $(BIN)/pasta bonbon --data $(2)/pairs.jsonl --model $(1) --out $(3) $(KEPT_BONBON)
+endef
 KEEP_DELTA = $(BIN)/python -c "from solm.core.kept_difference import pack_delta; pack_delta(
 own-kept-cpu: setup
 	$(MAKE) own-sft-cpu OWN_RECIPE=d OWN_BASELINE=d
@@ -398,18 +406,9 @@ own-kept-cpu: setup
 	test "$$(wc -l < $(KEPT_DIR)/baseline.jsonl 2>/dev/null || echo 0)" -ge 96 || $(BIN)/pasta decode \
 		-m $(OWN_DIR)/baseline-d --mode sequential -p $(KEPT_DIR)/prompts.jsonl -o $(KEPT_DIR)/baseline.jsonl \
 		--max-new-tokens 512 --repetition-penalty 1.2 --engine llama.cpp -q
-	$(BIN)/pasta prefs -p $(KEPT_DIR)/prompts.jsonl -m $(OWN_DIR)/d/pasta-sft --baseline $(KEPT_DIR)/baseline.jsonl \
-		-o $(KEPT_DIR)/prefs --quality-weight 1 --repeat-weight 1 --seed 1 $(KEPT_PREFS)
-	$(call trained,$(KEPT_R1)) $(BIN)/pasta bonbon --data $(KEPT_DIR)/prefs/pairs.jsonl \
-		--model $(OWN_DIR)/d/pasta-sft --out $(KEPT_R1) $(KEPT_BONBON)
-	$(BIN)/pasta prefs -p $(KEPT_DIR)/prompts.jsonl -m $(KEPT_R1) --baseline $(KEPT_DIR)/baseline.jsonl \
-		-o $(KEPT_DIR)/prefs2 --quality-weight 2 --repeat-weight 3 --seed 2 $(KEPT_PREFS)
-	$(call trained,$(KEPT_R2)) $(BIN)/pasta bonbon --data $(KEPT_DIR)/prefs2/pairs.jsonl \
-		--model $(KEPT_R1) --out $(KEPT_R2) $(KEPT_BONBON)
-	$(BIN)/pasta prefs -p $(KEPT_DIR)/prompts.jsonl -m $(KEPT_R2) --baseline $(KEPT_DIR)/baseline.jsonl \
-		-o $(KEPT_DIR)/prefs4 --quality-weight 2 --repeat-weight 3 --seed 3 $(KEPT_PREFS)
-	$(call trained,$(KEPT_R3)) $(BIN)/pasta bonbon --data $(KEPT_DIR)/prefs4/pairs.jsonl \
-		--model $(KEPT_R2) --out $(KEPT_R3) $(KEPT_BONBON)
+	$(call bonbon_round,$(OWN_DIR)/d/pasta-sft,$(KEPT_DIR)/prefs,$(KEPT_R1),1,1,1)
+	$(call bonbon_round,$(KEPT_R1),$(KEPT_DIR)/prefs2,$(KEPT_R2),2,3,2)
+	$(call bonbon_round,$(KEPT_R2),$(KEPT_DIR)/prefs4,$(KEPT_R3),2,3,3)
 	$(KEEP_DELTA)'$(OWN_DIR)/d/pasta-sft', 'smollm2-135m', '$(ARTIFACTS)/pasta-sft-cpu', $(KEPT_RANK), $(KEPT_RANK))"
 	$(KEEP_DELTA)'$(OWN_DIR)/baseline-d', 'smollm2-135m', '$(ARTIFACTS)/baseline-sft-cpu', $(KEPT_RANK), $(KEPT_RANK))"
 	$(KEEP_DELTA)'$(KEPT_R3)', 'smollm2-135m', '$(ARTIFACTS)/pasta-bonbon-cpu', $(KEPT_RANK), $(KEPT_RANK))"
@@ -425,18 +424,9 @@ own-kept-cpu: setup
 KEPT_E ?= $(OWN_DIR)/e
 .PHONY: own-kept-overlap-rounds-cpu
 own-kept-overlap-rounds-cpu:
-	$(BIN)/pasta prefs -p $(KEPT_DIR)/prompts.jsonl -m $(KEPT_E)/pasta-sft --baseline $(KEPT_DIR)/baseline.jsonl \
-		-o $(KEPT_E)/prefs1 --quality-weight 1 --repeat-weight 1 --seed 1 $(KEPT_PREFS)
-	$(call trained,$(KEPT_E)/bonbon1) $(BIN)/pasta bonbon --data $(KEPT_E)/prefs1/pairs.jsonl \
-		--model $(KEPT_E)/pasta-sft --out $(KEPT_E)/bonbon1 $(KEPT_BONBON)
-	$(BIN)/pasta prefs -p $(KEPT_DIR)/prompts.jsonl -m $(KEPT_E)/bonbon1 --baseline $(KEPT_DIR)/baseline.jsonl \
-		-o $(KEPT_E)/prefs2 --quality-weight 2 --repeat-weight 3 --seed 2 $(KEPT_PREFS)
-	$(call trained,$(KEPT_E)/bonbon2) $(BIN)/pasta bonbon --data $(KEPT_E)/prefs2/pairs.jsonl \
-		--model $(KEPT_E)/bonbon1 --out $(KEPT_E)/bonbon2 $(KEPT_BONBON)
-	$(BIN)/pasta prefs -p $(KEPT_DIR)/prompts.jsonl -m $(KEPT_E)/bonbon2 --baseline $(KEPT_DIR)/baseline.jsonl \
-		-o $(KEPT_E)/prefs3 --quality-weight 2 --repeat-weight 3 --seed 3 $(KEPT_PREFS)
-	$(call trained,$(KEPT_E)/bonbon3) $(BIN)/pasta bonbon --data $(KEPT_E)/prefs3/pairs.jsonl \
-		--model $(KEPT_E)/bonbon2 --out $(KEPT_E)/bonbon3 $(KEPT_BONBON)
+	$(call bonbon_round,$(KEPT_E)/pasta-sft,$(KEPT_E)/prefs1,$(KEPT_E)/bonbon1,1,1,1)
+	$(call bonbon_round,$(KEPT_E)/bonbon1,$(KEPT_E)/prefs2,$(KEPT_E)/bonbon2,2,3,2)
+	$(call bonbon_round,$(KEPT_E)/bonbon2,$(KEPT_E)/prefs3,$(KEPT_E)/bonbon3,2,3,3)
 
 # Planned Diffusion on a CPU (issue 25), each step on files and resumable (rerun after a kill):
 # hybrid AR + diffusion SFT of the embedded model on the rule-annotated rows of the PASTA
