@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 
@@ -95,7 +96,6 @@ def replay_passes(runtime, prompt_ids, answer_ids) -> tuple[list[int], list[floa
 def main() -> None:
     from solm.core.chat import prompt_ids
     from solm.core.jsonl import read_jsonl
-    from solm.core.stats import bootstrap_geomean_ci, geomean
     from solm.core.systems.pasta import content_ids
     from solm.decode.bandwidth import cpu_description
     from solm.decode.pasta.system import runtime_on_engine
@@ -146,15 +146,28 @@ def main() -> None:
         print(f"{i + 1}/{len(prompts)}: PASTA {len(content)} tokens in "
               f"{answer.forward_passes} passes, {p_rate:.1f}/s; baseline {n_base} tokens, "
               f"{b_rate:.1f}/s; ratio {p_rate / b_rate:.2f}", flush=True)
+        summary = summarize(results, args, psettings.engine, cpu_description(),
+                            {"pasta": asdict(pcfg.sampling), "baseline": asdict(bcfg.sampling)})
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(summary, indent=1) + "\n")  # as it goes
     own.close()
+    print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, indent=1))
+
+
+def summarize(results: list[dict], args: argparse.Namespace, engine: str, cpu: str,
+              sampling: dict) -> dict:
+    """The run's figures over the prompts timed so far, and their rows; `sampling`: each
+    side's decoding settings (from its model's generation_config)."""
+    from solm.core.stats import bootstrap_geomean_ci, geomean
+
     ratios = [r["ratio"] for r in results]
-    summary = {
-        "cpu": cpu_description(), "date": time.strftime("%Y-%m-%d"),
-        "pasta": {"model": args.pasta_model, "engine": psettings.engine,
-                  "format": args.onnx_type if psettings.engine == "onnxruntime"
-                  else args.gguf_type},
+    return {
+        "cpu": cpu, "date": time.strftime("%Y-%m-%d"),
+        "pasta": {"model": args.pasta_model, "engine": engine,
+                  "format": args.onnx_type if engine == "onnxruntime" else args.gguf_type},
         "baseline": {"model": args.baseline_model, "engine": "llama.cpp's own loop",
                      "format": args.baseline_gguf_type},
+        "sampling": sampling,
         "prompts": len(results), "max_new_tokens": args.max_new_tokens,
         "repeats": args.repeats,
         "ratio_geomean": geomean(ratios), "ratio_ci95": bootstrap_geomean_ci(ratios),
@@ -170,9 +183,6 @@ def main() -> None:
         / sum(min(r["times_s"]["baseline"]) for r in results),
         "rows": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(summary, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, indent=1))
 
 
 def width_histogram(results: list[dict]) -> dict[int, int]:
@@ -180,10 +190,6 @@ def width_histogram(results: list[dict]) -> dict[int, int]:
     from collections import Counter
 
     return dict(sorted(Counter(w for r in results for w in r["pasta_pass_widths"]).items()))
-
-
-if __name__ == "__main__":
-    main()
 
 
 def ms_by_width(results: list[dict]) -> dict[int, float]:
@@ -195,3 +201,8 @@ def ms_by_width(results: list[dict]) -> dict[int, float]:
         for w, ms in zip(r["pasta_pass_widths"], r["pasta_pass_ms"]):
             by.setdefault(w, []).append(ms)
     return {w: statistics.median(v) for w, v in sorted(by.items())}
+
+
+if __name__ == "__main__":
+    main()
+
