@@ -1109,6 +1109,10 @@ ISSUE37 = {
     "packed_folder_by_path_loaded_raw": (
         "solm/core/models.py", "return _unpacked_copy(folder, folder.name) if folder.is_dir() else None",
         "return None", ["tests/test_delta_packing.py"]),
+    "models_listing_misses_differences": (
+        "solm/core/models.py",
+        '    if is_delta_folder(folder) and shard_files(folder):\n        return (f"difference',
+        '    if False:\n        return (f"difference', ["tests/test_models.py"]),
     "f32_takes_flash_attention": (
         "solm/llamacpp/engine.py", 'return kv_type(engine) != "f32" and flash_attn_here()',
         "return flash_attn_here()", ["tests/test_llamacpp.py"]),

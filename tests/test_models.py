@@ -136,6 +136,29 @@ def test_kept_models_are_small_and_load_by_name(name):
     assert tag in tok.get_vocab() and model.get_input_embeddings().weight.shape[0] == len(tok)
 
 
+def test_solm_models_says_how_each_kept_model_is_stored_or_how_to_make_it(tmp_path,
+                                                                          monkeypatch):
+    """Every kept model in this repository is listed as stored, as an adapter or as a
+    difference from its base (by its files); one missing names its own make target."""
+    from typer.testing import CliRunner
+
+    from solm.cli.main import app
+    from solm.core.models import ARTIFACT_TARGETS, ARTIFACTS, ARTIFACTS_DIR
+
+    result = CliRunner().invoke(app, ["models"], env={"COLUMNS": "1000"})
+    assert result.exit_code == 0, result.output
+    lines = {line.split(":")[0]: line for line in result.output.splitlines() if ":" in line}
+    for name in ARTIFACTS:
+        files = {p.name for p in (ARTIFACTS_DIR / name).iterdir()}
+        kind = "difference from its base" if "delta.json" in files else "adapter in"
+        assert kind in lines[name] and "not built" not in lines[name], lines[name]
+    monkeypatch.setattr(models, "ARTIFACTS_DIR", tmp_path)
+    result = CliRunner().invoke(app, ["models"], env={"COLUMNS": "1000"})
+    lines = {line.split(":")[0]: line for line in result.output.splitlines() if ":" in line}
+    for name in ARTIFACTS:
+        assert lines[name].endswith(f"not built (make {ARTIFACT_TARGETS[name]})"), lines[name]
+
+
 def test_models_load_without_hub_kernels(tiny_folder):
     """transformers turns hub kernels on wherever the `kernels` package is installed and
     fetches them from the hub (an offline CUDA machine fails there, measured on an H200);

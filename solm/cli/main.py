@@ -44,7 +44,7 @@ def main(version: bool = VersionOption) -> None:
 def models(config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
            debug: bool = DebugOption) -> None:
     """List model aliases and whether their converted copy is cached."""
-    from solm.core.models import (ALIASES, ARTIFACTS, ARTIFACTS_DIR, cache_root,
+    from solm.core.models import (ALIASES, ARTIFACTS, artifact_state, cache_root,
                                   is_complete_folder)
 
     for name, spec in ALIASES.items():
@@ -52,11 +52,7 @@ def models(config: Optional[Path] = ConfigOption, quiet: bool = QuietOption,
         state = f"cached at {folder}" if is_complete_folder(folder) else "not converted yet"
         out_console.print(f"[bold]{name}[/]: {spec.description} — {state}")
     for name, description in ARTIFACTS.items():
-        folder = ARTIFACTS_DIR / name
-        state = (f"adapter in {folder} (int8; unpacked into the cache on first use)"
-                 if (folder / "adapter_config.json").exists()
-                 else "not built (make sft-lora-cpu)")
-        out_console.print(f"[bold]{name}[/]: {description} — {state}")
+        out_console.print(f"[bold]{name}[/]: {description} — {artifact_state(name)}")
 
 
 @app.command()

@@ -62,9 +62,10 @@ ARTIFACTS: dict[str, str] = {
                              "llama.cpp too; kept as its rank-32 difference from the embedded "
                              "model (`make own-kept-cpu`)",
     "pasta-bonbon-overlap-cpu": "pasta-sft-overlap-cpu after pasta-bonbon-cpu's three "
-                                "BoNBoN rounds (same prompts, weights and seeds): the fastest "
-                                "PASTA decode on llama.cpp; kept as its rank-32 difference "
-                                "from the embedded model (`make own-kept-cpu`)",
+                                "BoNBoN rounds (same prompts, weights and seeds): it keeps "
+                                "its baseline's content (pasta-sft-overlap-cpu: two thirds of "
+                                "it), and its threads decode on llama.cpp; kept as its rank-32 "
+                                "difference from the embedded model (`make own-kept-cpu`)",
     "pdiff-overlap-cpu": "pdiff-cpu's recipe trained with the overlap layout: its chunks "
                          "denoise on llama.cpp too (`make own-pdiff-kept-cpu`)",
     "tip-sft-cpu": "TIP-SFT on the embedded model: LoRA r=8 on 500 MATH solutions annotated "
@@ -94,6 +95,20 @@ def artifact_folder(name: str) -> str | None:
         return unpacked
     folder = Path(name)
     return _unpacked_copy(folder, folder.name) if folder.is_dir() else None
+
+
+def artifact_state(name: str) -> str:
+    """How kept model `name` is stored in this installation, or how to make it."""
+    from solm.core.adapter_packing import PACKED
+    from solm.core.delta_packing import is_delta_folder, shard_files
+
+    folder = ARTIFACTS_DIR / name
+    if is_delta_folder(folder) and shard_files(folder):
+        return (f"difference from its base in {folder} (low rank, int8; the full model is "
+                f"written into the cache on first use)")
+    if (folder / "adapter_config.json").exists() and (folder / PACKED).exists():
+        return f"adapter in {folder} (int8; unpacked into the cache on first use)"
+    return f"not built (make {ARTIFACT_TARGETS[name]})"
 
 
 def _unpacked_copy(folder: Path, label: str) -> str | None:
