@@ -51,12 +51,12 @@ def hf_last_logits(model, ids):
 
 
 @pytest.mark.parametrize("name", sorted(ENGINES))
-def test_every_engines_probe_runs_k_isolated_sequences(name, tiny_folder, tmp_path,
-                                                       monkeypatch):
+def test_every_engines_probe_runs_k_sequences_on_one_context(name, tiny_folder, tmp_path,
+                                                             monkeypatch):
     """One body over the engine registry: in each engine's exact format, every token of a
-    timed pass gets the logits its own sequence (its context, then the token) gets from the
-    Hugging Face forward, pass after pass (the cache is left as it was), and a sequence reads
-    only its own keys (what it costs)."""
+    timed pass gets the logits its own sequence (the shared context, then the token) gets
+    from the Hugging Face forward, pass after pass (the cache is left as it was): no token
+    reads another's."""
     from solm.core.models import load_decoder
 
     engine = ENGINES[name]
@@ -72,7 +72,7 @@ def test_every_engines_probe_runs_k_isolated_sequences(name, tiny_folder, tmp_pa
             probe.one_pass(k)
             assert probe.logits.shape[0] == k
             for s in range(k):
-                want = hf_last_logits(model, context_ids(s, 6) + [FIRST_ID + s])
+                want = hf_last_logits(model, context_ids(0, 6) + [FIRST_ID + s])
                 assert (probe.logits[s].float() - want).abs().max() < 1e-3, \
                     (name, probe.variant, k, s)
         probe.close()
@@ -166,19 +166,18 @@ def test_bench_step_keeps_flash_attention_where_it_is_faster_for_every_format(tm
 
 
 def test_the_llama_cpp_engines_contexts_take_the_flash_setting(monkeypatch):
-    import solm.llamacpp.engine as llama_engine
     from solm.decode.pasta.system import PastaEngine
     from solm.engines import cost
 
     seen = []
-    monkeypatch.setattr(llama_engine, "llama_context",
+    monkeypatch.setattr("solm.llamacpp.binding.LlamaContext",
                         lambda *a, **k: seen.append(k["flash_attn"]) or object())
     monkeypatch.setattr("solm.llamacpp.step.LlamaCppStep", lambda ctx: ctx)
-    settings = PastaEngine(engine="llama.cpp")
-    for value in ("on", "off"):
+    for gguf_type, value in (("q4_0", "on"), ("q4_0", "off"), ("f32", "on")):
         monkeypatch.setenv(cost.FLASH_ENV, value)
+        settings = PastaEngine(engine="llama.cpp", gguf_type=gguf_type)
         ENGINES["llama.cpp"].step("slots", settings, 64)
-    assert seen == [True, False]
+    assert seen == [True, False, False]  # never beside f32 weights (its kernel rounds to F16)
 
 
 def test_bench_steps_default_formats_are_the_ones_decodes_run():

@@ -138,8 +138,11 @@ def _tip_refusal(policy, **_) -> str | None:
 
 
 class LlamaCppProbe:
-    """llama.cpp (`LlamaContext`, one unified cache): k tokens in one `llama_decode` call,
-    each in its own sequence; the k new cells are removed after every pass."""
+    """llama.cpp (`LlamaContext`, one unified cache, as a PASTA decode): the context fed once
+    and given to every sequence by `seq_cp`; k tokens in one `llama_decode` call, each in its
+    own sequence; the k new cells are removed after every pass. (Contexts of their own would
+    make every token read k_max x context cells: llama.cpp reads a unified cache's used
+    cells, in blocks of 256, whichever sequence holds them.)"""
 
     engine = "llama.cpp"
 
@@ -157,12 +160,13 @@ class LlamaCppProbe:
         from solm.llamacpp.binding import LlamaContext, Token
 
         self.context = context
-        self.ctx = LlamaContext(self.gguf, n_ctx=k_max * (context + 1) + 16, n_seq=k_max,
+        self.ctx = LlamaContext(self.gguf, n_ctx=context + k_max + 16, n_seq=k_max,
                                 flash_attn=self.flash_attn,
                                 threads=self.threads)
-        for s in range(k_max):
-            ids = context_ids(s, context)
-            self.ctx.decode([Token(t, p, s, logits=p == context - 1) for p, t in enumerate(ids)])
+        ids = context_ids(0, context)
+        self.ctx.decode([Token(t, p, 0, logits=p == context - 1) for p, t in enumerate(ids)])
+        for s in range(1, k_max):
+            self.ctx.seq_cp(0, s)
 
     def one_pass(self, k: int) -> float:
         from solm.engines.probe import FIRST_ID

@@ -94,7 +94,8 @@ class OnnxRuntimeEngine(Engine):
 
 class OrtProbe:
     """onnxruntime (`OrtModel`): k tokens in one session run, each reading its own
-    sequence's cells; the k new cells are overwritten by the next pass."""
+    sequence's copy of the context (what a shared one costs); the k new cells are
+    overwritten by the next pass."""
 
     engine = "onnxruntime"
 
@@ -115,7 +116,7 @@ class OrtProbe:
         self.model = OrtModel(self.graph, k_max * (context + 1), self.threads)
         causal = np.triu(np.full((context, context), -np.inf, np.float32), 1)
         for s in range(k_max):
-            self.model.forward(context_ids(s, context), range(context), np.zeros(0, np.int64),
+            self.model.forward(context_ids(0, context), range(context), np.zeros(0, np.int64),
                                causal, range(s * context, (s + 1) * context), rows=[-1])
 
     def one_pass(self, k: int) -> float:

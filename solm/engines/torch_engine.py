@@ -37,7 +37,7 @@ class TorchEngine(Engine):
 
 class TorchProbe:
     """solm's torch step (`SlotStep`, the runtimes' eager path): k sequences in one pool,
-    each reading its own context and its new token."""
+    each reading its own copy of the context and its new token (what a shared one costs)."""
 
     engine = "torch"
 
@@ -65,7 +65,7 @@ class TorchProbe:
                              (*ATTR_NAMES, *BATCH_ATTR_NAMES))
         for s in range(k_max):
             start = s * context
-            self.step(context_ids(s, context), range(context),
+            self.step(context_ids(0, context), range(context),
                       self._columns([s] * context, range(context)),
                       range(start, start + context), [(context, [(start, start + context)])],
                       prefill=True)
