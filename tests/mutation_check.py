@@ -1114,8 +1114,8 @@ ISSUE37 = {
         '    if is_delta_folder(folder) and shard_files(folder):\n        return (f"difference',
         '    if False:\n        return (f"difference', ["tests/test_models.py"]),
     "f32_takes_flash_attention": (
-        "solm/llamacpp/engine.py", 'return kv_type(engine) != "f32" and flash_attn_here()',
-        "return flash_attn_here()", ["tests/test_llamacpp.py"]),
+        "solm/llamacpp/engine.py", 'return faster and kv_type(engine) != "f32"',
+        "return faster", ["tests/test_llamacpp.py", "tests/test_bench_step.py"]),
     "pass_widths_count_the_prefill": (
         "bench/pasta_vs_llamacpp.py", "        if not prefill:\n            self.widths.append",
         "        if True:\n            self.widths.append", ["tests/test_bench_pasta_vs_llamacpp.py"]),

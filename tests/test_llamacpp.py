@@ -1119,13 +1119,14 @@ def test_an_f32_export_decodes_without_flash_attention_where_it_is_faster(export
     f32 promises the reference's logits."""
     from types import SimpleNamespace
 
+    from solm.engines import get_engine
     from solm.engines.cost import FLASH_ENV
     from solm.llamacpp.binding import LlamaContext, Token
-    from solm.llamacpp.engine import flash_attn, llama_context
 
     model, tok, path = exported
     monkeypatch.setenv(FLASH_ENV, "on")
-    assert flash_attn(SimpleNamespace(gguf_type="q4_0"))
+    engine = get_engine("llama.cpp")
+    assert engine.measured_variant(SimpleNamespace(gguf_type="q4_0")).endswith("+flash")
     ids = tok("Planets orbit the sun because gravity pulls them inward, and so on.")["input_ids"]
     ref = hf_logits(model, ids)
     batch = [Token(t, i, 0, logits=i == len(ids) - 1) for i, t in enumerate(ids[:-1])]
@@ -1138,7 +1139,9 @@ def test_an_f32_export_decodes_without_flash_attention_where_it_is_faster(export
         finally:
             ctx.close()
 
-    ours = last_two(llama_context(SimpleNamespace(gguf=str(path), gguf_type="f32"), 256, 2))
+    f32 = SimpleNamespace(gguf=str(path), gguf_type="f32")
+    assert not engine.measured_variant(f32).endswith("+flash")
+    ours = last_two(engine.step("slots", f32, 256).ctx)
     flashed = last_two(LlamaContext(path, n_ctx=256, n_seq=2, kv_type="f32", flash_attn=True))
     # measured on this model: 3e-7 without flash attention, 2e-4 with it
     assert (ours - ref[-1]).abs().max().item() < 1e-5 < (flashed - ref[-1]).abs().max().item()

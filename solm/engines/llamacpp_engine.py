@@ -60,10 +60,12 @@ class LlamaCppEngine(Engine):
         when `independent`) behind the step `kind` speaks."""
         super().step(kind, settings, cells)
         from solm.llamacpp.binding import MAX_SEQUENCES
+        from solm.engines.cost import flash_attn_here
         from solm.llamacpp.engine import llama_context
 
         seqs = sequences if independent else min(MAX_SEQUENCES, sequences or MAX_SEQUENCES)
-        ctx = llama_context(settings, cells, seqs, unified=not independent)
+        ctx = llama_context(settings, cells, seqs, unified=not independent,
+                            flash_attn_faster=flash_attn_here())
         if kind == "paged":
             from solm.llamacpp.tip import LlamaKV
 
@@ -76,10 +78,12 @@ class LlamaCppEngine(Engine):
 
     def sequential_loop(self, settings, cells: int):
         """llama.cpp's own loop on the same GGUF (`solm.llamacpp.own_loop`)."""
+        from solm.engines.cost import flash_attn_here
         from solm.llamacpp.engine import llama_context
         from solm.llamacpp.own_loop import OwnLoop
 
-        return OwnLoop(llama_context(settings, cells, sequences=1))
+        return OwnLoop(llama_context(settings, cells, sequences=1,
+                                     flash_attn_faster=flash_attn_here()))
 
     def describe(self, settings, dtype: str) -> str:
         return f"llama.cpp ({settings.gguf_type} GGUF)"
@@ -93,9 +97,10 @@ class LlamaCppEngine(Engine):
                               flash_attn=flash) for f in formats for flash in (False, True)]
 
     def measured_variant(self, settings) -> str:
+        from solm.engines.cost import flash_attn_here
         from solm.llamacpp.engine import flash_attn
 
-        return settings.gguf_type + (FLASH if flash_attn(settings) else "")
+        return settings.gguf_type + (FLASH if flash_attn(settings, flash_attn_here()) else "")
 
 
 def _settings_refusal(settings) -> str | None:

@@ -53,20 +53,20 @@ def kv_type(engine) -> str:
     return "f32" if engine.gguf_type == "f32" else "f16"
 
 
-def flash_attn(engine) -> bool:
-    """llama.cpp's flash attention where `solm bench step` found it faster on this CPU
-    (`solm.engines.cost.flash_attn_here`), never beside f32 weights: its CPU kernel rounds
-    through F16 even with an F32 cache (measured: logits 6e-4 off, relative, at one token,
-    against 7e-7 without it), and an f32 export promises the reference's logits."""
-    from solm.engines.cost import flash_attn_here
-
-    return kv_type(engine) != "f32" and flash_attn_here()
+def flash_attn(engine, faster: bool) -> bool:
+    """llama.cpp's flash attention for a decode on `engine`: where it is `faster` on this CPU
+    (what `solm bench step` measured), never beside f32 weights: its CPU kernel rounds through
+    F16 even with an F32 cache (measured: logits 6e-4 off, relative, at one token, against
+    7e-7 without it), and an f32 export promises the reference's logits."""
+    return faster and kv_type(engine) != "f32"
 
 
-def llama_context(engine, cells: int, sequences: int = MAX_SEQUENCES, unified: bool = True):
+def llama_context(engine, cells: int, sequences: int = MAX_SEQUENCES, unified: bool = True,
+                  flash_attn_faster: bool = False):
     """The llama.cpp context of a decode on `engine` (its `gguf`, `gguf_type`): `cells` KV
-    cells for up to `sequences` sequences (`LlamaContext`)."""
+    cells for up to `sequences` sequences (`LlamaContext`), flash attention as `flash_attn`
+    says."""
     from solm.llamacpp.binding import LlamaContext
 
     return LlamaContext(engine.gguf, n_ctx=cells, n_seq=sequences, kv_type=kv_type(engine),
-                        unified=unified, flash_attn=flash_attn(engine))
+                        unified=unified, flash_attn=flash_attn(engine, flash_attn_faster))
