@@ -11,7 +11,7 @@ import torch
 from solm.engines import ENGINES
 from solm.engines.probe import FIRST_ID, context_ids
 from solm.engines.torch_engine import TorchProbe
-from solm.eval.step_cost import StepCost, floor_ms, measure
+from solm.eval.step_cost import floor_ms, measure
 
 
 class Scripted:

@@ -139,17 +139,20 @@ def step_command(
 
 
 def _print_table(result: dict, console) -> None:
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=f"ms per pass of k tokens in k sequences ({result['cpu']}, context "
-                        f"{result['context']}, median of {result['repeats']})")
-    table.add_column("engine")
-    table.add_column("floor ms", justify="right")
+    table = Table(title=f"ms per pass of k tokens in k sequences, and x a one-token pass "
+                        f"({result['cpu']}, context {result['context']}, median of "
+                        f"{result['repeats']})", box=box.SIMPLE_HEAD)
+    table.add_column("engine", no_wrap=True)  # whole names: the figures wrap instead
+    table.add_column("floor", justify="right")
     for k in result["ks"]:
-        table.add_column(f"k={k} ms (x one)", justify="right")
+        table.add_column(f"k={k}", justify="right")
     for e in result["engines"]:
-        table.add_row(f"{e['engine']} {e['variant']}", str(e["floor_ms"]),
-                      *[f"{e['ms'][str(k)]} ({e['times_one'][str(k)]})" for k in result["ks"]])
+        table.add_row(f"{e['engine']} {e['variant']}", f"{float(e['floor_ms']):.2f}",
+                      *[f"{float(e['ms'][str(k)]):.2f}\n{float(e['times_one'][str(k)]):.2f}x"
+                        for k in result["ks"]])
     console.print(table)
     for engine, why in result["skipped"].items():
         console.print(f"skipped {engine}: {why}")
