@@ -1113,6 +1113,14 @@ ISSUE37 = {
         "solm/core/models.py",
         '    if is_delta_folder(folder) and shard_files(folder):\n        return (f"difference',
         '    if False:\n        return (f"difference', ["tests/test_models.py"]),
+    "widths_ms_by_max_not_median": (
+        "bench/pasta_vs_llamacpp.py", "return {w: statistics.median(v) for w, v in sorted(by.items())}",
+        "return {w: max(v) for w, v in sorted(by.items())}",
+        ["tests/test_bench_pasta_vs_llamacpp.py"]),
+    "probe_threads_miss_the_shared_context": (
+        "solm/engines/llamacpp_engine.py", "        for s in range(1, k_max):\n            self.ctx.seq_cp(0, s)",
+        "        for s in range(2, k_max):\n            self.ctx.seq_cp(0, s)",
+        ["tests/test_bench_step.py"]),
     "f32_takes_flash_attention": (
         "solm/llamacpp/engine.py", 'return faster and kv_type(engine) != "f32"',
         "return faster", ["tests/test_llamacpp.py", "tests/test_bench_step.py"]),

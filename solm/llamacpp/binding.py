@@ -87,7 +87,7 @@ class LlamaContext:
 
     `repack`: llama.cpp's repacked weight layouts on a CPU (its extra buffer types, on by
     default: Q4_0 and IQ4_NL interleaved 8x8 on AVX2); off, the plain kernels run. Measured on
-    an AVX-512 EPYC (runs/i48s10): on, the one-token pass is 1.3x faster and a pass of 2 to 4
+    an AVX-512 EPYC (bench/results/engine_step/README.md): on, the one-token pass is 1.3x faster and a pass of 2 to 4
     tokens no slower, so decodes keep llama.cpp's default."""
 
     def __init__(self, gguf_path: str | Path, n_ctx: int = 4096, n_seq: int = 1,
