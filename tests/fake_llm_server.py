@@ -31,7 +31,7 @@ class FakeLLM:
                  slow_s: float = 3.0, delay_s: float = 0.0, retry_delay_s: float = 0.2,
                  unfaithful_marker: str | None = None, position_bias: float = 0.0):
         self.count_tokens = count_tokens
-        self.fault_rate, self.faults, self.rng = fault_rate, tuple(faults), random.Random(seed)
+        self.fault_rate, self.faults, self.seed = fault_rate, tuple(faults), seed
         self.slow_s, self.delay_s, self.retry_delay_s = slow_s, delay_s, retry_delay_s
         self.unfaithful_marker = unfaithful_marker
         self.position_bias = position_bias
@@ -39,6 +39,10 @@ class FakeLLM:
         self.lock = threading.Lock()
         self.requests = 0
         self.fault_counts: dict[str, int] = {}
+        # what each distinct request (by its user text) was served, in order: None for a clean
+        # reply. Faults are drawn per (seed, text, n-th time asked), not from one stream, so
+        # which request gets which fault does not depend on how the client's threads interleave
+        self.served: dict[str, list[str | None]] = {}
         self.api_keys: set[str] = set()
         server = self
 
@@ -73,14 +77,16 @@ class FakeLLM:
 
     # ---- request handling ----------------------------------------------------------------
 
-    def _pick_fault(self) -> str | None:
+    def _pick_fault(self, user: str) -> str | None:
         with self.lock:
             self.requests += 1
-            if self.rng.random() < self.fault_rate:
-                f = self.rng.choice(self.faults)
-                self.fault_counts[f] = self.fault_counts.get(f, 0) + 1
-                return f
-        return None
+            served = self.served.setdefault(user, [])
+            draw = random.Random(f"{self.seed}\0{len(served)}\0{user}")
+            fault = draw.choice(self.faults) if draw.random() < self.fault_rate else None
+            served.append(fault)
+            if fault:
+                self.fault_counts[fault] = self.fault_counts.get(fault, 0) + 1
+            return fault
 
     def handle(self, h: BaseHTTPRequestHandler) -> None:
         body = json.loads(h.rfile.read(int(h.headers.get("Content-Length", 0))) or b"{}")
@@ -97,7 +103,7 @@ class FakeLLM:
             user = next((m["content"] for m in body.get("messages", []) if m["role"] == "user"), "")
             system = next((m["content"] for m in body.get("messages", [])
                            if m["role"] == "system"), "")
-        fault = self._pick_fault()
+        fault = self._pick_fault(user)
         if self.delay_s:
             time.sleep(self.delay_s)
         if fault == "429":

@@ -87,6 +87,12 @@ MUTATIONS: dict[str, tuple] = {
     "unreadable_reply_cap_never_reached": (
         "solm/judge/job.py", "if unreadable >= self.cfg.unreadable_tries:",
         "if unreadable >= self.cfg.max_tries:", ["tests/test_judge.py"]),
+    "unreadable_cap_one_late": (
+        "solm/judge/job.py", "if unreadable >= self.cfg.unreadable_tries:",
+        "if unreadable > self.cfg.unreadable_tries:", ["tests/test_judge.py"]),
+    "annotation_row_loses_its_last_try": (
+        "solm/annotate/llm_job.py", "        for attempt in range(cfg.max_tries):",
+        "        for attempt in range(cfg.max_tries - 1):", ["tests/test_annotate_llm.py"]),
     "retry_after_is_a_ceiling": (
         "solm/core/llm/jobs.py", "delay = max(delay, min(retry_after, cfg.max_delay))",
         "delay = min(delay, min(retry_after, cfg.max_delay))", ["tests/test_jobs.py"]),

@@ -195,21 +195,49 @@ def test_unreadable_replies_are_asked_again_at_most_the_cap(tmp_path):
     assert asked == 3 * 2 * 2  # pairs x orders x the cap
 
 
+def order_outcome(served: list, max_tries: int, unreadable_tries: int) -> str:
+    """The retry rule written from the server's side: what one order's asks end in, read
+    from what the fake server served it (None: a clean reply). "unfinished": its pair was
+    settled by the other order while this one was still retrying."""
+    unreadable = 0
+    for tries, fault in enumerate(served, start=1):
+        outcome = None
+        if fault is None:
+            outcome = "judged"
+        elif fault == "garbage":
+            unreadable += 1
+            outcome = "rejected" if unreadable == unreadable_tries else None
+        if outcome is None and tries == max_tries:
+            outcome = "rejected"
+        if outcome:
+            assert tries == len(served), f"asked again after {outcome}: {served}"
+            return outcome
+    return "unfinished"
+
+
 def test_faults_are_retried_and_every_pair_ends_in_one_file(tmp_path, monkeypatch):
+    """Faults are drawn per request text (seed 10 gives 30 pairs every kind of fault and one
+    order two unreadable replies), so what each pair ends in is decided by the retry rule,
+    not by how the client's requests interleave; the slow fault outlasts the client's timeout,
+    which leaves a busy 2-core machine ample time for an ordinary reply."""
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     items = pairs(30)
-    # the slow fault outlasts the client's timeout; the timeout leaves a busy machine (many
-    # test workers on 2 cores) time to answer an ordinary request (1.5 s lost 3 of 30 pairs,
-    # and 4 s lost 3 in a clean-clone CI run on a 2-core EPYC)
-    with FakeLLM(None, fault_rate=0.3, seed=3, slow_s=16.0,
+    with FakeLLM(None, fault_rate=0.3, seed=10, slow_s=16.0,
                  faults=("429", "500", "slow", "truncated", "garbage")) as server:
         client = make_client(f"openai:judge-model@{server.url}", timeout=8.0)
         summary, out, rej = run(client, items, tmp_path, concurrency=8, max_tries=6,
-                                base_delay=0.02, max_delay=0.3)
-    assert len(server.fault_counts) >= 4, server.fault_counts
-    ids = sorted([r["id"] for r in out] + [r["id"] for r in rej])
-    assert ids == sorted(p.id for p in items)
-    assert len(out) >= 28 and summary.retries
+                                base_delay=0.02, max_delay=0.3, unreadable_tries=2)
+    assert set(server.fault_counts) == {"429", "500", "slow", "truncated", "garbage"}
+    outcomes = {p.id: {order_outcome(server.served.get(user_prompt(p.instruction, a, b), []),
+                                     6, 2)
+                       for a, b in ((p.output_1, p.output_2), (p.output_2, p.output_1))}
+                for p in items}
+    judged = sorted(i for i, o in outcomes.items() if o == {"judged"})
+    rejected = sorted(i for i, o in outcomes.items() if "rejected" in o)
+    assert sorted(r["id"] for r in out) == judged and sorted(r["id"] for r in rej) == rejected
+    assert len(judged) + len(rejected) == len(items) and rejected  # each pair in one file
+    assert {r["reason"] for r in rej} == {"unparsable_reply"}
+    assert 1 <= summary.retries["timeout"] <= server.fault_counts["slow"]
     assert all(r["winner"] == (2 if int(r["id"][1:]) % 2 == 0 else 1) for r in out)
 
 
