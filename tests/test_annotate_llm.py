@@ -139,14 +139,36 @@ def test_length_check_and_fix(count):
     assert 'tokens="4"/>' in fixed
 
 
-def test_token_bucket_limits_rate():
+def test_token_bucket_limits_rate(monkeypatch):
+    """10 a second with a burst of 1: the k-th acquisition comes at k / 10 s of the bucket's
+    clock (a fake clock that the bucket's sleeps advance, so a busy machine cannot stretch it)."""
+    import types
+
+    from solm.core.llm import jobs
+
+    clock = [100.0]
+
+    async def sleep(seconds):
+        clock[0] += seconds
+
+    monkeypatch.setattr(jobs, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(jobs, "asyncio", types.SimpleNamespace(Lock=asyncio.Lock, sleep=sleep))
+
     async def go():
-        bucket = TokenBucket(rate_per_minute=600, burst=1)  # 10 per second
-        t = time.perf_counter()
+        bucket = TokenBucket(rate_per_minute=600, burst=1)
+        times = []
         for _ in range(6):
             await bucket.acquire()
-        return time.perf_counter() - t
-    assert 0.45 < asyncio.run(go()) < 1.5
+            times.append(clock[0] - 100.0)
+        clock[0] += 0.35  # idle: one token comes back, never more than the burst
+        await bucket.acquire()
+        start = clock[0]
+        await bucket.acquire()
+        return times, clock[0] - start
+
+    times, after_idle = asyncio.run(go())
+    assert times == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4, 0.5])
+    assert after_idle == pytest.approx(0.1)
 
 
 def test_redaction():

@@ -74,8 +74,9 @@ def test_killed_conversion_process_is_redone(tmp_path):
         models.convert_gguf(Path({str(gguf)!r}), Path({str(target)!r}))
     """)
     proc = subprocess.Popen([sys.executable, "-c", script, "30"])
-    deadline = time.time() + 60
-    while time.time() < deadline and not any(".tmp-" in p.name for p in target.parent.iterdir()):
+    deadline = time.time() + 600  # a busy machine's imports can take minutes
+    while proc.poll() is None and time.time() < deadline and not any(
+            ".tmp-" in p.name for p in target.parent.iterdir()):
         time.sleep(0.1)
     time.sleep(0.3)
     proc.send_signal(signal.SIGKILL)
@@ -101,18 +102,20 @@ def test_dtype_policy():
 
 
 @pytest.mark.slow
-def test_embedded_model_answers_paris_and_reloads_fast():
+def test_embedded_model_answers_paris_and_reloads_from_the_cache(monkeypatch):
     from solm.core.chat import prompt_ids
     models.load_model("smollm2-135m", dtype="fp32")  # first load: converts if needed
-    t = time.perf_counter()
+
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("the second load converted the GGUF again")
+
+    monkeypatch.setattr(models, "convert_gguf", no_conversion)
     model, tok = models.load_model("smollm2-135m", dtype="fp32")  # second load: the cache
-    load_s = time.perf_counter() - t
     ids = torch.tensor([prompt_ids(tok, "What is the capital of France?")])
     out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=20,
                          do_sample=False)
     answer = tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
     assert "Paris" in answer
-    assert load_s < 5.0, f"cached load took {load_s:.1f}s"
 
 
 def kept_models() -> list[str]:

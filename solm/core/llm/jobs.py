@@ -38,8 +38,8 @@ class TokenBucket:
                 now = time.monotonic()
                 self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
                 self.updated = now
-                if self.tokens >= 1:
-                    self.tokens -= 1
+                if self.tokens >= 1 - 1e-9:  # a sleep of exactly the deficit can land a hair short
+                    self.tokens = max(0.0, self.tokens - 1)
                     return
                 await asyncio.sleep((1 - self.tokens) / self.rate)
 
