@@ -93,6 +93,10 @@ MUTATIONS: dict[str, tuple] = {
     "annotation_row_loses_its_last_try": (
         "solm/annotate/llm_job.py", "        for attempt in range(cfg.max_tries):",
         "        for attempt in range(cfg.max_tries - 1):", ["tests/test_annotate_llm.py"]),
+    "token_bucket_ignores_its_burst": (
+        "solm/core/llm/jobs.py",
+        "self.capacity = burst if burst is not None else max(1.0, self.rate)",
+        "self.capacity = max(1.0, self.rate)", ["tests/test_annotate_llm.py"]),
     "retry_after_is_a_ceiling": (
         "solm/core/llm/jobs.py", "delay = max(delay, min(retry_after, cfg.max_delay))",
         "delay = min(delay, min(retry_after, cfg.max_delay))", ["tests/test_jobs.py"]),
