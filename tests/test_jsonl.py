@@ -56,7 +56,10 @@ def test_killed_writer_loses_at_most_the_record_in_flight(tmp_path):
                     time.sleep(0.01)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script, "slow"])
-    time.sleep(1.0)
+    # kill it once it has written a few records (its start-up alone can take seconds on a
+    # busy machine), long before its 200 x 10 ms
+    while proc.poll() is None and (not out.exists() or out.read_text().count("\n") < 5):
+        time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     # simulate a half-written record as well

@@ -116,8 +116,10 @@ def test_a_full_queue_refuses_and_a_cancelled_job_is_skipped(runtime):
         try:
             jobs = [ServeJob([1, 2, 3], cfg) for _ in range(3)]
             engine.submit(jobs[0])
-            # the worker may already hold jobs[0] (blocked on the lock) or not
-            await asyncio.sleep(0.1)
+            # the worker takes jobs[0] off the queue, then blocks on the lock; wait for that
+            # rather than for a fixed time (a busy machine can take longer than any)
+            while not engine.jobs.empty():
+                await asyncio.sleep(0.01)
             engine.submit(jobs[1])
             engine.submit(jobs[2])
             with pytest.raises(QueueFull):
