@@ -93,6 +93,14 @@ MUTATIONS: dict[str, tuple] = {
     "annotation_row_loses_its_last_try": (
         "solm/annotate/llm_job.py", "        for attempt in range(cfg.max_tries):",
         "        for attempt in range(cfg.max_tries - 1):", ["tests/test_annotate_llm.py"]),
+    "running_job_cancel_ignored": (
+        "solm/serve/engine.py",
+        "            if live.job.cancelled.is_set() or self.abort.is_set():\n                self.batched.cancel(rid)",
+        "            if self.abort.is_set():\n                self.batched.cancel(rid)",
+        ["tests/test_serve_engine.py"]),
+    "cancelled_job_not_counted": (
+        "solm/serve/engine.py", "            if CANCELLED in done.result.flags:\n                self.cancelled_total += 1",
+        "", ["tests/test_serve_engine.py"]),
     "token_bucket_ignores_its_burst": (
         "solm/core/llm/jobs.py",
         "self.capacity = burst if burst is not None else max(1.0, self.rate)",

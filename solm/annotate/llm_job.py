@@ -159,7 +159,7 @@ async def annotate_with_llm(records: Iterable[Record], client: ChatClient, outpu
         if not rec.response:
             reject(rec, "no_response", "record has no response", 0)
             return
-        last_reason, last_detail = "unknown", ""
+        last_reason, last_detail, retry_after = "unknown", "", None
         for attempt in range(cfg.max_tries):
             if attempt:
                 summary.retrying += 1

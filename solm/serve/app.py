@@ -56,7 +56,8 @@ def create_app(engine: BaseEngine, settings: ServeSettings) -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict:
-        return {"status": "ok", "queued": engine.jobs.qsize()}
+        return {"status": "ok", "queued": engine.jobs.qsize(), "decoding": len(engine.live),
+                "cancelled_total": engine.cancelled_total}
 
     @app.get("/v1/models", dependencies=[Depends(authorize)])
     async def models() -> dict:

@@ -98,6 +98,7 @@ class BaseEngine:
         self.abort = threading.Event()  # the grace period is over: cancel what remains
         self.live: dict[int, _Live] = {}
         self._ids = 0
+        self.cancelled_total = 0  # jobs stopped because their client went away (/health)
 
     def start_in_thread(self) -> threading.Thread:
         """Decode on a daemon thread (tests, embedding in another program)."""
@@ -177,6 +178,7 @@ class BaseEngine:
                 except queue.Empty:
                     return
             if job.cancelled.is_set():
+                self.cancelled_total += 1
                 continue
             if self.abort.is_set():
                 job.emit("error", _shutdown_error())
@@ -266,7 +268,10 @@ class ServeEngine(BaseEngine):
             live = self.live.pop(done.rid)
             if CANCELLED in done.result.flags and self.abort.is_set():
                 live.job.emit("error", _shutdown_error())
-            elif CANCELLED in done.result.flags and not done.result.ids:
+                continue
+            if CANCELLED in done.result.flags:
+                self.cancelled_total += 1
+            if CANCELLED in done.result.flags and not done.result.ids:
                 live.job.emit("error", ApiError(499, "the request was cancelled"))
             elif done.error:
                 live.job.emit("error", ApiError(400, done.error, code="context_length_exceeded"))

@@ -74,6 +74,7 @@ class RunnerServeEngine(BaseEngine):
         for rid, job in batch:
             if job.cancelled.is_set() or self.abort.is_set():
                 self.live.pop(rid)
+                self.cancelled_total += not self.abort.is_set()
                 job.emit("error", _shutdown_error() if self.abort.is_set()
                          else ApiError(499, "the request was cancelled"))
                 continue

@@ -84,7 +84,10 @@ class TipServeEngine(BaseEngine):
             live = self.live.pop(res.rid)
             if CANCELLED in res.flags and self.abort.is_set():
                 live.job.emit("error", _shutdown_error())
-            elif CANCELLED in res.flags and not res.ids:
+                continue
+            if CANCELLED in res.flags:
+                self.cancelled_total += 1
+            if CANCELLED in res.flags and not res.ids:
                 live.job.emit("error", ApiError(499, "the request was cancelled"))
             else:
                 live.job.emit("done", self._outcome(live, res))
