@@ -101,6 +101,11 @@ MUTATIONS: dict[str, tuple] = {
     "cancelled_job_not_counted": (
         "solm/serve/engine.py", "            if CANCELLED in done.result.flags:\n                self.cancelled_total += 1",
         "", ["tests/test_serve_engine.py"]),
+    "tip_cancel_ignored": (
+        "solm/serve/tip_engine.py",
+        "            if live.job.cancelled.is_set() or self.abort.is_set():\n                self.session.cancel(rid)",
+        "            if self.abort.is_set():\n                self.session.cancel(rid)",
+        ["tests/test_serve_tip.py"]),
     "token_bucket_ignores_its_burst": (
         "solm/core/llm/jobs.py",
         "self.capacity = burst if burst is not None else max(1.0, self.rate)",
