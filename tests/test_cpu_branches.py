@@ -104,3 +104,27 @@ def test_dtype_auto_per_cpu_kind(monkeypatch, cpuinfo, fast):
     assert cpu_has_fast_bf16(cpuinfo) is fast
     monkeypatch.setattr(models, "cpu_has_fast_bf16", lambda: fast)
     assert resolve_dtype("auto", "cpu") == (torch.bfloat16 if fast else torch.float32)
+
+
+@pytest.mark.parametrize("flags,isa", [
+    ("fpu avx2 fma", "AVX2"),
+    ("fpu avx2 avx512f avx512_vnni", "AVX-512"),
+    ("fpu avx2 avx512f avx512_bf16", "AVX-512 + avx512_bf16"),
+    ("fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8", "AVX-512 + avx512_bf16 + AMX"),
+    ("fpu sse4_2", "no AVX2"),
+])
+def test_the_cpu_named_beside_every_timing_says_its_vector_and_matrix_units(monkeypatch, flags,
+                                                                              isa):
+    import subprocess
+    import types
+
+    from solm.decode import bandwidth
+
+    lscpu = f"Architecture: x86_64\nModel name:   Some CPU\nFlags:   {flags}\n"
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: types.SimpleNamespace(stdout=lscpu))
+    monkeypatch.setattr(bandwidth.os, "cpu_count", lambda: 2)
+    bandwidth.cpu_description.cache_clear()
+    try:
+        assert bandwidth.cpu_description() == f"Some CPU, 2 cores, {isa}"
+    finally:
+        bandwidth.cpu_description.cache_clear()  # the next caller reads this machine's
