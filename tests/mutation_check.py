@@ -106,6 +106,9 @@ MUTATIONS: dict[str, tuple] = {
         "            if live.job.cancelled.is_set() or self.abort.is_set():\n                self.session.cancel(rid)",
         "            if self.abort.is_set():\n                self.session.cancel(rid)",
         ["tests/test_serve_tip.py"]),
+    "amx_tile_config_reads_8_bytes": (
+        "solm/llamacpp/amx_tilecfg.h", "(*(const unsigned char (*)[64])(config))",
+        "(*(const void **)(config))", ["tests/test_amx_build.py"]),
     "token_bucket_ignores_its_burst": (
         "solm/core/llm/jobs.py",
         "self.capacity = burst if burst is not None else max(1.0, self.rate)",
