@@ -159,3 +159,29 @@ def pdiff_model(pdiff_tok):
 
     model, _ = tiny_model(pdiff_tok, seed=3)
     return model
+
+
+def cancel_a_running_job(engine, prompt: list[int], config, max_new_tokens: int) -> None:
+    """On a started serving engine: the job left alone runs `max_new_tokens`; the same job
+    cancelled once it decodes leaves the batch, is counted in `cancelled_total`, and is
+    answered with what it has (or 499 if nothing), never its full length."""
+    import asyncio
+
+    from solm.serve.engine import ServeJob
+
+    async def go():
+        uncancelled = ServeJob(prompt, config)
+        engine.submit(uncancelled)
+        kind, full = await uncancelled.events.get()
+        assert (kind, full.completion_tokens) == ("done", max_new_tokens)
+        job = ServeJob(prompt, config)
+        engine.submit(job)
+        while not engine.live:  # taken and decoding
+            await asyncio.sleep(0.005)
+        job.cancelled.set()
+        kind, payload = await job.events.get()
+        assert not engine.live and engine.cancelled_total == 1
+        assert kind == "error" and payload.status_code == 499 or \
+            kind == "done" and payload.completion_tokens < max_new_tokens, (kind, payload)
+
+    asyncio.run(go())

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from conftest import cancel_a_running_job
 from solm.core.chat import text_ids
 from solm.core.pasta_lang import strip
 from solm.core.sampling import SamplingConfig
@@ -137,26 +138,13 @@ def test_a_full_queue_refuses_and_a_cancelled_job_is_skipped(runtime):
 
 def test_a_running_job_that_is_cancelled_leaves_the_batch_and_is_counted(runtime):
     engine = started(ServeEngine(runtime, max_queue=2))
-    long = PastaDecodeConfig(mode="sequential", max_new_tokens=400)  # greedy
+    cancel_a_running_job(engine, [1, 2, 3], PastaDecodeConfig(mode="sequential",
+                                                              max_new_tokens=400), 400)
 
-    async def go():
-        uncancelled = ServeJob([1, 2, 3], long)
-        engine.submit(uncancelled)
-        kind, full = await uncancelled.events.get()
-        assert (kind, full.completion_tokens) == ("done", 400)  # left alone, it runs 400
-        job = ServeJob([1, 2, 3], long)
-        engine.submit(job)
-        while not engine.live:  # taken and decoding
-            await asyncio.sleep(0.005)
-        job.cancelled.set()
-        kind, payload = await job.events.get()
-        assert not engine.live and engine.cancelled_total == 1
-        # answered with what it has (or 499 if nothing), never its full length
-        assert kind == "error" and payload.status_code == 499 or \
-            kind == "done" and payload.completion_tokens < 400, (kind, payload)
+    async def after_it():
         after = ServeJob([1, 2, 3], PastaDecodeConfig(mode="sequential", max_new_tokens=4))
         engine.submit(after)
         assert (await after.events.get())[0] == "done"
         assert engine.cancelled_total == 1
 
-    asyncio.run(go())
+    asyncio.run(after_it())

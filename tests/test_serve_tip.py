@@ -8,7 +8,7 @@ import threading
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import TIP_REGISTERS
+from conftest import TIP_REGISTERS, cancel_a_running_job
 from solm.core.sampling import SamplingConfig
 from solm.decode.tip.runtime import TipDecodeConfig, TipRequest, TipRuntime
 from solm.serve.app import ServeSettings, create_app
@@ -94,30 +94,9 @@ def test_pasta_fields_are_400s(client, field, value):
 
 def test_a_running_request_that_is_cancelled_leaves_the_session_and_is_counted(tip_model,
                                                                                 tip_tok):
-    import asyncio
-
-    from solm.serve.engine import ServeJob
-
     rt = TipRuntime(tip_model, tip_tok, num_pages=256, page_size=4,
                     num_registers=TIP_REGISTERS)
     long = TipDecodeConfig(policy="tip", max_new_tokens=300)  # greedy
     engine = TipServeEngine(rt, long, max_queue=4, max_batch=2)
     engine.start_in_thread()
-    prompt = tip_tok("What is 2 + 3?")["input_ids"]
-
-    async def go():
-        uncancelled = ServeJob(prompt, long)
-        engine.submit(uncancelled)
-        kind, full = await uncancelled.events.get()
-        assert (kind, full.completion_tokens) == ("done", 300)  # left alone, it runs 300
-        job = ServeJob(prompt, long)
-        engine.submit(job)
-        while not engine.live:
-            await asyncio.sleep(0.005)
-        job.cancelled.set()
-        kind, payload = await job.events.get()
-        assert not engine.live and engine.cancelled_total == 1
-        assert kind == "error" and payload.status_code == 499 or \
-            kind == "done" and payload.completion_tokens < 300, (kind, payload)
-
-    asyncio.run(go())
+    cancel_a_running_job(engine, tip_tok("What is 2 + 3?")["input_ids"], long, 300)
