@@ -69,10 +69,12 @@ def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path
     from solm.core.paths import outputs_beside
     from solm.core.provenance import check_rerun_settings, write_manifest
     from solm.core.records import Record, load_records
-    from solm.decode.jobs import decode_records, pending_jobs, undone
+    from solm.decode.jobs import check_refusals, decode_records, pending_jobs, undone
 
     if text is not None and prompts is not None:
         raise SolmError("give one prompt as an argument or --prompts FILE, not both")
+    if text is not None and not text.strip():
+        raise SolmError("the prompt argument is empty: give a question to answer")
     source = prompts or system.demo_prompts
     if text is None and source is None:
         raise SolmError("give a prompt as an argument, or --prompts FILE")
@@ -153,7 +155,9 @@ def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path
                 "shard": shard, "dtype": dtype, "device": device,
                 **settings_from(dataclasses.asdict(engine)), **row_settings}
     write_manifest(out, command, settings, inputs=[source], model=model,
-                   extra={"summary": summary.to_dict(), **extra, "finished": True},
+                   extra={"summary": summary.to_dict(), **extra,
+                          "refused_ids": sorted({r["id"] for r in summary.refused}),
+                          "finished": True},
                    row_settings=row_settings, mixed=mixed)
     finish_shard(part, out)
     if not quiet and system.display.shown_rows:
@@ -164,6 +168,7 @@ def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path
     printed = {**summary.to_dict(), **{(scope if k == "format" else k): v
                                        for k, v in extra.items()}}
     (console if to_stdout else out_console).print_json(json.dumps(printed))
+    check_refusals(summary, str(out))
 
 
 KEPT_MODEL = {"pasta": "pasta-bonbon-cpu", "pdiff": "pdiff-cpu", "tip": "tip-sft-cpu"}

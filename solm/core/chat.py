@@ -10,6 +10,27 @@ def prompt_ids(tokenizer, prompt: str, system: str | None = None) -> list[int]:
     return messages_ids(tokenizer, messages)
 
 
+def context_length(tokenizer) -> int | None:
+    """The most tokens (prompt and answer together) the model loaded with `tokenizer` holds:
+    `load_model` sets `model_max_length` to the model's position limit; None where unknown."""
+    n = getattr(tokenizer, "model_max_length", None)
+    return int(n) if isinstance(n, int) and 0 < n < 10 ** 9 else None
+
+
+def check_prompt_fits(tokenizer, ids, record) -> None:
+    """A one-line DataError (file, line, field) for a prompt that leaves the model no room to
+    answer: refused before any decoding, on every engine."""
+    from solm.core.errors import DataError
+
+    limit = context_length(tokenizer)
+    if limit is None or len(ids) < limit:
+        return
+    path, line, field = getattr(record, "origin", None) or (None, None, None)
+    raise DataError(f"prompt {record.id!r} has {len(ids)} tokens; the model's context holds "
+                    f"{limit} (prompt and answer together): shorten it or leave it out",
+                    path=path or None, line=line or None, field=field or None)
+
+
 def messages_ids(tokenizer, messages: list[dict]) -> list[int]:
     """Token ids of a conversation (`role`/`content` dicts) plus the assistant header."""
     if getattr(tokenizer, "chat_template", None):

@@ -283,7 +283,55 @@ def resolve_model_path(name_or_path: str) -> str:
         if is_complete_folder(target):
             return str(target)
         return str(convert_gguf(gguf, target))
+    if not Path(name_or_path).expanduser().exists():
+        check_hub_name(name_or_path)
     return name_or_path
+
+
+def known_models_hint() -> str:
+    return (f"aliases: {', '.join(ALIASES)}; kept models: {', '.join(ARTIFACTS)} "
+            f"(`solm models` lists them)")
+
+
+def check_hub_name(name: str) -> None:
+    """Fail at once, in one line, for a model name that is neither local nor reachable: a
+    path that does not exist, or a hub id not in the local hub cache while the hub cannot be
+    reached (HF_HUB_OFFLINE, or no connection within a few seconds), instead of the hub
+    client's minute of retries."""
+    looks_like_path = name.startswith((".", "/", "~")) or name.count("/") > 1 \
+        or name.endswith((".safetensors", ".bin", ".json", ".pt"))
+    if looks_like_path:
+        raise SolmError(f"model {name!r}: no such file or folder; {known_models_hint()}")
+    if _hub_cached(name):
+        return
+    if os.environ.get("HF_HUB_OFFLINE") == "1" or not _hub_reachable():
+        why = ("HF_HUB_OFFLINE=1 is set" if os.environ.get("HF_HUB_OFFLINE") == "1"
+               else "the Hugging Face hub cannot be reached from this machine")
+        raise SolmError(f"model {name!r} is not a local folder, an alias, a kept model or a "
+                        f".gguf file, and {why}; {known_models_hint()}")
+
+
+def _hub_cached(name: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except Exception:  # a name the hub client rejects as an id
+        return False
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    import socket
+    from urllib.parse import urlparse
+
+    try:
+        from huggingface_hub import constants
+
+        url = urlparse(constants.ENDPOINT)
+        with socket.create_connection((url.hostname, url.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 def text_config(model):
@@ -443,6 +491,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "au
     if (Path(name_or_path) / "adapter_config.json").exists():
         model, tokenizer = _load_adapter(Path(name_or_path), torch_dtype, attn_implementation)
         model.to(device).eval()
+        limit_context(model, tokenizer)
         if system is not None:
             from solm.core.vocabulary import add_control_tokens
             add_control_tokens(model, tokenizer, system, num_registers=num_registers)
@@ -457,10 +506,20 @@ def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "au
     except Exception as e:
         raise _remote_code_error(name_or_path, e) or _weights_error(path, e) from None
     model.to(device).eval()
+    limit_context(model, tokenizer)
     if system is not None:
         from solm.core.vocabulary import add_control_tokens
         add_control_tokens(model, tokenizer, system, num_registers=num_registers)
     return model, tokenizer
+
+
+def limit_context(model, tokenizer) -> None:
+    """The tokenizer's `model_max_length` no larger than the model's positions (what
+    `solm.core.chat.context_length` reads to refuse a prompt that does not fit)."""
+    limit = getattr(text_config(model), "max_position_embeddings", None)
+    if isinstance(limit, int) and limit > 0:
+        tokenizer.model_max_length = min(int(getattr(tokenizer, "model_max_length", limit)
+                                             or limit), limit)
 
 
 def model_registers(name_or_path: str) -> int | None:

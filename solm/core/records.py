@@ -30,6 +30,8 @@ class Record:
     response: str | None = None
     system: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    # where the record was read (file, line, the prompt's field), for errors that name it
+    origin: tuple[str, int, str] | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -93,7 +95,8 @@ def record_from_dict(raw: dict[str, Any], default_id: str) -> Record:
         raise FieldError(field, "the prompt is empty")
     if response is not None and not isinstance(response, str):
         response = str(response)
-    return Record(id=rid, prompt=prompt, response=response, system=system, meta=meta)
+    return Record(id=rid, prompt=prompt, response=response, system=system, meta=meta,
+                  origin=("", 0, field))
 
 
 def _looks_like_hub_name(source: str) -> bool:
@@ -138,6 +141,7 @@ def load_records(source: str | os.PathLike, split: str = "train", limit: int | N
             duplicates.append(rec.id)
             continue
         first_line[rec.id] = line
+        rec.origin = (origin, line, rec.origin[2] if rec.origin else "prompt")
         if require_response and not rec.response:
             raise DataError("record has no response", path=origin, line=line, field="response")
         yield rec

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence
 
-from solm.core.chat import prompt_ids
+from solm.core.chat import check_prompt_fits, prompt_ids
+from solm.core.errors import SolmError
 from solm.core.notices import notice
 from solm.core.jsonl import JsonlWriter, is_stdio, read_jsonl
 from solm.core.records import Record
@@ -48,6 +49,26 @@ class DecodeSummary:
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
+
+
+class PromptsRefused(SolmError):
+    """A batch decode finished with some prompts it could not decode: the rows it wrote stay,
+    the refused ids are in its manifest, and the command exits non-zero so a pipeline stops."""
+
+
+def check_refusals(summary: DecodeSummary, where: str) -> None:
+    """Raise `PromptsRefused` (one line: how many, which, why) when `summary` refused any."""
+    refused = summary.refused
+    if not refused:
+        return
+    ids = sorted({r["id"] for r in refused})
+    shown = ", ".join(repr(i) for i in ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5
+                                                   else "")
+    reasons = sorted({r["reason"] for r in refused})
+    raise PromptsRefused(
+        f"{len(refused)} of {len(refused) + summary.done + summary.skipped} decodes refused "
+        f"({shown}: {reasons[0]}{'; ...' if len(reasons) > 1 else ''}); the {summary.done} "
+        f"answers written stay in {where}, the refused ids are in its manifest")
 
 
 def row_key(row: dict, per_sample: bool) -> Hashable:
@@ -84,6 +105,7 @@ def pending_jobs(records: Sequence[Record], tokenizer, done: set, samples: int =
                 continue
             if ids is None:
                 ids = tuple(prompt_ids(tokenizer, rec.prompt, rec.system))
+                check_prompt_fits(tokenizer, ids, rec)
             jobs.append(Job(len(jobs), rec, ids, k))
     return jobs, skipped
 

@@ -87,6 +87,7 @@ def choose(choice: str, system: str, **facts) -> str:
         why = engine.refusal(system, **facts)
         if why:
             raise SolmError(f"--engine {choice}: {why}")
+        engine.settle(facts.get("settings"), facts.get("model"), system)
         return choice
     passed, able = [], []
     for name, engine in ENGINES.items():
@@ -103,9 +104,11 @@ def choose(choice: str, system: str, **facts) -> str:
 
     measured = fastest({name: ENGINES[name] for name in able}, facts.get("model"), system,
                        facts.get("config"), facts.get("settings"))
+    chosen = measured[0] if measured is not None else able[0]
     if measured is not None:
         notice(f"--engine auto: {measured[0]}, the fastest {measured[1]}")
-        return measured[0]
-    notice(f"--engine auto: {able[0]}" + (f", since {'; '.join(passed)}" if passed else
-                                          " (installed, and able to run this decode)"))
-    return able[0]
+    else:
+        notice(f"--engine auto: {able[0]}" + (f", since {'; '.join(passed)}" if passed else
+                                              " (installed, and able to run this decode)"))
+    ENGINES[chosen].settle(facts.get("settings"), facts.get("model"), system)
+    return chosen

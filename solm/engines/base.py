@@ -45,6 +45,10 @@ class Engine:
         caller knows: the decode `config`, the engine `settings`, the `model`, a TIP `policy`."""
         return None
 
+    def settle(self, settings, model: str | None, system: str) -> None:
+        """Set in `settings` what this engine will decode with once chosen, where the model
+        decides it rather than the flags (before the run's settings are recorded)."""
+
     def load(self, model: str, settings, dtype: str, device: str | None, system: str,
              num_registers: int = 16) -> tuple[Any, Any]:
         """(model, tokenizer) for a decode of `system`'s tokens on this engine; an engine

@@ -4,8 +4,10 @@ llama-cpp-python (`solm.llamacpp`)."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Sequence
 
+from solm.core.errors import SolmError
 from solm.engines.base import Engine
 from solm.engines.cost import FLASH
 
@@ -34,7 +36,16 @@ class LlamaCppEngine(Engine):
                  "tip": _tip_refusal}.get(system)
         why = check(config=config, settings=settings, model=model, policy=policy) \
             if check else None
-        return why or _settings_refusal(settings)
+        return why or _settings_refusal(settings) or _given_gguf_refusal(model, settings,
+                                                                         system)
+
+    def settle(self, settings, model: str | None, system: str) -> None:
+        """A GGUF given as the model decodes with its own weight type (and KV type)."""
+        if settings is not None and str(model or "").endswith(".gguf"):
+            from solm.llamacpp.given import given_gguf
+
+            settings.gguf_type = given_gguf(str(model), settings.gguf_type, system,
+                                            _registers(settings))
 
     def load(self, model: str, settings, dtype: str, device: str | None, system: str,
              num_registers: int = 16):
@@ -44,13 +55,21 @@ class LlamaCppEngine(Engine):
         from solm.core.notices import notice
         from solm.llamacpp.engine import gguf_for, kv_type
 
+        if str(model).endswith(".gguf"):
+            from solm.llamacpp.given import given_gguf
+
+            settings.gguf_type = given_gguf(model, settings.gguf_type, system, num_registers)
+            loaded = load_decoder(model, dtype="fp32", device="cpu", system=system,
+                                  num_registers=num_registers)
+            settings.gguf = str(Path(model).expanduser().resolve())
+            notice(f"engine llama.cpp: {model} as given ({settings.gguf_type} weights, "
+                   f"{kv_type(settings).upper()} KV cache)")
+            return loaded
         loaded = load_decoder(model, dtype="fp32", device="cpu", system=system,
                               num_registers=num_registers)
         settings.gguf = str(gguf_for(model, settings.gguf_type, system, num_registers,
                                      loaded=loaded))
-        source = (f"{model} re-exported with its control tokens as " if
-                  str(model).endswith(".gguf") else "")
-        notice(f"engine llama.cpp: {source}{settings.gguf_type} weights, "
+        notice(f"engine llama.cpp: {settings.gguf_type} weights, "
                f"{kv_type(settings).upper()} KV cache ({settings.gguf})")
         return loaded
 
@@ -108,6 +127,24 @@ def _settings_refusal(settings) -> str | None:
     if getattr(settings, "quantize", None):
         return ("--quantize quantizes torch's weights; on llama.cpp the export's type is "
                 "--gguf-type")
+    return None
+
+
+def _registers(settings) -> int:
+    return int(getattr(settings, "registers", None) or 16)
+
+
+def _given_gguf_refusal(model, settings, system: str) -> str | None:
+    """Why llama.cpp cannot decode a GGUF given as the model as it is (see `given_gguf`)."""
+    if not str(model or "").endswith(".gguf") or settings is None:
+        return None
+    from solm.llamacpp.given import given_gguf
+
+    try:
+        given_gguf(str(model), getattr(settings, "gguf_type", "q8_0"), system,
+                   _registers(settings))
+    except SolmError as e:
+        return str(e)
     return None
 
 

@@ -21,10 +21,16 @@ class TorchEngine(Engine):
     def load(self, model: str, settings, dtype: str, device: str | None, system: str,
              num_registers: int = 16):
         from solm.core.models import load_decoder
+        from solm.core.notices import notice
 
-        return load_decoder(model, dtype=dtype, device=device, system=system,
-                            quantize=getattr(settings, "quantize", None),
-                            num_registers=num_registers)
+        loaded = load_decoder(model, dtype=dtype, device=device, system=system,
+                              quantize=getattr(settings, "quantize", None),
+                              num_registers=num_registers)
+        weights = next(loaded[0].parameters())
+        quantize = getattr(settings, "quantize", None)
+        notice(f"engine torch: {str(weights.dtype).removeprefix('torch.')} weights"
+               f"{' quantized ' + quantize if quantize else ''} on {weights.device}")
+        return loaded
 
     def describe(self, settings, dtype: str) -> str:
         return f"torch ({str(dtype).removeprefix('torch.')})"

@@ -23,7 +23,7 @@ from typing import Callable, Iterable
 from solm.core.errors import SolmError
 from solm.core.jsonl import JsonlWriter, done_ids, read_json_file, read_jsonl
 from solm.core.records import Record
-from solm.decode.jobs import DecodeSummary, decode_jobs, pending_jobs
+from solm.decode.jobs import DecodeSummary, check_refusals, decode_jobs, pending_jobs
 from solm.eval.methods import Method, MethodRunner
 
 REFERENCE = "reference"
@@ -128,6 +128,7 @@ def decode_outputs(runners: dict[str, MethodRunner], records: list[tuple[int, Re
             with JsonlWriter(outputs_path(run_dir, label), fsync=False) as writer:
                 decode_jobs(batched, pending[label], writer, row, summaries[label],
                             written(label))
+        _check_refusals(summaries, run_dir)
         return {label: s.done for label, s in summaries.items()}
 
     by_id = {label: {job.record.id: job for job in jobs} for label, jobs in pending.items()}
@@ -153,7 +154,13 @@ def decode_outputs(runners: dict[str, MethodRunner], records: list[tuple[int, Re
     finally:
         for w in writers.values():
             w.close()
+    _check_refusals(summaries, run_dir)
     return {label: s.done for label, s in summaries.items()}
+
+
+def _check_refusals(summaries: dict[str, DecodeSummary], run_dir: Path) -> None:
+    for label, summary in summaries.items():
+        check_refusals(summary, str(outputs_path(run_dir, label)))
 
 
 def _the_row(job, row: dict) -> dict:

@@ -110,11 +110,11 @@ def run_point(runtime, point: Point, data: str, problems: list[dict], samples: i
     """Decode every (problem, sample) of one point not yet in the run through the one decode
     loop (`solm.decode.jobs`); returns rows written. A timing segment is kept even when the
     run is stopped midway, so a resumed run's throughput counts every decode."""
-    from solm.core.chat import prompt_ids
+    from solm.core.chat import check_prompt_fits, prompt_ids
     from solm.core.jsonl import JsonlWriter
     from solm.core.records import Record
     from solm.core.sampling import SamplingConfig
-    from solm.decode.jobs import decode_jobs
+    from solm.decode.jobs import check_refusals, decode_jobs
     from solm.decode.protocol import Job
     from solm.decode.tip.decode_file import TipRunner
     from solm.decode.tip.runtime import TipDecodeConfig
@@ -125,6 +125,8 @@ def run_point(runtime, point: Point, data: str, problems: list[dict], samples: i
         return 0
     tok = runtime.tokenizer
     prompts = {p["id"]: tuple(prompt_ids(tok, p["prompt"])) for p in problems}
+    for p in problems:
+        check_prompt_fits(tok, prompts[p["id"]], Record(p["id"], p["prompt"]))
     by_id = {p["id"]: p for p in problems}
     jobs = [Job(i, Record(p["id"], p["prompt"]), prompts[p["id"]], k)
             for i, (p, k) in enumerate(todo)]
@@ -147,6 +149,7 @@ def run_point(runtime, point: Point, data: str, problems: list[dict], samples: i
             timing.write({"data": data, "policy": point.policy, "budget": point.budget,
                           "tokens": summary.tokens, "rows": summary.done,
                           "wall_s": round(time.perf_counter() - started, 3)})
+    check_refusals(summary, str(run_dir / "samples.jsonl"))
     return summary.done
 
 

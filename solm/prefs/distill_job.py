@@ -104,7 +104,7 @@ def decode_answers(runtime, records: Sequence[Record], folder: Path, cfg: Distil
     (`cut_answers`: an earlier, smaller cap cut them) continued to `cfg.max_new_tokens`;
     returns how many rows were written."""
     from solm.core.chat import prompt_ids
-    from solm.decode.jobs import DecodeSummary, decode_jobs, decode_records
+    from solm.decode.jobs import DecodeSummary, check_refusals, decode_jobs, decode_records
     from solm.decode.protocol import Job
 
     runner = AnswerRunner(runtime, cfg, seed)
@@ -119,6 +119,7 @@ def decode_answers(runtime, records: Sequence[Record], folder: Path, cfg: Distil
         runner.written[job.rid] = written
         jobs.append(job)
     decode_jobs(runner, jobs, folder / ANSWERS, runner.row, summary, on_row)
+    check_refusals(summary, str(folder / ANSWERS))
     return summary.done
 
 

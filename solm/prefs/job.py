@@ -127,12 +127,13 @@ class SampleRunner:
 def _decode(runner, records: Sequence[Record], path: Path, samples: int,
             on_done: Callable[[], None] | None) -> int:
     """The rows `path` lacks, decoded through the one resumable loop; returns how many."""
-    from solm.decode.jobs import DecodeSummary, decode_records
+    from solm.decode.jobs import DecodeSummary, check_refusals, decode_records
 
     summary = decode_records(runner, records, path, runner.runtime.tokenizer, runner.row,
                              DecodeSummary(), samples=samples, per_sample=samples > 1 or
                              runner.seed is not None,
                              on_row=(lambda s, row: on_done()) if on_done else None)
+    check_refusals(summary, str(path))
     return summary.done
 
 
