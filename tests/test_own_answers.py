@@ -169,7 +169,10 @@ def test_distill_answers_resumes_and_leaves_evaluation_prompts_out(tmp_path, tin
         return r.exit_code, r.output
 
     code, output = distill()
-    assert code == 0, output[-3000:]
+    # 6 tokens from a random model: never an ended answer, so nothing to train on: the run
+    # keeps what it judged, says why in its last line, and exits non-zero
+    assert code == 1, output[-3000:]
+    assert "0 rows" in output and "9 cut" in output and "--max-new-tokens" in output
     answers = [json.loads(x) for x in (out / "answers.jsonl").read_text().splitlines()]
     assert sorted({a["id"] for a in answers}) == ["q0", "q1", "q3"]
     assert sorted((a["id"], a["sample"]) for a in answers) == [
@@ -181,11 +184,10 @@ def test_distill_answers_resumes_and_leaves_evaluation_prompts_out(tmp_path, tin
     candidates = (out / "candidates.jsonl").read_text().splitlines()
     summary = json.loads((out / "summary.json").read_text())
     assert len(candidates) == 9 == summary["answers"] and summary["excluded"] == 1
-    # 6 tokens from a random model: never an ended answer, so nothing to train on
     assert summary["dropped"]["cut"] + summary["dropped"]["empty"] == 9
     assert (out / "rows.jsonl").read_text() == ""
     code, output = distill()
-    assert code == 0 and json.loads((out / "summary.json").read_text())[
+    assert code == 1 and json.loads((out / "summary.json").read_text())[
         "answers_decoded_now"] == 0
     code, output = distill("--seed", "3")
     assert code == 1 and "--restart" in output
@@ -252,7 +254,8 @@ def test_a_larger_cap_continues_the_cut_answers_as_one_decode_would(tmp_path, li
         return rows
 
     short, fresh = tmp_path / "short", tmp_path / "fresh"
-    assert distill(short, 6)[0] == 0
+    # (a random model's cut answers make no rows: each full run exits 1, saying so)
+    assert distill(short, 6)[0] == 1
     first = last_rows(short)
     judged = (short / "candidates.jsonl").read_text()
     # --rows-only: the rows of what is there, nothing decoded, the 6 cut answers counted
@@ -263,10 +266,10 @@ def test_a_larger_cap_continues_the_cut_answers_as_one_decode_would(tmp_path, li
     assert (short / "candidates.jsonl").read_text() == judged
     assert json.loads((short / "summary.json").read_text())["answers_left"] == 6
     code, output = distill(short, 12)
-    assert code == 0, output[-3000:]
+    assert code == 1 and "6 cut" in output, output[-3000:]
     continued = last_rows(short)
     assert len((short / "answers.jsonl").read_text().splitlines()) == 12
-    assert distill(fresh, 12)[0] == 0
+    assert distill(fresh, 12)[0] == 1
     once = last_rows(fresh)
     assert len(set(once[("q0", 0)]["ids"])) > 6
     for key, row in continued.items():
@@ -279,3 +282,25 @@ def test_a_larger_cap_continues_the_cut_answers_as_one_decode_would(tmp_path, li
     assert len((short / "candidates.jsonl").read_text().splitlines()) == 6
     code, output = distill(short, 8)
     assert code == 1 and "--max-new-tokens" in output and "12" in output
+
+
+@pytest.mark.parametrize("dropped,annotated,parallel,plain,offered,empty,says", [
+    ({"cut": 15, "empty": 0, "repeating": 2, "unfaithful": 0}, 0, 0, 0, 3, True,
+     ["0 rows", "15 cut, 2 repeating", "3 plain answers left out", "--max-new-tokens",
+      "repetition penalty", "--min-gain"]),
+    ({"cut": 0, "empty": 0, "repeating": 0, "unfaithful": 0}, 4, 0, 0, 0, True,
+     ["dropped: none", "lower --min-gain"]),
+    ({"cut": 1, "empty": 0, "repeating": 0, "unfaithful": 0}, 5, 4, 2, 5, False,
+     ["6 rows (4 parallel, 2 plain)", "3 plain answers left out"]),
+])
+def test_distills_last_line_says_what_was_dropped_and_what_to_change(
+        dropped, annotated, parallel, plain, offered, empty, says):
+    from solm.prefs.distill_job import DistillSummary, distill_verdict
+
+    summary = DistillSummary(answers=20, dropped=dropped, annotated_answers=annotated,
+                             parallel_rows=parallel, plain_rows=plain, plain_offered=offered)
+    line, is_empty = distill_verdict(summary)
+    assert is_empty == empty
+    for phrase in says:
+        assert phrase in line, (phrase, line)
+    assert ("nothing to train on" in line) == empty

@@ -218,3 +218,7 @@ def distill(
     out_console.print_json(json.dumps({k: data[k] for k in (
         "prompts", "excluded", "answers", "dropped", "annotated_answers", "parallel_rows",
         "plain_rows", "plain_share", "geomean_gain_parallel", "seconds")}))
+    line, empty = job.distill_verdict(summary)
+    if empty and not summary.answers_left:  # (--rows-only with answers left: not final)
+        raise SolmError(f"{out / job.ROWS}: {line}")
+    info(line)

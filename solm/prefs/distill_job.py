@@ -241,6 +241,36 @@ def build_rows(folder: Path, records: Sequence[Record], answers: dict[str, list[
     return rows
 
 
+# what to change for each reason an answer was dropped, as `pasta distill` says it
+DROP_ADVICE = {"cut": "raise --max-new-tokens (the cap cut them)",
+               "empty": "check the prompts (empty answers)",
+               "repeating": "sample with a repetition penalty or lower --temperature",
+               "unfaithful": "use a model whose tokenizer round-trips its own answers"}
+
+
+def distill_verdict(summary: DistillSummary) -> tuple[str, bool]:
+    """(the last line `pasta distill` prints: rows made, answers dropped by reason, plain
+    answers left out of the mix, what to change; whether the result is empty)."""
+    dropped = {k: v for k, v in summary.dropped.items() if v}
+    said = ", ".join(f"{v} {k}" for k, v in dropped.items()) or "none"
+    rows = summary.parallel_rows + summary.plain_rows
+    line = (f"{rows} rows ({summary.parallel_rows} parallel, {summary.plain_rows} plain) from "
+            f"{summary.answers} answers; dropped: {said}")
+    unused = summary.plain_offered - summary.plain_rows
+    if unused:
+        line += (f"; {unused} plain answers left out (plain rows are --plain-share of the "
+                 f"mix, and there are {summary.parallel_rows} parallel rows)")
+    if rows == 0:
+        advice = [DROP_ADVICE[k] for k in sorted(dropped, key=lambda k: -dropped[k])]
+        if summary.annotated_answers == 0 and summary.answers > sum(dropped.values()):
+            advice.append("no eligible answer held a fork that pays: more prompts or "
+                          "--sampled answers, or a lower --min-gain")
+        elif summary.annotated_answers:
+            advice.append("lower --min-gain")
+        line += "; nothing to train on: " + ("; ".join(advice) or "give more prompts")
+    return line, rows == 0
+
+
 def write_summary(folder: Path, summary: DistillSummary, extra: dict) -> dict:
     data = {**summary.to_dict(), **extra}
     (folder / SUMMARY).write_text(json.dumps(data, indent=2) + "\n")
