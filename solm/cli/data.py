@@ -97,3 +97,59 @@ def list_sets(
         here = f"{r['rows_on_disk']:,} rows ({source})" if r["on_disk"] else "no"
         table.add_row(r["name"], r["repo"], f"{r['rows']:,}", f"{r['download_mb']:g} MB", here)
     out_console.print(table)
+
+
+MAKE_HELP = """Generate a reasoning task's problems with their exact answers and the solver's
+step-by-step solutions, as solm JSONL (`question`, `solution`, `answer`, `task`): what
+`tip annotate -i`, `tip sft`, `tip grpo --data` and `tip eval run --data` read. No hub, no
+model: the same task, count and seed always give the same file, and two seeds never share
+an id (train on one seed, evaluate on another).
+
+Tasks:
+
+- `tracking`: variables changed by a numbered list of operations (modulo 10), the final
+  value of one asked; the solution writes one step per operation, each restating the whole
+  state, so every older step stops mattering (TIP's registers drop them) while the prompt
+  stays needed to the end.
+
+Examples:
+
+- `solm data make tracking -o runs/tip/tracking_train.jsonl --n 2000 --seed 1`
+- `solm data make tracking -o runs/tip/tracking_test.jsonl --n 200 --seed 2`
+"""
+
+TASKS = ("tracking",)
+
+
+@app.command(help=MAKE_HELP)
+@handle_errors
+def make(
+    task: str = typer.Argument(..., help=f"The task ({', '.join(TASKS)})."),
+    out: Path = typer.Option(..., "--out", "-o", help="The JSONL file to write (replaced)."),
+    n: int = typer.Option(1000, "--n", min=1, help="How many problems."),
+    seed: int = typer.Option(0, help="Problems differ by seed; ids name it."),
+    variables: int = typer.Option(3, min=2, max=8, help="tracking: variables per problem."),
+    min_ops: int = typer.Option(6, min=1, help="tracking: fewest operations."),
+    max_ops: int = typer.Option(30, min=1, help="tracking: most operations (counts are "
+                                "log-uniform in between: most short, a long tail)."),
+    config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
+) -> None:
+    from solm.cli.checks import check_paths
+    from solm.core.errors import SolmError
+    from solm.core.jsonl import write_jsonl
+    from solm.core.provenance import write_manifest
+
+    if task not in TASKS:
+        raise SolmError(f"unknown task {task!r}: expected one of {', '.join(TASKS)}")
+    if min_ops > max_ops:
+        raise SolmError(f"--min-ops {min_ops} is above --max-ops {max_ops}")
+    check_paths([], [out])
+    from solm.data.tracking import make_rows
+
+    rows = make_rows(n, seed, variables, min_ops, max_ops)
+    write_jsonl(out, rows)
+    settings = {"task": task, "n": n, "seed": seed, "variables": variables,
+                "min_ops": min_ops, "max_ops": max_ops}
+    write_manifest(out, "solm data make", settings, inputs=[], row_settings=settings)
+    info(f"{out}: {len(rows)} {task} problems (seed {seed})")
+    out_console.print_json(json.dumps({"out": str(out), "rows": len(rows), **settings}))

@@ -4,10 +4,11 @@ whether a generated solution's final answer is right.
 - **Prompt.** The problem, then `INSTRUCTION` (the usual "reason step by step, final answer
   in \\boxed{}" line), the same in `tip sft`, `tip grpo` and `tip eval`.
 - **Gold.** `final_answer` / `answer` of MATH, MATH-500, DeepMath and AIME rows; GSM8K's
-  `answer` is a worked solution ending `#### N`, whose N is the gold.
+  `answer` is a worked solution ending `#### N`, whose N is the gold; the `answer` of a
+  generated task's row (`solm data make`, rows naming their `task`) is an integer.
 - **Prediction.** The content of the *last* `\\boxed{...}` (braces balanced, so
   `\\boxed{\\frac{1}{2}}` is whole); a GSM8K-style `#### N` line when there is no box.
-- **Correct.** `integer` gold (AIME, GSM8K): the prediction, with units, `\\text{}`, commas,
+- **Correct.** `integer` gold (AIME, GSM8K, generated tasks): the prediction, with units, `\\text{}`, commas,
   `$` and a trailing `.` dropped, is the same integer. Otherwise `math-verify`
   (`verify(parse(gold), parse(prediction))`, gold first) decides, with its timeouts in the
   main thread and none elsewhere (they use `signal.alarm`); if math-verify cannot parse
@@ -76,6 +77,8 @@ _AIME_ID = re.compile(r"^\d{4}-I{1,2}-\d+$")
 
 def _is_integer_set(row: dict) -> bool:
     """AIME (ids like `2024-I-1`, or naming aime) and GSM8K rows have integer answers."""
+    if row.get("task"):  # a task `solm data make` generated: integer answers
+        return True
     rid = str(row.get("id", row.get("unique_id", ""))).lower()
     return ("aime" in rid or "gsm8k" in rid or bool(_AIME_ID.match(rid.upper()))
             or "####" in str(row.get("answer", "")))

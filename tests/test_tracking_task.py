@@ -1,0 +1,177 @@
+"""The `tracking` task (`solm data make tracking`): the generator's answers against a second
+solver that reads the question text, the solver's steps against it too, the register
+annotation faithful token for token, the verifier the reward uses, and the reward against a
+recount by hand."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+from hypothesis import given, settings, strategies as st
+from typer.testing import CliRunner
+
+from solm.data.tracking import MODULUS, generate, make_rows, solve
+
+OP = re.compile(r"^(\d+)\. (?:swap (\w) and (\w)|(\w) (\+=|-=|=) (\w))$")
+STATE = re.compile(r"(\w)=(\d)")
+
+
+def read_question(question: str) -> tuple[dict[str, int], list[tuple], str]:
+    """The start values, the operations and the asked variable, read back from the text."""
+    start_line = next(line for line in question.splitlines() if line.startswith("Start: "))
+    start = {k: int(v) for k, v in re.findall(r"(\w) = (\d)", start_line)}
+    ops = []
+    for line in question.splitlines():
+        m = OP.match(line)
+        if m:
+            ops.append(m.groups())
+    asked = re.search(r"final value of (\w)\?$", question).group(1)
+    return start, ops, asked
+
+
+def second_solver(question: str) -> tuple[list[dict[str, int]], int]:
+    """Every state after each operation, and the answer: the operations applied as the
+    question's text states them, on a list indexed by letter."""
+    start, ops, asked = read_question(question)
+    letters = sorted(start)
+    cells = [start[x] for x in letters]
+    states = []
+    for number, sa, sb, target, op, operand in ops:
+        if sa is not None:
+            i, j = letters.index(sa), letters.index(sb)
+            cells[i], cells[j] = cells[j], cells[i]
+        else:
+            i = letters.index(target)
+            value = int(operand) if operand.isdigit() else cells[letters.index(operand)]
+            if op == "=":
+                cells[i] = value
+            else:
+                cells[i] = (cells[i] + (value if op == "+=" else -value)) % MODULUS
+        states.append(dict(zip(letters, cells)))
+    return states, cells[letters.index(asked)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 10 ** 6), variables=st.integers(2, 6),
+       ops=st.tuples(st.integers(1, 20), st.integers(0, 20)))
+def test_the_generators_answer_and_every_step_agree_with_a_second_solver(seed, variables, ops):
+    problem = generate(random.Random(seed), variables, ops[0], ops[0] + ops[1])
+    solution, answer = solve(problem)
+    states, expected = second_solver(problem.question())
+    assert len(states) == len(problem.operations)
+    assert answer == expected
+    step_lines = [line for line in solution.splitlines() if line.startswith("Step ")]
+    assert len(step_lines) == len(states)
+    for k, (line, state) in enumerate(zip(step_lines, states), 1):
+        assert line.startswith(f"Step {k} (")
+        written = dict((v, int(x)) for v, x in STATE.findall(line.split(", so ")[-1]))
+        assert written == state, (line, state)
+    assert solution.endswith(f"\\boxed{{{expected}}}.")
+
+
+def test_rows_are_reproducible_per_seed_and_seeds_share_no_problem():
+    a, b = make_rows(50, 1), make_rows(50, 1)
+    assert a == b
+    other = make_rows(50, 2)
+    assert not {r["id"] for r in a} & {r["id"] for r in other}
+    assert not {r["question"] for r in a} & {r["question"] for r in other}
+    for row in a:
+        assert second_solver(row["question"])[1] == int(row["answer"])
+        assert row["operations"] == len(read_question(row["question"])[1])
+    counts = [r["operations"] for r in make_rows(400, 3)]
+    assert min(counts) >= 6 and max(counts) <= 30
+    assert sorted(counts)[len(counts) // 2] < 18  # log-uniform: most problems short
+
+
+def test_traces_are_long_with_a_tail_past_a_thousand_tokens(pasta_tokenizer):
+    lengths = sorted(len(pasta_tokenizer(r["solution"], add_special_tokens=False).input_ids)
+                     for r in make_rows(300, 4))
+    assert lengths[len(lengths) // 2] >= 400
+    assert lengths[-1] > 1000
+
+
+@pytest.mark.parametrize("registers", [2, 3, 4])
+def test_register_annotation_gives_back_the_solvers_tokens_and_opens_each_line(
+        tip_tok, registers):
+    from solm.annotate.tip_rules import annotate_tip_rules, strip_registers
+
+    def count(text):
+        return len(tip_tok(text, add_special_tokens=False).input_ids)
+
+    for row in make_rows(20, 5):
+        a = annotate_tip_rules(row["solution"], count, registers, 16)
+        ids = tip_tok(strip_registers(a.annotated), add_special_tokens=False).input_ids
+        assert ids == tip_tok(row["solution"], add_special_tokens=False).input_ids
+        # a step per solver line: each opens with a register
+        assert a.steps == len(row["solution"].splitlines())
+        assert a.killed == a.steps - min(a.steps, registers)
+        lines = a.annotated.split("\n")
+        assert all(re.match(r"<reg_\d+>", line) for line in lines)
+
+
+def test_the_verifier_grades_the_last_boxed_integer(tmp_path):
+    from solm.core.math_task import is_correct, load_problems, predicted_answer
+
+    rows = make_rows(3, 6)
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    problems = load_problems(str(path), math_prompt=True)
+    for row, p in zip(rows, problems):
+        assert p["kind"] == "integer" and p["gold"] == row["answer"]
+        assert is_correct(predicted_answer(row["solution"]), p["gold"], p["kind"])
+        wrong = str((int(row["answer"]) + 1) % MODULUS)
+        assert not is_correct(predicted_answer(f"\\boxed{{{wrong}}}"), p["gold"], p["kind"])
+        # the last box counts, not the first
+        text = f"so \\boxed{{{wrong}}}, no: \\boxed{{{row['answer']}}}"
+        assert is_correct(predicted_answer(text), p["gold"], p["kind"])
+        assert not is_correct(predicted_answer(f"\\boxed{{{row['answer']}}} then "
+                                               f"\\boxed{{{wrong}}}"), p["gold"], p["kind"])
+        assert not is_correct(predicted_answer("no box at all"), p["gold"], p["kind"])
+
+
+@pytest.mark.parametrize("penalty", [0.0, 0.5, 2.0])
+def test_the_reward_is_correct_minus_the_kv_term_recounted_by_hand(penalty):
+    from solm.train.grpo import TipReward
+
+    rows = make_rows(4, 7)
+    max_len = 400
+    completions, gold, kind, kv = [], [], [], []
+    expected = []
+    for i, row in enumerate(rows):
+        right = i % 2 == 0
+        answer = row["answer"] if right else str((int(row["answer"]) + 3) % MODULUS)
+        completions.append(f"We start ... so the answer is \\boxed{{{answer}}}.")
+        gold.append(row["answer"])
+        kind.append("integer")
+        live = [50, 399, 400, 900][i]
+        kv.append(live)
+        expected.append((1.0 if right else 0.0) - penalty * min(1.0, live / max_len))
+    reward = TipReward(penalty, max_len, num_generations=2)
+    got = reward([r["question"] for r in rows], completions, gold=gold, kind=kind,
+                 live_response_kv=kv)
+    assert got == pytest.approx(expected)
+
+
+def test_data_make_writes_the_rows_and_refuses_bad_settings(tmp_path):
+    from solm.cli.main import app
+
+    out = tmp_path / "train.jsonl"
+    r = CliRunner().invoke(app, ["data", "make", "tracking", "-o", str(out), "--n", "12",
+                                 "--seed", "9", "-q"])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert rows == make_rows(12, 9)
+    r = CliRunner().invoke(app, ["data", "make", "tracking", "-o", str(out), "--n", "3",
+                                 "--variables", "4", "--min-ops", "2", "--max-ops", "3", "-q"])
+    assert r.exit_code == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert all(len(read_question(x["question"])[0]) == 4 for x in rows)
+    assert all(2 <= x["operations"] <= 3 for x in rows)
+    r = CliRunner().invoke(app, ["data", "make", "sudoku", "-o", str(out)])
+    assert r.exit_code == 1 and "unknown task" in r.output
+    r = CliRunner().invoke(app, ["data", "make", "tracking", "-o", str(out), "--min-ops", "9",
+                                 "--max-ops", "3"])
+    assert r.exit_code == 1 and "--min-ops" in r.output
