@@ -212,3 +212,40 @@ def test_a_demo_keeps_its_tokens_per_pass_for_auto(tmp_path, tiny_folder, monkey
     assert kept[tiny_folder]["pasta:parallel"] == pytest.approx(
         {"content": got["answer_tokens"] / got["decode_forward_passes"],
          "fed": got["decode_tokens_fed"] / got["decode_forward_passes"]}, abs=1e-4)
+
+
+def test_a_decodes_passes_are_never_fewer_than_its_critical_path(tiny, pasta_tokenizer):
+    """Forward passes and critical path count the same thing (passes after the prompt's, one
+    per step feeding every active thread): at every cap, cut blocks and all, the scripted
+    answer's decode takes exactly its critical path on torch, and a record never shows
+    fewer passes than its critical path (the demo once printed 46 against 47: the closers a
+    cap adds to cut blocks were counted as passes nobody decoded)."""
+    from solm.core.chat import prompt_ids, text_ids
+    from solm.core.records import Record
+    from solm.decode.pasta.decode_file import result_record
+    from solm.decode.pasta.runtime import replay_scripts
+
+    rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=512)
+    ids = text_ids(pasta_tokenizer, SCRIPT)
+    streams, _ = replay_scripts(ids, rt.vocab)
+    eos = next(iter(rt.vocab.eos))
+
+    def scripted(config):
+        def choose(thread, logits, state):
+            stream = streams[thread.tid]
+            return stream[len(thread.fed)] if len(thread.fed) < len(stream) else eos
+        return choose
+
+    rt.chooser = scripted
+    prompt = prompt_ids(pasta_tokenizer, "Two tips?")
+    cut_blocks = 0
+    for cap in range(2, len(ids) + 3):
+        cfg = PastaDecodeConfig(max_new_tokens=cap, sampling=SamplingConfig(temperature=0.0))
+        res = rt.generate(prompt, cfg)
+        row = result_record(rt, Record("r", "Two tips?"), res, "parallel")
+        assert row["forward_passes"] == row["critical_path"] == res.forward_passes, cap
+        cut_blocks += "block_cut" in res.flags
+        # the stop's closers are in the answer, and a replay feeds them: one pass more
+        if res.unfed:
+            assert schedule_steps(res.ids, rt.vocab) == res.forward_passes + 1
+    assert cut_blocks >= 5

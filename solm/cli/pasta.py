@@ -313,7 +313,8 @@ def demo(
     n = len(res.content_ids)
     par_critical = schedule_steps(res.decoded.ids, rt.vocab)
     lines = [
-        f"parallel: {n} answer tokens in {live_run.forward_passes} forward passes, "
+        f"parallel: {n} answer tokens in {live_run.forward_passes} forward passes (its "
+        f"critical path: {schedule_steps(live_run.ids, rt.vocab, unfed=live_run.unfed)}), "
         f"{live_run.threads} threads forked",
         f"timed (both warmed, {repeats} runs each in alternating order, fastest): parallel "
         f"{par.forward_passes} passes {par.decode_s:.2f} s; sequential (the same answer, same "
@@ -323,8 +324,8 @@ def demo(
         f"{res.spread['parallel']:.2f}, {res.spread['sequential']:.2f})",
         f"realized speedup: {res.realized_speedup:.2f}x (sequential / parallel decode time, "
         f"measured now); theoretical {res.theoretical_speedup:.2f}x (content tokens / the "
-        f"answer's critical path of {par_critical} passes: the realized speedup if every pass "
-        f"cost the same)",
+        f"{par_critical} passes of the timed parallel replay, which feeds every token of the "
+        f"answer: the realized speedup if every pass cost the same)",
         f"per forward pass: parallel {1000 * par.decode_s / max(par.forward_passes, 1):.0f} ms "
         f"({par.tokens_fed / max(par.forward_passes, 1):.2f} tokens a pass), sequential "
         f"{1000 * seq.decode_s / max(seq.forward_passes, 1):.0f} ms (1 token a pass)",

@@ -39,16 +39,20 @@ class PastaMetrics:
 
 
 def thread_streams(token_ids: Sequence[int], vocab: PastaVocab,
-                   attrs: list[TokenAttrs] | None = None
+                   attrs: list[TokenAttrs] | None = None, unfed: Sequence[int] = ()
                    ) -> tuple[list[int], dict[int, list[int]], dict[int, int]]:
     """Split a training-order response into the main stream, each block's stream, and for
-    each block the main-stream index of its promise's closing token."""
+    each block the main-stream index of its promise's closing token; tokens at the indices
+    `unfed` (closers a stop added to blocks it cut, never decoded) are left out."""
     if attrs is None:
         attrs, _ = walk_training_order(token_ids, vocab)
+    skip = set(unfed)
     main: list[int] = []
     forks: dict[int, list[int]] = {}
     anchors: dict[int, int] = {}
-    for tok, a in zip(token_ids, attrs):
+    for i, (tok, a) in enumerate(zip(token_ids, attrs)):
+        if i in skip:
+            continue
         if a.thread == MAIN:
             main.append(int(tok))
         else:
@@ -58,14 +62,19 @@ def thread_streams(token_ids: Sequence[int], vocab: PastaVocab,
 
 
 def schedule_steps(token_ids: Sequence[int], vocab: PastaVocab,
-                   attrs: list[TokenAttrs] | None = None) -> int:
-    """Forward passes the runtime takes to feed every token of this response.
+                   attrs: list[TokenAttrs] | None = None, unfed: Sequence[int] = ()) -> int:
+    """The critical path: forward passes after the prompt's that feeding every decoded token
+    of this response takes, blocks beside main.
 
     Each step feeds one token per active thread; a block starts in the step that feeds its
     promise's closing token; `<sync/>` is fed in the step where every open block feeds its
-    final token (or later). This mirrors solm.decode.pasta.runtime exactly (tested).
+    final token (or later). `unfed`: indices of tokens nobody decoded (the closers a stop
+    adds to blocks it cut, `PastaDecodeResult.unfed`), which cost no pass. A decode's own
+    forward passes (`PastaDecodeResult.forward_passes`, counted the same way) are never
+    fewer: solm's torch runtime takes exactly these (tested), llama.cpp one more per
+    `<sync/>`.
     """
-    main, forks, anchors = thread_streams(token_ids, vocab, attrs)
+    main, forks, anchors = thread_streams(token_ids, vocab, attrs, unfed)
     starts = {anchor: fid for fid, anchor in anchors.items()}
     active: dict[int, int] = {}  # block id -> index of its next token
     i = steps = 0
@@ -88,12 +97,14 @@ def schedule_steps(token_ids: Sequence[int], vocab: PastaVocab,
 
 
 def pasta_metrics(token_ids: Sequence[int], vocab: PastaVocab,
-                  attrs: list[TokenAttrs] | None = None) -> PastaMetrics:
-    """Metrics of a training-order response; pass `attrs` if the caller already walked it."""
+                  attrs: list[TokenAttrs] | None = None, unfed: Sequence[int] = ()
+                  ) -> PastaMetrics:
+    """Metrics of a training-order response; pass `attrs` if the caller already walked it,
+    `unfed` for a decode's result (`schedule_steps`)."""
     if attrs is None:
         attrs, _ = walk_training_order(token_ids, vocab)
     content = sum(1 for a in attrs if not a.is_tag)
     n_promises = sum(1 for t in token_ids if int(t) in vocab.close_tens)
     return PastaMetrics(content_tokens=content, total_tokens=len(token_ids),
-                        critical_path=schedule_steps(token_ids, vocab, attrs),
+                        critical_path=schedule_steps(token_ids, vocab, attrs, unfed),
                         promises=n_promises)

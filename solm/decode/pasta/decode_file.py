@@ -41,7 +41,8 @@ def result_record(rt: PastaRuntime, rec: Record, res: PastaDecodeResult, mode: s
     attrs, _ = walk_training_order(res.ids, rt.vocab) if mode == "parallel" else (None, None)
     content_ids = ([t for t, a in zip(res.ids, attrs) if not a.is_tag] if attrs is not None
                    else res.ids)
-    metrics = pasta_metrics(res.ids, rt.vocab, attrs) if mode == "parallel" else None
+    metrics = pasta_metrics(res.ids, rt.vocab, attrs, res.unfed) if mode == "parallel" \
+        else None
     response = tok.decode(content_ids, skip_special_tokens=True)
     return {
         "id": rec.id, "prompt": rec.prompt, "mode": mode,
