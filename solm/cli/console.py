@@ -9,7 +9,10 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 import typer
+import typer.rich_utils
 from rich.console import Console
+from rich.table import Table as _RichTable
+from rich.text import Text as _RichText
 from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
@@ -157,3 +160,38 @@ def judge_progress(advance: Callable[..., None]) -> Callable[[Any], None]:
                 f"judged {s.judged} rejected {rejected} cached {s.cache_hits}")
 
     return update
+
+
+class _HelpTable(_RichTable):
+    """typer's help tables with no option name cut to `…`: an option's names share one cell,
+    one name a line (`--keep-promises` over `--no-keep-promises`), and that column is at
+    least as wide as its longest name, so at 80 columns or piped, `--help` shows every name
+    whole and the types and help wrap instead."""
+
+    def add_row(self, *renderables, **kwargs):
+        cells = list(renderables)
+        names = [i for i, cell in enumerate(cells[:-1])
+                 if isinstance(cell, _RichText) and cell.plain.strip().startswith("-")]
+        if len(names) > 1:
+            first = cells[names[0]].copy()
+            for i in names[1:]:
+                first.append("\n")
+                first.append_text(cells[i])
+                cells[i] = _RichText("")
+            cells[names[0]] = first
+        for k, cell in enumerate(cells):
+            parts = getattr(cell, "renderables", None)  # typer's help: rich Columns of texts
+            if parts and all(isinstance(t, _RichText) for t in parts):
+                cells[k] = _RichText("\n").join(parts)
+            if isinstance(cells[k], _RichText):  # a long word folds, never ends in `…`
+                cells[k].overflow = "fold"
+        super().add_row(*cells, **kwargs)
+        for column in self.columns:
+            column.overflow = "fold"
+        if names:
+            column = self.columns[names[0]]
+            longest = max(len(line) for line in cells[names[0]].plain.split("\n"))
+            column.min_width = max(column.min_width or 0, longest)
+
+
+typer.rich_utils.Table = _HelpTable
