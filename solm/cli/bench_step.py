@@ -82,7 +82,7 @@ def step_command(
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     from solm.cli.checks import check_paths
-    from solm.cli.console import info, out_console
+    from solm.cli.console import console, info, out_console
     from solm.core.errors import SolmError
     from solm.decode.bandwidth import cpu_description, machine_bandwidth
     from solm.engines import ENGINES
@@ -102,7 +102,8 @@ def step_command(
         raise typer.BadParameter("whole numbers, e.g. 1,2,4,8,16", param_hint="--ks") from None
     if k_list[0] < 1 or k_list[-1] > 64:
         raise typer.BadParameter("each k between 1 and 64", param_hint="--ks")
-    bandwidth = (bandwidth_gbps * 1e9 if bandwidth_gbps else machine_bandwidth("cpu"))
+    bandwidth = (bandwidth_gbps * 1e9 if bandwidth_gbps else
+                 machine_bandwidth("cpu", remeasure=True))
     cpu = cpu_description()
     info(f"{cpu}; copy bandwidth {bandwidth / 1e9:.1f} GB/s; k = {k_list}, context {context}")
     formats = {"dtypes": dtypes, "gguf_types": gguf_types, "onnx_types": onnx_types}  # by the option an engine reads
@@ -125,7 +126,14 @@ def step_command(
     _print_table(result, out_console)
     from solm.engines.cost import record_flash_attn, record_step_costs
 
-    info(f"kept for --engine auto: {record_step_costs(result)}")
+    flagged = [e for e in result["engines"] if e["flags"]]
+    for e in flagged:
+        console.print(f"[yellow]not kept:[/] {e['engine']} {e['variant']}: "
+                      f"{'; '.join(e['flags'])} (a busy machine? rerun on a quiet one)",
+                      highlight=False)
+    kept = record_step_costs(result)
+    info(f"kept for --engine auto: {kept}" if kept else
+         "nothing kept for --engine auto: every row was flagged")
     flash = record_flash_attn(result)
     if flash is not None:
         info(f"llama.cpp's flash attention {'on' if flash else 'off'} on this CPU from now "
@@ -150,7 +158,9 @@ def _print_table(result: dict, console) -> None:
     for k in result["ks"]:
         table.add_column(f"k={k}", justify="right")
     for e in result["engines"]:
-        table.add_row(f"{e['engine']} {e['variant']}", f"{float(e['floor_ms']):.2f}",
+        table.add_row(f"{e['engine']} {e['variant']}" + (" (flagged)" if e.get("flags")
+                                                         else ""),
+                      f"{float(e['floor_ms']):.2f}",
                       *[f"{float(e['ms'][str(k)]):.2f}\n{float(e['times_one'][str(k)]):.2f}x"
                         for k in result["ks"]])
     console.print(table)

@@ -50,14 +50,17 @@ FLASH = "+flash"  # llama.cpp's measured variant with its flash attention on
 
 def record_flash_attn(result: dict) -> bool | None:
     """From `solm bench step`'s figures: llama.cpp's flash attention wins on this CPU when,
-    for every format timed both ways, its passes summed over the ks cost less; kept in
-    solm's cache per CPU (None: not timed both ways)."""
-    rows = {e["variant"]: e["ms"] for e in result["engines"] if e["engine"] == "llama.cpp"}
+    for every format timed both ways without a flag, its one-token pass and its passes
+    summed over the ks cost less; kept in solm's cache per CPU (None: not timed both ways,
+    or a flagged row: nothing is decided)."""
+    rows = {e["variant"]: e["ms"] for e in kept_rows(result) if e["engine"] == "llama.cpp"}
     pairs = [(rows[v], rows[v + FLASH]) for v in rows if not v.endswith(FLASH)
              and v + FLASH in rows]
     if not pairs:
         return None
-    on = all(sum(f.values()) < sum(o.values()) for o, f in pairs)
+    # faster for a one-token pass (every decode's commonest) and over the ks together
+    on = all(sum(f.values()) < sum(o.values()) and f[min(f, key=int)] < o[min(o, key=int)]
+             for o, f in pairs)
     path = _cache("llama_flash_attn.json")
     data = _read(path)
     data[result["cpu"]] = on
@@ -102,11 +105,26 @@ def decode_key(system: str, config) -> str:
     return f"{system}:{mode}" if mode else system
 
 
-def record_step_costs(result: dict) -> Path:
-    """Keep `solm bench step`'s figures for `auto` (per CPU, per base model)."""
+def kept_rows(result: dict) -> list[dict]:
+    """The engine rows of a `solm bench step` result that carry no flag (repeats that
+    wandered, a wider pass cheaper than a narrower one)."""
+    return [e for e in result["engines"] if not e.get("flags")]
+
+
+def record_step_costs(result: dict) -> Path | None:
+    """Keep `solm bench step`'s unflagged rows for `auto` (per CPU, per base model; a
+    flagged row leaves what an earlier run kept for it); None when no row was kept."""
+    kept = kept_rows(result)
+    if not kept:
+        return None
     path = _cache("step_cost.json")
     data = _read(path)
-    data.setdefault(result["cpu"], {})[base_model(result["model"])] = result
+    before = data.get(result["cpu"], {}).get(base_model(result["model"]), {})
+    fresh = {(e["engine"], e["variant"]) for e in kept}
+    rows = [e for e in before.get("engines", []) if (e["engine"], e["variant"]) not in fresh
+            and not e.get("flags")]
+    data.setdefault(result["cpu"], {})[base_model(result["model"])] = {
+        **result, "engines": rows + kept}
     _write(path, data)
     return path
 

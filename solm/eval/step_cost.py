@@ -30,12 +30,32 @@ class StepProbe(Protocol):
     def close(self) -> None: ...
 
 
+# a row is flagged, not kept for `--engine auto`, when its repeats wander: at some k the
+# upper quartile of the passes above this times the lower (a quiet CPU: ~1.01-1.10) ...
+SPREAD_BOUND = 1.25
+# ... or when a wider pass measured cheaper than a narrower one by more than this factor
+# (k tokens never cost less than fewer: a busy spell made the narrower pass slow)
+MONOTONE_SLACK = 1.05
+
+
 @dataclass
 class StepCost:
     engine: str
     variant: str
     weight_bytes: int
     ms: dict[int, float] = field(default_factory=dict)  # k -> median ms of a pass
+    spread: dict[int, float] = field(default_factory=dict)  # k -> upper / lower quartile
+
+    @property
+    def flags(self) -> list[str]:
+        """Why this row's figures cannot be trusted (empty: they can)."""
+        out = [f"k={k} repeats spread {v:.2f}x > {SPREAD_BOUND}x"
+               for k, v in sorted(self.spread.items()) if v > SPREAD_BOUND]
+        ks = sorted(self.ms)
+        out += [f"k={b} ({self.ms[b]:.2f} ms) cheaper than k={a} ({self.ms[a]:.2f} ms)"
+                for i, a in enumerate(ks) for b in ks[i + 1:]
+                if self.ms[b] * MONOTONE_SLACK < self.ms[a]]
+        return out
 
     def times_one(self) -> dict[int, float]:
         """Each k's pass cost in one-token passes."""
@@ -47,12 +67,15 @@ class StepCost:
         return {"engine": self.engine, "variant": self.variant,
                 "weight_mb": round(self.weight_bytes / 2**20, 1), "floor_ms": floor,
                 "ms": {str(k): v for k, v in self.ms.items()},
-                "times_one": {str(k): v for k, v in self.times_one().items()}}
+                "times_one": {str(k): v for k, v in self.times_one().items()},
+                "spread": {str(k): v for k, v in self.spread.items()},
+                "flags": self.flags}
 
 
 def measure(probe: StepProbe, ks: Sequence[int], context: int, repeats: int,
             progress: Callable[[str], None] | None = None) -> StepCost:
-    """The median of `repeats` passes at each k (after one untimed warm-up pass each)."""
+    """The median of `repeats` passes at each k (after one untimed warm-up pass each), and
+    their quartile spread (`StepCost.flags` reads it)."""
     probe.prepare(max(ks), context)
     cost = StepCost(probe.engine, probe.variant, probe.weight_bytes)
     try:
@@ -60,11 +83,20 @@ def measure(probe: StepProbe, ks: Sequence[int], context: int, repeats: int,
             probe.one_pass(k)
             times = [probe.one_pass(k) for _ in range(repeats)]
             cost.ms[k] = round(1000 * statistics.median(times), 3)
+            cost.spread[k] = round(quartile_spread(times), 3)
             if progress:
                 progress(f"{probe.engine} {probe.variant} k={k}: {cost.ms[k]} ms")
     finally:
         probe.close()
     return cost
+
+
+def quartile_spread(times: Sequence[float]) -> float:
+    """The upper quartile of `times` over the lower (1.0 for fewer than 4 times)."""
+    if len(times) < 4:
+        return 1.0
+    low, _, high = statistics.quantiles(times, n=4)
+    return high / low if low > 0 else float("inf")
 
 
 def floor_ms(weight_bytes: int, bandwidth: float) -> float:
