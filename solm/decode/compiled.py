@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -162,19 +163,34 @@ def padded_step_inputs(tokens: list[int], positions: list[int], visible: torch.T
 # `--compile auto` on a CPU counts the graphs' build on an empty inductor cache (a fresh
 # machine's) against what they save. Measured (bench/compiled_replay.py, 135M model, bf16):
 # 4 graphs in 134 s on a 2-core AMD EPYC with AVX-512 bf16 (about 34 s a graph), saving
-# 8-11 ms per step (50 -> 42 ms); a 2-core AVX2 CPU took about 2 minutes a graph. A decode
-# repays its graphs after TYPICAL_GRAPHS x seconds per graph / seconds saved per token.
+# 8-11 ms per step (50 -> 42 ms); a 2-core AVX2 CPU took about 2 minutes a graph; a 2-core
+# Intel Xeon with AMX built the graphs in 406 s on an empty cache (about 100 s a graph),
+# where the eager bf16 step already runs on AMX tiles. A decode repays its graphs after
+# TYPICAL_GRAPHS x seconds per graph / seconds saved per token.
 TYPICAL_GRAPHS = 4
-SECONDS_PER_GRAPH = {"avx512_bf16": 34.0, "other": 120.0}
+SECONDS_PER_GRAPH = {"amx": 101.5, "avx512_bf16": 34.0, "other": 120.0}
 SAVED_S_PER_TOKEN = 0.008
 
 
-def compile_pays_tokens() -> int:
-    """Tokens a CPU decode must have before compiling its step repays the build."""
+def compile_cpu_kind(cpuinfo: str | None = None) -> str:
+    """The CPU kind whose graph-build time `compile_pays_tokens` reads: `amx` (Intel's
+    matrix tiles), `avx512_bf16` (native bf16 dot products), else `other`."""
     from solm.core.models import cpu_has_fast_bf16
 
-    per_graph = SECONDS_PER_GRAPH["avx512_bf16" if cpu_has_fast_bf16() else "other"]
-    return int(TYPICAL_GRAPHS * per_graph / SAVED_S_PER_TOKEN)
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    if "amx_tile" in cpuinfo.split():
+        return "amx"
+    return "avx512_bf16" if cpu_has_fast_bf16(cpuinfo) else "other"
+
+
+def compile_pays_tokens(cpuinfo: str | None = None) -> int:
+    """Tokens a CPU decode must have before compiling its step repays the build."""
+    return int(TYPICAL_GRAPHS * SECONDS_PER_GRAPH[compile_cpu_kind(cpuinfo)]
+               / SAVED_S_PER_TOKEN)
 
 
 def should_compile(flag: bool | None, expected_tokens: int, device) -> bool:
