@@ -45,26 +45,31 @@ def pareto(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return sorted(set(front))
 
 
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "p", "8")
+
+
 def plot(pts: list[dict], axis: str, xlabel: str, ylabel: str, png: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     usable = [p for p in pts if p[axis] is not None and p["win"] is not None]
-    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    fig, ax = plt.subplots(figsize=(8.4, 4.6))
     colors = {"sequential": "#555555", "pasta": "#c44e52", "apar": "#4c72b0", "sot": "#55a868",
               "pdiff": "#dd8452"}
+    # every method its own marker, named in the legend beside the axes (labels written on
+    # the points overlapped where methods sit close)
+    markers = iter(MARKERS * (1 + len(usable) // len(MARKERS)))
     for p in usable:
         x = 1.0 if p["baseline"] else p[axis]
         if p.get("se"):  # the raw win rate's standard error, drawn on the plotted value
             ax.errorbar([x], [p["win"]], yerr=[p["se"]], color="#999999", capsize=3,
                         linewidth=1, zorder=2)
         ax.scatter([x], [p["win"]], s=180 if p["baseline"] else 70,
-                   marker="*" if p["baseline"] else "o", color=colors.get(p["kind"], "#8172b2"),
+                   marker="*" if p["baseline"] else next(markers),
+                   color=colors.get(p["kind"], "#8172b2"),
                    edgecolor="black", linewidth=0.6, zorder=3,
                    label=f"{p['name']} (baseline)" if p["baseline"] else p["name"])
-        ax.annotate(p["name"], (x, p["win"]), textcoords="offset points", xytext=(6, 5),
-                    fontsize=8)
     front = pareto([(1.0 if p["baseline"] else p[axis], p["win"]) for p in usable])
     if len(front) > 1:
         ax.plot(*zip(*front), linestyle="--", color="#999999", zorder=2, label="Pareto frontier")
@@ -77,7 +82,7 @@ def plot(pts: list[dict], axis: str, xlabel: str, ylabel: str, png: Path) -> Non
         wins = [p["win"] for p in usable]
         ax.set_ylim(min(40.0, min(wins) - 5), max(60.0, max(wins) + 5))
     if usable:
-        ax.legend(fontsize=8, loc="best")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     else:  # e.g. wall-time axes of a batched (untimed) run
         ax.text(0.5, 0.5, "no point has this figure (batched rows are untimed)",
                 ha="center", va="center", transform=ax.transAxes, color="#777777")

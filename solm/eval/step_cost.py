@@ -120,7 +120,9 @@ def plot_costs(costs: Sequence[StepCost], bandwidth: float | None, path, title: 
     ax.set_xscale("log", base=2)
     ax.set_xlabel("k: tokens in one pass (one per sequence)")
     ax.set_ylabel("ms per pass (median)")
-    ax.set_title(title, fontsize=9)
+    import textwrap
+
+    ax.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=9)  # a long CPU name wraps
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
