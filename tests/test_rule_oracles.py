@@ -1,0 +1,297 @@
+"""The rules of BoNBoN's score (`solm.prefs.score`), the promise guards
+(`solm.decode.pasta.guards`), the own-answer rules and the distill job's bookkeeping
+(`solm.annotate.own_answers`, `solm.prefs.distill_job`), each checked against an oracle
+written another way, over inputs drawn at random, so that a one-line change to a rule fails."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from solm.annotate import own_answers as oa
+from solm.decode.pasta import guards
+from solm.prefs import distill_job
+from solm.prefs import score as sc
+
+# ---- BoNBoN's score -------------------------------------------------------------------
+
+samples = st.lists(st.tuples(st.booleans(), st.booleans(), st.sampled_from([0.5, 1.0, 2.0]),
+                             st.one_of(st.none(), st.sampled_from([0.0, 0.5, 1.0])),
+                             st.sampled_from([0.0, 0.25])), min_size=0, max_size=6)
+
+
+def oracle_pair(rows, weight):
+    """(best index, worst index, reason) written from the docstring's words."""
+    if len(rows) < 2:
+        return None, None, sc.ONE_DISTINCT
+    if not any(r.well_formed for r in rows):
+        return None, None, sc.NO_WELL_FORMED
+    ok = [r for r in rows if r.well_formed and not r.too_short]
+    if not ok:
+        return None, None, sc.ALL_TOO_SHORT
+
+    def rank(r):
+        q = r.quality if r.quality is not None else 0.0
+        if weight == math.inf:
+            return (r.well_formed and not r.too_short, q - r.penalty, r.speedup)
+        return (r.well_formed and not r.too_short, r.speedup + weight * q - r.penalty)
+
+    top = max(rank(r) for r in rows)
+    bottom = min(rank(r) for r in rows)
+    if top == bottom:
+        return None, None, sc.TIED
+    best = min(r.sample for r in rows if rank(r) == top)  # ties: the earlier is better
+    worst = max(r.sample for r in rows if rank(r) == bottom)
+    return best, worst, None
+
+
+@settings(max_examples=400, deadline=None)
+@given(rows=samples, weight=st.sampled_from([0.0, 0.5, 3.0, math.inf]))
+def test_the_pair_is_the_oracles(rows, weight):
+    scored = [sc.Scored(sample=i, well_formed=wf, speedup=sp, quality=q, too_short=short,
+                        penalty=pen) for i, (wf, short, sp, q, pen) in enumerate(rows)]
+    got = sc.choose_pair(scored, weight)
+    best, worst, reason = oracle_pair(scored, weight)
+    assert got.skipped == reason and got.n == len(scored)
+    assert (got.chosen.sample if got.chosen else None) == best
+    assert (got.rejected.sample if got.rejected else None) == worst
+    if got.chosen:
+        assert got.chosen.eligible
+
+
+@settings(max_examples=200, deadline=None)
+@given(content=st.integers(0, 300), path=st.integers(0, 300), base=st.integers(0, 300),
+       words=st.lists(st.sampled_from("a b c".split()), max_size=12),
+       mu=st.sampled_from([0.0, 1.0, 3.0]))
+def test_content_terms_follow_their_definitions(content, path, base, words, mu):
+    saved, ratio, penalty = sc.content_terms(content, path, base, " ".join(words), mu)
+    assert saved == pytest.approx(1 - path / (content if content > 0 else 1))
+    assert ratio == pytest.approx(min(1.0, content / (base if base > 0 else 1)))
+    grams = list(zip(words, words[1:], words[2:]))
+    repeats = sum(1 for i, g in enumerate(grams) if g in grams[:i])
+    assert penalty == pytest.approx(mu * (repeats / len(grams) if grams else 0.0))
+
+
+@settings(max_examples=200, deadline=None)
+@given(seqs=st.lists(st.lists(st.integers(0, 2), max_size=3), max_size=8))
+def test_distinct_keeps_first_copies_and_counts(seqs):
+    got = sc.distinct(seqs)
+    seen = []
+    for s in seqs:
+        if s not in seen:
+            seen.append(s)
+    assert [seqs[i] for i, _ in got] == seen
+    assert [c for _, c in got] == [seqs.count(s) for s in seen]
+    assert all(seqs.index(seqs[i]) == i for i, _ in got)
+
+
+@pytest.mark.parametrize("text,value", [("0", 0.0), ("2.5", 2.5), ("inf", math.inf),
+                                        ("-1", None), ("nan", None), ("fast", None)])
+def test_the_quality_weight_parses_or_says_why(text, value):
+    if value is None:
+        with pytest.raises(ValueError, match="--quality-weight"):
+            sc.parse_quality_weight(text)
+    else:
+        assert sc.parse_quality_weight(text) == value
+
+
+def test_score_value_at_each_weight():
+    s = sc.Scored(0, True, speedup=1.5, quality=0.25, penalty=0.125)
+    assert sc.score_value(s, 0.0) == 1.5 - 0.125
+    assert sc.score_value(s, 2.0) == 1.5 + 0.5 - 0.125
+    assert sc.score_value(s, math.inf) == 0.25 - 0.125
+    assert sc.score_value(sc.Scored(0, True, 1.5, None), math.inf) == 0.0
+    assert sc.sort_key(s, math.inf)[-1] == 1.5 and len(sc.sort_key(s, 1.0)) == 2
+
+
+# ---- the promise guards ---------------------------------------------------------------
+
+@settings(max_examples=300, deadline=None)
+@given(tens=st.integers(1, 60), content=st.integers(0, 1000),
+       nudge=st.sampled_from([0.0, 0.5, 2.0]))
+def test_the_promise_guard_and_the_nudge(tens, content, nudge):
+    n = 10 * tens
+    slack = n // 4 if n // 4 > 4 else 4
+    assert guards.promised_tokens(tens) == n
+    assert guards.slack(n) == slack
+    assert guards.block_limit(tens) == n + slack
+    assert guards.past_promise(content, tens) == (content >= n + slack)
+    expected = 0.0 if (nudge == 0 or content < n) else nudge * (content - n + 1) / (slack + 1)
+    assert guards.close_bias(content, tens, nudge) == pytest.approx(expected)
+    assert guards.close_bias(content, None, nudge) == 0.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(content=st.lists(st.integers(0, 2), max_size=16), times=st.integers(0, 4),
+       run=st.integers(1, 4))
+def test_the_repetition_guard_counts_overlapping_runs(content, times, run):
+    tail = content[-run:]
+    count = sum(content[i:i + run] == tail for i in range(len(content) - run + 1))
+    expected = times > 0 and len(content) >= run and count >= times
+    assert guards.repeating(content, times, run) == expected
+
+
+# ---- own-answer rules -----------------------------------------------------------------
+
+def answer(ids, ended=True, text=None):
+    return {"id": "q", "sample": 0, "ids": ids, "ended": ended,
+            "response": text if text is not None else " ".join(map(str, ids))}
+
+
+@settings(max_examples=300, deadline=None)
+@given(ids=st.lists(st.integers(0, 3), max_size=12), ended=st.booleans(),
+       blank=st.booleans(), limit=st.sampled_from([0.0, 0.15, 0.5]))
+def test_answers_are_dropped_for_the_first_reason_that_holds(ids, ended, blank, limit):
+    row = answer(ids, ended, "  " if blank else None)
+    grams = [tuple(ids[i:i + 3]) for i in range(len(ids) - 2)]
+    share = (sum(g in grams[:i] for i, g in enumerate(grams)) / len(grams)) if grams else 0.0
+    expected = ("cut" if not ended else "empty" if not ids or blank else
+                "repeating" if share > limit else None)
+    assert oa.dropped_before_annotation(row, limit) == expected
+
+
+def candidate(i, sample, dropped=None, annotated=None, gain=1.0, faithful=True):
+    return oa.Candidate(str(i), sample, "r", dropped=dropped, annotated=annotated,
+                        promises=1 if annotated else 0, gain=gain, plain_faithful=faithful)
+
+
+prompt_answers = st.lists(st.lists(st.tuples(
+    st.sampled_from([None, None, "cut", "repeating"]), st.booleans(),
+    st.sampled_from([1.0, 1.2, 1.3, 1.6]), st.booleans()), min_size=1, max_size=4),
+    max_size=7)
+
+
+@settings(max_examples=300, deadline=None)
+@given(draw=prompt_answers, min_gain=st.sampled_from([1.1, 1.3, 1.5]),
+       share=st.sampled_from([0.0, 0.4, 0.6]))
+def test_the_mix_is_the_oracles(draw, min_gain, share):
+    rules = oa.OwnAnswerRules(min_gain=min_gain, plain_share=share)
+    by_prompt = [[candidate(p, k, d, "x" if ann else None, g, f)
+                  for k, (d, ann, g, f) in enumerate(answers)]
+                 for p, answers in enumerate(draw)]
+    mix = oa.own_mix(by_prompt, rules)
+    parallel, plain_pool = [], []
+    for cands in by_prompt:
+        ok = [c for c in cands if c.dropped is None]
+        if not ok:
+            continue
+        top = max(c.gain for c in ok)
+        best = min((c for c in ok if c.gain == top), key=lambda c: c.sample)
+        if best.annotated is not None and best.gain >= min_gain:
+            parallel.append(best)
+            continue
+        plain = sorted((c for c in ok if c.plain_faithful), key=lambda c: c.sample)
+        if plain:
+            plain_pool.append(plain[0])
+    # plain rows are `share` of the whole mix: plain / (parallel + plain) = share
+    want = round(len(parallel) * share / (1 - share))
+    assert [(c.id, c.sample) for c in mix.parallel] == [(c.id, c.sample) for c in parallel]
+    assert mix.plain_offered == len(plain_pool)
+    assert [(c.id, c.sample) for c in mix.plain] == [(c.id, c.sample)
+                                                      for c in plain_pool[:want]]
+    rows = mix.rows({str(p): {"prompt": f"p{p}", "system": None} for p in range(len(draw))})
+    assert [r["kind"] for r in rows] == ["parallel"] * len(parallel) + ["plain"] * len(
+        mix.plain)
+    assert all((r["annotated"] is None) == (r["kind"] == "plain") for r in rows)
+    assert all(r["prompt"] == f"p{r['id']}" for r in rows)
+
+
+def test_judge_answer_keeps_an_annotation_only_when_it_strips_back():
+    sampled = [5, 6, 7]
+
+    def judge(annotated_content, plain_content, n=2):
+        content = {"plain": plain_content, "ann": annotated_content}
+        return oa.judge_answer(answer(sampled, text="plain"), oa.OwnAnswerRules(),
+                               annotate=lambda text: ("ann", n),
+                               training_content=lambda text: content[text],
+                               gain_of=lambda text: 1.7)
+
+    c = judge(sampled, sampled)
+    assert (c.annotated, c.promises, c.gain, c.plain_faithful, c.dropped) == (
+        "ann", 2, 1.7, True, None)
+    c = judge([5, 6], sampled)  # the annotation loses a token: the plain row stays
+    assert (c.annotated, c.gain, c.dropped) == (None, 1.0, None)
+    c = judge([5, 6], [5])  # neither strips back
+    assert c.dropped == "unfaithful"
+    c = judge(sampled, sampled, n=0)  # no fork pays: a plain answer
+    assert c.annotated is None and c.dropped is None
+
+
+@pytest.mark.parametrize("bad", [dict(plain_share=1.0), dict(plain_share=-0.1),
+                                 dict(min_gain=1.0)])
+def test_rules_refuse_meaningless_settings(bad):
+    with pytest.raises(ValueError):
+        oa.OwnAnswerRules(**bad)
+
+
+# ---- the distill job's bookkeeping ----------------------------------------------------
+
+def write_answers(folder, rows):
+    (folder / distill_job.ANSWERS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_the_latest_answer_counts_and_only_whole_prompts_are_read(tmp_path):
+    from solm.core.records import Record
+
+    records = [Record("a", "pa"), Record("b", "pb")]
+    write_answers(tmp_path, [
+        {"id": "a", "sample": 0, "ids": [1], "ended": False},
+        {"id": "a", "sample": 1, "ids": [2, 3], "ended": True},
+        {"id": "a", "sample": 0, "ids": [1, 4], "ended": True, "continued_from": 1},
+        {"id": "b", "sample": 0, "ids": [9], "ended": True}])
+    got = distill_job.read_answers(tmp_path, records, 2)
+    assert list(got) == ["a"]  # b lacks its second sample
+    assert [a["ids"] for a in got["a"]] == [[1, 4], [2, 3]]
+    assert distill_job.read_answers(tmp_path, records, 1).keys() == {"a", "b"}
+
+
+@pytest.mark.parametrize("cap,expected", [(3, [("b", 0)]), (2, "refuse"), (5, [("b", 0)])])
+def test_cut_answers_continue_below_the_cap_and_a_smaller_cap_is_refused(tmp_path, cap,
+                                                                         expected):
+    from solm.core.errors import SolmError
+    from solm.core.records import Record
+
+    cfg = distill_job.DistillConfig(max_new_tokens=cap, sampled=0)
+    records = [Record("a", "pa"), Record("b", "pb"), Record("c", "pc")]
+    write_answers(tmp_path, [{"id": "a", "sample": 0, "ids": [1, 2, 3], "ended": True},
+                             {"id": "b", "sample": 0, "ids": [1, 2], "ended": False}])
+    if expected == "refuse":
+        with pytest.raises(SolmError, match="--max-new-tokens"):
+            distill_job.cut_answers(tmp_path, records, cfg)
+        return
+    got = distill_job.cut_answers(tmp_path, records, cfg)
+    assert [(r.id, k) for r, k, _ in got] == expected
+    assert all(ids == [1, 2] for _, _, ids in got)
+
+
+def test_build_rows_counts_what_it_judged(tmp_path):
+    from solm.core.records import Record
+
+    rng = random.Random(3)
+    records = [Record(str(i), f"p{i}") for i in range(6)]
+    reasons = [None, "cut", "empty", "repeating", "unfaithful"]
+    answers, judged = {}, {}
+    for rec in records[:5]:  # the sixth has no answers yet
+        answers[rec.id] = [{"id": rec.id, "sample": k} for k in range(3)]
+        for k in range(3):
+            judged[(rec.id, k)] = candidate(rec.id, k, rng.choice(reasons),
+                                            rng.choice([None, "x"]), rng.choice([1.0, 1.5]))
+    summary = distill_job.DistillSummary()
+    rows = distill_job.build_rows(tmp_path, records, answers,
+                                  lambda a: judged[(a["id"], a["sample"])],
+                                  oa.OwnAnswerRules(), summary)
+    every = list(judged.values())
+    assert summary.answers == 15
+    for reason in ("cut", "empty", "repeating", "unfaithful"):
+        assert summary.dropped[reason] == sum(c.dropped == reason for c in every)
+    assert summary.annotated_answers == sum(c.annotated is not None for c in every)
+    lines = (tmp_path / distill_job.CANDIDATES).read_text().splitlines()
+    assert len(lines) == 15
+    assert [json.loads(x) for x in (tmp_path / distill_job.ROWS).read_text().splitlines()] \
+        == rows
+    assert summary.parallel_rows + summary.plain_rows == len(rows)
+    assert summary.plain_share == (round(summary.plain_rows / len(rows), 4) if rows else 0.0)
