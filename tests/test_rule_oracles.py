@@ -295,3 +295,103 @@ def test_build_rows_counts_what_it_judged(tmp_path):
         == rows
     assert summary.parallel_rows + summary.plain_rows == len(rows)
     assert summary.plain_share == (round(summary.plain_rows / len(rows), 4) if rows else 0.0)
+
+
+# ---- `--engine auto` --------------------------------------------------------------------
+
+def interp_oracle(points: dict[int, float], k: float) -> float:
+    """A pass's ms at k: straight lines between measured ks, the last line carried on."""
+    xs = sorted(points)
+    if k <= xs[0]:
+        return points[xs[0]]
+    for a, b in zip(xs, xs[1:]):
+        if a <= k <= b:
+            return points[a] + (points[b] - points[a]) * (k - a) / (b - a)
+    a, b = (xs[-2], xs[-1]) if len(xs) > 1 else (xs[0], xs[0] + 1)
+    slope = (points[b] - points[a]) / (b - a) if len(xs) > 1 else 0.0
+    return points[xs[-1]] + slope * (k - xs[-1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_auto_picks_what_a_brute_force_ranking_picks(data, tmp_path_factory):
+    import solm.engines as registry
+    from solm.decode.bandwidth import cpu_description
+    from solm.decode.pasta.config import PastaDecodeConfig
+    from solm.engines import cost
+
+    cache = tmp_path_factory.mktemp("auto")
+    names = list(registry.ENGINES)
+    able = data.draw(st.lists(st.sampled_from(names), min_size=1, unique=True))
+    measured = data.draw(st.lists(st.sampled_from(names), unique=True))
+    ks = data.draw(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, unique=True))
+    table = {e: {k: data.draw(st.floats(1, 100)) for k in ks} for e in measured}
+    content = data.draw(st.sampled_from([0.5, 1.0, 1.4]))
+    fed = content * data.draw(st.sampled_from([1.0, 1.5, 3.0]))
+    config = PastaDecodeConfig(mode="parallel")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SOLM_CACHE", str(cache))
+        for name, engine in registry.ENGINES.items():
+            mp.setattr(engine, "unavailable", (lambda n: lambda: None if n in able else
+                                               "not installed")(name))
+            mp.setattr(engine, "refusal", lambda system, **facts: None)
+            mp.setattr(engine, "settle", lambda *a, **k: None)
+        cost._write(cache / "step_cost.json", {cpu_description(): {"smollm2-135m": {
+            "engines": [{"engine": e, "variant": "v", "ms": {str(k): v for k, v in ms.items()}}
+                        for e, ms in table.items()]}}})
+        cost._write(cache / "tokens_per_pass.json", {"smollm2-135m": {
+            "pasta:parallel": {"content": content, "fed": fed}}})
+        got = registry.choose("auto", "pasta", config=config, settings=None,
+                              model="smollm2-135m")
+    rates = {e: content / interp_oracle(table[e], max(1.0, fed))
+             for e in names if e in able and e in table}
+    if len(rates) >= 2:
+        assert rates[got] == max(rates.values())
+    else:  # fewer than two measured: the registry's order of the engines that can run it
+        assert got == next(e for e in names if e in able)
+
+
+def test_an_explicit_engine_is_taken_or_refused_in_one_line(monkeypatch):
+    import solm.engines as registry
+    from solm.core.errors import SolmError
+
+    name = next(iter(registry.ENGINES))
+    engine = registry.ENGINES[name]
+    monkeypatch.setattr(engine, "unavailable", lambda: None)
+    monkeypatch.setattr(engine, "refusal", lambda system, **facts: None)
+    assert registry.choose(name, "pasta") == name
+    monkeypatch.setattr(engine, "refusal", lambda system, **facts: "cannot here")
+    with pytest.raises(SolmError, match=f"--engine {name}: cannot here"):
+        registry.choose(name, "pasta")
+    monkeypatch.setattr(engine, "unavailable", lambda: "not installed")
+    with pytest.raises(SolmError, match="not installed"):
+        registry.choose(name, "pasta")
+    with pytest.raises(SolmError, match="--engine must be one of"):
+        registry.choose("vllm", "pasta")
+    for other in registry.ENGINES.values():
+        monkeypatch.setattr(other, "unavailable", lambda: "not installed")
+    with pytest.raises(SolmError, match="no engine can run this decode"):
+        registry.choose("auto", "pasta")
+
+
+@settings(max_examples=100, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 50), st.integers(0, 60), st.integers(0, 40)),
+                     max_size=5))
+def test_tokens_per_pass_are_the_rows_sums_over_their_passes(rows, tmp_path_factory):
+    from solm.decode.pasta.config import PastaDecodeConfig
+    from solm.engines import cost
+
+    cache = tmp_path_factory.mktemp("tpp")
+    config = PastaDecodeConfig(mode="parallel")
+    records = [{"content_tokens": c, "tokens_fed": f, "forward_passes": p} for c, f, p in rows]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SOLM_CACHE", str(cache))
+        cost.record_tokens_per_pass("m", "pasta", config, records)
+        got = cost.tokens_per_pass("m", "pasta", config)
+    counted = [r for r in records if r["forward_passes"]]
+    if not counted:
+        assert got == (1.0, 1.0)
+        return
+    passes = sum(r["forward_passes"] for r in counted)
+    assert got == (round(sum(r["content_tokens"] for r in counted) / passes, 4),
+                   round(sum(r["tokens_fed"] for r in counted) / passes, 4))
