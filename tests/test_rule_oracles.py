@@ -395,3 +395,40 @@ def test_tokens_per_pass_are_the_rows_sums_over_their_passes(rows, tmp_path_fact
     passes = sum(r["forward_passes"] for r in counted)
     assert got == (round(sum(r["content_tokens"] for r in counted) / passes, 4),
                    round(sum(r["tokens_fed"] for r in counted) / passes, 4))
+
+
+# ---- Planned Diffusion's commit rule ----------------------------------------------------
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_a_denoising_step_commits_what_a_brute_force_ranking_commits(data):
+    import torch
+
+    from solm.decode.pdiff.config import PdiffDecodeConfig
+    from solm.decode.pdiff.runtime import slots_to_commit
+
+    n = data.draw(st.integers(1, 8))
+    entropy = [data.draw(st.sampled_from([0.1, 0.5, 1.0, 2.0])) for _ in range(n)]
+    confidence = [data.draw(st.sampled_from([0.25, 0.5, 0.875, 0.9375])) for _ in range(n)]
+    pads = [data.draw(st.booleans()) for _ in range(n)]
+    left = data.draw(st.integers(0, 6))
+    cfg = PdiffDecodeConfig(order=data.draw(st.sampled_from(["entropy", "confidence"])),
+                            defer_pads=data.draw(st.booleans()),
+                            pads_end_chunk=data.draw(st.booleans()),
+                            confidence_threshold=data.draw(st.sampled_from([None, 0.5, 0.875])))
+    got = slots_to_commit(torch.tensor(entropy), torch.tensor(confidence),
+                          torch.tensor(pads), left, cfg)
+
+    def rank(i):  # smaller commits first
+        pad_last = (pads[i] if cfg.defer_pads else False,)
+        by = entropy[i] if cfg.order == "entropy" else -confidence[i]
+        return pad_last + (by, i)
+
+    due = n if left <= 1 else -(-n // left)  # ceil(n / steps left)
+    expected = set(sorted(range(n), key=rank)[:due])
+    if cfg.confidence_threshold is not None:
+        expected |= {i for i in range(n) if confidence[i] >= cfg.confidence_threshold
+                     and not (cfg.defer_pads and pads[i])}
+    if cfg.pads_end_chunk and all(pads):
+        expected = set(range(n))
+    assert got == expected

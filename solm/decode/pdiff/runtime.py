@@ -143,6 +143,29 @@ class _Run:
     owner: int = 0
 
 
+def slots_to_commit(entropy: torch.Tensor, confidence: torch.Tensor, is_pad: torch.Tensor,
+                    steps_left: int, cfg: PdiffDecodeConfig) -> set[int]:
+    """Which of a chunk's masked slots (indices into the step's rows) one denoising step
+    commits: the ceil(masked / steps left) first by the order (`cfg.order`: lowest entropy,
+    or highest confidence; with `defer_pads` every non-pad slot first; ties by slot), every
+    slot whose confidence reaches `confidence_threshold` (not a pad under `defer_pads`), and
+    all of them when the last step is due or (`pads_end_chunk`) only pads are left."""
+    score = entropy if cfg.order == "entropy" else -confidence
+    order = torch.argsort(score, stable=True)
+    if cfg.defer_pads:  # every non-pad slot ranks first, each group still by its score
+        order = order[torch.argsort(is_pad[order].to(torch.uint8), stable=True)]
+    order = order.tolist()
+    masked = len(order)
+    k = masked if steps_left <= 1 else math.ceil(masked / steps_left)
+    keep = set(order[:k])
+    if cfg.confidence_threshold is not None:
+        keep |= {i for i in range(masked) if float(confidence[i]) >= cfg.confidence_threshold
+                 and not (cfg.defer_pads and bool(is_pad[i]))}
+    if cfg.pads_end_chunk and bool(is_pad.all()):
+        keep = set(range(masked))  # nothing but pads is left to write
+    return keep
+
+
 class PdiffRuntime:
     """`run(requests)` yields `Done(rid, result, error)` as each request ends;
     `generate(prompt_ids, config)` decodes one."""
@@ -475,21 +498,8 @@ class PdiffRuntime:
         confidence = probs.gather(1, chosen[:, None])[:, 0]
         logp = torch.log(probs.clamp_min(1e-30))
         entropy = -(probs * logp).sum(-1)
-        score = entropy if cfg.order == "entropy" else -confidence
         is_pad = torch.isin(chosen, self._pad_ids)
-        order = torch.argsort(score, stable=True)
-        if cfg.defer_pads:  # every non-pad slot ranks first, each group still by its score
-            order = order[torch.argsort(is_pad[order].to(torch.uint8), stable=True)]
-        order = order.tolist()
-        left = c.budget - c.steps
-        k = len(masked) if left <= 1 else math.ceil(len(masked) / left)
-        keep = set(order[:k])
-        if cfg.confidence_threshold is not None:
-            keep |= {i for i in range(len(masked))
-                     if float(confidence[i]) >= cfg.confidence_threshold
-                     and not (cfg.defer_pads and bool(is_pad[i]))}
-        if cfg.pads_end_chunk and bool(is_pad.all()):
-            keep = set(range(len(masked)))  # nothing but pads is left to write
+        keep = slots_to_commit(entropy, confidence, is_pad, c.budget - c.steps, cfg)
         for i in keep:
             j = masked[i]
             c.tokens[j] = int(chosen[i])
