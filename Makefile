@@ -18,7 +18,7 @@ DATA ?= $(or $(SOLM_DATA),$(HOME)/.cache/solm/data)
 export SOLM_DATA := $(DATA)
 
 PHONY_37 := sft-overlap-cpu overlap-vs-pred10x pdiff-sft-overlap-cpu pdiff-overlap-vs-pred10x
-.PHONY: $(PHONY_37) tip-kept-cpu own-rows-cpu own-sft-cpu setup demo docs docs-serve test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu tip-grpo-cpu tip-eval-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
+.PHONY: $(PHONY_37) tip-dense-cpu tip-math-traces-cpu tip-math-sft-cpu tip-math-grpo-cpu tip-math-eval-cpu own-rows-cpu own-sft-cpu setup demo docs docs-serve test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
 
 setup: $(STAMP)
 
@@ -271,7 +271,43 @@ pasta-bonbon-cpu: setup
 	$(PACK) '$(PREFS_DIR)/pasta-bonbon-flat', '$(SFT_KEPT)/pasta-bonbon-cpu', max_rank=12)"
 	du -sh $(SFT_KEPT)/pasta-bonbon-cpu
 
-# TIP on a CPU (issue 24), each step on files and resumable (rerun after a kill):
+# TIP on a task the embedded model learns (`solm data make tracking`: variables changed by a
+# list of operations, every older step dead once the next state is written, the prompt
+# needed to the end). Problems from seed 1 train, seed 2 is held out; the solver's traces
+# annotated with TRACK_REGISTERS registers by the rules (`tip annotate`); TIP-SFT and
+# Dense-SFT (the same traces, registers removed) on the same TRACK_ROWS rows, LoRA r 32
+# (about 25-35 s a step of 8 rows on a 2-core CPU: 80 steps), each packed into the package
+# as a kept model. Resumable: rerun the same target after a kill.
+TRACK_DIR       ?= runs/tip-tracking
+TRACK_REGISTERS ?= 3
+TRACK_ROWS      ?= 640
+TRACK_SFT_ARGS  ?= --limit $(TRACK_ROWS) --registers $(TRACK_REGISTERS) --lora-r 32 --lr 1e-3 \
+	--epochs 1 --batch-size 8 --micro-batch-size 4 --max-len 1400 --eval-rows 16 --save-every 10 -q
+$(TRACK_DIR)/train.jsonl: | setup
+	$(BIN)/solm data make tracking -o $@ --n 3000 --seed 1 -q
+$(TRACK_DIR)/test.jsonl: | setup
+	$(BIN)/solm data make tracking -o $@ --n 300 --seed 2 -q
+$(TRACK_DIR)/traces.jsonl: | $(TRACK_DIR)/train.jsonl
+	$(BIN)/tip annotate -i $(TRACK_DIR)/train.jsonl -o $@ --registers $(TRACK_REGISTERS) \
+		--min-step-tokens 16 -q
+
+tip-traces-cpu: setup $(TRACK_DIR)/traces.jsonl $(TRACK_DIR)/test.jsonl
+
+tip-sft-cpu: setup $(TRACK_DIR)/traces.jsonl
+	$(call trained,$(TRACK_DIR)/tip-sft) $(BIN)/tip sft --data $(TRACK_DIR)/traces.jsonl \
+		--out $(TRACK_DIR)/tip-sft $(TRACK_SFT_ARGS)
+	rm -rf $(ARTIFACTS)/tip-sft-cpu
+	$(PACK) '$(TRACK_DIR)/tip-sft', '$(ARTIFACTS)/tip-sft-cpu')"
+	du -sh $(ARTIFACTS)/tip-sft-cpu
+
+tip-dense-cpu: setup $(TRACK_DIR)/traces.jsonl
+	$(call trained,$(TRACK_DIR)/dense-sft) $(BIN)/tip sft --data $(TRACK_DIR)/traces.jsonl \
+		--strip-registers --out $(TRACK_DIR)/dense-sft $(TRACK_SFT_ARGS)
+	rm -rf $(ARTIFACTS)/tip-dense-cpu
+	$(PACK) '$(TRACK_DIR)/dense-sft', '$(ARTIFACTS)/tip-dense-cpu')"
+	du -sh $(ARTIFACTS)/tip-dense-cpu
+
+# TIP on MATH on a CPU, each step on files and resumable (rerun after a kill):
 # 1,000 MATH solutions (the shared sample: MATH's test set minus MATH-500) annotated with
 # TIP_REGISTERS registers by the rules; TIP-SFT and the Dense baseline (same traces, registers
 # removed), LoRA, on the first 500 (1,000 took ~19 s a step on a 2-core CPU: ~38 min, over
@@ -286,28 +322,19 @@ $(TIP_DIR)/math_traces.jsonl: | $(DATA)/deepmath.jsonl
 	$(BIN)/tip annotate -i $(DATA)/deepmath.jsonl -o $@ --registers $(TIP_REGISTERS) \
 		--min-step-tokens 12 --limit 1000 -q
 
-tip-traces-cpu: setup $(TIP_DIR)/math_traces.jsonl
+tip-math-traces-cpu: setup $(TIP_DIR)/math_traces.jsonl
 
-tip-sft-cpu: setup $(TIP_DIR)/math_traces.jsonl
+tip-math-sft-cpu: setup $(TIP_DIR)/math_traces.jsonl
 	grep -qs '"complete": true' $(TIP_DIR)/tip-sft/solm.json || $(BIN)/tip sft \
 		--data $(TIP_DIR)/math_traces.jsonl --registers $(TIP_REGISTERS) --out $(TIP_DIR)/tip-sft $(TIP_SFT_ARGS)
 	grep -qs '"complete": true' $(TIP_DIR)/dense-sft/solm.json || $(BIN)/tip sft \
 		--data $(TIP_DIR)/math_traces.jsonl --registers $(TIP_REGISTERS) --strip-registers \
 		--out $(TIP_DIR)/dense-sft $(TIP_SFT_ARGS)
 
-# The kept TIP model (tip-sft-cpu): TIP-SFT above, packed into the package, so a new user
-# sees register eviction without training one (`tip decode -m tip-sft-cpu`).
-tip-kept-cpu: setup $(TIP_DIR)/math_traces.jsonl
-	$(call trained,$(TIP_DIR)/tip-sft) $(BIN)/tip sft --data $(TIP_DIR)/math_traces.jsonl \
-		--registers $(TIP_REGISTERS) --out $(TIP_DIR)/tip-sft $(TIP_SFT_ARGS)
-	rm -rf $(ARTIFACTS)/tip-sft-cpu
-	$(PACK) '$(TIP_DIR)/tip-sft', '$(ARTIFACTS)/tip-sft-cpu')"
-	du -sh $(ARTIFACTS)/tip-sft-cpu
-
 $(TIP_DIR)/gsm8k_short.jsonl: | $(DATA)/gsm8k_train.jsonl
 	$(BIN)/python bench/gsm8k_short.py --source $(DATA)/gsm8k_train.jsonl --max-lines 2 --n 400 --out $@
 
-tip-grpo-cpu: setup $(TIP_DIR)/gsm8k_short.jsonl
+tip-math-grpo-cpu: setup $(TIP_DIR)/gsm8k_short.jsonl
 	grep -qs '"complete": true' $(TIP_DIR)/tip-grpo/solm.json || $(BIN)/tip grpo \
 		--data $(TIP_DIR)/gsm8k_short.jsonl --model $(TIP_DIR)/tip-sft --registers $(TIP_REGISTERS) \
 		--out $(TIP_DIR)/tip-grpo $(TIP_GRPO_ARGS)
@@ -315,7 +342,7 @@ tip-grpo-cpu: setup $(TIP_DIR)/gsm8k_short.jsonl
 # 20 MATH-500 problems x 2 samples, up to 512 tokens: dense (the Dense-SFT model),
 # streamingllm and h2o at 128 / 256 / 512 tokens (same model), tip (the TIP model).
 TIP_EVAL_MODEL ?= $(TIP_DIR)/tip-sft
-tip-eval-cpu: setup $(DATA)/math500.jsonl
+tip-math-eval-cpu: setup $(DATA)/math500.jsonl
 	$(BIN)/tip eval run -o $(TIP_DIR)/eval --data $(DATA)/math500.jsonl --limit 20 --samples 2 \
 		--max-new-tokens 512 --model $(TIP_EVAL_MODEL) --dense-model $(TIP_DIR)/dense-sft \
 		--budgets 128,256,512 --page-size 16 -q
