@@ -232,8 +232,8 @@ MUTATIONS: dict[str, tuple] = {
         PDIFF_TESTS),
     "pdiff_two_tokens_per_step": (
         "solm/decode/pdiff/runtime.py",
-        "        k = len(masked) if left <= 1 else math.ceil(len(masked) / left)",
-        "        k = len(masked) if left <= 1 else 2", PDIFF_TESTS),
+        "    k = masked if steps_left <= 1 else math.ceil(masked / steps_left)",
+        "    k = masked if steps_left <= 1 else 2", PDIFF_TESTS),
     "pdiff_eos_allowed_in_chunks": (
         "solm/core/systems/pdiff.py",
         "        return [t for t in (*self.control_ids, *self.eos) if t not in pads]",
@@ -407,9 +407,9 @@ MUTATIONS: dict[str, tuple] = {
         ["tests/test_tip_sft.py"]),
     "pdiff_threshold_takes_deferred_pads": (
         "solm/decode/pdiff/runtime.py",
-        "                     if float(confidence[i]) >= cfg.confidence_threshold\n"
-        "                     and not (cfg.defer_pads and bool(is_pad[i]))}",
-        "                     if float(confidence[i]) >= cfg.confidence_threshold}",
+        "        keep |= {i for i in range(masked) if float(confidence[i]) >= cfg.confidence_threshold\n"
+        "                 and not (cfg.defer_pads and bool(is_pad[i]))}",
+        "        keep |= {i for i in range(masked) if float(confidence[i]) >= cfg.confidence_threshold}",
         ["tests/test_pdiff_runtime.py"]),
     "pdiff_confidence_order_reversed": (
         "solm/decode/pdiff/runtime.py",
@@ -423,8 +423,8 @@ MUTATIONS: dict[str, tuple] = {
         ["tests/test_pdiff_runtime.py"]),
     "pdiff_schedule_rounds_down": (
         "solm/decode/pdiff/runtime.py",
-        "k = len(masked) if left <= 1 else math.ceil(len(masked) / left)",
-        "k = len(masked) if left <= 1 else max(1, len(masked) // left)",
+        "k = masked if steps_left <= 1 else math.ceil(masked / steps_left)",
+        "k = masked if steps_left <= 1 else max(1, masked // steps_left)",
         ["tests/test_pdiff_runtime.py"]),
     "pdiff_runtime_ignores_the_length_scale": (
         "solm/decode/pdiff/runtime.py",
@@ -438,9 +438,75 @@ MUTATIONS: dict[str, tuple] = {
         ["tests/test_pdiff_runtime.py"]),
     "pdiff_deferred_pads_lose_their_order": (
         "solm/decode/pdiff/runtime.py",
-        "            order = order[torch.argsort(is_pad[order].to(torch.uint8), stable=True)]",
-        "            order = torch.argsort(is_pad.to(torch.uint8), stable=True)",
+        "        order = order[torch.argsort(is_pad[order].to(torch.uint8), stable=True)]",
+        "        order = torch.argsort(is_pad.to(torch.uint8), stable=True)",
         ["tests/test_pdiff_runtime.py"]),
+    # trust follow-ups: a given GGUF, refused prompts, the context, offline names, distill's
+    # verdict, passes vs critical path, bench step's flags, help at 80 columns
+    "given_gguf_takes_the_asked_type": (
+        "solm/llamacpp/given.py", "    return ftype\n", "    return asked_type\n",
+        ["tests/test_given_gguf.py"]),
+    "given_gguf_without_its_tokens_runs": (
+        "solm/llamacpp/given.py", "    if missing:\n", "    if missing and False:\n",
+        ["tests/test_given_gguf.py"]),
+    "refused_prompts_exit_zero": (
+        "solm/decode/jobs.py", "    if not refused:\n        return\n",
+        "    if True:\n        return\n", ["tests/test_batch_refusals.py"]),
+    "a_prompt_filling_the_context_fits": (
+        "solm/core/chat.py", "if limit is None or len(ids) < limit:",
+        "if limit is None or len(ids) <= limit:", ["tests/test_batch_refusals.py"]),
+    "offline_names_go_to_the_hub": (
+        "solm/core/models.py", 'if os.environ.get("HF_HUB_OFFLINE") == "1" or not _hub_reachable():',
+        "if False:", ["tests/test_batch_refusals.py"]),
+    "empty_distill_exits_zero": (
+        "solm/cli/pasta_distill.py", "    if empty and not summary.answers_left:",
+        "    if False:", ["tests/test_own_answers.py"]),
+    "critical_path_counts_the_stops_closers": (
+        "solm/core/systems/pasta_schedule.py", "        if i in skip:\n            continue\n",
+        "", ["tests/test_demo.py"]),
+    "wandering_repeats_kept": (
+        "solm/eval/step_cost.py", "for k, v in sorted(self.spread.items()) if v > SPREAD_BOUND]",
+        "for k, v in sorted(self.spread.items()) if v > 10 * SPREAD_BOUND]",
+        ["tests/test_step_cost_flags.py"]),
+    "flagged_rows_kept_for_auto": (
+        "solm/engines/cost.py", '    return [e for e in result["engines"] if not e.get("flags")]',
+        '    return list(result["engines"])', ["tests/test_step_cost_flags.py"]),
+    "flash_on_when_only_the_sum_is_faster": (
+        "solm/engines/cost.py", " and f[min(f, key=int)] < o[min(o, key=int)]", "",
+        ["tests/test_step_cost_flags.py"]),
+    "a_busy_bandwidth_probe_is_kept": (
+        "solm/decode/bandwidth.py", "    if max(times) / min(times) > BANDWIDTH_SPREAD:",
+        "    if False:", ["tests/test_step_cost_flags.py"]),
+    "help_names_cut_at_80_columns": (
+        "solm/cli/console.py", "            column.min_width = max(column.min_width or 0, longest)",
+        "            pass", ["tests/test_help_width.py"]),
+    "empty_prompt_argument_decoded": (
+        "solm/cli/decode_command.py", "    if text is not None and not text.strip():",
+        "    if False:", ["tests/test_batch_refusals.py"]),
+    "torch_engine_silent": (
+        "solm/engines/torch_engine.py", '        notice(f"engine torch: ', '        (f"engine torch: ',
+        ["tests/test_batch_refusals.py"]),
+    "amx_compiles_like_avx512": (
+        "solm/decode/compiled.py", '        return "amx"\n', '        return "avx512_bf16"\n',
+        ["tests/test_step_cost_flags.py"]),
+    "pdiff_threshold_commits_below_it": (
+        "solm/decode/pdiff/runtime.py", "if float(confidence[i]) >= cfg.confidence_threshold",
+        "if float(confidence[i]) > cfg.confidence_threshold", ["tests/test_rule_oracles.py"]),
+    "tracking_add_forgets_the_modulus": (
+        "solm/data/tracking.py",
+        "values[t] = (old + op.digit if op.kind == \"add\" else old - op.digit) % MODULUS",
+        "values[t] = (old + op.digit if op.kind == \"add\" else old - op.digit) % (MODULUS + 1)",
+        ["tests/test_tracking_task.py"]),
+    "tracking_verifier_reads_the_first_box": (
+        "solm/core/math_task.py", "    start = starts[-1]\n", "    start = starts[0]\n",
+        ["tests/test_tracking_task.py"]),
+    "tracking_rows_not_integer_graded": (
+        "solm/core/math_task.py", '    if row.get("task"):  # a task', '    if False:  # a task',
+        ["tests/test_tracking_task.py"]),
+    "tip_reward_drops_the_kv_cap": (
+        "solm/train/grpo.py", "return min(1.0, max(0.0, live_response_tokens / max_completion_length))",
+        "return max(0.0, live_response_tokens / max_completion_length)",
+        ["tests/test_tracking_task.py"]),
 }
 
 
@@ -959,9 +1025,10 @@ ISSUE35: dict[str, tuple] = {
         "    if True:", ["tests/test_architectures.py", "tests/test_check_model.py"]),
     "untrusted_code_runs": (
         "solm/core/models.py", "            path, dtype=torch_dtype, attn_implementation="
-        "attn_implementation,\n            trust_remote_code=trusts_remote_code())\n    except",
+        "attn_implementation,\n            trust_remote_code=trusts_remote_code(), "
+        "use_kernels=False)\n    except",
         "            path, dtype=torch_dtype, attn_implementation="
-        "attn_implementation,\n            trust_remote_code=True)\n    except",
+        "attn_implementation,\n            trust_remote_code=True, use_kernels=False)\n    except",
         ["tests/test_trust_remote_code.py"]),
     "grpo_rollouts_seeded_by_local_index": (
         "solm/train/grpo.py", "TipRequest(i, p, seed=offset + i)", "TipRequest(i, p, seed=i)",
@@ -1092,11 +1159,11 @@ ISSUE37 = {
         "solm/engines/cost.py", "rates[name] = max(content / pass_ms(e[\"ms\"], max(1.0, fed))",
         "rates[name] = max(content / pass_ms(e[\"ms\"], 1.0)", ["tests/test_engine_seam.py"]),
     "flash_kept_if_any_format_wins": (
-        "solm/engines/cost.py", "on = all(sum(f.values()) < sum(o.values()) for o, f in pairs)",
-        "on = any(sum(f.values()) < sum(o.values()) for o, f in pairs)",
+        "solm/engines/cost.py", "    on = all(sum(f.values()) < sum(o.values()) and f[min(f, key=int)] < o[min(o, key=int)]\n             for o, f in pairs)",
+        "    on = any(sum(f.values()) < sum(o.values()) and f[min(f, key=int)] < o[min(o, key=int)]\n             for o, f in pairs)",
         ["tests/test_bench_step.py"]),
     "flash_setting_not_passed_to_contexts": (
-        "solm/engines/llamacpp_engine.py", "unified=not independent,\n                            flash_attn=flash_attn_here())",
+        "solm/engines/llamacpp_engine.py", "unified=not independent,\n                            flash_attn_faster=flash_attn_here())",
         "unified=not independent)", ["tests/test_bench_step.py"]),
     "sot_batched_runtime_drops_the_engines_step": (
         "solm/decode/sot/system.py", "max_batch=batch, forward=forward)",
@@ -1340,8 +1407,8 @@ ISSUE47 = {
         "solm/decode/pdiff/runtime.py", "        for j in [j for j in c.masked if j >= end]:",
         "        for j in [j for j in c.masked if j >= end + 2]:", ["tests/test_pdiff_runtime.py"]),
     "pdiff_all_pads_left_not_committed": (
-        "solm/decode/pdiff/runtime.py", "        if cfg.pads_end_chunk and bool(is_pad.all()):",
-        "        if False:", ["tests/test_pdiff_runtime.py"]),
+        "solm/decode/pdiff/runtime.py", "    if cfg.pads_end_chunk and bool(is_pad.all()):",
+        "    if False:", ["tests/test_pdiff_runtime.py"]),
     "pdiff_tail_of_pads_not_committed": (
         "solm/decode/pdiff/runtime.py",
         "            self._trailing_pads(c, {masked[i] for i in range(len(masked)) if bool(is_pad[i])})",
