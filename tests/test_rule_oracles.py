@@ -432,3 +432,84 @@ def test_a_denoising_step_commits_what_a_brute_force_ranking_commits(data):
     if cfg.pads_end_chunk and all(pads):
         expected = set(range(n))
     assert got == expected
+
+
+# ---- a full finetune kept as its difference (`solm.core.delta_packing`) ----------------
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10 ** 6), out_dim=st.integers(2, 12), in_dim=st.integers(2, 10),
+       rank=st.integers(1, 4), added=st.integers(0, 3), low=st.booleans())
+def test_a_packed_difference_unpacks_to_the_base_plus_its_best_rank_r_part(
+        seed, out_dim, in_dim, rank, added, low):
+    import torch
+
+    from solm.core import delta_packing as dp
+
+    g = torch.Generator().manual_seed(seed)
+    base = {"model.embed_tokens.weight": torch.randn(out_dim, in_dim, generator=g),
+            "model.layers.0.mlp.up_proj.weight": torch.randn(out_dim, in_dim, generator=g),
+            "model.norm.weight": torch.randn(in_dim, generator=g)}
+    if low:  # a difference of rank <= `rank`: it must come back (up to int8 rounding)
+        diff = torch.randn(out_dim, rank, generator=g) @ torch.randn(rank, in_dim, generator=g)
+    else:
+        diff = torch.randn(out_dim, in_dim, generator=g)
+    new_rows = torch.randn(added, in_dim, generator=g)
+    full = {"model.embed_tokens.weight": torch.cat([base["model.embed_tokens.weight"] + diff,
+                                                    new_rows]),
+            "model.layers.0.mlp.up_proj.weight": base["model.layers.0.mlp.up_proj.weight"]
+            + 0.5 * diff,
+            "model.norm.weight": base["model.norm.weight"] + 0.25}
+    stored = dp.delta_tensors(full, base, rank, rank)
+    back = dp.apply_delta(base, stored)
+    assert set(back) == set(base)
+    # vectors: the difference in bf16
+    assert torch.allclose(back["model.norm.weight"], full["model.norm.weight"], atol=2e-2)
+    # added rows: whole, in bf16, after the base's rows
+    emb = back["model.embed_tokens.weight"]
+    assert emb.shape == (out_dim + added, in_dim)
+    if added:
+        assert torch.allclose(emb[out_dim:], new_rows, atol=3e-2 * (1 + new_rows.abs().max()))
+    for name, scale in (("model.embed_tokens.weight", 1.0),
+                        ("model.layers.0.mlp.up_proj.weight", 0.5)):
+        u, s, vh = torch.linalg.svd(scale * diff, full_matrices=False)
+        best = (u[:, :rank] * s[:rank]) @ vh[:rank]  # Eckart-Young: the closest rank-r matrix
+        got = back[name][:out_dim] - base[name]
+        err = (got - best).abs().max()
+        assert err <= 0.05 * (1 + best.abs().max()), (name, float(err))
+        if low:
+            assert torch.allclose(got, scale * diff, atol=0.05 * (1 + diff.abs().max()))
+
+
+def test_packing_refuses_what_is_not_a_difference():
+    import torch
+
+    from solm.core import delta_packing as dp
+    from solm.core.errors import SolmError
+
+    base = {"w": torch.zeros(4, 3), "v": torch.zeros(3)}
+    with pytest.raises(SolmError, match="no such weight"):
+        dp.delta_tensors({"x": torch.zeros(4, 3)}, base, 1, 1)
+    with pytest.raises(SolmError, match="only added rows"):
+        dp.delta_tensors({"w": torch.zeros(3, 3)}, base, 1, 1)
+    with pytest.raises(SolmError, match="shape"):
+        dp.delta_tensors({"v": torch.zeros(4)}, base, 1, 1)
+    with pytest.raises(SolmError, match="no entry"):
+        dp.apply_delta(base, dp.delta_tensors({"w": torch.ones(4, 3)}, {"w": base["w"]}, 1, 1))
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes=st.lists(st.integers(1, 9), min_size=1, max_size=12), limit=st.integers(9, 30))
+def test_shards_keep_every_tensor_once_in_name_order_under_the_limit(sizes, limit):
+    import torch
+
+    from solm.core import delta_packing as dp
+
+    tensors = {f"t{i:02d}": torch.zeros(n, dtype=torch.uint8) for i, n in enumerate(sizes)}
+    shards = dp._shards(tensors, limit)
+    names = [n for shard in shards for n in shard]
+    assert names == sorted(tensors)
+    assert all(sum(t.numel() for t in s.values()) <= limit for s in shards)
+    # a new shard only starts when the next tensor would not fit the current one
+    for a, b in zip(shards, shards[1:]):
+        first = next(iter(b.values()))
+        assert sum(t.numel() for t in a.values()) + first.numel() > limit
