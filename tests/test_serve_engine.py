@@ -148,3 +148,38 @@ def test_a_running_job_that_is_cancelled_leaves_the_batch_and_is_counted(runtime
         assert engine.cancelled_total == 1
 
     asyncio.run(after_it())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cancelled_queued_jobs_are_counted_once_and_the_rest_answered(runtime, seed):
+    """Jobs queued behind a busy worker, a random share of them cancelled before they start:
+    each cancelled one is counted once and never answered, every other one is answered in
+    full, in any mix (the count /health reports, written another way: the flags set)."""
+    import random
+
+    rng = random.Random(seed)
+    engine = started(ServeEngine(runtime, max_queue=16, max_batch=rng.choice([1, 2, 4])))
+    cfg = PastaDecodeConfig(mode="sequential", max_new_tokens=3)
+
+    async def go():
+        jobs = [ServeJob([1, 2, 3 + i], cfg) for i in range(rng.randint(2, 8))]
+        engine.lock.acquire()  # the worker waits: every job below is still queued
+        try:
+            for job in jobs:
+                engine.submit(job)
+            cancelled = [j for j in jobs if rng.random() < 0.5]
+            for job in cancelled:
+                job.cancelled.set()
+        finally:
+            engine.lock.release()
+        for job in jobs:
+            if job in cancelled:
+                continue
+            kind, outcome = await job.events.get()
+            assert kind == "done" and outcome.completion_tokens == 3
+        while not engine.jobs.empty() or engine.live:
+            await asyncio.sleep(0.01)
+        assert all(j.events.empty() for j in cancelled)
+        assert engine.cancelled_total == len(cancelled)
+
+    asyncio.run(go())
