@@ -356,3 +356,29 @@ def test_the_refused_cells_are_the_ones_llama_cpp_cannot_express(folders):
                          policy=policy):
                 found.add((name, engine))
     assert found == expected
+
+
+@pytest.mark.parametrize("case_name", sorted(CASES))
+def test_prompts_prefilled_in_short_runs_on_onnxruntime_equal_the_oracle(
+        case_name, folders, monkeypatch, tmp_path):
+    """A prompt is prefilled in runs of PREFILL_ROWS rows (each run's bias is rows x cells
+    read, never prompt x prompt): with runs of 3 rows, every system's decode still equals
+    the oracle."""
+    from solm.onnxrt import step
+
+    if ENGINES["onnxruntime"].unavailable():
+        pytest.skip(ENGINES["onnxruntime"].unavailable())
+    runs = []
+    chunks = step.prefill_chunks
+
+    def counted(groups, total, size=None):
+        for run in chunks(groups, total, size):
+            runs.append(run[1] - run[0])
+            yield run
+
+    monkeypatch.setattr(step, "PREFILL_ROWS", 3)
+    monkeypatch.setattr(step, "prefill_chunks", counted)
+    test_every_system_on_every_engine_equals_the_oracle_or_is_refused_by_name(
+        case_name, "onnxruntime", "off", folders, monkeypatch, tmp_path)
+    if STEP_OF[CASES[case_name].system] in ("slots", "pdiff", "pool"):
+        assert runs and max(runs) <= 3

@@ -71,13 +71,59 @@ class OrtSlotStep:
             column[index] = torch.tensor(list(columns[name]), dtype=torch.long)
         segments = segment_masks(self.attrs, self.visible, index, reads)
         written = index.numpy()
-        read_slots, bias = pass_bias(written, [(seg.rows, _keys(seg.ranges), seg.mask.numpy())
-                                               for seg in segments], self.pool_size)
-        rows = None
-        if prefill:
-            ends = np.cumsum([seg.rows for seg in segments]) - 1
-            rows = [int(i) for i in ends]
-        return self.model.forward(tokens, positions, read_slots, bias, written, rows)
+        groups = [(seg.rows, _keys(seg.ranges), seg.mask.numpy()) for seg in segments]
+        ends = set((np.cumsum([seg.rows for seg in segments]) - 1).tolist())
+        out = []
+        runs = (prefill_chunks(groups, len(written)) if reads_only_earlier_runs(
+            groups, written, PREFILL_ROWS) else [(0, len(written), groups)])
+        for a, b, chunk in runs:
+            # a long pass (a prompt) in runs of PREFILL_ROWS rows: each run's bias is
+            # [rows, cells read] (earlier runs' cells are in the pool by then), never
+            # prompt x prompt
+            read_slots, bias = pass_bias(written[a:b], chunk, self.pool_size)
+            rows = [i - a for i in range(a, b) if i in ends] if prefill else None
+            logits = self.model.forward(tokens[a:b], positions[a:b], read_slots, bias,
+                                        written[a:b], rows)
+            if rows is None or rows:
+                out.append(logits)
+        return torch.cat(out)
+
+
+PREFILL_ROWS = 256  # rows of one prefill run (its bias: PREFILL_ROWS x the cells it reads)
+
+
+def reads_only_earlier_runs(groups: Sequence[tuple[int, np.ndarray, np.ndarray]],
+                            written: np.ndarray, size: int) -> bool:
+    """Whether a pass can run in runs of `size` rows: no fed row reads a cell that a later
+    run writes (true of a prompt, which is causal; not of a Planned Diffusion chunk, whose
+    slots read each other both ways)."""
+    if len(written) <= size:
+        return False  # one run already
+    run_of_cell = {int(c): i // size for i, c in enumerate(written)}
+    at = 0
+    for rows, keys, mask in groups:
+        fed = np.array([run_of_cell.get(int(k), -1) for k in keys])
+        row_runs = (at + np.arange(rows)) // size
+        if (mask & (fed[None, :] > row_runs[:, None])).any():
+            return False
+        at += rows
+    return True
+
+
+def prefill_chunks(groups: Sequence[tuple[int, np.ndarray, np.ndarray]], total: int,
+                   size: int | None = None):
+    """(first row, end row, its groups) of consecutive runs of at most `size` fed rows, each
+    group cut to the rows the run holds (its keys and its mask's rows for them)."""
+    size = size or PREFILL_ROWS
+    for a in range(0, total, size):
+        b = min(total, a + size)
+        chunk, at = [], 0
+        for rows, keys, mask in groups:
+            lo, hi = max(a, at), min(b, at + rows)
+            if lo < hi:
+                chunk.append((hi - lo, keys, mask[lo - at:hi - at]))
+            at += rows
+        yield a, b, chunk
 
 
 def _keys(ranges: Sequence[tuple[int, int]]) -> np.ndarray:
