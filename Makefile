@@ -279,7 +279,7 @@ pasta-bonbon-cpu: setup
 # (about 25-35 s a step of 8 rows on a 2-core CPU: 80 steps), each packed into the package
 # as a kept model. Resumable: rerun the same target after a kill.
 TRACK_DIR       ?= runs/tip-tracking
-TRACK_REGISTERS ?= 3
+TRACK_REGISTERS ?= 2
 TRACK_ROWS      ?= 640
 TRACK_SFT_ARGS  ?= --limit $(TRACK_ROWS) --registers $(TRACK_REGISTERS) --lora-r 32 --lr 1e-3 \
 	--epochs 1 --batch-size 8 --micro-batch-size 4 --max-len 1400 --eval-rows 16 --save-every 10 -q

@@ -118,7 +118,8 @@ def test_annotation_is_faithful_and_kills_only_what_no_later_step_needs(sentence
 def registers_oracle(needs: dict[int, set[int]], n: int, registers: int) -> list[int]:
     """The register choice written per step: an unused register first (lowest number); else
     among registers whose step no later step needs (all of them if none), the one whose step
-    was opened or last referred back to longest ago (lowest number on a tie)."""
+    was opened or last referred back to longest ago (on a tie, the one holding the older
+    step)."""
     def needed_after(i: int, j: int) -> bool:
         return any(i in needs[k] for k in range(j, n))
 
@@ -133,7 +134,7 @@ def registers_oracle(needs: dict[int, set[int]], n: int, registers: int) -> list
             reg = unused[0]
         else:
             free = [r for r, i in holder.items() if not needed_after(i, j)]
-            reg = min(free or holder, key=lambda r: (last_use(holder[r], j), r))
+            reg = min(free or holder, key=lambda r: (last_use(holder[r], j), holder[r]))
         holder[reg] = j
         out.append(reg)
     return out
@@ -265,16 +266,17 @@ def test_bench_traces_are_rules_annotations_of_concatenated_solutions():
 
 
 def test_a_refer_back_to_a_dead_step_does_not_refresh_its_registers_new_holder():
-    # two registers: s2 must kill a needed step (forced) and takes s0's register; s3 takes
-    # the same register again (s2 is no longer needed). s4 reads 12 from s0, which is dead:
-    # that read must not count as a use of register 0 (held by s3). Both registers then hold
-    # steps last used at 3, and the lower number goes first -> register 0. Counting the read
-    # against register 0 would send s4 to register 1.
-    text = "Take 12 apples. Take 7 pears. Eat 5 figs. Sell 7 now. Eat 12 here."
+    # two registers: s2 reads 7 from s1, and must kill a needed step (forced): s0 (needed by
+    # s4) on register 0, used longest ago. s3 needs nothing: both steps held are free and
+    # were last used at 2, so the older one (s1, register 1) dies. s4 reads 9 from s0, which
+    # is dead: that read must not count as a use of register 0 (now s2's, last used at 2),
+    # so s4 takes register 0; counting it would make register 0 "used at 4" and send s4 to
+    # register 1, killing s3.
+    text = "Sell 9 here. Eat 7 apples. Eat 7 figs. Add 5 apples. Add 9 pears."
     a = annotate_tip_rules(text, words, registers=2, min_step_tokens=3)
     regs, parts = parse(a.annotated)
     assert len(parts) == 5
-    assert regs == [0, 1, 0, 0, 0] and (a.killed, a.forced) == (3, 1)
+    assert regs == [0, 1, 0, 1, 0] and (a.killed, a.forced) == (3, 1)
 
 
 def test_a_name_has_four_letters_or_more():
@@ -293,3 +295,15 @@ def test_thousands_separators_do_not_hide_a_refer_back():
     steps = ["We have 1,000 coins. ", "Then add 7 more. ", "So 1000 remain."]
     needed, refers = needed_until(steps)
     assert refers[2] == [0] and needed[0] == 2
+
+
+def test_a_variable_set_outside_maths_is_a_key_even_at_zero_or_one():
+    """`a=0` in plain text keys `$a` as `$a$` would: a step restating the variables refers
+    back to the last step that set them, though 0 and 1 are no keys as numbers."""
+    from solm.annotate.tip_rules import needed_until, step_keys
+
+    assert {"$a", "$b"} <= step_keys("so a=0, b = 1.", set())
+    assert "$a" not in step_keys("so a == b.", set()) and "$x" in step_keys("$x$ grows", set())
+    steps = ["Start with a=0, b=1. ", "Now a=1, b=0. ", "Then a=0, b=0. "]
+    needed, refers = needed_until(steps)
+    assert refers == [[], [0], [1]] and needed == [1, 2, 2]

@@ -94,7 +94,7 @@ def test_traces_are_long_with_a_tail_past_a_thousand_tokens(pasta_tokenizer):
 
 
 @pytest.mark.parametrize("registers", [2, 3, 4])
-def test_register_annotation_gives_back_the_solvers_tokens_and_opens_each_line(
+def test_register_annotation_gives_back_the_solvers_tokens_and_keeps_the_state_live(
         tip_tok, registers):
     from solm.annotate.tip_rules import annotate_tip_rules, strip_registers
 
@@ -110,6 +110,8 @@ def test_register_annotation_gives_back_the_solvers_tokens_and_opens_each_line(
         assert a.killed == a.steps - min(a.steps, registers)
         lines = a.annotated.split("\n")
         assert all(re.match(r"<reg_\d+>", line) for line in lines)
+        # a step never takes its predecessor's register: the state it reads stays live
+        assert all(x != y for x, y in zip(a.step_registers, a.step_registers[1:]))
 
 
 def test_the_verifier_grades_the_last_boxed_integer(tmp_path):

@@ -14,15 +14,19 @@ a slice of the text, white space included, so the steps concatenate to the trace
   functions that stand for quantities (`\\alpha`, `\\pi`, `\\theta`, ...);
 - named quantities: a word of four or more letters directly before `=` or ` is ` + a number
   (`area = 12`, `the radius is 5`) names the quantity, and the name becomes a key wherever it
-  appears later.
+  appears later;
+- variables set outside maths: a single letter directly before `=` (`x=4`, `a = 7`) is the
+  key its maths form would be (`x` inside `$...$`), so a step that restates the variables
+  refers back to the last step that set them, even when their values are 0 or 1.
 
 Step j refers back to step i (i < j) when they share a key and no step between them holds
 that key: the most recent holder of a key is the one a later step reads it from. Step i is
 *needed* until the last step that refers back to it.
 
 **Registers.** Step j takes a register whose holder is no longer needed at j (a free one),
-the least recently used first (use = opened, or referred back to). When every register holds
-a needed step, the least recently used is taken anyway and the kill is counted as `forced`.
+the least recently used first (use = opened, or referred back to; among registers last used
+by the same step, the one holding the older step). When every register holds a needed step,
+the least recently used is taken anyway and the kill is counted as `forced`.
 Reusing a register kills its holder, so a step dies only when the registers run out of free
 ones, and then the step longest without use goes first.
 
@@ -48,6 +52,7 @@ _LETTER = re.compile(r"(?<![\\a-zA-Z])([a-zA-Z])(?![a-zA-Z])")
 _LATEX_NAME = re.compile(r"\\(alpha|beta|gamma|delta|epsilon|theta|lambda|mu|pi|sigma|phi|"
                          r"omega|rho|tau|sin|cos|tan|log|ln)(?![a-zA-Z])")
 _NAMED = re.compile(r"\b([A-Za-z]{4,})\s*(?:=|\bis\b)\s*\$?\s*-?\d")
+_SET_VARIABLE = re.compile(r"(?<![\w\\])([a-zA-Z])\s*=(?!=)")
 _TRIVIAL_NUMBERS = {"0", "1"}
 
 
@@ -97,10 +102,13 @@ def step_keys(step: str, names: set[str]) -> set[str]:
         number = m.group(1).replace(",", "")
         if number not in _TRIVIAL_NUMBERS:
             keys.add("#" + number)
-    for a, b in _math_spans(step):
+    spans = _math_spans(step)
+    for a, b in spans:
         maths = step[a:b]
         keys.update("$" + m.group(1) for m in _LETTER.finditer(maths))
         keys.update("\\" + m.group(1) for m in _LATEX_NAME.finditer(maths))
+    keys.update("$" + m.group(1) for m in _SET_VARIABLE.finditer(step)
+                if not any(a <= m.start() < b for a, b in spans))
     lowered = step.lower()
     keys.update("@" + n for n in names if re.search(rf"\b{re.escape(n)}\b", lowered))
     return keys
@@ -159,7 +167,8 @@ def assign_registers(needed: list[int], refers: list[list[int]], registers: int
         else:
             free = [r for r in holder if needed[holder[r]] < j]
             pool = free or list(holder)
-            reg = min(pool, key=lambda r: (last_use[r], r))
+            # the step longest without use dies; among steps last used together, the older
+            reg = min(pool, key=lambda r: (last_use[r], holder[r]))
             killed += 1
             forced += not free
         holder[reg] = j
