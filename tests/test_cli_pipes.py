@@ -107,7 +107,8 @@ def test_an_interrupted_decode_leaves_its_settings_for_the_rerun_check(tmp_path,
 
 
 def test_a_prompt_that_can_never_fit_is_refused_and_the_others_decode(tmp_path, tiny_folder):
-    """A new user's trial: one 100 KB prompt among three aborted the file, 0 rows written."""
+    """A new user's trial: one 100 KB prompt among three aborted the file, 0 rows written.
+    Now the others decode, and the run exits 1 naming the refused one (a pipeline stops)."""
     prompts = tmp_path / "p.jsonl"
     rows = [{"id": "a", "prompt": "Say a"}, {"id": "big", "prompt": "word " * 3000},
             {"id": "c", "prompt": "Say c"}]
@@ -118,7 +119,7 @@ def test_a_prompt_that_can_never_fit_is_refused_and_the_others_decode(tmp_path, 
         r = CliRunner().invoke(pasta.app, ["decode", "-p", str(prompts), "-o", str(out), "-m",
                                            tiny_folder, "--max-new-tokens", "4",
                                            "--pool-size", "256", "--batch-size", batch])
-        assert r.exit_code == 0, r.output
+        assert r.exit_code == 1 and "1 of 3 decodes refused ('big'" in r.output, r.output
         assert [json.loads(x)["id"] for x in out.read_text().splitlines()] in (["a", "c"],
                                                                               ["c", "a"])
         assert "'big' refused" in r.output and "--pool-size" in r.output

@@ -70,7 +70,9 @@ NOT_DECODING = {("judge", "mode"), ("pasta", "judge", "mode"), ("pasta", "annota
                 ("pasta", "prefs", "samples"),
                 # how many registers an annotator assigns or a tokenizer gets: data, no model
                 ("tip", "annotate", "registers"), ("tip", "traces", "registers"),
-                ("tip", "tokens", "registers")}
+                ("tip", "tokens", "registers"),
+                # the seed a task's problems are generated from: data, no model
+                ("data", "make", "seed")}
 
 
 

@@ -122,6 +122,7 @@ EXEMPT = {
     "pasta eval winrate": "reads only; writes to standard output",
     "prepare": "reads a GGUF, writes only into the model cache under a name of its own",
     "data list": "reads only; writes to standard output",
+    "data make": "reads no file; writes only --out and the manifest beside it",
     "pasta demo": "reads only a model; writes only --out, a JSON of figures",
     "bench step": "reads only a model; writes only --out (JSON) and --plot (PNG), refused "
                   "when they are one file",
