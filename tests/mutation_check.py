@@ -503,6 +503,9 @@ MUTATIONS: dict[str, tuple] = {
     "tracking_rows_not_integer_graded": (
         "solm/core/math_task.py", '    if row.get("task"):  # a task', '    if False:  # a task',
         ["tests/test_tracking_task.py"]),
+    "register_rows_start_identical": (
+        "solm/core/vocabulary.py", "                emb[token] = emb[words].mean(dim=0)\n",
+        "                pass\n", ["tests/test_control_tokens.py"]),
     "tip_reward_drops_the_kv_cap": (
         "solm/train/grpo.py", "return min(1.0, max(0.0, live_response_tokens / max_completion_length))",
         "return max(0.0, live_response_tokens / max_completion_length)",

@@ -46,3 +46,28 @@ def test_ordinary_html_is_not_read_as_a_tag():
     pieces = tok.convert_ids_to_tokens(tok('<img src="a"/> and x="1"', add_special_tokens=False)
                                        .input_ids)
     assert not set(pieces) & set(pasta_tokens())
+
+
+def test_register_rows_start_apart_at_their_words_and_other_tokens_at_the_mean():
+    """Identical register rows leave a model nothing to tell registers apart by: `<reg_i>`
+    starts at the mean of the rows of the words " register i", every other new token at the
+    mean of the existing rows."""
+    import torch
+
+    from solm.core.models import load_tokenizer, tiny_model
+    from solm.core.vocabulary import add_control_tokens
+
+    tok = load_tokenizer("smollm2-135m")
+    model, _ = tiny_model(tok, seed=4)
+    before = model.get_input_embeddings().weight.detach().clone()
+    add_control_tokens(model, tok, "tip", num_registers=4)
+    add_control_tokens(model, tok, "pasta")
+    emb = model.get_input_embeddings().weight.detach()
+    for i in range(4):
+        words = tok(f" register {i}", add_special_tokens=False).input_ids
+        row = emb[tok.convert_tokens_to_ids(f"<reg_{i}>")]
+        assert torch.allclose(row, before[words].mean(dim=0))
+    rows = [emb[tok.convert_tokens_to_ids(f"<reg_{i}>")] for i in range(4)]
+    assert all(not torch.equal(a, b) for k, a in enumerate(rows) for b in rows[k + 1:])
+    sync = emb[tok.convert_tokens_to_ids("<sync/>")]
+    assert torch.allclose(sync, before.mean(dim=0), atol=1e-6)
