@@ -18,7 +18,7 @@ DATA ?= $(or $(SOLM_DATA),$(HOME)/.cache/solm/data)
 export SOLM_DATA := $(DATA)
 
 PHONY_37 := sft-overlap-cpu overlap-vs-pred10x pdiff-sft-overlap-cpu pdiff-overlap-vs-pred10x
-.PHONY: $(PHONY_37) tip-dense-cpu tip-math-traces-cpu tip-math-sft-cpu tip-math-grpo-cpu tip-math-eval-cpu own-rows-cpu own-sft-cpu setup demo docs docs-serve test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
+.PHONY: $(PHONY_37) tip-dense-cpu tip-math-traces-cpu tip-math-sft-cpu tip-math-grpo-cpu tip-math-eval-cpu tip-math-kept-cpu own-rows-cpu own-sft-cpu setup demo docs docs-serve test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
 
 setup: $(STAMP)
 
@@ -330,6 +330,15 @@ tip-math-sft-cpu: setup $(TIP_DIR)/math_traces.jsonl
 	grep -qs '"complete": true' $(TIP_DIR)/dense-sft/solm.json || $(BIN)/tip sft \
 		--data $(TIP_DIR)/math_traces.jsonl --registers $(TIP_REGISTERS) --strip-registers \
 		--out $(TIP_DIR)/dense-sft $(TIP_SFT_ARGS)
+
+# The kept TIP model of the MATH recipe (today's tip-sft-cpu): TIP-SFT above, packed into
+# the package, so a new user sees register eviction without training one.
+tip-math-kept-cpu: setup $(TIP_DIR)/math_traces.jsonl
+	$(call trained,$(TIP_DIR)/tip-sft) $(BIN)/tip sft --data $(TIP_DIR)/math_traces.jsonl \
+		--registers $(TIP_REGISTERS) --out $(TIP_DIR)/tip-sft $(TIP_SFT_ARGS)
+	rm -rf $(ARTIFACTS)/tip-sft-cpu
+	$(PACK) '$(TIP_DIR)/tip-sft', '$(ARTIFACTS)/tip-sft-cpu')"
+	du -sh $(ARTIFACTS)/tip-sft-cpu
 
 $(TIP_DIR)/gsm8k_short.jsonl: | $(DATA)/gsm8k_train.jsonl
 	$(BIN)/python bench/gsm8k_short.py --source $(DATA)/gsm8k_train.jsonl --max-lines 2 --n 400 --out $@

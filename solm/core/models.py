@@ -69,7 +69,7 @@ ARTIFACTS: dict[str, str] = {
     "pdiff-overlap-cpu": "pdiff-cpu's recipe trained with the overlap layout: its chunks "
                          "denoise on llama.cpp too (`make own-pdiff-kept-cpu`)",
     "tip-sft-cpu": "TIP-SFT on the embedded model: LoRA r=8 on 500 MATH solutions annotated "
-                   "with 2 thought registers by the rules (`make tip-kept-cpu`)",
+                   "with 2 thought registers by the rules (`make tip-math-kept-cpu`)",
 }
 
 # the make target that builds each kept model, for the error when one is missing
@@ -77,7 +77,7 @@ ARTIFACT_TARGETS = {"pasta-sft-cpu": "own-kept-cpu", "baseline-sft-cpu": "own-ke
                     "pasta-bonbon-cpu": "own-kept-cpu", "pdiff-cpu": "own-pdiff-kept-cpu",
                     "pasta-sft-overlap-cpu": "own-kept-cpu",
                     "pasta-bonbon-overlap-cpu": "own-kept-cpu",
-                    "pdiff-overlap-cpu": "own-pdiff-kept-cpu", "tip-sft-cpu": "tip-kept-cpu"}
+                    "pdiff-overlap-cpu": "own-pdiff-kept-cpu", "tip-sft-cpu": "tip-math-kept-cpu"}
 
 
 def artifact_folder(name: str) -> str | None:
