@@ -111,10 +111,13 @@ def test_score_value_at_each_weight():
 # ---- the promise guards ---------------------------------------------------------------
 
 @settings(max_examples=300, deadline=None)
-@given(tens=st.integers(1, 60), content=st.integers(0, 1000),
+@given(tens=st.integers(1, 60), offset=st.one_of(st.integers(-3, 3), st.integers(-40, 200)),
        nudge=st.sampled_from([0.0, 0.5, 2.0]))
-def test_the_promise_guard_and_the_nudge(tens, content, nudge):
+def test_the_promise_guard_and_the_nudge(tens, offset, nudge):
+    """Content drawn around the promise (`offset` from its 10·T tokens), so every boundary
+    (the promise, the promise + slack) is crossed."""
     n = 10 * tens
+    content = max(0, n + offset)
     slack = n // 4 if n // 4 > 4 else 4
     assert guards.promised_tokens(tens) == n
     assert guards.slack(n) == slack
