@@ -93,7 +93,8 @@ def test_distinct_keeps_first_copies_and_counts(seqs):
                                         ("-1", None), ("nan", None), ("fast", None)])
 def test_the_quality_weight_parses_or_says_why(text, value):
     if value is None:
-        with pytest.raises(ValueError, match="--quality-weight"):
+        with pytest.raises(ValueError, match=f"--quality-weight must be a number >= 0 or inf, "
+                                             f"got '{text}'"):
             sc.parse_quality_weight(text)
     else:
         assert sc.parse_quality_weight(text) == value
