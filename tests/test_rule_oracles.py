@@ -202,6 +202,10 @@ def test_the_mix_is_the_oracles(draw, min_gain, share):
         mix.plain)
     assert all((r["annotated"] is None) == (r["kind"] == "plain") for r in rows)
     assert all(r["prompt"] == f"p{r['id']}" for r in rows)
+    chosen = parallel + plain_pool[:want]
+    for r, c in zip(rows, chosen):  # a plain row carries no promise and no gain
+        assert (r["promises"], r["gain"]) == ((c.promises, round(c.gain, 4))
+                                              if r["kind"] == "parallel" else (0, 1.0))
 
 
 def test_judge_answer_keeps_an_annotation_only_when_it_strips_back():
@@ -298,6 +302,8 @@ def test_build_rows_counts_what_it_judged(tmp_path):
     assert [json.loads(x) for x in (tmp_path / distill_job.ROWS).read_text().splitlines()] \
         == rows
     assert summary.parallel_rows + summary.plain_rows == len(rows)
+    assert summary.chosen_sampled == sum(r["sample"] > 0 for r in rows
+                                         if r["kind"] == "parallel")
     assert summary.plain_share == (round(summary.plain_rows / len(rows), 4) if rows else 0.0)
 
 
@@ -517,3 +523,19 @@ def test_shards_keep_every_tensor_once_in_name_order_under_the_limit(sizes, limi
     for a, b in zip(shards, shards[1:]):
         first = next(iter(b.values()))
         assert sum(t.numel() for t in a.values()) + first.numel() > limit
+
+
+def test_a_packed_difference_replaces_what_its_folder_held(tmp_path):
+    """Packing into a folder that holds an older packing leaves only the new shards."""
+    import torch
+
+    from solm.core import delta_packing as dp
+
+    base = {"w": torch.zeros(6, 4)}
+    out = tmp_path / "kept"
+    out.mkdir()
+    (out / f"{dp.SHARD_PREFIX}00009.safetensors").write_text("an older packing")
+    dp.write_difference({"w": torch.ones(6, 4)}, base, out, rank=1, embed_rank=1,
+                        info={"base": "b"})
+    assert [p.name for p in dp.shard_files(out)] == [f"{dp.SHARD_PREFIX}00001.safetensors"]
+    assert dp.read_info(out)[0]["rank"] == 1
