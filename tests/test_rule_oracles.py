@@ -539,3 +539,27 @@ def test_a_packed_difference_replaces_what_its_folder_held(tmp_path):
                         info={"base": "b"})
     assert [p.name for p in dp.shard_files(out)] == [f"{dp.SHARD_PREFIX}00001.safetensors"]
     assert dp.read_info(out)[0]["rank"] == 1
+
+
+@pytest.mark.parametrize("seed,sampled", [(0, 1), (7, 3)])
+def test_answer_k_is_greedy_at_zero_then_sampled_with_seed_plus_k(seed, sampled):
+    from types import SimpleNamespace
+
+    from solm.core.sampling import SamplingConfig
+
+    cfg = distill_job.DistillConfig(sampled=sampled, max_new_tokens=33,
+                                    greedy=SamplingConfig(temperature=0.0),
+                                    sampling=SamplingConfig(temperature=0.7, top_p=0.9))
+    runner = distill_job.AnswerRunner(SimpleNamespace(forward=None), cfg, seed)
+    assert len(runner.configs) == 1 + sampled
+    assert runner.configs[0].sampling.temperature == 0.0
+    for k, config in enumerate(runner.configs[1:], 1):
+        assert (config.sampling.seed, config.sampling.temperature, config.sampling.top_p) == (
+            seed + k, 0.7, 0.9)
+    assert all(c.max_new_tokens == 33 and c.mode == "sequential" for c in runner.configs)
+
+
+def test_a_fresh_distill_summary_counts_nothing():
+    summary = distill_job.DistillSummary()
+    for name, value in summary.to_dict().items():
+        assert value in (0, 0.0, None, {}), (name, value)
