@@ -288,6 +288,8 @@ def test_build_rows_counts_what_it_judged(tmp_path):
         for k in range(3):
             judged[(rec.id, k)] = candidate(rec.id, k, rng.choice(reasons),
                                             rng.choice([None, "x"]), rng.choice([1.0, 1.5]))
+    for k in range(3):  # prompt 0: three equal parallel answers, so the greedy one is chosen
+        judged[("0", k)] = candidate("0", k, None, "x", 1.5)
     summary = distill_job.DistillSummary()
     rows = distill_job.build_rows(tmp_path, records, answers,
                                   lambda a: judged[(a["id"], a["sample"])],
