@@ -130,6 +130,27 @@ SCRIPT = ('Two tips:\n1.<promise topic="sleep" tokens="1"/><async> Sleep eight h
           '\n2.<promise topic="food" tokens="1"/><async> Eat vegetables.</async><sync/> Done.')
 
 
+def scripted_runtime(tiny, tok) -> tuple[PastaRuntime, list[int]]:
+    """A runtime whose every thread writes its stream of SCRIPT, then main ends (whatever the
+    tiny model predicts), and SCRIPT's ids."""
+    from solm.core.chat import text_ids
+    from solm.decode.pasta.runtime import replay_scripts
+
+    rt = PastaRuntime(tiny, tok, pool_size=512)
+    ids = text_ids(tok, SCRIPT)
+    streams, _ = replay_scripts(ids, rt.vocab)
+    eos = next(iter(rt.vocab.eos))
+
+    def scripted(config):
+        def choose(thread, logits, state):
+            stream = streams[thread.tid]
+            return stream[len(thread.fed)] if len(thread.fed) < len(stream) else eos
+        return choose
+
+    rt.chooser = scripted
+    return rt, ids
+
+
 def _hand_counted_passes(ids, vocab) -> int:
     """The schedule written a second way: main feeds one token a pass; a block starts in
     the pass that feeds its promise's closing token and feeds one token a pass from there;
@@ -159,21 +180,8 @@ def test_the_demos_theoretical_speedup_counts_content_over_the_critical_path(tin
     scripted to write an answer with two promises, counted by hand."""
     from solm.core.chat import text_ids
     from solm.core.pasta_lang import strip
-    from solm.decode.pasta.runtime import replay_scripts
 
-    rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=512)
-    ids = text_ids(pasta_tokenizer, SCRIPT)
-    streams, _ = replay_scripts(ids, rt.vocab)
-    eos = next(iter(rt.vocab.eos))
-
-    def scripted(config):
-        def choose(thread, logits, state):
-            stream = streams[thread.tid]
-            k = len(thread.fed)
-            return stream[k] if k < len(stream) else eos
-        return choose
-
-    rt.chooser = scripted
+    rt, ids = scripted_runtime(tiny, pasta_tokenizer)
     cfg = PastaDecodeConfig(max_new_tokens=200, sampling=SamplingConfig(temperature=0.0))
     res = run_demo(rt, "Two tips?", cfg, repeats=1)
     assert res.decoded.ids == ids and res.decoded.threads == 2
@@ -220,23 +228,11 @@ def test_a_decodes_passes_are_never_fewer_than_its_critical_path(tiny, pasta_tok
     answer's decode takes exactly its critical path on torch, and a record never shows
     fewer passes than its critical path (the demo once printed 46 against 47: the closers a
     cap adds to cut blocks were counted as passes nobody decoded)."""
-    from solm.core.chat import prompt_ids, text_ids
+    from solm.core.chat import prompt_ids
     from solm.core.records import Record
     from solm.decode.pasta.decode_file import result_record
-    from solm.decode.pasta.runtime import replay_scripts
 
-    rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=512)
-    ids = text_ids(pasta_tokenizer, SCRIPT)
-    streams, _ = replay_scripts(ids, rt.vocab)
-    eos = next(iter(rt.vocab.eos))
-
-    def scripted(config):
-        def choose(thread, logits, state):
-            stream = streams[thread.tid]
-            return stream[len(thread.fed)] if len(thread.fed) < len(stream) else eos
-        return choose
-
-    rt.chooser = scripted
+    rt, ids = scripted_runtime(tiny, pasta_tokenizer)
     prompt = prompt_ids(pasta_tokenizer, "Two tips?")
     cut_blocks = 0
     for cap in range(2, len(ids) + 3):
