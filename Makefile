@@ -63,7 +63,7 @@ test: setup
 test-slow: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
 
-# issue 35's GPU check: what a CPU cannot show about the paper path (flex gradients, SDPA's
+# the GPU check: what a CPU cannot show about the paper path (flex gradients, SDPA's
 # masked GQA kernels, bf16 rollouts on CUDA), one JSON of what held; `--dry` lists it
 gpu-check: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/gpu_check.py --out bench/results/gpu_check.json
@@ -114,7 +114,7 @@ sft-pasta-cpu: setup $(SFT_DIR)/sft_rows.jsonl $(ALPACA)
 # trained as their own parameters), Pasta-SFT and Baseline-SFT. The adapters (< 20 MB each)
 # are copied into the package, where the aliases pasta-sft-cpu / baseline-sft-cpu load them
 # (without a tokenizer: loading rebuilds it from the parent's, as training built it).
-# Since issue 47 the package's pasta-sft-cpu / baseline-sft-cpu are the own-answer models
+# Since the own-answer recipe the package's pasta-sft-cpu / baseline-sft-cpu are the own-answer models
 # (`make own-kept-cpu`); these, the last wave's, are packed into SFT_KEPT (copy a folder into
 # solm/artifacts/ to load it by that name).
 SFT_KEPT ?= $(SFT_DIR)/kept
@@ -133,10 +133,10 @@ sft-lora-cpu: setup $(SFT_DIR)/sft_rows.jsonl
 		> $(SFT_KEPT)/$$m/generation_config.json; done
 	du -sh $(SFT_KEPT)/*
 
-# The overlap layout beside Pred-10X (issue 37): pasta-sft-cpu's recipe on today's rows, trained
+# The overlap layout beside Pred-10X: pasta-sft-cpu's recipe on today's rows, trained
 # with --positions overlap (threads overlap the main thread's positions, so llama.cpp can
 # decode them; packed into SFT_KEPT: the package's pasta-sft-overlap-cpu is `make
-# own-kept-cpu`'s since issue 47) and with --positions pred10x; then both
+# own-kept-cpu`'s since the own-answer recipe) and with --positions pred10x; then both
 # measured side by side on the first
 # $(OVERLAP_PROMPTS) AlpacaEval prompts against baseline-sft-cpu (greedy, batched, torch),
 # and the overlap model on llama.cpp against the baseline on llama.cpp (batch 1, timed).
@@ -163,10 +163,10 @@ overlap-vs-pred10x: setup $(ALPACA)
 		--method sequential:baseline-sft=baseline-sft-cpu --method pasta:overlap=$(SFT_DIR)/pasta-sft-overlap \
 		$(OVERLAP_EVAL)
 
-# Planned Diffusion in the overlap layout beside Pred-10X (issue 37): pdiff-cpu's recipe on
+# Planned Diffusion in the overlap layout beside Pred-10X: pdiff-cpu's recipe on
 # today's rows, trained with --positions overlap (llama.cpp decodes it; packed into
 # PDIFF_OVERLAP_DIR/kept: the package's pdiff-overlap-cpu is `make own-pdiff-kept-cpu`'s since
-# issue 47) and --positions pred10x; both on the first $(OVERLAP_PROMPTS) AlpacaEval prompts against
+# own-answer recipe) and --positions pred10x; both on the first $(OVERLAP_PROMPTS) AlpacaEval prompts against
 # baseline-sft-cpu (greedy, batched 16, torch, steps ratio 0.5), then the overlap model and the
 # baseline timed at batch 1 on llama.cpp. Resumable: rerun after a kill.
 PDIFF_OVERLAP_DIR ?= runs/pdiff-overlap
@@ -263,7 +263,7 @@ pasta-frontier: setup $(ALPACA)
 # at a well-formed rate that is not lower: see README "Preference rounds"): its adapter chain
 # flattened into one LoRA adapter over pasta-sft-cpu (rank 16), packed at rank 12 (SVD;
 # logits within 0.003 of rank 16) with int8 factors (3.9 MB), into SFT_KEPT: the last wave's
-# model (the package's pasta-bonbon-cpu is `make own-kept-cpu`'s since issue 47).
+# model (the package's pasta-bonbon-cpu is `make own-kept-cpu`'s since the own-answer recipe).
 KEEP ?= $(PREFS_DIR)/lambda-0/round-$(ROUNDS)/bonbon
 pasta-bonbon-cpu: setup
 	rm -rf $(SFT_KEPT)/pasta-bonbon-cpu $(PREFS_DIR)/pasta-bonbon-flat
@@ -357,7 +357,7 @@ tip-math-eval-cpu: setup $(DATA)/math500.jsonl
 		--budgets 128,256,512 --page-size 16 -q
 	$(BIN)/tip eval report $(TIP_DIR)/eval -q
 
-# Own-answer rows (issue 47): the embedded model answers OWN_PROMPTS Dolly instructions
+# Own-answer rows: the embedded model answers OWN_PROMPTS Dolly instructions
 # (AlpacaEval's prompts left out) greedily and OWN_SAMPLED more times, batched on the fastest
 # engine; answers cut by the cap or repeating themselves are dropped, the speed-shaped rules
 # annotate the rest, an annotation is kept only when its tokens stripped of the tags are the
@@ -373,10 +373,10 @@ OWN_SAMPLED  ?= 1
 OWN_MATCH    ?= '^[^\n]*\b(list|give me|what are|ways|ideas|tips|steps|examples|name|brainstorm|reasons|suggest|pros|cons|advantages|benefits|how (do|can|should|to)|types|kinds|things)\b'
 # 768 tokens: at 384 the cap cut 43% of the answers (a rerun with a larger cap continues the
 # cut answers; of 448 continued to 768, 16% ended: bench/results/own_answers). Recipes a-d
-# trained on the 384-token rows, kept in runs/own/rows_384.jsonl (OWN_ROWS); the 768-token
+# trained on the 384-token rows, kept in recipes/own/rows_384.jsonl (OWN_ROWS); the 768-token
 # rows: OWN_ROWS=$(OWN_DIR)/distill/rows.jsonl.
 OWN_ARGS     ?= --max-new-tokens 768 --repetition-penalty 1.2 -q
-OWN_ROWS     ?= $(OWN_DIR)/rows_384.jsonl
+OWN_ROWS     ?= recipes/own/rows_384.jsonl
 own-rows-cpu: setup $(DATA)/dolly.jsonl $(ALPACA)
 	$(BIN)/pasta distill -p $(DATA)/dolly.jsonl --exclude $(ALPACA) --limit $(OWN_PROMPTS) \
 		--match $(OWN_MATCH) --sampled $(OWN_SAMPLED) -o $(OWN_DIR)/distill $(OWN_ARGS)
@@ -415,10 +415,10 @@ own-select-cpu: own-sft-cpu
 		--method pasta:pasta-sft=$(OWN_DIR)/$(OWN_RECIPE)/pasta-sft $(OWN_EVAL_ARGS)
 	$(BIN)/pasta eval report $(OWN_DIR)/$(OWN_RECIPE)/select -o $(OWN_DIR)/$(OWN_RECIPE)/select/report -q
 
-# The kept PASTA models (issue 47): recipe d's Pasta-SFT and Baseline-SFT on the own-answer
+# The kept PASTA models: recipe d's Pasta-SFT and Baseline-SFT on the own-answer
 # rows (OWN_ROWS, committed; `make own-rows-cpu` remakes the distilled rows from nothing),
 # then three BoNBoN rounds with the content score on 96 Dolly prompts that gave d no row
-# (runs/own/bonbon/prompts.jsonl, committed), d's Baseline-SFT answers as the yardstick, 4
+# (KEPT_PROMPTS, committed), d's Baseline-SFT answers as the yardstick, 4
 # samples each: round 1 over d (λ 1, μ 1, ν 1), round 2 over round 1 (λ 2, μ 3, ν 1), round 3
 # over round 2 (its weights, new samples); each full finetune packed into the package as its
 # rank-KEPT_RANK difference from the embedded model (int8 factors, files under 5 MB):
@@ -428,6 +428,8 @@ own-select-cpu: own-sft-cpu
 # resumable (rerun after a kill); on 2 cores the trainings take ~21 min each, each round's
 # sampling ~40 min, each BoNBoN ~8 min.
 KEPT_DIR   ?= $(OWN_DIR)/bonbon
+KEPT_PROMPTS  ?= recipes/own/bonbon_prompts.jsonl
+KEPT_BASELINE ?= recipes/own/bonbon_baseline.jsonl
 KEPT_R1    ?= $(KEPT_DIR)/bonbon
 KEPT_R2    ?= $(KEPT_DIR)/bonbon3_v1
 KEPT_R3    ?= $(KEPT_DIR)/bonbon4
@@ -438,7 +440,7 @@ KEPT_BONBON ?= --lora-r 16 --lr 2e-4 --epochs 1 --batch-size 4 --eval-rows 6 --e
 # into $(2); then BoNBoN on those pairs from $(1) into $(3); quality weight $(4), repeat weight
 # $(5), seed $(6). Resumable.
 define bonbon_round
-$(BIN)/pasta prefs -p $(KEPT_DIR)/prompts.jsonl -m $(1) --baseline $(KEPT_DIR)/baseline.jsonl \
+$(BIN)/pasta prefs -p $(KEPT_PROMPTS) -m $(1) --baseline $(KEPT_BASELINE) \
 	-o $(2) --quality-weight $(4) --repeat-weight $(5) --seed $(6) $(KEPT_PREFS)
 $(call trained,$(3)) $(BIN)/pasta bonbon --data $(2)/pairs.jsonl --model $(1) --out $(3) $(KEPT_BONBON)
 endef
@@ -446,8 +448,8 @@ KEEP_DELTA = $(BIN)/python -c "from solm.core.kept_difference import pack_delta;
 own-kept-cpu: setup
 	$(MAKE) own-sft-cpu OWN_RECIPE=d OWN_BASELINE=d
 	$(MAKE) own-sft-cpu OWN_RECIPE=e OWN_BASELINE=d
-	test "$$(wc -l < $(KEPT_DIR)/baseline.jsonl 2>/dev/null || echo 0)" -ge 96 || $(BIN)/pasta decode \
-		-m $(OWN_DIR)/baseline-d --mode sequential -p $(KEPT_DIR)/prompts.jsonl -o $(KEPT_DIR)/baseline.jsonl \
+	test "$$(wc -l < $(KEPT_BASELINE) 2>/dev/null || echo 0)" -ge 96 || $(BIN)/pasta decode \
+		-m $(OWN_DIR)/baseline-d --mode sequential -p $(KEPT_PROMPTS) -o $(KEPT_BASELINE) \
 		--max-new-tokens 512 --repetition-penalty 1.2 --engine llama.cpp -q
 	$(call bonbon_round,$(OWN_DIR)/d/pasta-sft,$(KEPT_DIR)/prefs,$(KEPT_R1),1,1,1)
 	$(call bonbon_round,$(KEPT_R1),$(KEPT_DIR)/prefs2,$(KEPT_R2),2,3,2)
@@ -471,7 +473,7 @@ own-kept-overlap-rounds-cpu:
 	$(call bonbon_round,$(KEPT_E)/bonbon1,$(KEPT_E)/prefs2,$(KEPT_E)/bonbon2,2,3,2)
 	$(call bonbon_round,$(KEPT_E)/bonbon2,$(KEPT_E)/prefs3,$(KEPT_E)/bonbon3,2,3,3)
 
-# Planned Diffusion on a CPU (issue 25), each step on files and resumable (rerun after a kill):
+# Planned Diffusion on a CPU, each step on files and resumable (rerun after a kill):
 # hybrid AR + diffusion SFT of the embedded model on the rule-annotated rows of the PASTA
 # runs (chunks laid out in 10 x N slots), kept as pdiff-cpu; a decode of 30 AlpacaEval
 # prompts; the evaluation beside Baseline-SFT (autoregressive) and Pasta-SFT (PASTA's parallel
@@ -489,7 +491,7 @@ pdiff-sft-cpu: setup $(SFT_DIR)/sft_rows.jsonl
 		--data $(SFT_DIR)/sft_rows.jsonl --out $(PDIFF_DIR)/pdiff-sft $(PDIFF_SFT_ARGS)
 
 # the last wave's pdiff-cpu, packed into PDIFF_DIR/kept (the package's is `make
-# own-pdiff-kept-cpu`'s since issue 47)
+# own-pdiff-kept-cpu`'s since the own-answer recipe)
 pdiff-cpu: pdiff-sft-cpu
 	rm -rf $(PDIFF_DIR)/kept/pdiff-cpu
 	$(PACK) '$(PDIFF_DIR)/pdiff-sft', '$(PDIFF_DIR)/kept/pdiff-cpu')"
@@ -514,7 +516,7 @@ pdiff-exact-cpu: setup $(OWN_ROWS) $(ALPACA)
 		--max-new-tokens 384 --batch-size 16 --repetition-penalty 1.2 --no-judge -q
 	$(BIN)/pasta eval report $(PDIFF_EXACT_DIR)/select -o $(PDIFF_EXACT_DIR)/select/report -q
 
-# The kept Planned Diffusion models (issue 47): the exact recipe on the own-answer rows (LoRA
+# The kept Planned Diffusion models: the exact recipe on the own-answer rows (LoRA
 # r8, exact lengths, seven pads), in the Pred-10X layout (pdiff-cpu) and the overlap one
 # (pdiff-overlap-cpu, which llama.cpp decodes), each packed (int8 LoRA factors, 2.6 MB);
 # ~11 min a training on 2 cores, resumable.
@@ -549,7 +551,7 @@ pdiff-sweep-cpu: setup $(ALPACA)
 		$(PDIFF_EVAL_ARGS)
 	$(BIN)/pasta eval report $(PDIFF_DIR)/sweep -o $(PDIFF_DIR)/sweep/report
 
-# ---- Parallelism that pays (issue 36) ----------------------------------------------------
+# ---- Parallelism that pays ----------------------------------------------------
 # Rows annotated for speed (`--shape speed`), a mix kept by annotation-level gain with the
 # AlpacaEval prompts excluded, and recipes trained side by side: each recipe trains Pasta-SFT
 # (and, for P36_BASE, Baseline-SFT: the same rows, tags removed) with its settings, then decodes the
@@ -679,7 +681,7 @@ $(P36)/%/.done/final: $(P36)/%/.done/select | $(ALPACA)
 	$(BIN)/pasta eval report $(P36)/$*/final -o $(P36)/$*/final/report -q
 	$(DONE)
 
-# ---- Reproductions on a CPU (issue 26): `make repro-cpu` = pasta + pdiff + tip ----------
+# ---- Reproductions on a CPU: `make repro-cpu` = pasta + pdiff + tip ----------
 # Each system's whole pipeline on the embedded model and small slices of the data, each step
 # one CLI call on files. A step's outputs are appendable JSONL files and checkpoint folders
 # that its command resumes, so make never tracks them: each step writes a stamp
@@ -844,7 +846,7 @@ $(R_TIP)/.done/report: $(R_TIP)/.done/eval
 	$(BIN)/solm repro report tip $(R_TIP) -q
 	$(DONE)
 
-# ---- Reproductions at paper scale (issue 26): make repro-{pasta,tip,pdiff}-paper --------
+# ---- Reproductions at paper scale: make repro-{pasta,tip,pdiff}-paper --------
 # The thesis' settings, from configs/paper/<system>.yaml (models, data, sweeps: read here)
 # and configs/paper/<system>/<command>.yaml (each command's options). Training runs under
 # accelerate with FSDP (configs/accelerate/fsdp.yaml); sampling and decoding run one process

@@ -1,4 +1,4 @@
-"""The fast decode step, measured side by side in one run (issue 14's CPU acceptance):
+"""The fast decode step, measured side by side in one run:
 
 1. sequential tokens/s: today's eager step, the compiled step, the compiled step with int8
    weights (torchao), on the same greedy prompts, interleaved per prompt so drift hits all;

@@ -13,7 +13,7 @@ synchronisation after a warm-up. `TOKENIZER_DIR`: any Hugging Face tokenizer fol
 embedded model's, cached by `solm prepare` under ~/.cache/solm/models/smollm2-135m): the
 control tokens are added to it; the 1B config's vocabulary is padded past it.
 
-Prepared for issue 22; vLLM cannot travel to the accelerator machine, so `model.generate`
+vLLM cannot travel to the accelerator machine, so `model.generate`
 is the reference.
 """
 

@@ -1,4 +1,4 @@
-"""The GPU check of issue 35: what a CPU cannot show about the paper path, run on one CUDA
+"""The GPU check: what a CPU cannot show about the paper path, run on one CUDA
 device in a few minutes, written as one JSON of what held.
 
     python bench/gpu_check.py --out bench/results/gpu_check.json     # on a CUDA machine

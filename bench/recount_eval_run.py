@@ -1,4 +1,4 @@
-"""Bring a `pasta eval run` folder written before issue 20 to today's token accounting.
+"""Bring a `pasta eval run` folder written before token accounting changed, to today's token accounting.
 
     python bench/recount_eval_run.py RUN_DIR [--tokenizer smollm2-135m]
 

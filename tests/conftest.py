@@ -18,7 +18,7 @@ torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 from hypothesis import settings as _hypothesis_settings  # noqa: E402
 
 # no wall-clock deadlines: property tests must pass on a busy 2-core machine, where one
-# example can take 10-50x longer than on a quiet one (issue 33)
+# example can take 10-50x longer than on a quiet one
 _hypothesis_settings.register_profile("solm", deadline=None)
 _hypothesis_settings.load_profile("solm")
 

@@ -1,5 +1,5 @@
 """Every decode path's outputs on fixed prompts, without timings: the record a restructuring
-must leave unchanged (issue 34).
+must leave unchanged.
 
     python tests/golden_outputs.py record            # the tiny-model cases
     python tests/golden_outputs.py record --kept     # and the kept models' (minutes)

@@ -3,7 +3,7 @@
     python tests/mutation_check.py [--out runs/mutations.json] [--only NAME ...]
 
 Each mutation is a known-wrong reading of a rule: the ones that once slipped past the
-train-vs-runtime consistency tests (where both sides shared the bug), and issue 20's planted
+train-vs-runtime consistency tests (where both sides shared the bug), and the planted
 bugs in the eviction baselines, the judge and its job machinery, length control, SoT, the
 compiled step's padding, the same-path guard and the token cap. Each names the tests that
 must catch it (default: the rule-pinning set). The source tree is never
@@ -70,7 +70,7 @@ MUTATIONS: dict[str, tuple] = {
         "        if int(token_ids[i]) in vocab.close_tens and attrs[i].thread == MAIN:\n"
         "            targets[i] = int(token_ids[i + 1])\n"
         "    return attrs, targets\n"),
-    # issue 20: eviction baselines against their papers' rules
+    # eviction baselines against their papers' rules
     "h2o_keeps_its_lightest_pages": (
         "solm/decode/tip/policies.py", "reverse=True)[: max_pages - recent]",
         "reverse=False)[: max_pages - recent]", POLICY_TESTS),
@@ -159,7 +159,7 @@ MUTATIONS: dict[str, tuple] = {
         "solm/decode/pasta/runtime.py",
         "state.generated += 1  # the forced `<async>` is part of the answer too",
         "pass", ["tests/test_serve_app.py"]),
-    # issue 23: preference pairs and BoNBoN
+    # preference pairs and BoNBoN
     "bonbon_target_uses_h_n": (
         "solm/train/bonbon.py", "return (n - 1) * sum(1.0 / k for k in range(1, n))",
         "return (n - 1) * sum(1.0 / k for k in range(1, n + 1))", ["tests/test_bonbon.py"]),
@@ -178,7 +178,7 @@ MUTATIONS: dict[str, tuple] = {
     "judge_tie_counts_as_a_win": (
         "solm/eval/agreement.py", "        if p2 == 0.5:\n            agree += 0.5",
         "        if p2 == 0.5:\n            agree += 1", ["tests/test_agreement.py"]),
-    # issue 24: TIP annotation, SFT, GRPO, evaluation
+    # TIP annotation, SFT, GRPO, evaluation
     "annotator_kills_a_needed_step_first": (
         "solm/annotate/tip_rules.py", "            pool = free or list(holder)",
         "            pool = list(holder)", ["tests/test_tip_annotate.py"]),
@@ -209,7 +209,7 @@ MUTATIONS: dict[str, tuple] = {
     "tip_sft_prompt_tokens_trained": (
         "solm/train/tip_sft.py", "            targets[i] = IGNORE", "            pass",
         ["tests/test_tip_sft.py"]),
-    # issue 25: Planned Diffusion
+    # Planned Diffusion
     "pdiff_chunks_causal_inside": (
         "solm/core/systems/pdiff.py", "\n\npdiff_visible = or_masks(pasta_visible, whole_chunk)\n",
         "\n\npdiff_visible = pasta_visible\n", PDIFF_TESTS),
@@ -238,7 +238,7 @@ MUTATIONS: dict[str, tuple] = {
         "solm/core/systems/pdiff.py",
         "        return [t for t in (*self.control_ids, *self.eos) if t not in pads]",
         "        return [t for t in self.control_ids if t not in pads]", PDIFF_TESTS),
-    # issue 38: what a new user tripped on (each pinned by a test written a second way)
+    # what a new user tripped on (each pinned by a test written a second way)
     "merge_overwrites_the_output": (
         "solm/core/shard.py",
         "    if not out.exists():\n        return [], shard_rows, 0",
@@ -326,7 +326,7 @@ MUTATIONS: dict[str, tuple] = {
         "        while waiting and len(running) < self.max_batch:",
         "        while waiting and len(running) <= self.max_batch:",
         ["tests/test_batched.py::test_never_more_requests_in_flight_than_max_batch"]),
-    # issue 33's planted bugs that passed the tests then
+    # the planted bugs that passed the tests then
     "prefs_unjudged_quality_zero": (
         "solm/prefs/job.py",
         "quality, unjudged = (sum(wins) / len(wins), False) if wins else (0.5, True)",
@@ -513,7 +513,7 @@ MUTATIONS: dict[str, tuple] = {
 }
 
 
-# Issue 33's re-audit: new one-line bugs in the areas the audit named, planted before looking
+# The re-audit: new one-line bugs in the areas the audit named, planted before looking
 # at which tests cover them; `--audit` runs them against each area's whole test files and
 # reports the share caught (it does not fail on an uncaught one: that is the measurement).
 AUDIT: dict[str, tuple] = {
@@ -892,7 +892,7 @@ AUDIT4: dict[str, tuple] = {
 
 # once caught (tests were added for the ones each round missed: 5 of 22 in round 1, 4 of 12
 # in round 2, 10 of 29 in round 3, 5 of 15 in round 4), they join the list the plain run must catch
-# re-audit round 5 (issue 33): planted from the code alone, before reading the tests
+# re-audit round 5: planted from the code alone, before reading the tests
 AUDIT5: dict[str, tuple] = {
     'summary_passes_gain_inverted': (
         'solm/eval/summary.py',
@@ -972,8 +972,8 @@ AUDIT5: dict[str, tuple] = {
 }
 
 
-# issue 35: the paper path without a GPU (flex, FSDP2, architectures, remote code, bf16)
-ISSUE35: dict[str, tuple] = {
+# the paper path without a GPU (flex, FSDP2, architectures, remote code, bf16)
+PAPER_PATH: dict[str, tuple] = {
     "bonbon_hands_a_flex_model_a_dense_mask": (
         "solm/train/bonbon.py", "                              self.eos_id, self.pad_id, self.flex)",
         "                              self.eos_id, self.pad_id, False)",
@@ -1064,7 +1064,7 @@ ISSUE35: dict[str, tuple] = {
         ["tests/test_check_model.py"]),
 }
 GAIN_TESTS = ["tests/test_annotation_gain.py", "tests/test_rules.py"]
-ISSUE36: dict[str, tuple] = {
+SPEED_SHAPE: dict[str, tuple] = {
     "speed_groups_never_left_plain": (
         "solm/annotate/rules.py", "if self.gain_of is not None and self.gain_of(group) <= 1.0:",
         "if self.gain_of is not None and self.gain_of(group) < 0.0:", GAIN_TESTS),
@@ -1083,9 +1083,9 @@ ISSUE36: dict[str, tuple] = {
         "solm/annotate/mix.py", "                if min_gain is not None and gain < min_gain:",
         "                if min_gain is not None and gain < 0:", GAIN_TESTS),
 }
-# issue 37: the rules llama.cpp needed, and the engine's sequence bookkeeping
+# the rules llama.cpp needed, and the engine's sequence bookkeeping
 LLAMA_TESTS = ["tests/test_llamacpp.py"]
-ISSUE37 = {
+LLAMA_RULES = {
     "overlap_sync_does_not_pass_its_blocks": (
         "solm/core/systems/pasta.py",
         "                self.main_pos = max([self.main_pos, *joined])",
@@ -1144,7 +1144,7 @@ ISSUE37 = {
     "tip_bench_runs_refused_policies_on_llama": (
         "solm/eval/tip_bench.py", "[n for n in policies if n not in refused], refused))",
         "list(policies), refused))", LLAMA_TESTS),
-    # issue 48: the seam gives each system its step, and the refusals hold
+    # the seam gives each system its step, and the refusals hold
     "pdiff_given_the_slots_step": (
         "solm/decode/pdiff/system.py", 'step("pdiff", engine,', 'step("slots", engine,',
         ["tests/test_engine_matrix.py"]),
@@ -1237,9 +1237,9 @@ ISSUE37 = {
         "array = torch.from_numpy(_permute_rotary(tensor.float().cpu().numpy(), n_head))",
         "array = tensor", LLAMA_TESTS),
 }
-# issue 50: the trial's planted bugs the tests missed, and each trust follow-up's rule
+# the trial's planted bugs the tests missed, and each trust follow-up's rule
 CLI_PIPES = "tests/test_cli_pipes.py"
-ISSUE50 = {
+NEW_USER = {
     "export_quantizable_written_unquantized": (
         "solm/llamacpp/export.py", "if outtype in _BLOCKED and data.shape[-1] % 32:",
         "if outtype in _BLOCKED and not data.shape[-1] % 32:",
@@ -1318,7 +1318,7 @@ ISSUE50 = {
     "library_warnings_shown": (
         "solm/cli/console.py", "\n\nsilence_library_deprecations()\n", "\n\n", [CLI_PIPES]),
 }
-# issue 50's own ten, planted in the last wave's modules (the llama.cpp engine, the decode
+# the own ten, planted in the last wave's modules (the llama.cpp engine, the decode
 # loop, sharding, manifests, the demo, the CLI guards) after its tests were written, each
 # against its area's whole test files (`--audit6`); the caught ones then join the table
 AUDIT6 = {
@@ -1366,7 +1366,7 @@ AUDIT6 = {
 }
 GUARD_TESTS = ["tests/test_pasta_guards.py"]
 OWN_TESTS = ["tests/test_own_answers.py"]
-ISSUE47 = {
+OWN_ANSWERS = {
     "guard_slack_without_its_floor": (
         "solm/decode/pasta/guards.py", "    return max(MIN_SLACK, promised // 4)",
         "    return promised // 4", GUARD_TESTS),
@@ -1493,7 +1493,7 @@ ISSUE47 = {
         ["tests/test_prefs.py"]),
 }
 
-# the onnxruntime engine (issue 48's third engine)
+# the onnxruntime engine
 ONNXRT = {
     "ort_rope_interleaved": (
         "solm/onnxrt/graph.py", "interleaved=0, num_heads=heads",
@@ -1530,12 +1530,12 @@ ONNXRT = {
         "solm/engines/onnxruntime_engine.py", "        if policy is not None and policy.needs_scores:",
         "        if False:", ["tests/test_engine_matrix.py"]),
 }
-MUTATIONS.update(ISSUE35)
+MUTATIONS.update(PAPER_PATH)
 MUTATIONS.update(ONNXRT)
-MUTATIONS.update(ISSUE36)
-MUTATIONS.update(ISSUE37)
-MUTATIONS.update(ISSUE50)
-MUTATIONS.update(ISSUE47)
+MUTATIONS.update(SPEED_SHAPE)
+MUTATIONS.update(LLAMA_RULES)
+MUTATIONS.update(NEW_USER)
+MUTATIONS.update(OWN_ANSWERS)
 MUTATIONS.update(AUDIT)
 MUTATIONS.update(AUDIT2)
 MUTATIONS.update(AUDIT3)
@@ -1590,7 +1590,7 @@ def run_tests(root: Path, tests: list[str], first_failure: bool = False,
 
 def mutated_copy(name: str, workdir: Path) -> Path:
     dest = copy_tree(workdir / name)
-    path, old, new = {**MUTATIONS, **ISSUE36, **AUDIT, **AUDIT2, **AUDIT3, **AUDIT4, **AUDIT5,
+    path, old, new = {**MUTATIONS, **SPEED_SHAPE, **AUDIT, **AUDIT2, **AUDIT3, **AUDIT4, **AUDIT5,
                       **AUDIT6}[name][:3]
     target = dest / path
     text = target.read_text()
@@ -1618,7 +1618,7 @@ def main() -> int:
     p.add_argument("--audit3", action="store_true", help="the re-audit's third round")
     p.add_argument("--audit4", action="store_true", help="the re-audit's fourth round")
     p.add_argument("--audit5", action="store_true", help="the re-audit's fifth round")
-    p.add_argument("--audit6", action="store_true", help="issue 50's ten")
+    p.add_argument("--audit6", action="store_true", help="the new-user ten")
     p.add_argument("--jobs", type=int, default=1,
                    help="mutations tested at once (each with cores/jobs torch threads)")
     p.add_argument("--every-failure", action="store_true",

@@ -99,7 +99,7 @@ def test_agreement_end_to_end(tmp_path):
 
 
 def test_agreement_reruns_reuse_judgments_only_for_the_same_judge_and_pairs(tmp_path):
-    """Issue 38: judgments were reused by row position (ann-0, ...): another annotations file
+    """Judgments were reused by row position (ann-0, ...): another annotations file
     written to the same -o reported old verdicts for new pairs, and a new --judge reused the
     old judge's verdicts under its own name."""
     def annotations(name, flip):

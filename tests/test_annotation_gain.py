@@ -1,4 +1,4 @@
-"""Issue 36: annotation shaped for speed, the annotation-level gain, and the mix selected by it.
+"""Annotation shaped for speed, the annotation-level gain, and the mix selected by it.
 
 Oracles: the Pasta-Lang parser (what stays in the main thread, each promise's topic and
 block), the tokenizer counted directly (what a promise costs), and the PASTA runtime replaying

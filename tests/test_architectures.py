@@ -1,4 +1,4 @@
-"""The runtimes on the architectures the field's base models use (issue 35): Qwen2 and
+"""The runtimes on the architectures the field's base models use: Qwen2 and
 Qwen3 (GQA, q/k norms), Mistral (a sliding window), Gemma-2 (attention and final softcaps,
 sliding windows on every other layer). Each runtime's logits equal the model's own forward
 under the structure mask, with the reference run in transformers' eager attention (the one

@@ -272,7 +272,7 @@ def test_eval_run_batch_size_gives_the_outputs_of_one_at_a_time(tmp_path, tiny_f
 
 
 def test_never_more_requests_in_flight_than_max_batch(tiny, pasta_tokenizer, vocab):
-    """Issue 33's planted bug (`<` read as `<=` at admission) passed every test: five
+    """The planted bug (`<` read as `<=` at admission) passed every test: five
     requests, at most two in flight at any step, and two whenever two are waiting."""
     batched = BatchedPastaRuntime(tiny, pasta_tokenizer, pool_size=1024, max_batch=2)
     for i, (p, a) in enumerate(zip(PROMPTS + PROMPTS[:1], ANSWERS + ANSWERS[:1])):

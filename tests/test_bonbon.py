@@ -200,7 +200,7 @@ def _pairs_file(path, model=None, offset=0):
 
 
 def test_the_reference_defaults_to_the_model_the_pairs_were_sampled_from(tmp_path):
-    """Issue 38: `pasta bonbon` defaulted --model to smollm2-135m whatever sampled the pairs."""
+    """`pasta bonbon` once defaulted --model to smollm2-135m whatever sampled the pairs."""
     from solm.core.errors import SolmError
 
     named = _pairs_file(tmp_path / "named.jsonl", model="runs/r1/pasta-sft")
@@ -227,7 +227,7 @@ def test_the_reference_defaults_to_the_model_the_pairs_were_sampled_from(tmp_pat
 
 def test_token_ids_outside_the_tokenizer_are_named_not_an_index_error(tmp_path,
                                                                       pasta_tokenizer, vocab):
-    """Issue 38: ids + 60000 ended in a 400-line traceback (`index out of range in self`)."""
+    """Ids + 60000 ended in a 400-line traceback (`index out of range in self`)."""
     path = _pairs_file(tmp_path / "far.jsonl", model="m", offset=len(pasta_tokenizer))
     trainer = BonbonTrainer(BonbonConfig(out=str(tmp_path / "o"), data=path, model="m",
                                          eval_rows=0, quiet=True))

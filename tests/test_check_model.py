@@ -1,4 +1,4 @@
-"""`solm check-model` (issue 35): tiny random models of the field's architectures (built from
+"""`solm check-model`: tiny random models of the field's architectures (built from
 configs here, no download) pass every system; a feature no runtime implements, or a sliding
 window the check would pass, refuses the systems by name."""
 

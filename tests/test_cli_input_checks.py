@@ -1,6 +1,5 @@
 """Every command's numeric options refuse NaN and infinities, and every option that can be
-checked without a model is checked before one loads, in one line naming the option
-(issue 38). The commands and their options are walked from the app itself, so a new
+checked without a model is checked before one loads, in one line naming the option. The commands and their options are walked from the app itself, so a new
 command is covered the day it lands."""
 
 import re
@@ -177,7 +176,7 @@ def test_tip_eval_budget_errors_name_its_own_options(tmp_path, budgets, says):
 
 
 def test_pdiff_length_scale_is_bounded():
-    """Issue 38: `--length-scale 1e6` gave answers like "1." (no promise fits any answer)."""
+    """`--length-scale 1e6` once gave answers like "1." (no promise fits any answer)."""
     for value in ("1e6", "0.01"):
         r = runner.invoke(app, ["pdiff", "decode", "--length-scale", value, "x"])
         assert r.exit_code == 2 and "'--length-scale'" in r.output

@@ -1,5 +1,5 @@
 """Bad input at the command line: one line naming the option or file, a non-zero exit, no
-traceback, and nothing already written is touched (issue 13's table)."""
+traceback, and nothing already written is touched."""
 
 import json
 import os
@@ -103,7 +103,7 @@ CASES = [
              "{d}/j.jsonl", "--judge", "claude:x"], "claude:x"),
     (pasta, ["sft", "--data", "{d}/prompts.jsonl", "--out", "{d}/o", "--attention", "xla"],
      "--attention"),
-    # issue 20: inputs that commands used to destroy (the same-path sweep covers every command)
+    # inputs that commands used to destroy (the same-path sweep covers every command)
     (pasta, ["bench", "-a", "{d}/prompts.jsonl", "-o", "{d}/prompts.jsonl"], "prompts.jsonl"),
     (tip, ["bench", "-t", "{d}/prompts.jsonl", "-o", "{d}/prompts.jsonl"], "prompts.jsonl"),
     (tip, ["traces", "--source", "{d}/prompts.jsonl", "-o", "{d}/prompts.jsonl"],
@@ -215,7 +215,7 @@ def test_every_command_has_config_quiet_and_debug():
     assert len(missing) > 15
 
 
-# ---- issue 50: what a new user met ---------------------------------------------------------
+# ---- what a new user met ---------------------------------------------------------
 
 def _no_model_load(monkeypatch):
     import solm.core.models as models

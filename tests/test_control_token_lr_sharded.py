@@ -1,4 +1,4 @@
-"""The control-token learning-rate scale under wrapping (issue 35): it looks the embedding up
+"""The control-token learning-rate scale under wrapping: it looks the embedding up
 at each step (wrapping for FSDP replaces the parameters a model held), and under FSDP2 (a
 DTensor sharded by rows over processes) it scales exactly the control rows each process
 holds."""

@@ -156,7 +156,7 @@ def test_offline_the_error_says_so_and_names_from(tmp_path, monkeypatch):
 
 
 def test_an_unreachable_hub_is_said_at_once_without_the_clients_retries(tmp_path, monkeypatch):
-    """Issue 38: 23 s of retries, then a message cut mid-word. A host that does not resolve is
+    """23 s of retries, then a message cut mid-word. A host that does not resolve is
     said before the hub client is called at all."""
     import socket
 

@@ -1,4 +1,4 @@
-"""Multi-process training (issue 35): Pasta-SFT as two CPU processes (`accelerate launch`
+"""Multi-process training: Pasta-SFT as two CPU processes (`accelerate launch`
 with configs/accelerate/cpu_ddp.yaml: torchrun underneath, gloo) ends with the parameters one
 process reaches with the same global batch, saves a model that loads and decodes alike, and a
 two-process run resumed from a mid-run checkpoint ends where an unbroken one does. Planned

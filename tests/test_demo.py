@@ -44,7 +44,7 @@ def test_at_equal_pass_costs_the_realized_speedup_is_the_theoretical_one(tiny,
     """The theoretical speedup counts passes the way the two timed decodes do: scripted
     answers whose blocks a cap cuts (the stop adds closers nobody fed), and whole ones, give
     theoretical == sequential passes / parallel passes, so equal per-pass times can never
-    print a realized speedup above it (issue 38: 1.74x against 1.71x)."""
+    print a realized speedup above it (1.74x against 1.71x)."""
     from solm.decode.pasta.demo import DemoResult, Timeline
 
     rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=512)
@@ -106,7 +106,7 @@ def test_make_demo_command_forks_threads_with_the_kept_model(tmp_path):
 
 
 def test_both_sides_are_warmed_then_timed_in_alternating_order(tiny, pasta_tokenizer):
-    """Issue 33: the first `make demo` timed the sequential side cold (realized 4.41x against
+    """The first `make demo` timed the sequential side cold (realized 4.41x against
     a theoretical 1.71x). Each side is now warmed once, then timed `repeats` times with the
     order alternating, and the fastest compared."""
     rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=512)

@@ -195,7 +195,7 @@ def test_alpaca_eval_prompts_from_the_hub_file_and_local_files(tmp_path, monkeyp
 
 
 def test_a_run_folder_refuses_another_judge_or_prompts_file(tmp_path):
-    """Issue 38: outputs are reused by prompt id and judgments by pair, so a rerun into the
+    """Outputs are reused by prompt id and judgments by pair, so a rerun into the
     same folder with another judge, reference or prompts file is refused; a decode-only
     rerun (--no-judge) keeps the judge recorded."""
     from solm.eval.methods import Method
@@ -215,7 +215,7 @@ def test_a_run_folder_refuses_another_judge_or_prompts_file(tmp_path):
 
 
 def test_timed_methods_are_warmed_first_and_alternate_their_order(tmp_path, pasta_tokenizer):
-    """Issue 33: every realized-speedup figure warms both paths before timing and alternates
+    """Every realized-speedup figure warms both paths before timing and alternates
     their order, so neither always runs first."""
     from solm.core.records import Record
     from solm.eval.methods import MethodRunner
@@ -323,7 +323,7 @@ def test_a_pasta_eval_row_keeps_what_the_summary_reads():
 
 
 def test_speed_reports_the_interval_well_formed_answers_and_repeats():
-    """Issue 36's figures, by hand: content tokens per pass against the baseline's with its
+    """The figures, by hand: content tokens per pass against the baseline's with its
     paired bootstrap interval, the share of well-formed Pasta-Lang answers, and repeated word
     3-grams ('a b c a b c': 4 trigrams, the last repeats the first)."""
     from solm.core.stats import bootstrap_geomean_ci, geomean, repeated_ngram_share

@@ -1,4 +1,4 @@
-"""FlexAttention wherever it is chosen (issue 35): every trainer's loss of a batch whose
+"""FlexAttention wherever it is chosen: every trainer's loss of a batch whose
 structure is not causal is the same under `--attention flex` and `--attention sdpa` (forward,
 no_grad, fp32), built through the trainer's own pieces (its loader, collator and Trainer
 class); a flex model refuses a dense mask; flex batches never build the dense T x T mask; a

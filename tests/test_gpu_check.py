@@ -1,5 +1,5 @@
 """The GPU check (bench/gpu_check.py) runs in CI in its dry mode: it lists what it will
-measure on a GPU and writes that plan, so a lent accelerator can run it at once."""
+measure on a GPU and writes that plan, so a GPU machine can run it at once."""
 
 import json
 import subprocess

@@ -1,4 +1,4 @@
-"""GRPO rollouts through an FSDP2-sharded model (issue 35): the runtime calls the decoder stack
+"""GRPO rollouts through an FSDP2-sharded model: the runtime calls the decoder stack
 and the head directly, so the root's own parameters must be gathered for the rollout (without
 it: "aten.embedding.default got mixed torch.Tensor and DTensor"). Two CPU processes over gloo;
 each samples its completions from the sharded model and gets what an unsharded copy of the

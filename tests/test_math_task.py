@@ -38,7 +38,7 @@ def test_gsm8k_style_answers_when_there_is_no_box():
     ("1,072", "1072", "integer", True),
     ("72.0", "72", "integer", True),
     ("73", "72", "integer", False),
-    ("72.5", "72", "integer", False),  # not rounded or truncated to the answer (issue 33)
+    ("72.5", "72", "integer", False),  # not rounded or truncated to the answer
     ("71.99", "72", "integer", False),
     ("", "72", "integer", False),
     (None, "72", "integer", False),

@@ -1,4 +1,4 @@
-"""The written memory estimate (issue 35): its arithmetic on a hand-worked case, and every
+"""The written memory estimate: its arithmetic on a hand-worked case, and every
 paper stage fitting the GPUs its config names."""
 
 from pathlib import Path

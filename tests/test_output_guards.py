@@ -1,4 +1,4 @@
-"""Guards a rerun and an output rely on (issue 50's planted bugs that no test caught): an
+"""Guards a rerun and an output rely on: an
 output folder where a file is expected, the count of undone samples, a rerun with a setting
 newer than its rows, and the GGUF cache telling exports apart."""
 

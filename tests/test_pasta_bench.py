@@ -47,7 +47,7 @@ class _EqualCostStep:
 
 def test_equal_pass_costs_give_realized_equal_to_theoretical(tiny, pasta_tokenizer,
                                                              monkeypatch):
-    """Issue 50: efficiency 1.40 was printed (a parallel pass cheaper than a sequential one).
+    """Efficiency 1.40 was printed (a parallel pass cheaper than a sequential one).
     With every pass costing the same, realized == theoretical for any --repeats, and the
     efficiency is exactly 1 (the oracle: the schedule's passes, counted by hand below)."""
     import types
@@ -86,7 +86,7 @@ def test_equal_pass_costs_give_realized_equal_to_theoretical(tiny, pasta_tokeniz
 
 
 def test_the_warm_up_replays_the_longest_row_whole_on_both_sides(tiny, pasta_tokenizer):
-    """Issue 50: warmed on 32 tokens, the first timed replay to reach a new key length paid
+    """Warmed on 32 tokens, the first timed replay to reach a new key length paid
     the allocator's growth, always the sequential side under --repeats 1 (efficiency 1.40).
     The warm-up now replays each side of the longest row whole, untimed."""
     from solm.core.chat import text_ids

@@ -89,7 +89,7 @@ def test_pasta_eval_runs_pdiff_beside_the_baseline(tmp_path, tiny_folder):
 
 @pytest.mark.slow
 def test_a_first_pdiff_decode_shows_diffusion(tmp_path):
-    """Issue 38: the built-in prompts (and 2 of 2 AlpacaEval prompts tried) planned no chunk,
+    """The built-in prompts (and 2 of 2 AlpacaEval prompts tried) planned no chunk,
     so a first `pdiff decode` never showed diffusion. With its defaults, the kept model plans
     chunks on the built-in prompts and they are denoised."""
     from typer.testing import CliRunner

@@ -165,7 +165,7 @@ def test_pdiff_sft_trains_saves_and_decodes(tmp_path, tiny_folder):
 
 
 def test_pdiff_sft_refuses_rows_without_a_promise(tmp_path):
-    """Issue 38: a TIP register file trained with `tagged_train_rows: 0` and no warning."""
+    """A TIP register file trained with `tagged_train_rows: 0` and no warning."""
     from solm.core.errors import SolmError
 
     tip_rows = tmp_path / "tip.jsonl"

@@ -211,7 +211,7 @@ def test_own_speed_is_the_samples_text_over_its_critical_path():
 
 
 def test_tied_samples_make_no_pair():
-    """Issue 38: chosen and rejected both scored 0.88 and BoNBoN trained on the pair."""
+    """Chosen and rejected both scored 0.88 and BoNBoN trained on the pair."""
     tied = [Scored(0, True, 0.88, None), Scored(1, True, 0.88, None)]
     assert choose_pair(tied, 0.0).skipped == TIED
     # the same score, but one is malformed: a real preference, kept
@@ -220,7 +220,7 @@ def test_tied_samples_make_no_pair():
 
 
 def test_prefs_reruns_keep_earlier_pairs_and_refuse_other_settings(tmp_path, tiny_folder):
-    """Issue 38: a smaller --limit rewrote pairs.jsonl smaller; another model's rerun reused
+    """A smaller --limit rewrote pairs.jsonl smaller; another model's rerun reused
     the samples and relabelled them; a changed λ was accepted silently. Also: a baseline
     file of `id` + `response` rows (as --help says) is read, and the pairs name their
     sampler (what `pasta bonbon` takes as its reference)."""
@@ -322,7 +322,7 @@ def test_a_rerun_with_other_weights_rescores_the_samples_it_has(tmp_path, tiny_f
 
 
 def test_a_sample_every_judgment_of_which_was_rejected_is_a_tie():
-    """Issue 33's planted bug (an unjudged sample's quality read as 0) passed the tests: a
+    """The planted bug (an unjudged sample's quality read as 0) passed the tests: a
     sample with no surviving judgment carries no information, so it scores as a tie (0.5),
     while a judged one scores its mean win rate."""
     from solm.core.records import Record

@@ -47,7 +47,7 @@ def decode(tiny, tok, vocab, max_fork_tokens=6):
 
 @pytest.mark.parametrize("attention", ["sdpa", "flex"])
 def test_runtime_logprobs_equal_the_structure_logprobs(tiny, pasta_tokenizer, vocab, attention):
-    """Under FlexAttention too (issue 35): the log-probs come from a BlockMask built from the
+    """Under FlexAttention too: the log-probs come from a BlockMask built from the
     same structure, never from a dense mask the flex model would add to its scores."""
     tok = pasta_tokenizer
     prompt, res = decode(tiny, tok, vocab)

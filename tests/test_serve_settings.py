@@ -1,7 +1,7 @@
 """A request's settings in both servers: each field a request gives overrides the server's
 default, each field it leaves out takes the server's (falsy values such as temperature 0 or
 no_repeat_ngram 0 included), and a TIP server applies only the fields its runtime reads.
-The rule is written here as a table of expected decode settings (issue 33: planted bugs in
+The rule is written here as a table of expected decode settings (planted bugs in
 request settings passed every test)."""
 
 import pytest

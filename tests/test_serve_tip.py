@@ -88,7 +88,7 @@ def test_pasta_fields_are_400s(client, field, value):
     r = c.post("/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 2,
                                         field: value})
     assert r.status_code == 400, r.text
-    if field != "logprobs":  # the error names the field the request set (issue 38)
+    if field != "logprobs":  # the error names the field the request set
         assert r.json()["error"]["param"] == field, r.text
 
 

@@ -107,7 +107,7 @@ def _finished_shards(folder: Path, shards: dict[int, list[dict]], n: int) -> Non
 
 
 def test_merge_keeps_the_rows_its_output_already_holds(tmp_path):
-    """Issue 38: an out.jsonl holding an earlier row lost it to `solm merge`."""
+    """An out.jsonl holding an earlier row lost it to `solm merge`."""
     out = tmp_path / "out.jsonl"
     _write(out, [{"id": "z", "v": 0}])
     _finished_shards(tmp_path, {0: [{"id": "a", "v": 1}], 1: [{"id": "b", "v": 2}]}, 2)

@@ -50,7 +50,7 @@ def trl_layout(prompt_ids, completion_ids, pad):
 @pytest.mark.parametrize("temperature,attention", [(1.0, "sdpa"), (0.7, "sdpa"), (0.7, "flex")])
 def test_recomputed_logprobs_equal_the_runtimes_sampling_logprobs(tip_tok, register_happy_model,
                                                                   temperature, attention):
-    """Under FlexAttention too (issue 35): GRPO's scorer then builds a BlockMask (its length
+    """Under FlexAttention too: GRPO's scorer then builds a BlockMask (its length
     padded to whole blocks) from the same structure."""
     vocab = TipVocab.from_tokenizer(tip_tok, TIP_REGISTERS)
     rollouts = TipRollouts(tip_tok, TIP_REGISTERS, "tip", page_size=4, batch_size=3,
@@ -129,7 +129,7 @@ def test_a_short_run_feeds_rollout_func_repeated_prompts(tmp_path, tiny_folder):
 
 
 def test_bf16_rollouts_match_the_bf16_recompute(tip_tok, register_happy_model):
-    """Issue 35: under --precision bf16 the rollouts sample in the trainer's autocast, so the
+    """Under --precision bf16 the rollouts sample in the trainer's autocast, so the
     sampler's log-probs and the trainer's recomputed ones are both bf16 and agree within what
     bf16 kernels allow (different kernels, different summation orders): measured max
     |difference| 1.95e-3 on this tiny model (Intel Xeon with AMX, 2 cores), against 1.16e-2
@@ -164,7 +164,7 @@ def test_bf16_rollouts_match_the_bf16_recompute(tip_tok, register_happy_model):
 
 
 def test_two_processes_sample_what_one_process_does(tip_tok, register_happy_model):
-    """Issue 35: a rollout is seeded by its prompt's place in the global generation batch (TRL
+    """A rollout is seeded by its prompt's place in the global generation batch (TRL
     gives process k the k-th contiguous slice), so the completions of two processes, each
     given its half, are those one process samples for the whole batch."""
     prompts = ["What is 2 + 3?", "Name a prime.", "Hi", "Count to five, please, slowly."]

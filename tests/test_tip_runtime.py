@@ -180,7 +180,7 @@ def _streaming_live_response(j: int, prompt: int, page: int, budget: int, sinks:
 
 @pytest.mark.parametrize("policy,budget", [("dense", None), ("streamingllm", 12)])
 def test_live_response_kv_counts_the_response_tokens_read(tip_model, tip_tok, policy, budget):
-    """Issue 38: the response's live KV was the mean live tokens minus the prompt, which
+    """The response's live KV was the mean live tokens minus the prompt, which
     reads 0 once a budget has evicted the prompt. Against the hand-worked reads: dense reads
     the k response tokens fed so far at step k (mean (S + 1) / 2); StreamingLLM the newest
     pages' response tokens."""

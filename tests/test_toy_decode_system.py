@@ -1,5 +1,5 @@
 """Adding a decode system is one config, one runtime speaking the protocol and one registry
-entry (issue 34): a toy system registered here, in a test file, gets a working decode
+entry: a toy system registered here, in a test file, gets a working decode
 command (a file, a rerun, one prompt, a shard), a `pasta eval run` method and a
 `solm serve --system`, from the registry alone.
 

@@ -1,4 +1,4 @@
-"""A written estimate of one training process's GPU memory (issue 35): does a stage's setting
+"""A written estimate of one training process's GPU memory: does a stage's setting
 fit the GPUs a paper config names?
 
 Under FSDP (full sharding, bf16 mixed precision, AdamW) each of N processes holds 1/N of the
