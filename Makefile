@@ -7,7 +7,7 @@ TORCH  ?= torch==2.13.0
 # llama.cpp is built for this CPU; on one with AMX its AMX kernels are built in and used
 # where the kernel grants the tiles at run time (ggml asks). The header works around GCC's
 # tile-configuration intrinsic, which made those kernels die with SIGILL (see the header).
-LLAMA_AMX_FIX := -include $(CURDIR)/solm/llamacpp/amx_tilecfg.h
+LLAMA_AMX_FIX := -include $(CURDIR)/solm/engines/llamacpp/amx_tilecfg.h
 LLAMA_CMAKE_ARGS ?= -DCMAKE_C_FLAGS='$(LLAMA_AMX_FIX)' -DCMAKE_CXX_FLAGS='$(LLAMA_AMX_FIX)'
 # solm[llama]'s pin, read from pyproject.toml
 LLAMA_PIN := $(shell grep -o 'llama-cpp-python==[0-9.]*' pyproject.toml)

@@ -20,7 +20,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from solm.decode.bandwidth import cpu_description
+from solm.engines.bandwidth import cpu_description
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 

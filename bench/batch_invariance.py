@@ -39,7 +39,8 @@ def per_call_us(weight: torch.Tensor, x: torch.Tensor, repeats: int = 50) -> flo
 def attention_check(dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int) -> dict:
     """One request's rows: its own keys (a SlotStep segment) vs the same keys at an offset of a
     larger pool under one mask (the layout a single masked call over many requests reads)."""
-    from solm.decode.attention import Segment, segmented_attention
+    from solm.engines.reads import Segment
+    from solm.engines.torch.attention import segmented_attention
 
     torch.manual_seed(0)
     n, rows, total, offset = 300, 4, 4096, 500
@@ -70,8 +71,8 @@ def main() -> None:
     args = p.parse_args()
 
     from solm.core.models import load_decoder, text_config
-    from solm.decode.bandwidth import cpu_description
-    from solm.decode.pool import kv_shape_of
+    from solm.engines.bandwidth import cpu_description
+    from solm.engines.torch.pool import kv_shape_of
 
     model, _ = load_decoder(args.model, dtype=args.dtype)
     dtype = next(model.parameters()).dtype

@@ -77,7 +77,7 @@ def main() -> None:
     from solm.core.quantize import weight_bytes
     from solm.core.records import load_records
     from solm.core.sampling import SamplingConfig
-    from solm.decode.bandwidth import cpu_description
+    from solm.engines.bandwidth import cpu_description
     from solm.decode.pasta.batched import BatchedPastaRuntime
     from solm.decode.pasta.decode_file import result_record
     from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime

@@ -33,7 +33,7 @@ def main() -> None:
     from solm.core.jsonl import read_jsonl
     from solm.core.models import load_decoder
     from solm.core.pasta_lang import promises, strip
-    from solm.decode.bandwidth import cpu_description
+    from solm.engines.bandwidth import cpu_description
     from solm.decode.pasta.runtime import PastaRuntime
     from solm.eval.pasta_bench import compile_for
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from solm.decode.bandwidth import cpu_description
+from solm.engines.bandwidth import cpu_description
 
 PROMPTS = ["Give me three tips for staying healthy.", "What is the capital of France?",
            "Write a haiku about autumn.", "Explain photosynthesis in one paragraph.",
@@ -56,7 +56,7 @@ def sequential_speed(report: Report, model_name: str, max_new: int) -> dict:
     from solm.core.chat import prompt_ids
     from solm.core.models import load_decoder
     from solm.core.quantize import weight_bytes
-    from solm.decode.bandwidth import achieved, kv_bytes_per_token, machine_bandwidth
+    from solm.engines.bandwidth import achieved, kv_bytes_per_token, machine_bandwidth
     from solm.decode.pasta.runtime import PastaDecodeConfig
 
     m, tok = load_decoder(model_name, dtype="auto")

@@ -12,10 +12,10 @@ import statistics
 import sys
 import time
 
-from solm.decode.bandwidth import cpu_description
+from solm.engines.bandwidth import cpu_description
 from solm.engines.probe import FIRST_ID, context_ids
-from solm.llamacpp.binding import LlamaContext, Token
-from solm.llamacpp.engine import gguf_for
+from solm.engines.llamacpp.binding import LlamaContext, Token
+from solm.engines.llamacpp.model import gguf_for
 
 SEQS, KS, REPEATS = 8, (1, 2, 4, 8), 25
 

@@ -26,7 +26,7 @@ from solm.core.vocabulary import add_control_tokens
 from solm.core.jsonl import read_jsonl
 from solm.core.models import load_tokenizer
 from solm.core.systems.pasta import PastaVocab
-from solm.decode.bandwidth import cpu_description
+from solm.engines.bandwidth import cpu_description
 from solm.train.collator import PastaCollator
 from solm.train.flex import block_mask_for
 

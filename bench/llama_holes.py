@@ -13,7 +13,7 @@ import json
 import statistics
 import time
 
-from solm.llamacpp.binding import LlamaContext, Token
+from solm.engines.llamacpp.binding import LlamaContext, Token
 
 
 def fill(ctx, seqs, fed, live, page, hole_pages):

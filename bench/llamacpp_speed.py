@@ -40,8 +40,8 @@ def cpu_name() -> str:
 
 def llama_own(gguf: str, prompts: list[list[int]], new: int, threads: int) -> dict:
     """llama.cpp's own loop: decode one token, sample greedily in C, repeat."""
-    from solm.llamacpp.binding import LlamaContext
-    from solm.llamacpp.own_loop import OwnLoop
+    from solm.engines.llamacpp.binding import LlamaContext
+    from solm.engines.llamacpp.own_loop import OwnLoop
 
     ctx = LlamaContext(gguf, n_ctx=2048, n_seq=1, threads=threads)
     loop = OwnLoop(ctx)
@@ -114,9 +114,9 @@ def main() -> None:
 
     from solm.core.chat import prompt_ids
     from solm.core.models import load_decoder
-    from solm.llamacpp.binding import LlamaContext
-    from solm.llamacpp.engine import gguf_for
-    from solm.llamacpp.step import LlamaCppStep
+    from solm.engines.llamacpp.binding import LlamaContext
+    from solm.engines.llamacpp.model import gguf_for
+    from solm.engines.llamacpp.step import LlamaCppStep
 
     threads = torch.get_num_threads()
     fp32 = load_decoder(args.model, dtype="fp32", device="cpu", system="pasta")

@@ -97,7 +97,7 @@ def main() -> None:
     from solm.core.chat import prompt_ids
     from solm.core.jsonl import read_jsonl
     from solm.core.systems.pasta import content_ids
-    from solm.decode.bandwidth import cpu_description
+    from solm.engines.bandwidth import cpu_description
     from solm.decode.pasta.system import runtime_on_engine
     from solm.engines import get_engine
 

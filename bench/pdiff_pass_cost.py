@@ -33,7 +33,7 @@ def main() -> None:
     from solm.core.structure import and_masks, same_request
     from solm.core.systems.pdiff import ATTR_NAMES, pdiff_visible
     from solm.core.structure import BATCH_ATTR_NAMES
-    from solm.decode.slots import SlotStep
+    from solm.engines.torch.slots import SlotStep
 
     model, tok = load_decoder(args.model, dtype=args.dtype, system="pdiff")
     widths = [int(w) for w in args.widths.split(",")]

@@ -104,7 +104,7 @@ def main() -> None:
     ap.add_argument("--gguf-type", default="q8_0")
     args = ap.parse_args()
 
-    from solm.decode.bandwidth import cpu_description
+    from solm.engines.bandwidth import cpu_description
 
     if args.engines:
         runs = [measure(args.model, args.clients, args, e) for e in args.engines.split(",")]

@@ -285,7 +285,7 @@ def record(kept: bool, work: Path) -> None:
 
 
 def _machine() -> str:
-    from solm.decode.bandwidth import cpu_description
+    from solm.engines.bandwidth import cpu_description
 
     return cpu_description()
 

@@ -107,7 +107,7 @@ MUTATIONS: dict[str, tuple] = {
         "            if self.abort.is_set():\n                self.session.cancel(rid)",
         ["tests/test_serve_tip.py"]),
     "amx_tile_config_reads_8_bytes": (
-        "solm/llamacpp/amx_tilecfg.h", "(*(const unsigned char (*)[64])(config))",
+        "solm/engines/llamacpp/amx_tilecfg.h", "(*(const unsigned char (*)[64])(config))",
         "(*(const void **)(config))", ["tests/test_amx_build.py"]),
     "token_bucket_ignores_its_burst": (
         "solm/core/llm/jobs.py",
@@ -145,10 +145,10 @@ MUTATIONS: dict[str, tuple] = {
         '                "content_tokens": res.generated_tokens,', SOT_TESTS),
     # the compiled step's padding
     "padded_rows_see_no_key": (
-        "solm/decode/compiled.py", "    mask[n:, 0] = True\n    pad = b - n",
+        "solm/engines/torch/compiled.py", "    mask[n:, 0] = True\n    pad = b - n",
         "    pad = b - n", ["tests/test_compiled_step.py"]),
     "pool_without_room_for_padding": (
-        "solm/decode/step.py",
+        "solm/engines/torch/step.py",
         "                   pool_size + TOKEN_BUCKET_MAX if compile else pool_size)",
         "                   pool_size)", ["tests/test_compiled_step.py"]),
     # nothing destroyed, nothing misreported
@@ -397,7 +397,7 @@ MUTATIONS: dict[str, tuple] = {
         ["tests/test_tip_annotate.py"]),
     "tip_register_choice_ignores_last_use": (
         "solm/annotate/tip_rules.py",
-        "            reg = min(pool, key=lambda r: (last_use[r], r))",
+        "            reg = min(pool, key=lambda r: (last_use[r], holder[r]))",
         "            reg = min(pool)",
         ["tests/test_tip_annotate.py"]),
     "tip_sft_length_filter_reads_the_stripped_text": (
@@ -444,10 +444,10 @@ MUTATIONS: dict[str, tuple] = {
     # trust follow-ups: a given GGUF, refused prompts, the context, offline names, distill's
     # verdict, passes vs critical path, bench step's flags, help at 80 columns
     "given_gguf_takes_the_asked_type": (
-        "solm/llamacpp/given.py", "    return ftype\n", "    return asked_type\n",
+        "solm/engines/llamacpp/given.py", "    return ftype\n", "    return asked_type\n",
         ["tests/test_given_gguf.py"]),
     "given_gguf_without_its_tokens_runs": (
-        "solm/llamacpp/given.py", "    if missing:\n", "    if missing and False:\n",
+        "solm/engines/llamacpp/given.py", "    if missing:\n", "    if missing and False:\n",
         ["tests/test_given_gguf.py"]),
     "refused_prompts_exit_zero": (
         "solm/decode/jobs.py", "    if not refused:\n        return\n",
@@ -475,7 +475,7 @@ MUTATIONS: dict[str, tuple] = {
         "solm/engines/cost.py", " and f[min(f, key=int)] < o[min(o, key=int)]", "",
         ["tests/test_step_cost_flags.py"]),
     "a_busy_bandwidth_probe_is_kept": (
-        "solm/decode/bandwidth.py", "    if max(times) / min(times) > BANDWIDTH_SPREAD:",
+        "solm/engines/bandwidth.py", "    if max(times) / min(times) > BANDWIDTH_SPREAD:",
         "    if False:", ["tests/test_step_cost_flags.py"]),
     "help_names_cut_at_80_columns": (
         "solm/cli/console.py", "            column.min_width = max(column.min_width or 0, longest)",
@@ -484,10 +484,10 @@ MUTATIONS: dict[str, tuple] = {
         "solm/cli/decode_command.py", "    if text is not None and not text.strip():",
         "    if False:", ["tests/test_batch_refusals.py"]),
     "torch_engine_silent": (
-        "solm/engines/torch_engine.py", '        notice(f"engine torch: ', '        (f"engine torch: ',
+        "solm/engines/torch/engine.py", '        notice(f"engine torch: ', '        (f"engine torch: ',
         ["tests/test_batch_refusals.py"]),
     "amx_compiles_like_avx512": (
-        "solm/decode/compiled.py", '        return "amx"\n', '        return "avx512_bf16"\n',
+        "solm/engines/torch/compiled.py", '        return "amx"\n', '        return "avx512_bf16"\n',
         ["tests/test_step_cost_flags.py"]),
     "pdiff_threshold_commits_below_it": (
         "solm/decode/pdiff/runtime.py", "if float(confidence[i]) >= cfg.confidence_threshold",
@@ -1014,14 +1014,14 @@ PAPER_PATH: dict[str, tuple] = {
         "solm/train/grpo.py", "with trainer.accelerator.autocast(), root_unsharded",
         "with contextlib.nullcontext(), root_unsharded", ["tests/test_tip_grpo.py"]),
     "head_packs_under_autocast": (
-        "solm/decode/head.py",
+        "solm/engines/torch/head.py",
         "                and not torch.is_autocast_enabled(hidden.device.type)):",
         "                ):", ["tests/test_tip_grpo.py"]),
     "kernels_ignore_the_softcap": (
-        "solm/decode/attention.py", "    if not softcap:\n        return F.scaled_dot",
+        "solm/engines/torch/attention.py", "    if not softcap:\n        return F.scaled_dot",
         "    if True:\n        return F.scaled_dot", ["tests/test_architectures.py"]),
     "paged_kernel_ignores_the_softcap": (
-        "solm/decode/paged_attention.py", "            o = attend(qi, k, v, mask, scale, softcap)",
+        "solm/engines/torch/paged_attention.py", "            o = attend(qi, k, v, mask, scale, softcap)",
         "            o = attend(qi, k, v, mask, scale, None)", ["tests/test_architectures.py"]),
     "a_binding_sliding_window_decodes": (
         "solm/core/model_features.py", "    if window is None or tokens <= window:",
@@ -1100,28 +1100,28 @@ LLAMA_RULES = {
         "solm/core/systems/tip.py", "newest = killed == self.step", "newest = False",
         ["tests/test_oracles.py", *LLAMA_TESTS]),
     "llama_fork_misses_its_promise": (
-        "solm/llamacpp/step.py",
+        "solm/engines/llamacpp/step.py",
         "seq, extra = req.main, tuple(also.pop(int(columns[\"order\"][i]), ()))",
         "seq, extra = req.main, (); also.pop(int(columns[\"order\"][i]), ())", LLAMA_TESTS),
     "llama_compaction_loses_the_kv": (
-        "solm/llamacpp/binding.py",
+        "solm/engines/llamacpp/binding.py",
         "        if L.llama_state_seq_set_data(self.ctx, blob, size, seq) == 0:",
         "        if False:", LLAMA_TESTS),
     "llama_compaction_miscounts_holes": (
-        "solm/llamacpp/tip.py", "            span, holes = held, 0",
+        "solm/engines/llamacpp/tip.py", "            span, holes = held, 0",
         "            span, holes = held, holes", LLAMA_TESTS),
     "llama_sync_joins_nothing": (
-        "solm/llamacpp/step.py", "                self.ctx.seq_cp(seq, req.main)\n",
+        "solm/engines/llamacpp/step.py", "                self.ctx.seq_cp(seq, req.main)\n",
         "                pass\n", LLAMA_TESTS),
     "llama_chunks_causal": (
-        "solm/llamacpp/step.py", "            self.ctx.set_causal(False)\n",
+        "solm/engines/llamacpp/step.py", "            self.ctx.set_causal(False)\n",
         "            pass\n", LLAMA_TESTS),
     "llama_tip_never_removes": (
-        "solm/llamacpp/tip.py",
+        "solm/engines/llamacpp/tip.py",
         "                self.ctx.seq_rm(seq, page.tokens[keep], page.tokens[n_held - 1] + 1)",
         "                pass", LLAMA_TESTS),
     "llama_streaming_one_page_allowed": (
-        "solm/llamacpp/tip.py", "if recent is not None and recent() < 2:",
+        "solm/engines/llamacpp/tip.py", "if recent is not None and recent() < 2:",
         "if recent is not None and recent() < 1:", LLAMA_TESTS),
     "auto_ignores_the_refusal": (
         "solm/engines/__init__.py",
@@ -1132,12 +1132,12 @@ LLAMA_RULES = {
         "        why = engine.refusal(system, **facts)\n        if why:",
         "        why = None\n        if why:", ["tests/test_engine_seam.py", "tests/test_cli_validation.py"]),
     "tip_refusal_dropped": (
-        "solm/engines/llamacpp_engine.py",
+        "solm/engines/llamacpp/engine.py",
         "        check = {\"pasta\": _pasta_refusal, \"pdiff\": _pdiff_refusal,\n                 \"tip\": _tip_refusal}.get(system)",
         "        check = {\"pasta\": _pasta_refusal, \"pdiff\": _pdiff_refusal}.get(system)",
         ["tests/test_engine_seam.py"] + LLAMA_TESTS),
     "llama_sot_point_without_its_prefix": (
-        "solm/llamacpp/step.py",
+        "solm/engines/llamacpp/step.py",
         "                    self.ctx.seq_cp(req.main, seq)\n                    if promised:",
         "                    if promised:\n                        self.ctx.seq_cp(req.main, seq)"
         "\n                    if promised:", LLAMA_TESTS),
@@ -1152,7 +1152,7 @@ LLAMA_RULES = {
         "solm/decode/tip/system.py", "    kv = engine_kv(engine, config)\n",
         "    kv = engine_kv(engine, config) and None\n", ["tests/test_engine_matrix.py"]),
     "pasta_pred10x_refusal_dropped": (
-        "solm/engines/llamacpp_engine.py",
+        "solm/engines/llamacpp/engine.py",
         '    if parallel and model_positions(model) != "overlap":',
         "    if False:", ["tests/test_engine_matrix.py"]),
     "auto_takes_the_slowest_measured_engine": (
@@ -1166,7 +1166,7 @@ LLAMA_RULES = {
         "    on = any(sum(f.values()) < sum(o.values()) and f[min(f, key=int)] < o[min(o, key=int)]\n             for o, f in pairs)",
         ["tests/test_bench_step.py"]),
     "flash_setting_not_passed_to_contexts": (
-        "solm/engines/llamacpp_engine.py", "unified=not independent,\n                            flash_attn_faster=flash_attn_here())",
+        "solm/engines/llamacpp/engine.py", "unified=not independent,\n                            flash_attn_faster=flash_attn_here())",
         "unified=not independent)", ["tests/test_bench_step.py"]),
     "sot_batched_runtime_drops_the_engines_step": (
         "solm/decode/sot/system.py", "max_batch=batch, forward=forward)",
@@ -1214,11 +1214,11 @@ LLAMA_RULES = {
         "return {w: max(v) for w, v in sorted(by.items())}",
         ["tests/test_bench_pasta_vs_llamacpp.py"]),
     "probe_threads_miss_the_shared_context": (
-        "solm/engines/llamacpp_engine.py", "        for s in range(1, k_max):\n            self.ctx.seq_cp(0, s)",
+        "solm/engines/llamacpp/engine.py", "        for s in range(1, k_max):\n            self.ctx.seq_cp(0, s)",
         "        for s in range(2, k_max):\n            self.ctx.seq_cp(0, s)",
         ["tests/test_bench_step.py"]),
     "f32_takes_flash_attention": (
-        "solm/llamacpp/engine.py", 'return faster and kv_type(engine) != "f32"',
+        "solm/engines/llamacpp/model.py", 'return faster and kv_type(engine) != "f32"',
         "return faster", ["tests/test_llamacpp.py", "tests/test_bench_step.py"]),
     "pass_widths_count_the_prefill": (
         "bench/pasta_vs_llamacpp.py", "        if not prefill:\n            self.widths.append",
@@ -1227,13 +1227,13 @@ LLAMA_RULES = {
         "solm/engines/cost.py", "    base = packed_base(str(model))", "    base = None",
         ["tests/test_engine_seam.py"]),
     "own_loop_skips_a_position": (
-        "solm/llamacpp/own_loop.py", "len(ids) + step, 1", "len(ids) + step + 1, 1",
+        "solm/engines/llamacpp/own_loop.py", "len(ids) + step, 1", "len(ids) + step + 1, 1",
         LLAMA_TESTS),
     "chat_ignores_the_engine": (
         "solm/cli/pasta_chat.py", 'rt, settings = runtime_on_engine(model, "parallel", options["engine"],',
         'rt, settings = runtime_on_engine(model, "parallel", "torch",', LLAMA_TESTS),
     "gguf_rotary_not_permuted": (
-        "solm/llamacpp/export.py",
+        "solm/engines/llamacpp/export.py",
         "array = torch.from_numpy(_permute_rotary(tensor.float().cpu().numpy(), n_head))",
         "array = tensor", LLAMA_TESTS),
 }
@@ -1241,11 +1241,11 @@ LLAMA_RULES = {
 CLI_PIPES = "tests/test_cli_pipes.py"
 NEW_USER = {
     "export_quantizable_written_unquantized": (
-        "solm/llamacpp/export.py", "if outtype in _BLOCKED and data.shape[-1] % 32:",
+        "solm/engines/llamacpp/export.py", "if outtype in _BLOCKED and data.shape[-1] % 32:",
         "if outtype in _BLOCKED and not data.shape[-1] % 32:",
         ["tests/test_llamacpp.py::test_every_matrix_is_written_in_the_requested_type"]),
     "llama_shared_prompt_not_given": (
-        "solm/llamacpp/step.py",
+        "solm/engines/llamacpp/step.py",
         "                self.ctx.seq_cp(self._requests[writer].main, req.main)",
         "                pass",
         ["tests/test_llamacpp.py::test_samples_sharing_a_prompt_compute_what_the_prompt_alone_does"]),
@@ -1299,7 +1299,7 @@ NEW_USER = {
         "    if False:",
         ["tests/test_llamacpp.py::test_export_refuses_unwritable_or_existing_outputs_before_loading"]),
     "f32_export_gets_f16_kv": (
-        "solm/llamacpp/engine.py", 'return "f32" if engine.gguf_type == "f32" else "f16"',
+        "solm/engines/llamacpp/model.py", 'return "f32" if engine.gguf_type == "f32" else "f16"',
         'return "f16"', ["tests/test_llamacpp.py::test_the_llama_contexts_kv_type_follows_the_export"]),
     "check_engines_gap_one_row_early": (
         "solm/eval/engine_check.py", "    row = oracle[at]\n", "    row = oracle[at - 1]\n",
@@ -1312,7 +1312,7 @@ NEW_USER = {
         'return info.get("system") or info.get("control_tokens") or None',
         "return None", [CLI_PIPES]),
     "cli_start_imports_the_attention_interface": (
-        "solm/decode/attention.py", "import torch.nn.functional as F\n",
+        "solm/engines/torch/attention.py", "import torch.nn.functional as F\n",
         "import torch.nn.functional as F\nfrom transformers import AttentionInterface\n",
         [CLI_PIPES]),
     "library_warnings_shown": (
@@ -1323,15 +1323,15 @@ NEW_USER = {
 # against its area's whole test files (`--audit6`); the caught ones then join the table
 AUDIT6 = {
     "llama_join_one_epoch_late": (
-        "solm/llamacpp/step.py", "            if join <= epoch:", "            if join < epoch:",
+        "solm/engines/llamacpp/step.py", "            if join <= epoch:", "            if join < epoch:",
         LLAMA_TESTS),
     "llama_every_prompt_token_returns_logits": (
-        "solm/llamacpp/step.py", "logits=not prefill or i == at + count - 1, also=extra))",
+        "solm/engines/llamacpp/step.py", "logits=not prefill or i == at + count - 1, also=extra))",
         "logits=True, also=extra))", LLAMA_TESTS),
     # planted first as the key without the type: equivalent (the file name carries the
     # type), so the registers instead, which nothing else in the path tells apart
     "gguf_cache_key_ignores_the_registers": (
-        "solm/llamacpp/engine.py", "registers=num_registers, outtype=outtype,",
+        "solm/engines/llamacpp/model.py", "registers=num_registers, outtype=outtype,",
         "outtype=outtype,", [*LLAMA_TESTS, "tests/test_output_guards.py"]),
     "shard_marker_complete_unchecked": (
         "solm/core/shard.py", '    if not marker.get("complete"):', "    if False:",
@@ -1443,17 +1443,17 @@ OWN_ANSWERS = {
         "solm/eval/step_cost.py", "            probe.one_pass(k)\n            times =",
         "            times =", ["tests/test_bench_step.py"]),
     "step_cost_llama_cells_kept": (
-        "solm/engines/llamacpp_engine.py", "        for s in range(k):\n            self.ctx.seq_rm(s, c, -1)",
+        "solm/engines/llamacpp/engine.py", "        for s in range(k):\n            self.ctx.seq_rm(s, c, -1)",
         "        for s in range(0):\n            self.ctx.seq_rm(s, c, -1)", ["tests/test_bench_step.py"]),
     "step_cost_torch_reads_every_context": (
-        "solm/engines/torch_engine.py", "        reads = [(1, [(s * c, (s + 1) * c), (base + s, base + s + 1)]) for s in range(k)]",
+        "solm/engines/torch/engine.py", "        reads = [(1, [(s * c, (s + 1) * c), (base + s, base + s + 1)]) for s in range(k)]",
         "        reads = [(1, [(0, (s + 1) * c), (base + s, base + s + 1)]) for s in range(k)]",
         ["tests/test_bench_step.py"]),
     "topic_cap_setting_ignored": (
         "solm/decode/pasta/runtime.py", "                capped = thread.topic_len >= config.max_topic_tokens",
         "                capped = thread.topic_len >= 24", ["tests/test_runtime.py"]),
     "engine_availability_ignored": (
-        "solm/engines/llamacpp_engine.py",
+        "solm/engines/llamacpp/engine.py",
         "        return None if llama_cpp_available() else \"llama-cpp-python is not installed\"",
         "        return None", ["tests/test_bench_step.py"]),
     "pad_cycle_not_recorded_for_adapters": (
@@ -1496,38 +1496,38 @@ OWN_ANSWERS = {
 # the onnxruntime engine
 ONNXRT = {
     "ort_rope_interleaved": (
-        "solm/onnxrt/graph.py", "interleaved=0, num_heads=heads",
+        "solm/engines/onnxruntime/graph.py", "interleaved=0, num_heads=heads",
         "interleaved=1, num_heads=heads", ["tests/test_onnxruntime.py"]),
     "ort_residual_sum_dropped": (
-        "solm/onnxrt/graph.py", "        return normed, total", "        return normed, x",
+        "solm/engines/onnxruntime/graph.py", "        return normed, total", "        return normed, x",
         ["tests/test_onnxruntime.py"]),
     "ort_kv_widths_swapped": (
-        "solm/onnxrt/graph.py",
+        "solm/engines/onnxruntime/graph.py",
         "    qkv_widths = w.const(np.array([s.heads * d, s.kv_heads * d, s.kv_heads * d], np.int64))",
         "    qkv_widths = w.const(np.array([s.kv_heads * d, s.heads * d, s.kv_heads * d], np.int64))",
         ["tests/test_onnxruntime.py"]),
     "ort_fed_cells_take_the_read_columns": (
-        "solm/onnxrt/step.py", "    column[written] = len(read) + np.arange(len(written))",
+        "solm/engines/onnxruntime/step.py", "    column[written] = len(read) + np.arange(len(written))",
         "    column[written] = np.arange(len(written))", ["tests/test_onnxruntime.py"]),
     "ort_hidden_cells_never_freed": (
-        "solm/onnxrt/step.py", "            self._free.append(cells.pop(token))",
+        "solm/engines/onnxruntime/step.py", "            self._free.append(cells.pop(token))",
         "            cells.pop(token)", ["tests/test_onnxruntime.py"]),
     "ort_i8_full_range_overflows": (
-        "solm/onnxrt/graph.py", "I8_TOP = 63", "I8_TOP = 127", ["tests/test_onnxruntime.py"]),
+        "solm/engines/onnxruntime/graph.py", "I8_TOP = 63", "I8_TOP = 127", ["tests/test_onnxruntime.py"]),
     "ort_nibbles_swapped": (
-        "solm/onnxrt/graph.py", "        q = q[..., 0::2] | (q[..., 1::2] << 4)",
+        "solm/engines/onnxruntime/graph.py", "        q = q[..., 0::2] | (q[..., 1::2] << 4)",
         "        q = q[..., 1::2] | (q[..., 0::2] << 4)", ["tests/test_onnxruntime.py"]),
     "ort_pdiff_given_pastas_mask": (
-        "solm/onnxrt/step.py", '    if kind == "pdiff":\n', '    if False:\n',
+        "solm/engines/onnxruntime/step.py", '    if kind == "pdiff":\n', '    if False:\n',
         ["tests/test_engine_matrix.py"]),
     "demo_tokens_per_pass_not_kept": (
-        "solm/cli/pasta.py", '    record_tokens_per_pass(model, "pasta", cfg,',
+        "solm/cli/pasta_demo.py", '    record_tokens_per_pass(model, "pasta", cfg,',
         '    (lambda *a: None)(model, "pasta", cfg,', ["tests/test_demo.py"]),
     "bench_step_times_another_onnx_format": (
         "solm/cli/bench_step.py", '    onnx_types: str = typer.Option(DECODE_FORMATS["onnx_type"],',
         '    onnx_types: str = typer.Option("i8",', ["tests/test_bench_step.py"]),
     "ort_h2o_refusal_dropped": (
-        "solm/engines/onnxruntime_engine.py", "        if policy is not None and policy.needs_scores:",
+        "solm/engines/onnxruntime/engine.py", "        if policy is not None and policy.needs_scores:",
         "        if False:", ["tests/test_engine_matrix.py"]),
 }
 MUTATIONS.update(PAPER_PATH)

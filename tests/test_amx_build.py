@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-HEADER = ROOT / "solm" / "llamacpp" / "amx_tilecfg.h"
+HEADER = ROOT / "solm" / "engines" / "llamacpp" / "amx_tilecfg.h"
 PROGRAM = Path(__file__).parent / "data" / "amx_tile_roundtrip.c"
 
 

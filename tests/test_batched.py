@@ -12,7 +12,7 @@ from solm.core.chat import text_ids
 from solm.core.sampling import SamplingConfig
 from solm.decode.pasta.batched import (CANCELLED, REFUSED, BatchedPastaRuntime, BatchRequest)
 from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime, replay_scripts
-from solm.decode.slots import SlotAllocator
+from solm.engines.torch.slots import SlotAllocator
 
 ANSWERS = [
     'Tips:\n1.<promise topic="sleep" tokens="2"/><async> Sleep eight hours every night and '

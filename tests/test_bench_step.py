@@ -10,7 +10,7 @@ import torch
 
 from solm.engines import ENGINES
 from solm.engines.probe import FIRST_ID, context_ids
-from solm.engines.torch_engine import TorchProbe
+from solm.engines.torch.engine import TorchProbe
 from solm.eval.step_cost import floor_ms, measure
 
 
@@ -124,7 +124,7 @@ def test_an_engine_not_installed_is_skipped_with_why(tiny_folder, monkeypatch):
     others and reports it skipped, and with nothing else asked exits in one line."""
     from typer.testing import CliRunner
 
-    import solm.llamacpp.binding as binding
+    import solm.engines.llamacpp.binding as binding
     from solm.cli import main as solm_main
 
     monkeypatch.setattr(binding, "llama_cpp_available", lambda: False)
@@ -143,7 +143,7 @@ def test_bench_step_keeps_flash_attention_where_it_is_faster_for_every_format(tm
     overrides)."""
     import itertools
 
-    from solm.decode.bandwidth import cpu_description
+    from solm.engines.bandwidth import cpu_description
     from solm.engines import cost
 
     monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
@@ -170,9 +170,9 @@ def test_the_llama_cpp_engines_contexts_take_the_flash_setting(monkeypatch):
     from solm.engines import cost
 
     seen = []
-    monkeypatch.setattr("solm.llamacpp.binding.LlamaContext",
+    monkeypatch.setattr("solm.engines.llamacpp.binding.LlamaContext",
                         lambda *a, **k: seen.append(k["flash_attn"]) or object())
-    monkeypatch.setattr("solm.llamacpp.step.LlamaCppStep", lambda ctx: ctx)
+    monkeypatch.setattr("solm.engines.llamacpp.step.LlamaCppStep", lambda ctx: ctx)
     for gguf_type, value in (("q4_0", "on"), ("q4_0", "off"), ("f32", "on")):
         monkeypatch.setenv(cost.FLASH_ENV, value)
         settings = PastaEngine(engine="llama.cpp", gguf_type=gguf_type)

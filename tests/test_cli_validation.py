@@ -317,7 +317,7 @@ def test_the_cache_reports_its_size_and_cleans_one_kind(tmp_path, monkeypatch):
 def test_auto_names_the_engine_it_chose_and_why(monkeypatch):
     import solm.core.notices as notices
     import solm.engines as engines
-    import solm.llamacpp.binding as binding
+    import solm.engines.llamacpp.binding as binding
 
     said = []
     monkeypatch.setattr(notices, "_LISTENERS", [])

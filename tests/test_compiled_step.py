@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from solm.core.chat import text_ids
-from solm.decode.compiled import bucket, kv_bucket, should_compile
+from solm.engines.torch.compiled import bucket, kv_bucket, should_compile
 from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
 
 ITEMS = ["Sleep eight hours every night and keep the same hours on weekends too.",
@@ -116,7 +116,7 @@ def test_every_padded_row_reads_a_key_and_real_rows_read_what_they_see():
     """Padding a step to its bucket: each padded row attends to exactly one key (slot 0; a
     fully masked row gives NaN on some torch builds), real rows keep their own visibility, and
     the padded writes go past the real slots, inside the pool's capacity."""
-    from solm.decode.compiled import TOKEN_BUCKET_MAX, padded_step_inputs
+    from solm.engines.torch.compiled import TOKEN_BUCKET_MAX, padded_step_inputs
 
     for n in range(1, TOKEN_BUCKET_MAX + 1):
         first, capacity = 1000 - n, 1000 + TOKEN_BUCKET_MAX
@@ -136,7 +136,7 @@ def test_a_padded_step_at_the_end_of_a_nearly_full_pool_equals_eager(tiny, pasta
     padding past the end; logits equal the eager step's (graphs built with the eager
     backend: this checks the padding, not inductor)."""
     from solm.core.systems.sot import ATTR_NAMES, SotTracker, sot_visible
-    from solm.decode.step import PoolStep
+    from solm.engines.torch.step import PoolStep
 
     pool = 300
     eager = PoolStep(tiny, pool, sot_visible, ATTR_NAMES)

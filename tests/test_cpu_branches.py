@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from solm.core.models import cpu_has_fast_bf16, resolve_dtype
-from solm.decode.head import OutputHead, can_pack
+from solm.engines.torch.head import OutputHead, can_pack
 
 AMD_AVX2 = "vendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx avx2 fma"
 AMD_AVX512_BF16 = AMD_AVX2 + " avx512f avx512_bf16"

@@ -218,7 +218,7 @@ def runner_step(runner):
     if isinstance(rt, TipRuntime):
         return rt.engine_kv
     assert isinstance(rt, (BatchedPastaRuntime, PdiffRuntime, BatchedSotRuntime)), rt
-    from solm.decode.slots import SlotStep
+    from solm.engines.torch.slots import SlotStep
 
     return None if isinstance(rt.forward, SlotStep) else rt.forward
 
@@ -364,7 +364,7 @@ def test_prompts_prefilled_in_short_runs_on_onnxruntime_equal_the_oracle(
     """A prompt is prefilled in runs of PREFILL_ROWS rows (each run's bias is rows x cells
     read, never prompt x prompt): with runs of 3 rows, every system's decode still equals
     the oracle."""
-    from solm.onnxrt import step
+    from solm.engines.onnxruntime import step
 
     if ENGINES["onnxruntime"].unavailable():
         pytest.skip(ENGINES["onnxruntime"].unavailable())

@@ -89,7 +89,7 @@ def _measured(tmp_path, monkeypatch, costs: dict[str, dict[int, float]], tpp: fl
     """A cache holding `bench step` figures ({engine: {k: ms}}) for this CPU and `model`, and
     (if given) the content tokens per pass a PASTA parallel decode of `model` measured, with
     `fed` tokens fed per pass (default: as many)."""
-    from solm.decode.bandwidth import cpu_description
+    from solm.engines.bandwidth import cpu_description
     from solm.decode.pasta.config import PastaDecodeConfig
     from solm.engines.cost import record_step_costs, record_tokens_per_pass
 

@@ -25,7 +25,7 @@ def tiny_ggufs(tmp_path_factory, pasta_tokenizer):
     """A tiny random llama with PASTA's tokens written as f32 and as f16 GGUFs, its folder,
     and the same model without control tokens as f32."""
     from solm.core.models import load_tokenizer, tiny_model
-    from solm.llamacpp.export import write_gguf
+    from solm.engines.llamacpp.export import write_gguf
 
     root = tmp_path_factory.mktemp("given")
     model, tok = tiny_model(pasta_tokenizer, seed=3, hidden_size=64, num_layers=2)
@@ -71,7 +71,7 @@ def test_a_given_f32_gguf_runs_as_it_is_and_equals_torch(tmp_path, tiny_ggufs, m
 
 def test_a_given_gguf_keeps_its_own_type_under_the_default_gguf_type(tmp_path, tiny_ggufs,
                                                                        monkeypatch):
-    from solm.llamacpp.given import FILE_TYPES, given_gguf
+    from solm.engines.llamacpp.given import FILE_TYPES, given_gguf
 
     monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
     given = tiny_ggufs / "tiny.f16.gguf"

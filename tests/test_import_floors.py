@@ -2,7 +2,10 @@
 (function-level imports included): a helper two packages share lives on the lower one's
 floor. And no module imports itself back through others (no import circle), lazily or not.
 
-    core  <  data, annotate, llamacpp  <  decode, engines, onnxrt  <  train  <  prefs, eval, judge  <  serve  <  cli
+    core  <  data, annotate  <  engines  <  decode  <  train  <  prefs, eval, judge  <  serve  <  cli
+
+The engines sit below the runtimes: a runtime asks an engine for its forward step, never the
+reverse. Each engine is one folder under `solm/engines/` and reads no other engine's folder.
 """
 
 import ast
@@ -11,8 +14,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "solm"
-FLOORS = {"core": 0, "data": 1, "annotate": 1, "llamacpp": 1, "decode": 2, "engines": 2, "onnxrt": 2, "train": 3, "prefs": 4,
-          "eval": 4, "judge": 4, "serve": 5, "cli": 6}
+FLOORS = {"core": 0, "data": 1, "annotate": 1, "engines": 2, "decode": 3, "train": 4, "prefs": 5,
+          "eval": 5, "judge": 5, "serve": 6, "cli": 7}
+ENGINES = ("torch", "llamacpp", "onnxruntime")
 
 
 def module_name(path: Path) -> str:
@@ -67,6 +71,19 @@ def test_imports_go_down_or_across_a_floor():
     upward = sorted(f"{a} -> {b}" for a, deps in the_graph().items() for b in deps
                     if floor(a) is not None and floor(b) is not None and floor(b) > floor(a))
     assert not upward, "imports from a higher floor:\n" + "\n".join(upward)
+
+
+def engine_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "engines" and parts[2] in ENGINES else None
+
+
+def test_each_engine_is_one_folder_that_reads_no_other_engines():
+    assert {p.name for p in (ROOT / "engines").iterdir() if p.is_dir()
+            and p.name != "__pycache__"} == set(ENGINES)
+    crossing = sorted(f"{a} -> {b}" for a, deps in the_graph().items() for b in deps
+                      if engine_of(a) and engine_of(b) and engine_of(a) != engine_of(b))
+    assert not crossing, "an engine reads another's folder:\n" + "\n".join(crossing)
 
 
 def test_no_import_circle():

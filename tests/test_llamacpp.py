@@ -53,7 +53,7 @@ def first_near_tie(model, prompt: list[int], answer: list[int]) -> int:
 def exported(tmp_path_factory, pasta_tokenizer):
     """A tiny random llama with PASTA's control tokens, and its f32 export."""
     from solm.core.models import tiny_model
-    from solm.llamacpp.export import write_gguf
+    from solm.engines.llamacpp.export import write_gguf
 
     model, tok = tiny_model(pasta_tokenizer, seed=3, hidden_size=64, num_layers=2)
     path = tmp_path_factory.mktemp("gguf") / "tiny.f32.gguf"
@@ -68,7 +68,7 @@ def prompt_ids(tok, texts):
 
 
 def test_teacher_forced_logits_equal_the_hf_forward(exported):
-    from solm.llamacpp.binding import LlamaContext, Token
+    from solm.engines.llamacpp.binding import LlamaContext, Token
 
     model, tok, path = exported
     ids = tok("The quick brown fox jumps over the lazy dog, twice: the quick brown fox.")[
@@ -81,7 +81,7 @@ def test_teacher_forced_logits_equal_the_hf_forward(exported):
 def test_two_sequences_in_one_call_see_only_their_own_cells(exported):
     """Two prompts fed in one llama_decode, as two sequences, get the logits each gets alone:
     a sequence is exactly what a request sees."""
-    from solm.llamacpp.binding import LlamaContext, Token
+    from solm.engines.llamacpp.binding import LlamaContext, Token
 
     model, tok, path = exported
     a, b = prompt_ids(tok, ["Name a colour.", "Why is the sky blue? Answer briefly."])
@@ -102,8 +102,8 @@ def greedy(model, tok, prompts, engine: str, gguf=None, batch: int = 4, max_new:
                                sampling=SamplingConfig(temperature=0.0))
     forward = None
     if engine == "llama.cpp":
-        from solm.llamacpp.binding import LlamaContext
-        from solm.llamacpp.step import LlamaCppStep
+        from solm.engines.llamacpp.binding import LlamaContext
+        from solm.engines.llamacpp.step import LlamaCppStep
 
         forward = LlamaCppStep(LlamaContext(gguf, n_ctx=batch * 256, kv_type="f32",
                                             n_seq=2 * batch if unified else batch,
@@ -143,8 +143,8 @@ def test_requests_sharing_a_prompt_read_one_copy(exported):
     from solm.core.sampling import SamplingConfig
     from solm.decode.pasta.batched import BatchedPastaRuntime
     from solm.decode.pasta.runtime import PastaDecodeConfig
-    from solm.llamacpp.binding import LlamaContext
-    from solm.llamacpp.step import LlamaCppStep
+    from solm.engines.llamacpp.binding import LlamaContext
+    from solm.engines.llamacpp.step import LlamaCppStep
 
     model, tok, path = exported
     (prompt,) = prompt_ids(tok, ["Give three tips for staying healthy."])
@@ -167,8 +167,8 @@ def test_samples_sharing_a_prompt_compute_what_the_prompt_alone_does(exported):
     from solm.core.sampling import SamplingConfig
     from solm.decode.pasta.batched import BatchedPastaRuntime
     from solm.decode.pasta.runtime import PastaDecodeConfig
-    from solm.llamacpp.binding import LlamaContext
-    from solm.llamacpp.step import LlamaCppStep
+    from solm.engines.llamacpp.binding import LlamaContext
+    from solm.engines.llamacpp.step import LlamaCppStep
 
     model, tok, path = exported
     (prompt,) = prompt_ids(tok, ["Give three tips for staying healthy."])
@@ -268,7 +268,7 @@ def test_export_errors_are_one_line_and_leave_no_file(tmp_path, pasta_tokenizer,
     # a failure while the tensors are written leaves neither the file nor its partial copy
     import gguf
 
-    from solm.llamacpp.export import write_gguf
+    from solm.engines.llamacpp.export import write_gguf
 
     llama, tok = tiny_model(pasta_tokenizer)
 
@@ -287,8 +287,8 @@ def test_export_errors_are_one_line_and_leave_no_file(tmp_path, pasta_tokenizer,
 def test_smaller_exports_stay_close_to_the_reference(exported, tmp_path, outtype, tol, agree):
     """Rounded weights, the same model: logits close, top token mostly the same (a check that
     the tensors are laid out right, not only that the file loads)."""
-    from solm.llamacpp.binding import LlamaContext, Token
-    from solm.llamacpp.export import write_gguf
+    from solm.engines.llamacpp.binding import LlamaContext, Token
+    from solm.engines.llamacpp.export import write_gguf
 
     model, tok, _ = exported
     path = tmp_path / f"tiny.{outtype}.gguf"
@@ -304,8 +304,8 @@ def test_smaller_exports_stay_close_to_the_reference(exported, tmp_path, outtype
 def test_repacked_and_plain_kernels_compute_the_same_model(exported, tmp_path):
     """`repack=False` (llama.cpp's plain kernels) and the default repacked layout decode one
     q4_0 file to the same logits up to activation rounding, both close to the reference."""
-    from solm.llamacpp.binding import LlamaContext, Token
-    from solm.llamacpp.export import write_gguf
+    from solm.engines.llamacpp.binding import LlamaContext, Token
+    from solm.engines.llamacpp.export import write_gguf
 
     model, tok, _ = exported
     path = tmp_path / "tiny.q4_0.gguf"
@@ -332,7 +332,7 @@ def test_every_matrix_is_written_in_the_requested_type(exported, tmp_path, outty
     written tensor types and sizes against the type asked for (vectors, the norms, stay f32)."""
     import gguf
 
-    from solm.llamacpp.export import write_gguf
+    from solm.engines.llamacpp.export import write_gguf
 
     model, tok, _ = exported
     path = tmp_path / f"t.{outtype}.gguf"
@@ -357,7 +357,7 @@ def test_export_refuses_unwritable_or_existing_outputs_before_loading(tmp_path, 
     """A new user's trial: /proc/x.gguf failed after 18 s of loading, a path under a file said
     "File exists", an existing .gguf was replaced without notice, and no manifest was left."""
     from solm.cli.main import app
-    import solm.llamacpp.export as export
+    import solm.engines.llamacpp.export as export
 
     def no_load(*a, **k):
         raise AssertionError("the model was loaded before the output was checked")
@@ -415,7 +415,7 @@ def register_happy(tmp_path_factory):
     from solm.core.models import load_tokenizer
     from solm.core.systems.tip import TipVocab
     from solm.core.vocabulary import add_control_tokens
-    from solm.llamacpp.export import write_gguf
+    from solm.engines.llamacpp.export import write_gguf
 
     tok = load_tokenizer("smollm2-135m")
     add_control_tokens(None, tok, "tip", num_registers=4)
@@ -431,8 +431,8 @@ def tip_decode(model, tok, prompts, policy, budget, engine, gguf=None, batch=2, 
 
     kv = None
     if engine == "llama.cpp":
-        from solm.llamacpp.binding import LlamaContext
-        from solm.llamacpp.tip import LlamaKV
+        from solm.engines.llamacpp.binding import LlamaContext
+        from solm.engines.llamacpp.tip import LlamaKV
 
         kv = LlamaKV(LlamaContext(gguf, n_ctx=batch * 512, n_seq=batch, kv_type="f32",
                                   unified=False))
@@ -481,8 +481,8 @@ def test_compacted_streams_decode_what_torch_decodes(register_happy, policy, bud
     """Streams compacted whenever a cell is a hole (this model's TIP steps are a token or two;
     the streaming window drops pages of 16): the KV copied out and set back packed, and
     every later pass equals torch's (same tokens, same logits)."""
-    from solm.llamacpp.binding import LlamaContext
-    from solm.llamacpp.tip import LlamaKV
+    from solm.engines.llamacpp.binding import LlamaContext
+    from solm.engines.llamacpp.tip import LlamaKV
 
     monkeypatch.setattr(LlamaKV, "compact_holes", 1)
     monkeypatch.setattr(LlamaKV, "compact_share", 0.0)
@@ -508,7 +508,7 @@ def test_a_one_page_streaming_window_is_refused_on_llama_cpp(register_happy):
     """A window of one recent page drops the token before each new page: the refusal says
     so, and forcing it anyway is what llama.cpp would refuse (so the rule is needed)."""
     from solm.decode.tip.policies import make_policy
-    from solm.llamacpp.tip import policy_refusal
+    from solm.engines.llamacpp.tip import policy_refusal
 
     assert "--budget >= 36" in policy_refusal(make_policy("streamingllm", 32, 16))
     assert policy_refusal(make_policy("streamingllm", 36, 16)) is None
@@ -533,8 +533,8 @@ def replay_on_llama(model, tok, gguf, prompt, responses, batch=3):
     requests at once; each result's logits in training order."""
     from solm.decode.pasta.batched import BatchedPastaRuntime, BatchRequest
     from solm.decode.pasta.runtime import PastaDecodeConfig, replay_scripts
-    from solm.llamacpp.binding import LlamaContext
-    from solm.llamacpp.step import LlamaCppStep
+    from solm.engines.llamacpp.binding import LlamaContext
+    from solm.engines.llamacpp.step import LlamaCppStep
 
     ctx = LlamaContext(gguf, n_ctx=4096, n_seq=64, kv_type="f32")
     rt = BatchedPastaRuntime(model, tok, pool_size=4096, max_batch=batch,
@@ -621,9 +621,9 @@ def test_the_demo_runtime_on_llama_cpp_decodes_what_torch_does(tmp_path):
     from solm.core.sampling import SamplingConfig
     from solm.decode.pasta.demo import run_demo
     from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
-    from solm.llamacpp.binding import LlamaContext
-    from solm.llamacpp.export import write_gguf
-    from solm.llamacpp.step import LlamaPoolStep
+    from solm.engines.llamacpp.binding import LlamaContext
+    from solm.engines.llamacpp.export import write_gguf
+    from solm.engines.llamacpp.step import LlamaPoolStep
 
     model, tok = tag_happy_overlap_model()
     path = tmp_path / "m.gguf"
@@ -697,8 +697,8 @@ def test_pasta_chat_on_llama_cpp_answers_what_torch_does(tmp_path, monkeypatch):
 def test_llama_cpps_own_loop_generates_the_hf_greedy_answer(exported):
     """The yardstick `pasta bench --engine llama.cpp` and bench/llamacpp_speed.py time:
     llama.cpp's own loop gives the HF model's greedy tokens up to the first near-tie."""
-    from solm.llamacpp.binding import LlamaContext
-    from solm.llamacpp.own_loop import OwnLoop
+    from solm.engines.llamacpp.binding import LlamaContext
+    from solm.engines.llamacpp.own_loop import OwnLoop
 
     model, tok, path = exported
     loop = OwnLoop(LlamaContext(path, n_ctx=512, n_seq=1, kv_type="f32"))
@@ -754,8 +754,8 @@ def test_sot_points_on_llama_cpp_equal_the_hf_forward(exported, monkeypatch):
     from solm.decode.sot import runtime as sot_runtime
     from solm.decode.sot.batched import BatchedSotRuntime
     from solm.decode.sot.runtime import SotConfig
-    from solm.llamacpp.binding import LlamaContext
-    from solm.llamacpp.step import LlamaCppStep
+    from solm.engines.llamacpp.binding import LlamaContext
+    from solm.engines.llamacpp.step import LlamaCppStep
 
     model, tok, path = exported
     monkeypatch.setattr(sot_runtime, "parse_skeleton", lambda text: ["Apples", "Pears",
@@ -791,7 +791,7 @@ PLANS = ['Intro <promise topic="a" tokens="1"/> and <promise topic="b" tokens="2
 @pytest.fixture(scope="module")
 def pdiff_overlap(tmp_path_factory, pdiff_tok):
     from solm.core.models import tiny_model
-    from solm.llamacpp.export import write_gguf
+    from solm.engines.llamacpp.export import write_gguf
 
     model, _ = tiny_model(pdiff_tok, seed=6)
     model.config.solm_positions = "overlap"
@@ -806,8 +806,8 @@ def pdiff_decode(model, tok, prompts, plans, gguf=None):
 
     forward = None
     if gguf is not None:
-        from solm.llamacpp.binding import LlamaContext
-        from solm.llamacpp.step import LlamaPdiffStep
+        from solm.engines.llamacpp.binding import LlamaContext
+        from solm.engines.llamacpp.step import LlamaPdiffStep
 
         forward = LlamaPdiffStep(LlamaContext(gguf, n_ctx=4096, n_seq=64, kv_type="f32"))
     rt = PdiffRuntime(model, tok, pool_size=4096, max_batch=4, forward=forward)
@@ -1094,8 +1094,8 @@ def test_the_llama_contexts_kv_type_follows_the_export(exported):
     greedy answers where the oracle's gap is above the tolerance); others with F16."""
     from types import SimpleNamespace
 
-    from solm.llamacpp.binding import Token
-    from solm.llamacpp.engine import kv_type, llama_context
+    from solm.engines.llamacpp.binding import Token
+    from solm.engines.llamacpp.model import kv_type, llama_context
 
     model, tok, path = exported
     for t in ("f16", "bf16", "q8_0", "q4_0", "q4_1"):
@@ -1121,7 +1121,7 @@ def test_an_f32_export_decodes_without_flash_attention_where_it_is_faster(export
 
     from solm.engines import get_engine
     from solm.engines.cost import FLASH_ENV
-    from solm.llamacpp.binding import LlamaContext, Token
+    from solm.engines.llamacpp.binding import LlamaContext, Token
 
     model, tok, path = exported
     monkeypatch.setenv(FLASH_ENV, "on")
@@ -1174,8 +1174,8 @@ def test_a_prefill_asks_llama_cpp_for_the_last_prompt_tokens_logits_only(overlap
     from solm.core.chat import text_ids
     from solm.decode.pasta.batched import BatchedPastaRuntime, BatchRequest
     from solm.decode.pasta.runtime import PastaDecodeConfig, replay_scripts
-    from solm.llamacpp.binding import LlamaContext
-    from solm.llamacpp.step import LlamaCppStep
+    from solm.engines.llamacpp.binding import LlamaContext
+    from solm.engines.llamacpp.step import LlamaCppStep
 
     model, tok, path = overlap_model
     prompt = text_ids(tok, "User: give me some tips\nAssistant:")

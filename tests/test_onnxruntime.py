@@ -1,4 +1,4 @@
-"""The onnxruntime engine's own parts (`solm.onnxrt`): the graph's logits against the
+"""The onnxruntime engine's own parts (`solm.engines.onnxruntime`): the graph's logits against the
 Hugging Face forward under any mask, its KV cells written and read at scattered slots, the
 quantized formats' packing against onnxruntime's own kernels, the bias a pass builds, and
 its sequential loop. (The systems on it: `test_engine_matrix.py`.)"""
@@ -31,8 +31,8 @@ def hf_logits(model, ids, positions, visible) -> torch.Tensor:
 
 
 def ort_model(model, fmt: str, cells: int, tmp_path):
-    from solm.onnxrt.graph import build_graph
-    from solm.onnxrt.session import OrtModel
+    from solm.engines.onnxruntime.graph import build_graph
+    from solm.engines.onnxruntime.session import OrtModel
 
     proto, _ = build_graph(model, fmt)
     path = tmp_path / f"{fmt}.onnx"
@@ -84,7 +84,7 @@ def dequantize_blocks(q: np.ndarray, scales: np.ndarray, bits: int, k: int) -> n
 def dequantized(fmt: str, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(the weight each format's kernel multiplies, read by hand from the packed arrays;
     the largest rounding step of each weight)."""
-    from solm.onnxrt.graph import quantize_blocks, quantize_columns
+    from solm.engines.onnxruntime.graph import quantize_blocks, quantize_columns
 
     n, k = weight.shape
     if fmt == "i8":
@@ -104,7 +104,7 @@ def test_quantization_is_what_onnxruntimes_kernel_multiplies(fmt):
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
-    from solm.onnxrt.graph import GraphWriter
+    from solm.engines.onnxruntime.graph import GraphWriter
 
     rng = np.random.default_rng(len(fmt))
     n, k = 24, 64
@@ -131,7 +131,7 @@ def test_quantization_is_what_onnxruntimes_kernel_multiplies(fmt):
 def test_quantized_graphs_keep_the_forward_close(tmp_path):
     """Every format's logits stay near the fp32 forward (a broken layout is far off)."""
     from solm.core.models import tiny_model
-    from solm.onnxrt.graph import FORMATS
+    from solm.engines.onnxruntime.graph import FORMATS
 
     model, _ = tiny_model(seed=4)
     ids = list(range(30, 50))
@@ -150,7 +150,7 @@ def test_pass_bias_places_each_groups_mask_over_its_cells():
     """The bias against the rule written directly: fed token i reads cell c iff c is in
     its group's keys and the group's mask says so; columns are the read cells (ascending),
     then the fed tokens' own cells in the order fed."""
-    from solm.onnxrt.step import pass_bias
+    from solm.engines.onnxruntime.step import pass_bias
 
     rng = np.random.default_rng(5)
     written = np.array([9, 3, 14])
@@ -172,7 +172,7 @@ def test_pass_bias_places_each_groups_mask_over_its_cells():
 def test_own_loop_is_greedy_generation(tmp_path):
     """The sequential yardstick writes what Hugging Face's greedy generate writes."""
     from solm.core.models import tiny_model
-    from solm.onnxrt.session import OrtOwnLoop
+    from solm.engines.onnxruntime.session import OrtOwnLoop
 
     model, _ = tiny_model(seed=6)
     prompt = list(range(40, 52))
@@ -190,7 +190,7 @@ def test_paged_kv_frees_what_a_policy_stops_showing(tmp_path):
     from types import SimpleNamespace
 
     from solm.core.models import tiny_model
-    from solm.onnxrt.step import OrtPagedKV
+    from solm.engines.onnxruntime.step import OrtPagedKV
 
     model, _ = tiny_model(seed=7)
     kv = OrtPagedKV(ort_model(model, "fp32", 12, tmp_path))

@@ -50,7 +50,7 @@ def test_a_rerun_with_a_setting_newer_than_its_rows_must_keep_that_settings_defa
 
 def test_the_gguf_cache_tells_exports_apart_by_type_tokens_registers_and_weights(tmp_path,
                                                                                    monkeypatch):
-    from solm.llamacpp.engine import cached_gguf_path
+    from solm.engines.llamacpp.model import cached_gguf_path
 
     monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
     folder = tmp_path / "model"

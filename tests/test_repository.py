@@ -127,3 +127,10 @@ def test_no_cited_results_file_reads_as_a_work_log():
     hits = {name: sorted({m.lower() for m in housekeeping.findall((ROOT / name).read_text())})
             for name in cited if name.endswith((".md", ".txt"))}
     assert not {k: v for k, v in hits.items() if v}
+
+
+def test_every_cli_module_stays_short():
+    """A command group grows by a module per command, not by one long file."""
+    long = {p.name: n for p in (ROOT / "solm" / "cli").glob("*.py")
+            if (n := len(p.read_text().splitlines())) >= 450}
+    assert not long, long

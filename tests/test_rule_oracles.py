@@ -328,7 +328,7 @@ def interp_oracle(points: dict[int, float], k: float) -> float:
 @given(data=st.data())
 def test_auto_picks_what_a_brute_force_ranking_picks(data, tmp_path_factory):
     import solm.engines as registry
-    from solm.decode.bandwidth import cpu_description
+    from solm.engines.bandwidth import cpu_description
     from solm.decode.pasta.config import PastaDecodeConfig
     from solm.engines import cost
 

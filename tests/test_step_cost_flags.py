@@ -107,7 +107,7 @@ def test_flash_attention_is_decided_from_clean_rows_and_the_one_token_pass(
 
 
 def test_the_bandwidth_kept_is_a_clean_probes_and_the_highest(tmp_path, monkeypatch):
-    from solm.decode.bandwidth import PROBE_BYTES, machine_bandwidth
+    from solm.engines.bandwidth import PROBE_BYTES, machine_bandwidth
 
     monkeypatch.setenv("SOLM_CACHE", str(tmp_path))
     gbs = lambda t: 2 * PROBE_BYTES / t  # noqa: E731
@@ -131,7 +131,7 @@ def test_the_bandwidth_kept_is_a_clean_probes_and_the_highest(tmp_path, monkeypa
 def test_compile_auto_counts_each_cpu_kinds_measured_build_time(flags, kind, tokens):
     """`--compile auto` on a CPU: the graphs' build measured per kind (AMX: 406 s for 4
     graphs on an empty cache) against 8 ms saved a token."""
-    from solm.decode.compiled import compile_cpu_kind, compile_pays_tokens, should_compile
+    from solm.engines.torch.compiled import compile_cpu_kind, compile_pays_tokens, should_compile
 
     cpuinfo = f"processor : 0\\nflags\\t\\t: {flags}\\n"
     assert compile_cpu_kind(cpuinfo) == kind

@@ -61,7 +61,7 @@ def test_tip_eviction_changes_logits(tip_model, tip_tok):
 
 def test_the_read_check_catches_a_read_of_a_freed_page():
     """The instrumentation the other tests run under can fail: a read of a freed page."""
-    from solm.decode.paged import PageAllocator, PagedState
+    from solm.engines.torch.paged import PageAllocator, PagedState
 
     st = PagedState(num_pages=4, page_size=4)
     st.allocator = PageAllocator(4)

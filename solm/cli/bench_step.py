@@ -84,7 +84,7 @@ def step_command(
     from solm.cli.checks import check_paths
     from solm.cli.console import console, info, out_console
     from solm.core.errors import SolmError
-    from solm.decode.bandwidth import cpu_description, machine_bandwidth
+    from solm.engines.bandwidth import cpu_description, machine_bandwidth
     from solm.engines import ENGINES
     from solm.eval.step_cost import measure, plot_costs
 

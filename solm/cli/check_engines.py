@@ -64,8 +64,8 @@ def check_engines_command(
     from solm.core.records import load_records
     from solm.decode.pasta.decode_file import DEMO_PROMPTS
     from solm.engines import ENGINES, REFERENCE
-    from solm.llamacpp.export import OUTTYPES
-    from solm.onnxrt.graph import FORMATS
+    from solm.engines.llamacpp.export import OUTTYPES
+    from solm.engines.onnxruntime.graph import FORMATS
 
     for name, value, allowed in (("--engine", engine, [e for e in ENGINES if e != REFERENCE]),
                                  ("--gguf-type", gguf_type, OUTTYPES),

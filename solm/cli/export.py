@@ -50,7 +50,7 @@ def gguf(
     from solm.core.errors import SolmError
     from solm.core.paths import outputs_beside
     from solm.core.provenance import write_manifest
-    from solm.llamacpp.export import check_export, export_gguf
+    from solm.engines.llamacpp.export import check_export, export_gguf
 
     check_export(model, out, outtype)
     check_paths([model] if Path(model).exists() else [], outputs_beside(out))

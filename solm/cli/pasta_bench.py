@@ -67,8 +67,8 @@ def bench(
     from solm.core.pasta_lang import promises, strip
     from solm.core.provenance import write_manifest
     from solm.core.quantize import weight_bytes
-    from solm.decode.bandwidth import kv_bytes_per_token, machine_bandwidth
-    from solm.decode.compiled import should_compile
+    from solm.engines.bandwidth import kv_bytes_per_token, machine_bandwidth
+    from solm.engines.torch.compiled import should_compile
     from solm.decode.pasta.config import PastaDecodeConfig
     from solm.decode.pasta.system import load, one_request_runtime, prepare
     from solm.engines import get_engine

@@ -292,7 +292,7 @@ def run(
 ) -> None:
     from solm.core.models import default_device
     from solm.core.sampling import SamplingConfig
-    from solm.decode.compiled import should_compile
+    from solm.engines.torch.compiled import should_compile
     from solm.eval.methods import DecodeSettings, Method, default_repeats, load_runners
     from solm.eval.run import (alpaca_eval_records, decode_outputs, judge_outputs,
                                write_run_file)
@@ -394,7 +394,7 @@ def _machine(device: str) -> dict:
 
     import torch
 
-    from solm.decode.bandwidth import cpu_description
+    from solm.engines.bandwidth import cpu_description
 
     out = {"device": str(device), "cpu": cpu_description(), "torch": torch.__version__,
            "threads": torch.get_num_threads(), "python": platform.python_version()}

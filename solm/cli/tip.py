@@ -316,7 +316,7 @@ def bench(
     """
     from solm.core.chat import prompt_ids, text_ids
     from solm.core.provenance import write_manifest
-    from solm.decode.compiled import should_compile
+    from solm.engines.torch.compiled import should_compile
     from solm.eval.tip_bench import (bench_kv, bench_runtime, merge_engines, plan_engines,
                                      read_trace_rows, run_tip_bench)
     from solm.engines import applies, get_engine, load_on_engine

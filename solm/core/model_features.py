@@ -1,7 +1,7 @@
 """What solm's runtimes implement of a model's attention, read from its config.
 
-The runtimes run their own attention kernels (`solm.decode.attention`,
-`solm.decode.paged_attention`) over shared KV pools. They implement plain causal-LM attention
+The runtimes run their own attention kernels (`solm.engines.torch.attention`,
+`solm.engines.torch.paged_attention`) over shared KV pools. They implement plain causal-LM attention
 with GQA, q/k norms (the model's own modules) and Gemma-2's attention softcap. A sliding
 window is implemented only where it cannot bind: a request whose prompt and cap together
 stay within the window reads exactly what the model's own forward would; a longer one is

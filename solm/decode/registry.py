@@ -16,10 +16,10 @@ from typing import Any, Callable, Optional
 
 from solm.core.settings import is_setting, setting
 from solm.engines import ENGINE_CHOICES, ENGINE_HELP
-from solm.llamacpp.engine import GGUF_TYPE_HELP
-from solm.llamacpp.export import OUTTYPES
-from solm.engines.onnxruntime_engine import ONNX_TYPE_HELP
-from solm.onnxrt.graph import FORMATS as ONNX_FORMATS
+from solm.engines.llamacpp.model import GGUF_TYPE_HELP
+from solm.engines.llamacpp.export import OUTTYPES
+from solm.engines.onnxruntime.engine import ONNX_TYPE_HELP
+from solm.engines.onnxruntime.graph import FORMATS as ONNX_FORMATS
 
 COMPILE_HELP = ("Run decode steps as graphs compiled per shape bucket (torch.compile; cached "
                 "on disk). Default: on for CUDA, and on a CPU for jobs long enough to repay the "

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from solm.core.errors import SolmError, look_up
 from solm.engines.base import Engine
-from solm.engines.llamacpp_engine import LlamaCppEngine
-from solm.engines.onnxruntime_engine import OnnxRuntimeEngine
-from solm.engines.torch_engine import TorchEngine
+from solm.engines.llamacpp.engine import LlamaCppEngine
+from solm.engines.onnxruntime.engine import OnnxRuntimeEngine
+from solm.engines.torch.engine import TorchEngine
 
 # in `auto`'s order of preference where nothing is measured: the first that runs here and
 # takes the decode (torch, the reference, takes every decode, so onnxruntime goes by

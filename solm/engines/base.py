@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 # the steps a decode system asks an engine for (`Engine.step`), by the call they speak:
-# "slots": `solm.decode.slots.SlotStep`'s (batched PASTA, SoT); "pdiff": the same call, a
+# "slots": `solm.engines.torch.slots.SlotStep`'s (batched PASTA, SoT); "pdiff": the same call, a
 # request's chunk slots written in Planned Diffusion's order; "pool": `PoolStep`'s (the
 # one-request PASTA runtime); "paged": TIP's paged KV (`forward(rows, tokens, positions,
 # visible)`, `end(row)`).

@@ -76,7 +76,7 @@ def flash_attn_here() -> bool:
     forced = os.environ.get(FLASH_ENV, "").strip().lower()
     if forced in ("on", "off"):
         return forced == "on"
-    from solm.decode.bandwidth import cpu_description
+    from solm.engines.bandwidth import cpu_description
 
     return bool(_read(_cache("llama_flash_attn.json")).get(cpu_description(), False))
 
@@ -181,7 +181,7 @@ def engine_rates(engines: dict, model: str, system: str, config, settings,
     (content tokens, tokens fed) per pass). An engine's weight format is the one its
     settings name (`Engine.format_setting`), else its fastest measured one."""
     if cpu is None:
-        from solm.decode.bandwidth import cpu_description
+        from solm.engines.bandwidth import cpu_description
 
         cpu = cpu_description()
     measured = _read(_cache("step_cost.json")).get(cpu, {}).get(base_model(model))

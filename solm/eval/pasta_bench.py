@@ -102,7 +102,7 @@ def _median_run(runs: list):
 def sequential_bandwidth(rows: list[PastaBenchRow], weight_bytes: int, kv_token_bytes: int,
                          machine: float | None) -> dict:
     """Bandwidth the sequential decodes achieved (weights per step + keys/values read)."""
-    from solm.decode.bandwidth import achieved
+    from solm.engines.bandwidth import achieved
 
     return achieved(weight_bytes, sum(r.seq_forward_passes for r in rows),
                     sum(r.seq_kv_read for r in rows), kv_token_bytes,

@@ -156,7 +156,7 @@ def _machine(eval_summary: dict | None) -> str:
     if eval_summary and eval_summary.get("machine"):
         m = eval_summary["machine"]
         return f"{m.get('cpu', m.get('device'))}, torch {m.get('torch')}, {m.get('threads')} threads"
-    from solm.decode.bandwidth import cpu_description
+    from solm.engines.bandwidth import cpu_description
 
     return cpu_description()
 

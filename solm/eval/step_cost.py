@@ -6,7 +6,7 @@ Each probe is one engine with one weight format (its engine module gives it: `so
 it lays out k_max sequences' contexts once,
 then times passes of k new tokens (one per sequence, at position C) and takes them back out
 of the cache, so every pass reads the same context. Beside the times: the weights' bytes
-over the machine's copy bandwidth (`solm.decode.bandwidth`), the floor a pass that reads
+over the machine's copy bandwidth (`solm.engines.bandwidth`), the floor a pass that reads
 every weight once cannot go below, whatever k.
 """
 

@@ -76,7 +76,7 @@ def step_bandwidth(rt: TipRuntime, steps: int, slot_reads: int, seconds: float) 
     if rt.engine_kv is not None:
         return {}
     from solm.core.quantize import weight_bytes
-    from solm.decode.bandwidth import achieved, kv_bytes_per_token, machine_bandwidth
+    from solm.engines.bandwidth import achieved, kv_bytes_per_token, machine_bandwidth
 
     per_layer = kv_bytes_per_token(rt.model) // len(rt.cache.layers)
     return achieved(weight_bytes(rt.model), steps, slot_reads, per_layer, seconds,

@@ -22,7 +22,7 @@ def pasta_engine(system: DecodeSystem, model: str, opts: dict, decoding, dtype: 
                  device: str | None):
     from dataclasses import replace
 
-    from solm.decode.compiled import should_compile
+    from solm.engines.torch.compiled import should_compile
     from solm.decode.pasta.config import PastaDecodeConfig
     from solm.decode.pasta.runtime import PastaRuntime
     from solm.engines import get_engine

@@ -3,7 +3,7 @@
 Each request is a `PastaRunState` of its own (its threads, tracker, sampler, flags), decoded by
 the very rules of `PastaRuntime` (scheduling, token choice, caps, finish); what changes is the
 forward pass. One step feeds every thread of every running request in one pass over one pool
-(`solm.decode.slots.SlotStep`); a request attends to its own slots only, in its solo
+(`solm.engines.torch.slots.SlotStep`); a request attends to its own slots only, in its solo
 decode's order (`and_masks(same_request, pasta_visible)`, the structure's term and one
 more), so its logits are the ones it gets decoded alone, to the bit (the linear layers'
 rows are independent of their batch mates; bench/batch_invariance.py checks this per CPU).
@@ -42,7 +42,7 @@ from solm.decode.flags import MAX_NEW_TOKENS as FLAG_MAX_NEW_TOKENS
 from solm.decode.pasta.runtime import (MODES, Chooser, PastaDecodeConfig, PastaDecodeResult,
                                        PastaRunState, PastaRuntime, _Thread)
 from solm.decode.protocol import Done
-from solm.decode.slots import SlotAllocator, SlotStep
+from solm.engines.torch.slots import SlotAllocator, SlotStep
 
 REFUSED = "refused"
 CANCELLED = "cancelled"
@@ -101,7 +101,7 @@ class BatchedPastaRuntime:
 
     def __init__(self, model, tokenizer, pool_size: int = 8192, max_batch: int = 16,
                  compile: bool = False, compile_backend: str = "inductor", forward=None):
-        """`forward`: another engine's pass with `SlotStep`'s call (`solm.llamacpp.step`);
+        """`forward`: another engine's pass with `SlotStep`'s call (`solm.engines.llamacpp.step`);
         default: solm's own over `pool_size` slots."""
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")

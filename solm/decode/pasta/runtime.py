@@ -1,6 +1,6 @@
 """PASTA's asynchronous decoding runtime: promised chunks decode as parallel threads.
 
-All threads share one pre-allocated KV pool and one forward step (`solm.decode.step.PoolStep`,
+All threads share one pre-allocated KV pool and one forward step (`solm.engines.torch.step.PoolStep`,
 masked by `pasta_visible`): every step feeds one token for every active thread in a single
 forward pass; each fed token's attributes come from `PastaTracker`, the same code training
 uses, so the runtime decodes exactly what a model was trained on.
@@ -41,7 +41,7 @@ from solm.decode.flags import (PASTA_GUARDS, BLOCK_CUT as FLAG_BLOCK_CUT,
 from solm.decode.pasta.config import MODES, PastaDecodeConfig  # noqa: F401 (re-exported)
 from solm.decode.pasta.grammar import PastaGrammar
 from solm.decode.pasta.guards import close_bias, past_promise, repeating
-from solm.decode.step import PoolStep
+from solm.engines.torch.step import PoolStep
 
 PENALIZE_SCOPES = ("all", "blocks")
 
@@ -153,7 +153,7 @@ class PastaRuntime:
     def __init__(self, model, tokenizer, pool_size: int = 2048, compile: bool = False,
                  compile_backend: str = "inductor", forward=None):
         """`forward`: another engine's pass with `PoolStep`'s call
-        (`solm.llamacpp.step.LlamaPoolStep`); default: solm's own over `pool_size` slots."""
+        (`solm.engines.llamacpp.step.LlamaPoolStep`); default: solm's own over `pool_size` slots."""
         self.model = model
         self.tokenizer = tokenizer
         self.vocab = PastaVocab.from_tokenizer(tokenizer, positions_of(model))

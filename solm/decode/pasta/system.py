@@ -41,7 +41,7 @@ def runtime_on_engine(model: str, mode: str, engine: str, gguf_type: str, dtype:
     """(a one-request `PastaRuntime` for `model` on the engine `engine` resolves to for a
     `mode` decode, that engine's settings): for `pasta demo`, `pasta chat` and other single
     decodes. `compile`: torch's flag (None: when `expected_tokens` repay it)."""
-    from solm.decode.compiled import should_compile
+    from solm.engines.torch.compiled import should_compile
 
     settings = PastaEngine(engine=engine, gguf_type=gguf_type,
                            pool_size=pool_size, compile=compile, quantize=quantize,
@@ -96,7 +96,7 @@ def engine_runner(model, tokenizer, config: PastaDecodeConfig, engine: PastaEngi
 
 def runner(model, tokenizer, config: PastaDecodeConfig, engine: PastaEngine, prompts: int,
            single: bool):
-    from solm.decode.compiled import should_compile
+    from solm.engines.torch.compiled import should_compile
     from solm.decode.pasta.batched import BatchedPastaRuntime, default_batch_size
     from solm.decode.pasta.decode_file import BatchedPastaRunner, PastaRunner
     from solm.decode.pasta.runtime import PastaRuntime
@@ -134,7 +134,7 @@ def describe(runner) -> str:
 def decode_bandwidth(model, steps: int, kv_read: int, seconds: float) -> dict:
     """Bandwidth a decode achieved and its share of the machine's (probed once, cached)."""
     from solm.core.quantize import weight_bytes
-    from solm.decode.bandwidth import achieved, kv_bytes_per_token, machine_bandwidth
+    from solm.engines.bandwidth import achieved, kv_bytes_per_token, machine_bandwidth
 
     if not steps or seconds <= 0:
         return {}

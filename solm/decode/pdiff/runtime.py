@@ -50,7 +50,7 @@ from solm.decode.flags import MAX_NEW_TOKENS, TOPIC_CAPPED
 from solm.decode.pasta.grammar import PastaGrammar
 from solm.decode.pdiff.config import PdiffDecodeConfig
 from solm.decode.protocol import Done
-from solm.decode.slots import SlotAllocator, SlotStep
+from solm.engines.torch.slots import SlotAllocator, SlotStep
 
 CONTINUATION_CAP = "continuation_cap"  # the continuation after <sync/> reached its cap
 EOS_IN_TOPIC = "eos_in_topic"  # (scripted plans only) the answer ended inside a topic
@@ -173,7 +173,7 @@ class PdiffRuntime:
     def __init__(self, model, tokenizer, pool_size: int = 4096, max_batch: int = 16,
                  forward=None):
         """`forward`: another engine's pass with `SlotStep`'s call
-        (`solm.llamacpp.step.LlamaPdiffStep`); default: solm's own over `pool_size` slots."""
+        (`solm.engines.llamacpp.step.LlamaPdiffStep`); default: solm's own over `pool_size` slots."""
         self.model, self.tokenizer = model, tokenizer
         self.vocab = PdiffVocab.from_tokenizer(tokenizer, positions_of(model))
         self.vocab_size = model.get_output_embeddings().weight.shape[0]

@@ -25,7 +25,7 @@ from solm.core.sampling import SamplingConfig
 from solm.core.structure import BATCH_ATTR_NAMES, and_masks, same_request
 from solm.core.systems.sot import ATTR_NAMES, SotTracker, sot_visible
 from solm.decode.flags import MAX_NEW_TOKENS
-from solm.decode.slots import SlotAllocator, SlotStep
+from solm.engines.torch.slots import SlotAllocator, SlotStep
 from solm.decode.sot import runtime as sot_runtime
 from solm.decode.sot.prompts import EXPAND_PRIMER, SKELETON_PRIMER, skeleton_prompt
 from solm.decode.sot.runtime import NO_SKELETON, SKELETON_CAP, SotConfig, SotResult
@@ -66,7 +66,7 @@ class BatchedSotRuntime:
     def __init__(self, model, tokenizer, pool_size: int = 16384, max_batch: int = 16,
                  forward=None):
         """`forward`: the step to run on (`SlotStep`'s call; default torch's over the
-        pool), e.g. `solm.llamacpp.step.LlamaCppStep`."""
+        pool), e.g. `solm.engines.llamacpp.step.LlamaCppStep`."""
         self.rules = sot_runtime.SotRuntime(model, tokenizer, pool_size=2)
         self.tokenizer = tokenizer
         self.max_batch = max_batch

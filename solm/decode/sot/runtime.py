@@ -24,7 +24,7 @@ from solm.decode.sot.config import SotConfig
 from solm.decode.sot.prompts import (EXPAND_POINT, EXPAND_PRIMER, EXPAND_SHARED,
                                      SKELETON_PRIMER, format_skeleton, parse_skeleton,
                                      skeleton_prompt)
-from solm.decode.step import PoolStep
+from solm.engines.torch.step import PoolStep
 
 NO_SKELETON = "no_skeleton"  # no point could be read: the answer is the skeleton stage's text
 SKELETON_CAP = "skeleton_cap"  # the skeleton stopped at its token cap, not at its end

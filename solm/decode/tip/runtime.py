@@ -25,14 +25,14 @@ from solm.core.chat import eos_ids
 from solm.core.errors import SolmError
 from solm.core.sampling import Sampler, SamplingConfig
 from solm.core.systems.tip import TipVocab
-from solm.decode.attention import attention_implementation
+from solm.engines.torch.attention import attention_implementation
 from solm.decode.flags import MAX_NEW_TOKENS as FLAG_MAX_NEW_TOKENS
-from solm.decode.head import OutputHead
-from solm.decode.paged import PageAllocator, PagedCache
-from solm.decode.paged_attention import PAGED_NAME, paged_reads
-from solm.decode.compiled import KV_BLOCK, CompiledForward, kv_bucket, paged_body
-from solm.decode.pool import kv_shape_of, num_layers_of
-from solm.decode.step import activation_dtype
+from solm.engines.torch.head import OutputHead
+from solm.engines.torch.paged import PageAllocator, PagedCache
+from solm.engines.torch.paged_attention import PAGED_NAME, paged_reads
+from solm.engines.torch.compiled import KV_BLOCK, CompiledForward, kv_bucket, paged_body
+from solm.engines.torch.pool import kv_shape_of, num_layers_of
+from solm.engines.torch.step import activation_dtype
 from solm.decode.tip.config import TipDecodeConfig  # noqa: F401 (re-exported)
 from solm.decode.tip.policies import EvictionPolicy, Page, RequestKV, make_policy
 
@@ -111,7 +111,7 @@ class TipRuntime:
                  num_registers: int = 16, compile: bool = False,
                  compile_backend: str = "inductor", kv=None):
         """`kv`: another engine's paged KV to run the forward passes on (its `Engine.step`
-        "paged", e.g. `solm.llamacpp.tip.LlamaKV`); the pages then only keep the books (live
+        "paged", e.g. `solm.engines.llamacpp.tip.LlamaKV`); the pages then only keep the books (live
         tokens, peak pages)."""
         self.model, self.tokenizer = model, tokenizer
         self.engine_kv = kv

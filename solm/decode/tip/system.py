@@ -48,7 +48,7 @@ def engine_kv(engine: TipEngine, config: TipDecodeConfig):
 
 def runner(model, tokenizer, config: TipDecodeConfig, engine: TipEngine, prompts: int,
            single: bool):
-    from solm.decode.compiled import should_compile
+    from solm.engines.torch.compiled import should_compile
     from solm.decode.tip.decode_file import TipRunner
     from solm.decode.tip.runtime import TipRuntime
 

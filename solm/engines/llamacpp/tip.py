@@ -16,7 +16,7 @@ from typing import Sequence
 
 import torch
 
-from solm.llamacpp.binding import LlamaContext, Token
+from solm.engines.llamacpp.binding import LlamaContext, Token
 
 
 def policy_refusal(policy) -> str | None:

@@ -1,5 +1,5 @@
 """A batched PASTA runtime's forward pass on llama.cpp: the same call as
-`solm.decode.slots.SlotStep` (tokens, positions, attribute columns, slots, reads), with what
+`solm.engines.torch.slots.SlotStep` (tokens, positions, attribute columns, slots, reads), with what
 a token sees expressed as llama.cpp sequence membership in one unified KV cache.
 
 - A request's main thread is a sequence; the slot ranges it reads that another request wrote
@@ -36,7 +36,7 @@ from typing import Sequence
 import torch
 
 from solm.core.one_request_pool import OneRequestPool
-from solm.llamacpp.binding import LlamaContext, Token
+from solm.engines.llamacpp.binding import LlamaContext, Token
 
 MAIN = 0
 NEVER = 2 ** 62  # the join epoch of a thread that never joins main

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from solm.core.errors import SolmError
-from solm.llamacpp.export import OUTTYPES
+from solm.engines.llamacpp.export import OUTTYPES
 
 # general.file_type (llama.cpp's LLAMA_FTYPE_*) -> solm's name for the weight type
 FILE_TYPES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 7: "q8_0", 32: "bf16"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from solm.llamacpp.binding import LlamaContext, Token
+from solm.engines.llamacpp.binding import LlamaContext, Token
 
 
 class OwnLoop:

@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from solm.decode.head import OutputHead
+from solm.engines.torch.head import OutputHead
 
 TOKEN_BUCKET_MAX = 16  # PASTA steps feed one token per thread; longer prefills run eagerly
 KV_BLOCK = 256

@@ -72,8 +72,8 @@ def machine_bandwidth(device: str | torch.device = "cpu", remeasure: bool = Fals
 
 def kv_bytes_per_token(model) -> int:
     """Bytes of one token's keys and values over every layer."""
-    from solm.decode.pool import kv_shape_of, num_layers_of
-    from solm.decode.step import activation_dtype
+    from solm.engines.torch.pool import kv_shape_of, num_layers_of
+    from solm.engines.torch.step import activation_dtype
 
     heads, dim = kv_shape_of(model)
     size = torch.tensor([], dtype=activation_dtype(model)).element_size()

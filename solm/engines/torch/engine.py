@@ -62,7 +62,7 @@ class TorchProbe:
     def prepare(self, k_max: int, context: int) -> None:
         from solm.core.structure import BATCH_ATTR_NAMES, and_masks, same_request
         from solm.core.systems.pasta import ATTR_NAMES, pasta_visible
-        from solm.decode.slots import SlotStep
+        from solm.engines.torch.slots import SlotStep
         from solm.engines.probe import context_ids
 
         self.context, self.base = context, k_max * context

@@ -15,12 +15,13 @@ from typing import Mapping, Sequence
 
 import torch
 
-from solm.core.structure import NO_REQUEST, MaskTerm, pairwise
-from solm.decode.attention import (SEGMENTS_KWARG, Segment, attention_implementation,
-                                   reading_segments)
-from solm.decode.compiled import CompiledForward
-from solm.decode.pool import kv_shape_of
-from solm.decode.step import activation_dtype, setup_pool
+from solm.core.structure import NO_REQUEST, MaskTerm
+from solm.engines.reads import Read, Segment, segment_masks
+from solm.engines.torch.attention import (SEGMENTS_KWARG, attention_implementation,
+                                         reading_segments)
+from solm.engines.torch.compiled import CompiledForward
+from solm.engines.torch.pool import kv_shape_of
+from solm.engines.torch.step import activation_dtype, setup_pool
 
 
 class SlotAllocator:
@@ -64,7 +65,6 @@ class SlotAllocator:
         self.free_ranges = merged
 
 
-Read = tuple[int, Sequence[tuple[int, int]]]  # (query rows, key slot ranges in order)
 
 # Token widths a compiled batched step is padded to (a batch feeds a token per thread of
 # every request); wider steps, and prompts, run eagerly.
@@ -76,29 +76,12 @@ def batch_bucket(n: int) -> int | None:
     return next((b for b in BATCH_TOKEN_BUCKETS if b >= n), None)
 
 
-def segment_masks(attrs: Mapping[str, torch.Tensor], visible: MaskTerm, index: torch.Tensor,
-                  reads: Sequence[Read]) -> list[Segment]:
-    """Each read's mask (on the CPU): `visible` over its query rows (the slots `index`
-    writes, in order) and its key slots, from the slots' attribute columns `attrs`."""
-    out, at = [], 0
-    for rows, ranges in reads:
-        ranges = tuple((int(a), int(b)) for a, b in ranges)
-        keys = torch.cat([torch.arange(a, b) for a, b in ranges])
-        q = {n: c[index[at:at + rows]] for n, c in attrs.items()}
-        k = {n: c[keys] for n, c in attrs.items()}
-        out.append(Segment(rows, ranges, pairwise(visible, q, k)))
-        at += rows
-    if at != len(index):
-        raise ValueError(f"reads cover {at} rows of the {len(index)} fed")
-    return out
-
-
 class SlotStep:
     """`step(tokens, positions, attrs, slots, reads)`: one forward pass writing `tokens` at
     `slots`; returns a logits row per token. `reads` splits the fed rows into consecutive runs
     (one per request), each reading its own slot ranges (its prompt, its answer so far) under
     `visible` (a mask term over the attribute names the slots carry) evaluated on those
-    slots: attention per request (`solm.decode.attention.segmented_attention`), so a request
+    slots: attention per request (`solm.engines.torch.attention.segmented_attention`), so a request
     costs what its own keys cost and gets the logits of its solo decode, in any dtype.
 
     `compile`: steps of up to 64 tokens (not prompts) run as graphs compiled per width of

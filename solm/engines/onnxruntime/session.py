@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from solm.core.errors import SolmError
-from solm.onnxrt.graph import FORMATS
+from solm.engines.onnxruntime.graph import FORMATS
 
 GRAPH_VERSION = 2  # bump when the graph builder writes a different graph for the same model
 INSTALL_HINT = "pip install onnxruntime onnx (or `make setup`, which installs solm[onnx])"
@@ -40,7 +40,7 @@ def graph_for(model: str, fmt: str, control_tokens: str | None = None,
     once (under a lock, written atomically). `loaded`: the (model, tokenizer) already in
     memory in fp32 with the tokens added."""
     from solm.core.models import build_once
-    from solm.onnxrt.graph import build_graph
+    from solm.engines.onnxruntime.graph import build_graph
 
     if fmt not in FORMATS:
         raise SolmError(f"--onnx-type must be one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -75,7 +75,7 @@ def graph_pass_bytes(graph: Path | str) -> int:
 
 
 class OrtModel:
-    """An ONNX Runtime session over a graph of `solm.onnxrt.graph` and a KV pool of `cells`
+    """An ONNX Runtime session over a graph of `solm.engines.onnxruntime.graph` and a KV pool of `cells`
     cells: `forward` feeds tokens that read given pool cells under an additive bias, writes
     their keys and values at their slots, and returns their logits."""
 

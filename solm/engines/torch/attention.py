@@ -22,26 +22,17 @@ from __future__ import annotations
 import math
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 
+from solm.engines.reads import Segment
+
 NAME = "solm_pool_sdpa"
 
 
 SEGMENTS_KWARG = "solm_segments"
-
-
-@dataclass(frozen=True)
-class Segment:
-    """`rows` consecutive query rows reading the key slots `ranges` ([start, end) pairs, in
-    this order) under `mask` (bool [rows, total length of the ranges])."""
-
-    rows: int
-    ranges: tuple[tuple[int, int], ...]
-    mask: torch.Tensor
 
 
 def _slots(pool: torch.Tensor, ranges: tuple[tuple[int, int], ...]) -> torch.Tensor:

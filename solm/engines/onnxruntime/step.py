@@ -2,7 +2,7 @@
 `PoolStep`, TIP's paged KV), each pass one session run whose bias is the structure's mask.
 
 Unlike llama.cpp, a pass here takes any mask, so nothing is re-expressed: the slot steps
-evaluate the very mask term torch's steps evaluate (`solm.decode.slots.segment_masks` over
+evaluate the very mask term torch's steps evaluate (`solm.engines.reads.segment_masks` over
 the same attribute columns) and hand it to the graph as an additive bias over the cells
 the pass reads. Every layout runs (Pred-10X included), a `<sync/>` joins in the pass that
 feeds it, and logits equal torch's up to float rounding (fp32 weights)."""
@@ -16,8 +16,8 @@ import torch
 
 from solm.core.one_request_pool import OneRequestPool
 from solm.core.structure import BATCH_ATTR_NAMES, NO_REQUEST, MaskTerm, and_masks, same_request
-from solm.decode.slots import Read, segment_masks
-from solm.onnxrt.session import OrtModel
+from solm.engines.reads import Read, segment_masks
+from solm.engines.onnxruntime.session import OrtModel
 
 
 def structure_of(kind: str, columns) -> MaskTerm:

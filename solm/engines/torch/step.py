@@ -15,11 +15,11 @@ from typing import Any, Sequence
 import torch
 
 from solm.core.structure import MaskTerm, pairwise
-from solm.decode.attention import attention_implementation
-from solm.decode.compiled import (KV_BLOCK, TOKEN_BUCKET_MAX, CompiledForward, bucket,
+from solm.engines.torch.attention import attention_implementation
+from solm.engines.torch.compiled import (KV_BLOCK, TOKEN_BUCKET_MAX, CompiledForward, bucket,
                                   kv_bucket, padded_step_inputs, pool_body, token_buckets_up_to)
-from solm.decode.head import OutputHead
-from solm.decode.pool import PoolCache, kv_shape_of, num_layers_of
+from solm.engines.torch.head import OutputHead
+from solm.engines.torch.pool import PoolCache, kv_shape_of, num_layers_of
 
 
 def activation_dtype(model) -> torch.dtype:
@@ -45,7 +45,7 @@ class PoolStep:
     names and `pos`) come from the system's tracker; `reset()` empties the pool.
 
     `compile`: steps of up to `TOKEN_BUCKET_MAX` tokens run as graphs compiled per bucket
-    (`solm.decode.compiled`); the pool gets room for a padded step past `pool_size`."""
+    (`solm.engines.torch.compiled`); the pool gets room for a padded step past `pool_size`."""
 
     def __init__(self, model, pool_size: int, visible: MaskTerm, attr_names: Sequence[str],
                  compile: bool = False, backend: str = "inductor"):

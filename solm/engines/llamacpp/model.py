@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from solm.core.errors import SolmError
-from solm.llamacpp.binding import MAX_SEQUENCES
-from solm.llamacpp.export import OUTTYPES
+from solm.engines.llamacpp.binding import MAX_SEQUENCES
+from solm.engines.llamacpp.export import OUTTYPES
 
 GGUF_TYPE_HELP = ("llama.cpp engine: the weight type of the exported GGUF (f32 equals torch's "
                   "fp32 logits to ~1e-4; q8_0 and bf16 batch parallel threads well on a CPU; "
@@ -31,7 +31,7 @@ def gguf_for(model: str, outtype: str, control_tokens: str | None = None,
     atomically). `loaded`: the (model, tokenizer) already in memory in fp32 with the tokens
     added, to export without loading again."""
     from solm.core.models import build_once
-    from solm.llamacpp.export import model_meta, write_gguf
+    from solm.engines.llamacpp.export import model_meta, write_gguf
 
     if outtype not in OUTTYPES:
         raise SolmError(f"--gguf-type must be one of {', '.join(OUTTYPES)}, got {outtype!r}")
@@ -66,7 +66,7 @@ def llama_context(engine, cells: int, sequences: int = MAX_SEQUENCES, unified: b
     """The llama.cpp context of a decode on `engine` (its `gguf`, `gguf_type`): `cells` KV
     cells for up to `sequences` sequences (`LlamaContext`), flash attention as `flash_attn`
     says."""
-    from solm.llamacpp.binding import LlamaContext
+    from solm.engines.llamacpp.binding import LlamaContext
 
     return LlamaContext(engine.gguf, n_ctx=cells, n_seq=sequences, kv_type=kv_type(engine),
                         unified=unified, flash_attn=flash_attn(engine, flash_attn_faster))

@@ -20,8 +20,8 @@ from typing import Iterator
 
 import torch
 
-from solm.decode.attention import KERNELS, attend
-from solm.decode.paged import PagedState
+from solm.engines.torch.attention import KERNELS, attend
+from solm.engines.torch.paged import PagedState
 
 PAGED_NAME = "solm_paged"
 
@@ -61,7 +61,7 @@ def paged_attention(module, query, key, value, attention_mask=None, scaling=None
                     softcap: float | None = None, **kwargs):
     active = _ACTIVE.get()
     if active is None:
-        raise RuntimeError("paged attention runs only inside solm.decode.paged_attention."
+        raise RuntimeError("paged attention runs only inside solm.engines.torch.paged_attention."
                            "paged_reads(state)")
     state, sink = active
     # a float32 pool read under autocast: attend in the query's (autocast) dtype

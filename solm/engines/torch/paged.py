@@ -109,7 +109,7 @@ class PagedState:
 
 class PagedLayer(CacheLayerMixin):
     """Returns the gathered keys/values as [1, kv_heads, N, head_dim] (rows concatenated
-    along N); `solm.decode.paged_attention` splits them by `state.offsets`."""
+    along N); `solm.engines.torch.paged_attention` splits them by `state.offsets`."""
 
     is_compileable = False
     is_sliding = False

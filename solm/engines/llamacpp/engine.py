@@ -1,5 +1,5 @@
 """The llama.cpp engine: the model exported to a GGUF (solm's cache) and decoded through
-llama-cpp-python (`solm.llamacpp`)."""
+llama-cpp-python (`solm.engines.llamacpp`)."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ class LlamaCppEngine(Engine):
     format_setting = "gguf_type"
 
     def unavailable(self) -> str | None:
-        from solm.llamacpp.binding import llama_cpp_available
+        from solm.engines.llamacpp.binding import llama_cpp_available
 
         return None if llama_cpp_available() else "llama-cpp-python is not installed"
 
     def install_hint(self) -> str:
-        from solm.llamacpp.binding import INSTALL_HINT
+        from solm.engines.llamacpp.binding import INSTALL_HINT
 
         return INSTALL_HINT
 
@@ -42,7 +42,7 @@ class LlamaCppEngine(Engine):
     def settle(self, settings, model: str | None, system: str) -> None:
         """A GGUF given as the model decodes with its own weight type (and KV type)."""
         if settings is not None and str(model or "").endswith(".gguf"):
-            from solm.llamacpp.given import given_gguf
+            from solm.engines.llamacpp.given import given_gguf
 
             settings.gguf_type = given_gguf(str(model), settings.gguf_type, system,
                                             _registers(settings))
@@ -53,10 +53,10 @@ class LlamaCppEngine(Engine):
         vocabulary), and `settings.gguf` set to its GGUF (exported on first use)."""
         from solm.core.models import load_decoder
         from solm.core.notices import notice
-        from solm.llamacpp.engine import gguf_for, kv_type
+        from solm.engines.llamacpp.model import gguf_for, kv_type
 
         if str(model).endswith(".gguf"):
-            from solm.llamacpp.given import given_gguf
+            from solm.engines.llamacpp.given import given_gguf
 
             settings.gguf_type = given_gguf(model, settings.gguf_type, system, num_registers)
             loaded = load_decoder(model, dtype="fp32", device="cpu", system=system,
@@ -78,28 +78,28 @@ class LlamaCppEngine(Engine):
         """A llama.cpp context of `cells` cells (one unified cache, or a stream per request
         when `independent`) behind the step `kind` speaks."""
         super().step(kind, settings, cells)
-        from solm.llamacpp.binding import MAX_SEQUENCES
+        from solm.engines.llamacpp.binding import MAX_SEQUENCES
         from solm.engines.cost import flash_attn_here
-        from solm.llamacpp.engine import llama_context
+        from solm.engines.llamacpp.model import llama_context
 
         seqs = sequences if independent else min(MAX_SEQUENCES, sequences or MAX_SEQUENCES)
         ctx = llama_context(settings, cells, seqs, unified=not independent,
                             flash_attn_faster=flash_attn_here())
         if kind == "paged":
-            from solm.llamacpp.tip import LlamaKV
+            from solm.engines.llamacpp.tip import LlamaKV
 
             return LlamaKV(ctx)
-        from solm.llamacpp.step import LlamaCppStep, LlamaPdiffStep, LlamaPoolStep
+        from solm.engines.llamacpp.step import LlamaCppStep, LlamaPdiffStep, LlamaPoolStep
 
         if kind == "pool":
             return LlamaPoolStep(ctx, cells)
         return LlamaPdiffStep(ctx) if kind == "pdiff" else LlamaCppStep(ctx)
 
     def sequential_loop(self, settings, cells: int):
-        """llama.cpp's own loop on the same GGUF (`solm.llamacpp.own_loop`)."""
+        """llama.cpp's own loop on the same GGUF (`solm.engines.llamacpp.own_loop`)."""
         from solm.engines.cost import flash_attn_here
-        from solm.llamacpp.engine import llama_context
-        from solm.llamacpp.own_loop import OwnLoop
+        from solm.engines.llamacpp.model import llama_context
+        from solm.engines.llamacpp.own_loop import OwnLoop
 
         return OwnLoop(llama_context(settings, cells, sequences=1,
                                      flash_attn_faster=flash_attn_here()))
@@ -108,7 +108,7 @@ class LlamaCppEngine(Engine):
         return f"llama.cpp ({settings.gguf_type} GGUF)"
 
     def probes(self, model: str, formats: Sequence[str]) -> list:
-        from solm.llamacpp.engine import gguf_for
+        from solm.engines.llamacpp.model import gguf_for
 
         # each format with flash attention off and on: which wins depends on the CPU, and
         # `bench step` keeps the winner for this engine's contexts (`cost.flash_attn_here`)
@@ -117,7 +117,7 @@ class LlamaCppEngine(Engine):
 
     def measured_variant(self, settings) -> str:
         from solm.engines.cost import flash_attn_here
-        from solm.llamacpp.engine import flash_attn
+        from solm.engines.llamacpp.model import flash_attn
 
         return settings.gguf_type + (FLASH if flash_attn(settings, flash_attn_here()) else "")
 
@@ -138,7 +138,7 @@ def _given_gguf_refusal(model, settings, system: str) -> str | None:
     """Why llama.cpp cannot decode a GGUF given as the model as it is (see `given_gguf`)."""
     if not str(model or "").endswith(".gguf") or settings is None:
         return None
-    from solm.llamacpp.given import given_gguf
+    from solm.engines.llamacpp.given import given_gguf
 
     try:
         given_gguf(str(model), getattr(settings, "gguf_type", "q8_0"), system,
@@ -174,7 +174,7 @@ def _pdiff_refusal(model, **_) -> str | None:
 
 
 def _tip_refusal(policy, **_) -> str | None:
-    from solm.llamacpp.tip import policy_refusal
+    from solm.engines.llamacpp.tip import policy_refusal
 
     return policy_refusal(policy) if policy is not None else None
 
@@ -199,7 +199,7 @@ class LlamaCppProbe:
 
     def prepare(self, k_max: int, context: int) -> None:
         from solm.engines.probe import context_ids
-        from solm.llamacpp.binding import LlamaContext, Token
+        from solm.engines.llamacpp.binding import LlamaContext, Token
 
         self.context = context
         self.ctx = LlamaContext(self.gguf, n_ctx=context + k_max + 16, n_seq=k_max,
@@ -212,7 +212,7 @@ class LlamaCppProbe:
 
     def one_pass(self, k: int) -> float:
         from solm.engines.probe import FIRST_ID
-        from solm.llamacpp.binding import Token
+        from solm.engines.llamacpp.binding import Token
 
         c = self.context
         t0 = time.perf_counter()

@@ -1,5 +1,5 @@
 """The ONNX Runtime engine: the model written as an ONNX graph that takes each pass's
-attention mask (`solm.onnxrt`), run by onnxruntime's CPU kernels."""
+attention mask (`solm.engines.onnxruntime`), run by onnxruntime's CPU kernels."""
 
 from __future__ import annotations
 
@@ -25,12 +25,12 @@ class OnnxRuntimeEngine(Engine):
     format_setting = "onnx_type"
 
     def unavailable(self) -> str | None:
-        from solm.onnxrt.session import onnxruntime_available
+        from solm.engines.onnxruntime.session import onnxruntime_available
 
         return None if onnxruntime_available() else "onnxruntime (and onnx) are not installed"
 
     def install_hint(self) -> str:
-        from solm.onnxrt.session import INSTALL_HINT
+        from solm.engines.onnxruntime.session import INSTALL_HINT
 
         return INSTALL_HINT
 
@@ -50,7 +50,7 @@ class OnnxRuntimeEngine(Engine):
         vocabulary), and `settings.onnx` set to its graph (written on first use)."""
         from solm.core.models import load_decoder
         from solm.core.notices import notice
-        from solm.onnxrt.session import graph_for
+        from solm.engines.onnxruntime.session import graph_for
 
         loaded = load_decoder(model, dtype="fp32", device="cpu", system=system,
                               num_registers=num_registers)
@@ -64,8 +64,8 @@ class OnnxRuntimeEngine(Engine):
         """A session over a pool of `cells` cells behind the step `kind` speaks (requests
         never read each other's cells, so `independent` changes nothing here)."""
         super().step(kind, settings, cells)
-        from solm.onnxrt.session import OrtModel
-        from solm.onnxrt.step import OrtPagedKV, OrtPoolStep, OrtSlotStep
+        from solm.engines.onnxruntime.session import OrtModel
+        from solm.engines.onnxruntime.step import OrtPagedKV, OrtPoolStep, OrtSlotStep
 
         model = OrtModel(settings.onnx, cells)
         if kind == "paged":
@@ -75,8 +75,8 @@ class OnnxRuntimeEngine(Engine):
         return OrtSlotStep(model, kind)
 
     def sequential_loop(self, settings, cells: int):
-        """One token a pass on the same graph (`solm.onnxrt.session.OrtOwnLoop`)."""
-        from solm.onnxrt.session import OrtModel, OrtOwnLoop
+        """One token a pass on the same graph (`solm.engines.onnxruntime.session.OrtOwnLoop`)."""
+        from solm.engines.onnxruntime.session import OrtModel, OrtOwnLoop
 
         return OrtOwnLoop(OrtModel(settings.onnx, cells))
 
@@ -87,7 +87,7 @@ class OnnxRuntimeEngine(Engine):
         return settings.onnx_type
 
     def probes(self, model: str, formats: Sequence[str]) -> list:
-        from solm.onnxrt.session import graph_for
+        from solm.engines.onnxruntime.session import graph_for
 
         return [OrtProbe(graph_for(model, f), f) for f in formats]
 
@@ -100,7 +100,7 @@ class OrtProbe:
     engine = "onnxruntime"
 
     def __init__(self, graph, variant: str, threads: int | None = None):
-        from solm.onnxrt.session import graph_pass_bytes
+        from solm.engines.onnxruntime.session import graph_pass_bytes
 
         self.graph, self.variant, self.threads = graph, variant, threads
         self.weight_bytes = graph_pass_bytes(graph)
@@ -110,7 +110,7 @@ class OrtProbe:
         import numpy as np
 
         from solm.engines.probe import context_ids
-        from solm.onnxrt.session import OrtModel
+        from solm.engines.onnxruntime.session import OrtModel
 
         self.context, self.base = context, k_max * context
         self.model = OrtModel(self.graph, k_max * (context + 1), self.threads)
