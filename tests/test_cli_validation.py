@@ -323,7 +323,12 @@ def test_auto_names_the_engine_it_chose_and_why(monkeypatch):
     monkeypatch.setattr(notices, "_LISTENERS", [])
     notices.listen(said.append)
     llama = engines.ENGINES["llama.cpp"]
+    ort = engines.ENGINES["onnxruntime"]
     monkeypatch.setattr(llama, "refusal", lambda system, **facts: facts.get("why"))
+    monkeypatch.setattr(ort, "unavailable", lambda: None)
+    # nothing measured: llama.cpp where it runs the decode, else onnxruntime, else torch
+    assert engines.choose("auto", "pasta", why="a reason it cannot") == "onnxruntime"
+    monkeypatch.setattr(ort, "unavailable", lambda: "onnxruntime is not installed")
     assert engines.choose("auto", "pasta", why="a reason it cannot") == "torch"
     monkeypatch.setattr(binding, "llama_cpp_available", lambda: False)
     assert engines.choose("auto", "pasta") == "torch"
@@ -334,7 +339,10 @@ def test_auto_names_the_engine_it_chose_and_why(monkeypatch):
     assert engines.choose("torch", "pasta", why="a reason it cannot") == "torch"
     with pytest.raises(SolmError, match="--engine llama.cpp: a reason it cannot"):
         engines.choose("llama.cpp", "pasta", why="a reason it cannot")
-    assert said[-3:] == ["--engine auto: torch, since llama.cpp cannot run this decode "
+    assert said[-4:] == ["--engine auto: onnxruntime, since llama.cpp cannot run this decode "
                          "(a reason it cannot)",
-                         "--engine auto: torch, since llama-cpp-python is not installed",
+                         "--engine auto: torch, since llama.cpp cannot run this decode (a reason "
+                         "it cannot); onnxruntime is not installed",
+                         "--engine auto: torch, since llama-cpp-python is not installed; "
+                         "onnxruntime is not installed",
                          "--engine auto: llama.cpp (installed, and able to run this decode)"]

@@ -84,8 +84,8 @@ def test_make_demo_command_forks_threads_with_the_kept_model(tmp_path):
     assert r.exit_code == 0, r.output
     got = json.loads(out.read_text())
     # the kept model's threads take the Pred-10X layout, which llama.cpp refuses; with nothing
-    # measured here `auto` takes the first engine that can run it
-    assert got["model"] == "pasta-bonbon-cpu" and got["engine"] == "torch"
+    # measured here `auto` takes the next engine that can run it: onnxruntime, not torch
+    assert got["model"] == "pasta-bonbon-cpu" and got["engine"] == "onnxruntime"
     assert got["threads"] >= 2  # the model wrote its own promises and they ran as threads
     assert got["sequential_forward_passes"] == got["answer_tokens"]
     assert got["parallel_forward_passes"] < got["sequential_forward_passes"]
@@ -94,13 +94,20 @@ def test_make_demo_command_forks_threads_with_the_kept_model(tmp_path):
     assert got["theoretical_speedup"] == pytest.approx(
         got["answer_tokens"] / got["critical_path"])
     assert got["critical_path"] <= got["parallel_forward_passes"]
-    assert set(got["spread"]) == {"parallel", "sequential"} and "unreliable" in got
+    assert set(got["spread"]) == {"parallel", "sequential", "fastest"} and "unreliable" in got
     marks = sum(bar.count("█") for _, bar in got["timeline"])  # one column per step here
     assert marks == got["decode_tokens_fed"]
     # both sides timed 3 times (after a warm-up), the fastest compared
-    assert [len(got["times_s"][k]) for k in ("parallel", "sequential")] == [3, 3]
+    assert [len(got["times_s"][k]) for k in ("parallel", "sequential", "fastest")] == [3, 3, 3]
     assert got["realized_speedup"] == pytest.approx(
         min(got["times_s"]["sequential"]) / min(got["times_s"]["parallel"]))
+    # and against the fastest sequential decoding here: llama.cpp's own loop, q4_0 unmeasured
+    assert got["fastest_sequential"].startswith("llama.cpp's own loop, q4_0 GGUF")
+    assert got["realized_vs_fastest"] == pytest.approx(
+        min(got["times_s"]["fastest"]) / min(got["times_s"]["parallel"]))
+    assert "the fastest sequential decoding here" in " ".join(r.output.split())
+    # the answer is whole, or the cut is said above it
+    assert "max_new_tokens" not in got["flags"] or "The answer below is cut" in r.output
     assert len(got["timeline"]) == got["threads"] + 1
     assert "realized speedup" in r.output
 
@@ -245,3 +252,72 @@ def test_a_decodes_passes_are_never_fewer_than_its_critical_path(tiny, pasta_tok
         if res.unfed:
             assert schedule_steps(res.ids, rt.vocab) == res.forward_passes + 1
     assert cut_blocks >= 5
+
+
+def test_the_fastest_sequential_decoding_is_timed_in_the_same_rotation(tiny, pasta_tokenizer):
+    """The yardstick (the fastest sequential decoding here) decodes as many tokens as the
+    answer's content from the same prompt, warmed, then timed in the rotation with both
+    replays; the figure against it is its fastest time over the parallel side's."""
+    rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=512)
+    calls, replay = [], rt.replay
+
+    def spy(prompt, response, mode="parallel", **kw):
+        calls.append(mode)
+        return replay(prompt, response, mode=mode, **kw)
+
+    seconds = iter([9.0, 0.7, 0.5, 0.6])  # the warm-up, then three timed runs
+
+    def yardstick(ids, n):
+        calls.append(("fastest", len(ids), n))
+        return next(seconds)
+
+    rt.replay = spy
+    cfg = PastaDecodeConfig(max_new_tokens=12, sampling=SamplingConfig(temperature=0.0))
+    res = run_demo(rt, "List three colours.", cfg, repeats=3,
+                   yardstick=("llama.cpp's own loop", yardstick))
+    n_prompt = next(c[1] for c in calls if isinstance(c, tuple))
+    f = ("fastest", n_prompt, len(res.content_ids))
+    assert calls == ["parallel", "sequential", f,  # the warm-up
+                     "parallel", "sequential", f, "sequential", f, "parallel",
+                     f, "parallel", "sequential"]
+    assert res.times["fastest"] == [0.7, 0.5, 0.6]
+    assert res.realized_vs_fastest == pytest.approx(0.5 / min(res.times["parallel"]))
+    assert res.yardstick == "llama.cpp's own loop"
+    without = run_demo(rt, "List three colours.", cfg, repeats=1)
+    assert without.realized_vs_fastest is None and "fastest" not in without.times
+
+
+def test_the_yardstick_takes_the_gguf_measured_fastest_for_one_token(tmp_path, monkeypatch):
+    """`solm bench step`'s one-token passes pick the yardstick's GGUF: the fastest measured
+    here for the model (flash variants folded in), q4_0 where nothing is."""
+    from solm.engines import cost
+    from solm.engines.bandwidth import cpu_description
+
+    monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
+    assert cost.fastest_one_token_format("llama.cpp", "smollm2-135m", "q4_0") == "q4_0"
+    cost.record_step_costs({"cpu": cpu_description(), "model": "smollm2-135m", "engines": [
+        {"engine": "llama.cpp", "variant": "q8_0", "ms": {"1": 7.0, "4": 9.0}},
+        {"engine": "llama.cpp", "variant": "q4_1+flash", "ms": {"1": 5.0, "4": 12.0}},
+        {"engine": "llama.cpp", "variant": "q4_0", "ms": {"1": 5.5, "4": 8.0}},
+        {"engine": "onnxruntime", "variant": "i8", "ms": {"1": 1.0, "4": 2.0}}]})
+    assert cost.fastest_one_token_format("llama.cpp", "smollm2-135m", "q4_0") == "q4_1"
+    assert cost.fastest_one_token_format("onnxruntime", "smollm2-135m", "fp32") == "i8"
+    assert cost.fastest_one_token_format("llama.cpp", "another-model", "q4_0") == "q4_0"
+
+
+def test_the_demo_says_in_words_when_the_cap_cuts_the_answer(tmp_path, tiny_folder):
+    """A cap that ends the answer before the model does is said above the answer, and
+    `--no-fastest` leaves the yardstick out of the figures."""
+    from solm.cli import pasta
+
+    out = tmp_path / "demo.json"
+    r = CliRunner().invoke(pasta.app, ["demo", "-m", tiny_folder, "--engine", "torch",
+                                       "--max-new-tokens", "6", "--repeats", "1",
+                                       "--no-fastest", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    got = json.loads(out.read_text())
+    assert "max_new_tokens" in got["flags"]  # a random tiny model never ends in 6 tokens
+    said = " ".join(r.output.split())
+    assert "The answer below is cut: the cap of 6 new tokens" in said
+    assert said.index("The answer below is cut") < said.index("model>")
+    assert got["fastest_sequential"] is None and got["realized_vs_fastest"] is None

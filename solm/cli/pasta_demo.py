@@ -29,12 +29,18 @@ def demo(
     prompt: Optional[str] = typer.Option(None, help="The prompt (default: one the kept "
                                          "pasta-bonbon-cpu model answers in three "
                                          "threads)."),
-    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 96,
-                                         why="a demo answer that fits a screen"),
+    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 512,
+                                         why="the kept model ends its answer to the demo "
+                                         "prompt by itself, at 286 tokens"),
     width: int = typer.Option(60, min=10, max=400, help="Columns of the thread timeline."),
     repeats: int = typer.Option(3, min=1, max=50, help="Timed decodes of each side (after a "
                                 "warm-up of both), in alternating order; the fastest of "
                                 "each side are compared."),
+    fastest: bool = typer.Option(True, "--fastest/--no-fastest", help="Also time the "
+                                 "fastest sequential decoding on this machine: llama.cpp's "
+                                 "own one-token loop on its fastest one-token GGUF (where "
+                                 "llama-cpp-python is installed), as many tokens as the "
+                                 "answer's content, from the same prompt."),
     out: Optional[Path] = out_option(None, help="Also write the figures "
                                        "and the answer as JSON here."),
     engine: str = engine_option("auto", why="the engine measured fastest here"),
@@ -61,7 +67,7 @@ def demo(
     from solm.core.systems.pasta_schedule import schedule_steps
     from solm.decode.pasta.demo import DEMO_PROMPT, run_demo, timeline_rows
     from solm.decode.pasta.runtime import PastaDecodeConfig
-    from solm.decode.pasta.system import runtime_on_engine
+    from solm.decode.pasta.system import runtime_on_engine, sequential_yardstick
     from solm.engines import applies, get_engine
 
     if out is not None:
@@ -78,9 +84,14 @@ def demo(
     console.print(f"[bold cyan]prompt>[/] {prompt}", highlight=False)
     cfg = PastaDecodeConfig(max_new_tokens=max_new_tokens,
                             sampling=SamplingConfig(**decoding.values))
-    with Live(console=console, transient=True, refresh_per_second=10) as live:
-        res = run_demo(rt, prompt, cfg, on_views=lambda v: live.update(render_threads(v)),
-                       repeats=repeats)
+    yardstick = sequential_yardstick(model, max(1024, 4 * max_new_tokens)) if fastest else None
+    try:
+        with Live(console=console, transient=True, refresh_per_second=10) as live:
+            res = run_demo(rt, prompt, cfg, on_views=lambda v: live.update(render_threads(v)),
+                           repeats=repeats, yardstick=yardstick[:2] if yardstick else None)
+    finally:
+        if yardstick:
+            yardstick[2]()
     from solm.engines.cost import record_tokens_per_pass
 
     # what `--engine auto` weighs next time: this model's tokens per pass, measured here
@@ -88,6 +99,11 @@ def demo(
                                                   "tokens_fed": res.decoded.tokens_fed,
                                                   "forward_passes": res.decoded.forward_passes}])
     console.print(render_threads(res.views), soft_wrap=False)
+    live_run = res.decoded
+    if "max_new_tokens" in live_run.flags:
+        console.print(f"[yellow]The answer below is cut: the cap of {max_new_tokens} new "
+                      f"tokens (--max-new-tokens) ended it before the model did.[/]",
+                      highlight=False)
     out_console.print(f"[bold green]model>[/] {res.response}", highlight=False)
     steps = len(res.timeline.steps)
     console.print(f"\n[bold]threads over the {steps} decode steps[/] (█ decoding a token, "
@@ -97,7 +113,7 @@ def demo(
     for name, bar in rows:
         console.print(Text(name.ljust(pad)) + Text(bar, style="green" if name != "main"
                                                    else "cyan"))
-    par, seq, live_run = res.parallel, res.sequential, res.decoded
+    par, seq = res.parallel, res.sequential
     n = len(res.content_ids)
     par_critical = schedule_steps(res.decoded.ids, rt.vocab)
     lines = [
@@ -110,14 +126,20 @@ def demo(
         f"timed replays: parallel {_span(res.times['parallel'])}, sequential "
         f"{_span(res.times['sequential'])} (slowest / fastest: "
         f"{res.spread['parallel']:.2f}, {res.spread['sequential']:.2f})",
-        f"realized speedup: {res.realized_speedup:.2f}x (sequential / parallel decode time, "
-        f"measured now); theoretical {res.theoretical_speedup:.2f}x (content tokens / the "
-        f"{par_critical} passes of the timed parallel replay, which feeds every token of the "
-        f"answer: the realized speedup if every pass cost the same)",
+        f"realized speedup against the same engine: {res.realized_speedup:.2f}x (its "
+        f"sequential decode / the parallel one, measured now); theoretical "
+        f"{res.theoretical_speedup:.2f}x (content tokens / the {par_critical} passes of the "
+        f"timed parallel replay, which feeds every token of the answer: the realized speedup "
+        f"if every pass cost the same)",
         f"per forward pass: parallel {1000 * par.decode_s / max(par.forward_passes, 1):.0f} ms "
         f"({par.tokens_fed / max(par.forward_passes, 1):.2f} tokens a pass), sequential "
         f"{1000 * seq.decode_s / max(seq.forward_passes, 1):.0f} ms (1 token a pass)",
     ]
+    if res.realized_vs_fastest is not None:
+        lines.append(f"realized speedup against the fastest sequential decoding here "
+                     f"({res.yardstick}): {res.realized_vs_fastest:.2f}x ({n} tokens in "
+                     f"{res.fastest_sequential_s:.2f} s, "
+                     f"{1000 * res.fastest_sequential_s / max(n, 1):.1f} ms a token)")
     if live_run.flags:
         lines.append(f"flags: {', '.join(live_run.flags)} (the cap of {max_new_tokens} tokens "
                      "cut the answer)" if "max_new_tokens" in live_run.flags else
@@ -141,6 +163,9 @@ def demo(
             "parallel_tokens_fed": par.tokens_fed, "repeats": repeats, "times_s": res.times,
             "sequential_forward_passes": seq.forward_passes,
             "sequential_decode_s": seq.decode_s, "realized_speedup": res.realized_speedup,
+            "fastest_sequential": res.yardstick or None,
+            "fastest_sequential_s": res.fastest_sequential_s,
+            "realized_vs_fastest": res.realized_vs_fastest,
             "theoretical_speedup": res.theoretical_speedup, "distrusted": res.distrusted,
             "spread": res.spread, "unreliable": res.unreliable,
             "warnings": res.warnings(),

@@ -1,5 +1,5 @@
-"""The engines solm decodes on, by name: one module per engine (`torch_engine`,
-`llamacpp_engine`, `onnxruntime_engine`), each an `Engine` saying whether it runs here, which decodes it refuses
+"""The engines solm decodes on, by name: one folder per engine (`solm.engines.torch`,
+`solm.engines.llamacpp`, `solm.engines.onnxruntime`), each an `Engine` saying whether it runs here, which decodes it refuses
 and why, and how it times a pass. `--engine` choices and `auto` read this registry."""
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ from solm.engines.llamacpp.engine import LlamaCppEngine
 from solm.engines.onnxruntime.engine import OnnxRuntimeEngine
 from solm.engines.torch.engine import TorchEngine
 
-# in `auto`'s order of preference where nothing is measured: the first that runs here and
-# takes the decode (torch, the reference, takes every decode, so onnxruntime goes by
-# measurement only)
-ENGINES: dict[str, Engine] = {e.name: e for e in (LlamaCppEngine(), TorchEngine(),
-                                                  OnnxRuntimeEngine())}
+# in `auto`'s order of preference where nothing is measured here: the first that runs here
+# and takes the decode. The order is what every CPU measured so far agrees on (llama.cpp's
+# one-token pass 4-7x torch's, onnxruntime's k-token pass 4-5x torch's; docs: engines);
+# torch, the reference, takes every decode, so it is the last resort, never the default
+ENGINES: dict[str, Engine] = {e.name: e for e in (LlamaCppEngine(), OnnxRuntimeEngine(),
+                                                  TorchEngine())}
 REFERENCE = next(e.name for e in ENGINES.values() if e.reference)
 AUTO = "auto"
 ENGINE_CHOICES = (*ENGINES, AUTO)
@@ -24,7 +25,7 @@ ENGINE_HELP = ("Decoding engine: torch (solm's own runtime, the reference), llam
                "graph in solm's cache on first use, taking each pass's attention mask: every "
                "system and layout), auto (of the engines installed and able "
                "to run this decode, the fastest `solm bench step` measured on this CPU for "
-               "the model's tokens per pass; unmeasured: llama.cpp, else torch). Greedy answers agree up to near-ties on an f32 "
+               "the model's tokens per pass; unmeasured: llama.cpp, else onnxruntime, else torch). Greedy answers agree up to near-ties on an f32 "
                "export; other types round the logits (`solm check-engines` measures it).")
 
 
@@ -89,13 +90,13 @@ def choose(choice: str, system: str, **facts) -> str:
             raise SolmError(f"--engine {choice}: {why}")
         engine.settle(facts.get("settings"), facts.get("model"), system)
         return choice
-    passed, able = [], []
+    passed, able = [], []  # passed: the engines ranked above the first able one, and why
     for name, engine in ENGINES.items():
         missing = engine.unavailable()
         why = None if missing else engine.refusal(system, **facts)
         if missing is None and why is None:
             able.append(name)
-        else:
+        elif not able:
             passed.append(missing or f"{name} cannot run this decode ({why})")
     if not able:
         raise SolmError("--engine auto: no engine can run this decode (" + "; ".join(passed)

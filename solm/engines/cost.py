@@ -213,3 +213,19 @@ def fastest(engines: dict, model: str | None, system: str, config,
                         sorted(rates.items(), key=lambda x: -x[1]))
     return best, (f"measured here (`solm bench step`; a pass feeds {tpp[1]:.2f} tokens and "
                   f"writes {tpp[0]:.2f} content tokens): {figures} content tokens/s")
+
+
+def fastest_one_token_format(engine: str, model: str, default: str,
+                             cpu: str | None = None) -> str:
+    """The weight format of `engine` whose one-token pass `solm bench step` measured fastest
+    on this CPU for `model` (its flash-attention variant folded in), else `default`."""
+    if cpu is None:
+        from solm.engines.bandwidth import cpu_description
+
+        cpu = cpu_description()
+    measured = _read(_cache("step_cost.json")).get(cpu, {}).get(base_model(model), {})
+    rows = [e for e in measured.get("engines", []) if e["engine"] == engine and e.get("ms")]
+    if not rows:
+        return default
+    best = min(rows, key=lambda e: pass_ms(e["ms"], 1.0))
+    return best["variant"].removesuffix(FLASH)

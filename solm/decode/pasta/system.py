@@ -258,3 +258,35 @@ SYSTEM = register_system(DecodeSystem(
     evaluation=EvalKinds(methods={"sequential": {"mode": "sequential"},
                                   "pasta": {"mode": "parallel"}, "apar": {"mode": "parallel"}},
                          eval_row=eval_row)))
+
+
+# the GGUF type of llama.cpp's fastest one-token pass on every CPU measured so far (docs:
+# engines): the yardstick's where nothing is measured here
+FASTEST_SEQUENTIAL_GGUF = "q4_0"
+
+
+def sequential_yardstick(model: str, cells: int):
+    """(its name in words, a function decoding n tokens from prompt ids and returning the
+    decode seconds, a closer) for the fastest sequential decoding of `model` on this machine:
+    llama.cpp's own one-token loop (C, greedy) on the GGUF whose one-token pass measured
+    fastest here (unmeasured: q4_0); None where llama.cpp is not installed or cannot load
+    the model, with the reason as a notice."""
+    from solm.core.errors import SolmError
+    from solm.core.notices import notice
+    from solm.engines.cost import fastest_one_token_format
+
+    llama = get_engine("llama.cpp")
+    if llama.unavailable():
+        notice(f"no llama.cpp yardstick: {llama.unavailable()}")
+        return None
+    gguf_type = fastest_one_token_format("llama.cpp", model, FASTEST_SEQUENTIAL_GGUF)
+    settings = PastaEngine(engine="llama.cpp", gguf_type=gguf_type, pool_size=cells)
+    try:
+        prepare(PastaDecodeConfig(mode="sequential"), settings, model)
+        load(model, settings, "auto", None)  # exports the GGUF on first use
+    except SolmError as e:
+        notice(f"no llama.cpp yardstick: {e}")
+        return None
+    loop = llama.sequential_loop(settings, cells)
+    return (f"llama.cpp's own loop, {gguf_type} GGUF (one token a pass, greedy in C)",
+            lambda ids, n: loop.generate(ids, n)[2], loop.close)
