@@ -151,13 +151,15 @@ def tip_oracle(ids: list[int], tokenizer, prompt_len: int) -> tuple[torch.Tensor
     return visible, list(range(n)), targets
 
 
-def pdiff_oracle(ids: list[int], tokenizer, layout: str = "pred10x"
+def pdiff_oracle(ids: list[int], tokenizer, layout: str = "pred10x", block_size: int = 0
                  ) -> tuple[torch.Tensor, list[int], list[int], list[bool]]:
     """(visible, positions, autoregressive targets, diffusable) of a Planned Diffusion
-    sequence, from the issue's rules: PASTA's spans and positions; inside a block every
-    token sees every token of the same block (bidirectional); only main-thread tokens have
-    autoregressive targets (the next main token; a stray `</async>` none); a block's tokens
-    other than `<async>`/`</async>` are the diffused ones."""
+    sequence, from the spec's rules: PASTA's spans and positions; inside a block every
+    token sees every token of the same block (bidirectional), or with `block_size` B > 0
+    every token of its own B-slot piece and the pieces before it (`<async>` goes with the
+    first piece, `</async>` with the piece of the token before it); only main-thread tokens
+    have autoregressive targets (the next main token; a stray `</async>` none); a block's
+    tokens other than `<async>`/`</async>` are the diffused ones."""
     visible, positions, targets = pasta_oracle(ids, tokenizer, layout)
     text = tokenizer.convert_ids_to_tokens([int(t) for t in ids])
     n = len(ids)
@@ -176,9 +178,16 @@ def pdiff_oracle(ids: list[int], tokenizer, layout: str = "pred10x"
             b, i = b + 1, j + 1
         else:
             i += 1
+    piece = [0] * n  # with block_size: the B-slot piece of a block's token, counted out
+    for b in set(block_of) - {-1}:
+        members = [i for i in range(n) if block_of[i] == b]
+        for m, i in enumerate(members):
+            if block_size and 0 < m:
+                closing = text[i] == "</async>" and m == len(members) - 1 and m > 1
+                piece[i] = piece[members[m - 1]] if closing else (m - 1) // block_size
     for q in range(n):
         for k in range(n):
-            if block_of[q] != -1 and block_of[q] == block_of[k]:
+            if block_of[q] != -1 and block_of[q] == block_of[k] and piece[k] <= piece[q]:
                 visible[q, k] = True
     targets = [t if block_of[i] == -1 else IGNORE for i, t in enumerate(targets)]
     diffusable = [block_of[i] != -1 and text[i] not in ("<async>", "</async>")

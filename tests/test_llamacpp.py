@@ -820,13 +820,16 @@ def pdiff_decode(model, tok, prompts, plans, gguf=None):
     return [out[i] for i in range(len(prompts))]
 
 
-def test_planned_diffusion_on_llama_cpp_equals_torch(pdiff_overlap):
+@pytest.mark.parametrize("block_size", [0, 4])
+def test_planned_diffusion_on_llama_cpp_equals_torch(pdiff_overlap, block_size, monkeypatch):
     """8 prompts (plans of 0-4 chunks, two rounds), 4 at a time: the same chunks, and every
     denoising pass's logits rows within TOL of the torch engine's, which the runtime tests
-    prove equal to training's forward."""
+    prove equal to training's forward; whole chunks, and chunks in blocks of 4 (a pass then
+    feeds a finished block beside the current one, in two calls)."""
     from solm.core.chat import text_ids
 
     model, tok, path = pdiff_overlap
+    monkeypatch.setattr(model.config, "solm_block_size", block_size, raising=False)
     prompts = [text_ids(tok, p) for p in ("One.", "Two, longer prompt.", "Three", "Four!",
                                           "Five", "Six six", "Seven.", "Eight")]
     plans = PLANS * 2
@@ -842,11 +845,15 @@ def test_planned_diffusion_on_llama_cpp_equals_torch(pdiff_overlap):
                 parted += 1
                 break
             for k in sa:
-                assert (sa[k][1] - sb[k][1]).abs().max().item() < TOL
+                fed = ~torch.isnan(sb[k][1]).any(-1)  # the slots the pass fed
+                assert torch.equal(fed, ~torch.isnan(sa[k][1]).any(-1))
+                assert (sa[k][1][fed] - sb[k][1][fed]).abs().max().item() < TOL
                 compared += 1
         else:
             assert a.ids == b.ids and a.forward_passes == b.forward_passes
-    assert parted <= 2 and compared >= 20 and sum(len(r.chunks) for r in ref) >= 12
+    # (blocks of 4 rank fewer slots a step, so near-ties part more runs: 4 of 8 measured)
+    assert parted <= (2 if block_size == 0 else 4) and compared >= 20
+    assert sum(len(r.chunks) for r in ref) >= 12
 
 
 def test_eval_run_on_llama_cpp_gives_the_torch_runs_outputs(tmp_path, tiny_folder, monkeypatch):

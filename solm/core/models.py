@@ -575,6 +575,24 @@ def positions_of(model) -> str:
     return getattr(model.config, "solm_positions", None) or "pred10x"
 
 
+def model_block_size(name_or_path: str) -> int:
+    """The chunk blocks a Planned Diffusion model was trained to denoise (its solm.json's
+    `block_size`; 0, the whole chunk at once, for any other model)."""
+    import json
+
+    meta = Path(artifact_folder(str(name_or_path)) or str(name_or_path)) / "solm.json"
+    try:
+        value = json.loads(meta.read_text()).get("block_size", 0) if meta.is_file() else 0
+    except (OSError, ValueError):
+        return 0
+    return value if isinstance(value, int) and value > 0 else 0
+
+
+def block_size_of(model) -> int:
+    """The chunk block size of a loaded model (`load_decoder` records it on the config)."""
+    return int(getattr(model.config, "solm_block_size", 0) or 0)
+
+
 def adapter_parent(folder: Path) -> str:
     """The model a LoRA adapter folder was trained on: solm.json's parent_model, else the
     adapter's own record."""
@@ -692,6 +710,7 @@ def load_decoder(name_or_path: str, dtype: str = "auto", device: str | None = No
     model, tokenizer = load_model(name_or_path, dtype=dtype, device=device)
     add_control_tokens(model, tokenizer, system, num_registers=num_registers)
     model.config.solm_positions = model_positions(name_or_path)
+    model.config.solm_block_size = model_block_size(name_or_path)
     if quantize:
         from solm.core.quantize import quantize_weights
 

@@ -12,6 +12,13 @@ t. The loss of a sequence:
 
     L = ( sum_AR CE(main token)  +  (1/t) sum_masked CE(chunk token) ) / (A + D)
 
+With chunk blocks (`--block-size B`, `pdiff.slot_block`), each chunk draws one of its
+blocks that hold diffusable slots, uniformly (n of them), and masks only that block's slots
+with probability t: the blocks before it stay clean, as the sampler sees them (a block
+reads the chunk's finished blocks), and the blocks after it cannot be seen from it. Its
+masked slots count n / t each, so that in expectation the sum still covers every
+diffusable slot of the chunk once (the same normalisation by A + D).
+
 with A the autoregressive targets (response main-thread tokens, EOS included) and D the
 diffusable chunk slots, masked or not. Why this weighting and normalisation:
 - (1/t) sum_masked is the masked-diffusion ELBO's Monte-Carlo term: its expectation over the
@@ -82,6 +89,10 @@ class PdiffSFTConfig(TrainConfig):
     pad_cycle: int = setting(PAD_CYCLE, "Distinct pad tokens a chunk's pads cycle through "
                                         "(Rainbow Padding; 1: one pad token, as models "
                                         "trained before the cycle).", min=1, max=PAD_CYCLE)
+    block_size: int = setting(0, "Denoise each chunk in blocks of this many slots, left to "
+                                 "right, each block seeing the chunk's finished blocks "
+                                 "(BD3-LM); recorded in the model, which decodes the same "
+                                 "way. 0: the whole chunk at once.", min=0)
 
 
 @dataclass
@@ -93,6 +104,7 @@ class PdiffExample(StructuredExample):
     kinds: list[int]  # per label: 0 none, AR or DIFFUSION
     control: list[bool]  # per label: an AR target that is a control token
     t: float
+    scale: list[float]  # per label: a DIFFUSION label's count over 1/t (its chunk's blocks)
     norm: int  # A + D
     attrs: dict[str, torch.Tensor]
 
@@ -103,6 +115,20 @@ def sample_masking(diffusable: list[int], rng: random.Random, eps: float
     probability t."""
     t = (1 - eps) * rng.random() + eps
     return t, [j for j in diffusable if rng.random() < t]
+
+
+def active_blocks(diffusable: list[int], chunk: list[int], block: list[int],
+                  rng: random.Random) -> tuple[list[int], dict[int, int]]:
+    """(the diffusable slots of one block drawn per chunk, {slot: its chunk's count of
+    blocks}): `chunk[j]` and `block[j]` are slot j's chunk and block."""
+    blocks: dict[int, list[int]] = {}
+    for j in diffusable:
+        blocks.setdefault(chunk[j], [])
+        if block[j] not in blocks[chunk[j]]:
+            blocks[chunk[j]].append(block[j])
+    drawn = {c: rng.choice(sorted(bs)) for c, bs in blocks.items()}
+    kept = [j for j in diffusable if block[j] == drawn[chunk[j]]]
+    return kept, {j: len(blocks[chunk[j]]) for j in kept}
 
 
 @dataclass
@@ -154,19 +180,28 @@ class PdiffCollator:
             if i >= prompt_len - 1 and target != IGNORE and i + 1 < n:
                 labels[i + 1], kinds[i + 1] = target, AR
         diffusable = [j for j in range(n) if s.attrs["diffusable"][j]]
+        counts: dict[int, int] = {}
+        if self.vocab.block_size > 0:
+            diffusable_all = diffusable
+            diffusable, counts = active_blocks(diffusable, s.attrs["thread"].tolist(),
+                                               s.attrs["block"].tolist(), rng)
         t, masked = sample_masking(diffusable, rng, self.eps)
         inputs = list(ids)
+        scale = [1.0] * n
         for j in masked:
             row = predictor(j)  # the logits row that predicts masked token j
             if kinds[row + 1]:
                 raise SolmError(f"token {j}: its predicting row {row} already has a target")
             labels[row + 1], kinds[row + 1] = ids[j], DIFFUSION
+            scale[row + 1] = float(counts.get(j, 1))
             inputs[j] = self.vocab.mask
+        if self.vocab.block_size > 0:
+            diffusable = diffusable_all
         norm = sum(k == AR for k in kinds) + len(diffusable)
         controls = set(self.vocab.control_ids)
         control = [k == AR and lab in controls for k, lab in zip(kinds, labels)]
         return PdiffExample(inputs, s.position_ids.tolist(), s.term, labels, kinds, control,
-                            t, max(norm, 1), dict(s.attrs))
+                            t, scale, max(norm, 1), dict(s.attrs))
 
     def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
         examples = []
@@ -187,6 +222,7 @@ def collate(examples: list[PdiffExample], pad: int, flex: bool = False) -> dict:
              "loss_kind": torch.zeros((b, n), dtype=torch.long),
              "loss_control": torch.zeros((b, n), dtype=torch.bool),
              "loss_t": torch.tensor([e.t for e in examples], dtype=torch.float),
+             "loss_scale": torch.ones((b, n), dtype=torch.float),
              "loss_norm": torch.tensor([e.norm for e in examples], dtype=torch.float)}
     for i, e in enumerate(examples):
         t = len(e.input_ids)
@@ -195,16 +231,19 @@ def collate(examples: list[PdiffExample], pad: int, flex: bool = False) -> dict:
         batch["labels"][i, :t] = torch.tensor(e.labels)
         batch["loss_kind"][i, :t] = torch.tensor(e.kinds)
         batch["loss_control"][i, :t] = torch.tensor(e.control)
+        batch["loss_scale"][i, :t] = torch.tensor(e.scale)
 
     return add_structure_masks(batch, examples, flex)
 
 
 def pdiff_loss(logits: torch.Tensor, labels: torch.Tensor, kinds: torch.Tensor,
                t: torch.Tensor, norm: torch.Tensor, control: torch.Tensor | None = None,
-               control_weight: float = 1.0) -> tuple[torch.Tensor, dict[str, float]]:
+               control_weight: float = 1.0, scale: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss of the module docstring, and its two parts (per-token means, for the log).
     `logits[b, i]` scores `labels[b, i + 1]`; `control` marks AR labels that count
-    `control_weight` times."""
+    `control_weight` times; `scale` multiplies each DIFFUSION label's 1/t (its chunk's count
+    of blocks when blocks are drawn)."""
     lg = logits[:, :-1].float()
     target = labels[:, 1:]
     kind = kinds[:, 1:]
@@ -214,7 +253,10 @@ def pdiff_loss(logits: torch.Tensor, labels: torch.Tensor, kinds: torch.Tensor,
     if control is not None and control_weight != 1.0:
         ar_weight = ar_weight * torch.where(control[:, 1:].to(ce.device), control_weight, 1.0)
     ar = (ce * ar_weight).sum(1)
-    diffusion = (ce * (kind == DIFFUSION)).sum(1) / t.to(ce.device)
+    weight = (kind == DIFFUSION).float()
+    if scale is not None:
+        weight = weight * scale[:, 1:].to(ce.device)
+    diffusion = (ce * weight).sum(1) / t.to(ce.device)
     per_sequence = (ar + diffusion) / norm.to(ce.device)
     plain = ce.detach()
     parts = {"ar_loss": float((plain * (kind == AR)).sum() / (kind == AR).sum().clamp(min=1)),
@@ -242,10 +284,11 @@ def pdiff_trainer_class(base: type) -> type:
             inputs = dict(inputs)
             labels, kinds = inputs.pop("labels"), inputs.pop("loss_kind")
             t, norm = inputs.pop("loss_t"), inputs.pop("loss_norm")
-            control = inputs.pop("loss_control")
+            control, scale = inputs.pop("loss_control"), inputs.pop("loss_scale", None)
             outputs = model(**inputs)
             weight = self.control_weight if model.training else 1.0
-            loss, parts = pdiff_loss(outputs.logits, labels, kinds, t, norm, control, weight)
+            loss, parts = pdiff_loss(outputs.logits, labels, kinds, t, norm, control, weight,
+                                     scale)
             if model.training:
                 for k, v in parts.items():
                     self._parts.setdefault(k, []).append(v)
@@ -291,7 +334,7 @@ class PdiffSFTTrainer(SolmTrainer):
         return rows
 
     def vocab_options(self) -> dict[str, Any]:
-        return {"positions": self.config.positions}
+        return {"positions": self.config.positions, "block_size": self.config.block_size}
 
     def control_token_options(self) -> dict[str, Any]:
         return {"pad_cycle": self.config.pad_cycle}
@@ -349,5 +392,5 @@ class PdiffSFTTrainer(SolmTrainer):
                 "skipped_too_long": too_long, "skipped_chunk_too_long": too_big,
                 "train_rows": len(split.train), "eval_rows": len(held),
                 "tagged_train_rows": split.annotated, "extra_pads": cfg.extra_pads,
-                "mask_eps": cfg.mask_eps}
+                "mask_eps": cfg.mask_eps, "block_size": cfg.block_size}
         return PreparedData(split.train, held, meta)

@@ -105,6 +105,7 @@ class TokenAttrs:
     join: int  # block: the epoch at which main sees it; main: 0
     pos: int  # position id
     is_tag: bool = False  # part of a control tag (not response content)
+    block: int = 0  # Planned Diffusion: the denoising block of a chunk slot (0 elsewhere)
 
 
 @dataclass

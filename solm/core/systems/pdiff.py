@@ -28,11 +28,23 @@ Layout (what a training sequence looks like; `to_slots` writes it from Pasta-Lan
 - **Inside chunks** no control token and no EOS may be sampled, except pad
   (`PdiffVocab.chunk_banned_ids`).
 
-Visibility: PASTA's three terms plus one, "bidirectional inside a chunk":
-`pdiff_visible = or_masks(pasta_visible, whole_chunk)`. So plan and main-thread tokens are
-causal; a chunk token sees the main thread up to its promise, chunks joined by an earlier
-`<sync/>`, and every slot of its own chunk (not its siblings); later main tokens see a chunk
-only from the `<sync/>` that joins it.
+Visibility: PASTA's three terms plus one, "bidirectional inside a chunk's block, causal
+across its blocks": `pdiff_visible = or_masks(pasta_visible, chunk_blocks)`. So plan and
+main-thread tokens are causal; a chunk token sees the main thread up to its promise, chunks
+joined by an earlier `<sync/>`, and every slot of its own chunk in its own block or an
+earlier one (not its siblings); later main tokens see a chunk only from the `<sync/>` that
+joins it.
+
+Blocks (BD3-LM's, inside each chunk): a model trained with `block_size` B > 0 denoises a
+chunk B slots at a time, left to right, each block seeing the chunk's finished blocks. The
+slot of order o (0 is `<async>`) is in block `slot_block(o, B)` = max(o - 1, 0) // B, so
+`<async>` opens block 0, and `</async>` joins the block of the slot before it (no block
+holds it alone); the attribute `block` carries it,
+so every engine reads the rule from the attributes alone. B = 0 (and a model trained before
+blocks) puts every slot in block 0: the whole chunk at once. The first slot of block b > 0
+is predicted (the shifted convention below) by the last slot of block b - 1, which cannot
+see block b: that one token of each block is predicted from the finished blocks alone, in
+training as in sampling.
 
 Targets:
 - main-thread tokens: the next main-thread token (the autoregressive loss), exactly PASTA's
@@ -63,14 +75,17 @@ from solm.core.chat import eos_ids
 from solm.core.control_tokens import (MASK_TOKEN, MAX_PROMISE_TENS, PAD_CYCLE, PAD_TOKEN,
                                       pad_cycle_tokens)
 from solm.core.structure import IGNORE, Attrs, Structure, or_masks
-from solm.core.systems.pasta import (ATTR_NAMES, MAIN, PastaTracker, PastaVocab, TokenAttrs,
+from solm.core.systems.pasta import ATTR_NAMES as PASTA_ATTR_NAMES
+from solm.core.systems.pasta import (MAIN, PastaTracker, PastaVocab, TokenAttrs,
                                      attrs_to_tensors, pasta_visible, walk_with_predictors)
 
 NAME = "pdiff"
 EXTRA_PADS_MAX = 10  # the published method adds 0-10 random pads to each chunk
 MIN_SLOTS = 3  # `<async>`, one content slot, `</async>`
+# what visibility reads: PASTA's attributes and a chunk slot's block
+ATTR_NAMES = (*PASTA_ATTR_NAMES, "block")
 __all__ = ["ATTR_NAMES", "NAME", "PdiffVocab", "Vocab", "PdiffTracker", "chunk_slots",
-           "whole_chunk", "pdiff_visible", "predictor", "to_slots", "structure"]
+           "slot_block", "chunk_blocks", "pdiff_visible", "predictor", "to_slots", "structure"]
 
 
 @dataclass(frozen=True)
@@ -80,11 +95,15 @@ class PdiffVocab(PastaVocab):
     mask: int = -1
     pad: int = -1
     pad_cycle: tuple[int, ...] = ()
+    block_size: int = 0  # slots a chunk denoises at a time (0: the whole chunk)
 
     @classmethod
     def from_tokenizer(cls, tokenizer, positions: str = "pred10x",
-                       pad_cycle: int | None = None) -> "PdiffVocab":
-        """`pad_cycle`: the pads the model trains with (None: as many as the tokenizer has)."""
+                       pad_cycle: int | None = None, block_size: int = 0) -> "PdiffVocab":
+        """`pad_cycle`: the pads the model trains with (None: as many as the tokenizer has);
+        `block_size`: the chunk blocks it was trained with (0: whole chunks)."""
+        if block_size < 0:
+            raise ValueError(f"block_size must be >= 0, got {block_size}")
         vocab = tokenizer.get_vocab()
         missing = [t for t in (MASK_TOKEN, PAD_TOKEN) if t not in vocab]
         if missing:
@@ -102,7 +121,7 @@ class PdiffVocab(PastaVocab):
             cycle.append(vocab[token])
         return cls(base.promise_open, base.async_open, base.async_close, base.sync,
                    base.close_tens, eos_ids(tokenizer), positions, vocab[MASK_TOKEN],
-                   vocab[PAD_TOKEN], tuple(cycle))
+                   vocab[PAD_TOKEN], tuple(cycle), block_size)
 
     @property
     def pads(self) -> tuple[int, ...]:
@@ -130,6 +149,12 @@ class PdiffVocab(PastaVocab):
 Vocab = PdiffVocab
 
 
+def slot_block(order: int, block_size: int) -> int:
+    """The block of a chunk's slot of `order` (0 is `<async>`): content slots 1..B are block
+    0 (with `<async>`), B+1..2B block 1, ...; every slot is block 0 when `block_size` is 0."""
+    return max(order - 1, 0) // block_size if block_size > 0 else 0
+
+
 def chunk_slots(tens: int, length_scale: float = 1.0) -> int:
     """Slots of a chunk promised at `tokens="tens"`: 10 x N, times the decode's length scale."""
     return max(MIN_SLOTS, int(round(10 * tens * length_scale)))
@@ -145,18 +170,26 @@ class PdiffTracker(PastaTracker):
     def block_span(self, tens: int) -> int:
         return chunk_slots(tens, self.length_scale)
 
+    def fork(self, fid: int, tok: int) -> TokenAttrs:
+        attrs = super().fork(fid, tok)
+        # `</async>` joins the block of the slot before it (no block holds it alone)
+        closing = tok == self.vocab.async_close and attrs.order > 0
+        attrs.block = slot_block(attrs.order - closing, self.vocab.block_size)
+        return attrs
+
     def chunk_attrs(self, fid: int, tokens: Sequence[int]) -> list[TokenAttrs]:
         """Attributes of every slot of chunk `fid` (they do not depend on what the slots
         hold, so the sampler computes them once when it lays the chunk out)."""
         return [self.fork(fid, t) for t in tokens]
 
 
-def whole_chunk(q: Attrs, k: Attrs) -> torch.Tensor:
-    """Every slot of a chunk sees every slot of the same chunk (bidirectional)."""
-    return (k["thread"] > MAIN) & (k["thread"] == q["thread"])
+def chunk_blocks(q: Attrs, k: Attrs) -> torch.Tensor:
+    """A chunk's slot sees every slot of the same chunk in its block or an earlier one
+    (bidirectional inside a block; with one block, the whole chunk)."""
+    return (k["thread"] > MAIN) & (k["thread"] == q["thread"]) & (k["block"] <= q["block"])
 
 
-pdiff_visible = or_masks(pasta_visible, whole_chunk)
+pdiff_visible = or_masks(pasta_visible, chunk_blocks)
 
 
 def predictor(j: int) -> int:
@@ -220,6 +253,7 @@ def structure(token_ids: Sequence[int] | torch.Tensor, vocab: PdiffVocab, prompt
     attrs, targets, _ = walk_with_predictors(token_ids, vocab, PdiffTracker(vocab, length_scale))
     targets = [t if a.thread == MAIN else IGNORE for a, t in zip(attrs, targets)]
     t = attrs_to_tensors(attrs)
+    t["block"] = torch.tensor([a.block for a in attrs], dtype=torch.long)
     t["diffusable"] = torch.tensor(diffusable(token_ids, attrs, vocab), dtype=torch.long)
     return Structure(term=pdiff_visible, position_ids=t["pos"],
                      targets=torch.tensor(targets, dtype=torch.long), attrs=t)

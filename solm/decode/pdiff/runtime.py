@@ -17,7 +17,13 @@ Per request, in phases (each step is one forward pass for every running request)
    (committed, or predicted at masked slots) and every masked slot after its first committed
    pad take their pad without another pass. Slots committed ahead of the schedule shorten
    it: a chunk takes at most `ceil(masked left x steps ratio)` more steps. A finished chunk
-   is no longer fed. When all are done, their KV
+   is no longer fed. A model trained with chunk blocks (`block_size` B > 0) denoises each
+   chunk one block at a time, left to right: a pass feeds the chunk's current block (and,
+   in the pass after a block is finished, that block again with its final tokens, so the
+   cache holds what training shows the later blocks); each block takes `ceil(its masked
+   slots x steps ratio)` steps; the first slot of a block reads the row of the finished
+   block's last slot (the shifted convention), computed when that block was last fed.
+   When all are done, their KV
    is written once more from the final tokens in the same pass that feeds the pending
    `<sync/>` (their KV was computed while they were partly masked); at the end of the
    answer nothing reads them, so no pass is spent.
@@ -40,7 +46,7 @@ from typing import Hashable, Iterable, Iterator, Sequence
 
 import torch
 
-from solm.core.models import positions_of
+from solm.core.models import block_size_of, positions_of
 from solm.core.model_features import past_the_window
 from solm.core.sampling import Sampler, formatting_token_ids
 from solm.core.structure import BATCH_ATTR_NAMES, and_masks, same_request
@@ -104,12 +110,19 @@ class _Chunk:
     attrs: list = field(default_factory=list)
     start: int = -1  # pool slots [start, start + len(tokens))
     masked: set[int] = field(default_factory=set)
-    budget: int = 0  # denoising steps
-    steps: int = 0
+    budget: int = 0  # denoising steps of the current block (the whole chunk without blocks)
+    steps: int = 0  # denoising passes it was fed in
+    block_steps: int = 0  # of those, the current block's
+    block: int = 0  # the block being denoised (attrs[j].block of its slots)
+    stale: list[int] = field(default_factory=list)  # finished slots whose KV saw masks
+    edge: torch.Tensor | None = None  # the row predicting the current block's first slot
 
     @property
     def done(self) -> bool:
         return not self.masked
+
+    def block_slots(self, block: int) -> list[int]:
+        return [j for j, a in enumerate(self.attrs) if a.block == block]
 
 
 @dataclass
@@ -175,7 +188,8 @@ class PdiffRuntime:
         """`forward`: another engine's pass with `SlotStep`'s call
         (`solm.engines.llamacpp.step.LlamaPdiffStep`); default: solm's own over `pool_size` slots."""
         self.model, self.tokenizer = model, tokenizer
-        self.vocab = PdiffVocab.from_tokenizer(tokenizer, positions_of(model))
+        self.vocab = PdiffVocab.from_tokenizer(tokenizer, positions_of(model),
+                                               block_size=block_size_of(model))
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.pool_size, self.max_batch = pool_size, max_batch
         self.forward = forward or SlotStep(model, pool_size,
@@ -445,19 +459,36 @@ class PdiffRuntime:
             chunk.start = run.next_slot
             run.next_slot += size
             chunk.masked = set(range(1, size - 1))
-            chunk.budget = max(1, math.ceil(len(chunk.masked) * cfg.steps_ratio))
+            chunk.block = 0
+            chunk.budget = self._block_budget(chunk, cfg)
         run.denoising, run.planned = run.planned, []
         run.finish_after_chunks = finish
         return True
 
+    @staticmethod
+    def _block_budget(c: _Chunk, cfg: PdiffDecodeConfig) -> int:
+        """Denoising steps of the chunk's current block: ceil(its masked slots x ratio)."""
+        masked = sum(1 for j in c.masked if c.attrs[j].block == c.block)
+        return max(1, math.ceil(masked * cfg.steps_ratio))
+
+    @staticmethod
+    def _fed_slots(c: _Chunk, finished_too: bool) -> list[int]:
+        """The chunk's slots a pass feeds: all of them (finished chunks, the last write, a
+        model without blocks), else the finished block whose KV saw masks and the current
+        block."""
+        if finished_too or all(a.block == 0 for a in c.attrs):
+            return list(range(len(c.tokens)))
+        return [*c.stale, *c.block_slots(c.block)]
+
     def _denoise_feed(self, run: _Run, finished_too: bool = False):
-        """Every unfinished chunk's slots (with `finished_too`, every chunk's)."""
+        """Every unfinished chunk's fed slots (with `finished_too`, every chunk's slots)."""
         toks, attrs, where = [], [], []
         for c in run.denoising:
             if finished_too or not c.done:
-                toks += c.tokens
-                attrs += c.attrs
-                where += range(c.start, c.start + len(c.tokens))
+                fed = self._fed_slots(c, finished_too)
+                toks += [c.tokens[j] for j in fed]
+                attrs += [c.attrs[j] for j in fed]
+                where += [c.start + j for j in fed]
         return run, toks, attrs, where
 
     def _write_feed(self, run: _Run):
@@ -472,22 +503,31 @@ class PdiffRuntime:
         for c in run.denoising:
             if c.done:
                 continue
-            rows = logits[at:at + len(c.tokens)]
-            at += len(c.tokens)
-            if record is not None:
-                record[run.chunks.index(c)] = (list(c.tokens), rows.float().clone())
-            self._unmask(c, rows, cfg, run.generator)
+            fed = self._fed_slots(c, False)
+            rows = logits[at:at + len(fed)]
+            at += len(fed)
+            if record is not None:  # every slot's row; NaN where the pass fed none
+                full = torch.full((len(c.tokens), rows.shape[-1]), float("nan"))
+                full[fed] = rows.float().cpu()
+                record[run.chunks.index(c)] = (list(c.tokens), full)
+            row_of = {j: rows[i] for i, j in enumerate(fed)}
+            if c.stale:  # the finished block's last row predicts the current block's first
+                c.edge, c.stale = row_of[c.stale[-1]], []
+            if c.edge is not None:
+                row_of.setdefault(min(c.block_slots(c.block)) - 1, c.edge)
+            self._unmask(c, row_of, cfg, run.generator)
         if record is not None:
             run.recorded.append(record)
 
-    def _unmask(self, c: _Chunk, rows: torch.Tensor, cfg: PdiffDecodeConfig,
+    def _unmask(self, c: _Chunk, row_of: dict[int, torch.Tensor], cfg: PdiffDecodeConfig,
                 generator: torch.Generator) -> None:
-        """One denoising step of one chunk: choose a token for every masked slot, keep the
-        scheduled (and the confident) ones."""
-        masked = sorted(c.masked)
+        """One denoising step of one chunk's current block: choose a token for every masked
+        slot of it, keep the scheduled (and the confident) ones. `row_of`: a slot's logits
+        row."""
+        masked = sorted(j for j in c.masked if c.attrs[j].block == c.block)
         # chosen on the CPU, where the masks and the run's generator live: a seed gives the
         # same draws whatever device computed the rows
-        logits = rows[[predictor(j) for j in masked]].float().cpu()
+        logits = torch.stack([row_of[predictor(j)] for j in masked]).float().cpu()
         logits = logits.masked_fill(self.masks()["chunk"][: logits.shape[-1]], float("-inf"))
         probs = torch.softmax(logits, dim=-1)
         if cfg.chunk_temperature > 0:
@@ -499,7 +539,7 @@ class PdiffRuntime:
         logp = torch.log(probs.clamp_min(1e-30))
         entropy = -(probs * logp).sum(-1)
         is_pad = torch.isin(chosen, self._pad_ids)
-        keep = slots_to_commit(entropy, confidence, is_pad, c.budget - c.steps, cfg)
+        keep = slots_to_commit(entropy, confidence, is_pad, c.budget - c.block_steps, cfg)
         for i in keep:
             j = masked[i]
             c.tokens[j] = int(chosen[i])
@@ -508,9 +548,17 @@ class PdiffRuntime:
             self._trailing_pads(c, {masked[i] for i in range(len(masked)) if bool(is_pad[i])})
             self._pads_after_end(c)
         c.steps += 1
+        c.block_steps += 1
+        left = sum(1 for j in c.masked if c.attrs[j].block == c.block)
+        if left == 0 and c.masked:  # the block is finished: on to the next with masked slots
+            finished = c.block_slots(c.block)
+            c.block = min(c.attrs[j].block for j in c.masked)
+            c.stale, c.edge, c.block_steps = finished, None, 0
+            c.budget = self._block_budget(c, cfg)
+            return
         # the steps ratio is a cap: slots committed ahead of the schedule (confident, or
-        # pads) leave fewer masked slots, which need no more steps than a fresh chunk of them
-        c.budget = min(c.budget, c.steps + math.ceil(len(c.masked) * cfg.steps_ratio))
+        # pads) leave fewer masked slots, which need no more steps than a fresh block of them
+        c.budget = min(c.budget, c.block_steps + math.ceil(left * cfg.steps_ratio))
 
     def _trailing_pads(self, c: _Chunk, predicted_pads: set[int]) -> None:
         """The chunk's tail of pads, committed or predicted at masked slots, is its end: its

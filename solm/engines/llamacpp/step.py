@@ -147,7 +147,10 @@ class LlamaPdiffStep(LlamaCppStep):
     PASTA. A chunk is a sequence given its main thread's cells up to its promise; every
     denoising pass removes the chunk's cells and feeds all its slots again with causal
     attention off (llama.cpp then lets a token read every cell of its sequence: the chunk is
-    bidirectional, as `whole_chunk` says). The pass that writes the chunks' final tokens also
+    bidirectional, as `chunk_blocks` says). A model trained with chunk blocks has a pass
+    feed a chunk's finished block again beside its current one: the finished block's rows go
+    in a call before the current block's, so neither reads a later block (each call sees the
+    chunk's cells written so far). The pass that writes the chunks' final tokens also
     feeds the `<sync/>` that joins them: chunks first, then `seq_cp(chunk, main)`, then the
     main tokens, causally. A step is then two `llama_decode` calls when both kinds are fed."""
 
@@ -193,9 +196,19 @@ class LlamaPdiffStep(LlamaCppStep):
             at += count
         out: list[torch.Tensor | None] = [None] * len(tokens)
         if chunk_batch:
+            # a chunk's blocks fed in this pass, earliest first: one call per rank
+            block = [int(b) for b in columns.get("block", [0] * len(tokens))]
+            first: dict[tuple[int, int], int] = {}
+            for i in chunk_rows:
+                key = (int(owners[i]), int(thread[i]))
+                first[key] = min(first.get(key, block[i]), block[i])
+            rank = [block[i] - first[(int(owners[i]), int(thread[i]))] for i in chunk_rows]
             self.ctx.set_causal(False)
-            for i, row in zip(chunk_rows, self.ctx.decode(chunk_batch)):
-                out[i] = row
+            for r in sorted(set(rank)):
+                picked = [k for k, x in enumerate(rank) if x == r]
+                rows = self.ctx.decode([chunk_batch[k] for k in picked])
+                for k, row in zip(picked, rows):
+                    out[chunk_rows[k]] = row
             self.ctx.set_causal(True)
         if main_batch:
             at = 0
