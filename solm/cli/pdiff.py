@@ -11,6 +11,7 @@ from solm.cli.job_helpers import show_control_tokens
 from solm.cli.errors import command_group
 from solm.cli.decode_command import decode_command
 from solm.cli.options import train_command
+from solm.cli.pdiff_distill import DISTILL_HELP, distill
 from solm.train.pdiff_sft import PdiffSFTConfig
 
 app = command_group(
@@ -79,3 +80,5 @@ Example (CPU): `pdiff sft --data runs/sft/sft_rows.jsonl --out runs/pdiff/pdiff-
 train_command(app, "sft", PDIFF_SFT_HELP, PdiffSFTConfig, "solm.train.pdiff_sft:PdiffSFTTrainer",
               lambda t, c: f"pdiff-sft of {c.model} on {c.data} -> {c.out}")
 
+
+app.command(name="distill", help=DISTILL_HELP)(distill)

@@ -63,6 +63,9 @@ class BatchRequest:
     chooser: Chooser | None = None  # default: the runtime's sampler for `config`
     group: Hashable | None = None  # requests of one group with one prompt share its KV
     scripts: dict[int, list[int]] | None = None  # replay instead of sampling
+    # with scripts: the threads without one sample (`chooser`) instead of replaying, e.g. a
+    # main thread forced to a plan whose blocks the model writes
+    sample_unscripted: bool = False
     replay_anchors: frozenset[int] = frozenset()
 
 
@@ -254,9 +257,9 @@ class BatchedPastaRuntime:
                 return None
             start, end = span
         self._owners += 1
+        replay = req.scripts is not None and not req.sample_unscripted
         state = PastaRunState(req.config, PastaTracker(self.vocab),
-                              None if req.scripts is not None else
-                              (req.chooser or self.chooser(req.config)),
+                              None if replay else (req.chooser or self.chooser(req.config)),
                               set(req.replay_anchors))
         if req.scripts is not None:
             for tid, stream in req.scripts.items():
