@@ -18,7 +18,7 @@ DATA ?= $(or $(SOLM_DATA),$(HOME)/.cache/solm/data)
 export SOLM_DATA := $(DATA)
 
 PHONY_37 := sft-overlap-cpu overlap-vs-pred10x pdiff-sft-overlap-cpu pdiff-overlap-vs-pred10x
-.PHONY: $(PHONY_37) tip-dense-cpu tip-math-traces-cpu tip-math-sft-cpu tip-math-grpo-cpu tip-math-eval-cpu tip-math-kept-cpu own-rows-cpu own-sft-cpu setup demo docs docs-serve test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
+.PHONY: $(PHONY_37) tip-dense-cpu tip-grpo-cpu pdiff-recipes-cpu pdiff-recipes-select-cpu tip-math-traces-cpu tip-math-sft-cpu tip-math-grpo-cpu tip-math-eval-cpu tip-math-kept-cpu own-rows-cpu own-sft-cpu setup demo docs docs-serve test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
 
 setup: $(STAMP)
 
@@ -307,6 +307,25 @@ tip-dense-cpu: setup $(TRACK_DIR)/traces.jsonl
 	$(PACK) '$(TRACK_DIR)/dense-sft', '$(ARTIFACTS)/tip-dense-cpu')"
 	du -sh $(ARTIFACTS)/tip-dense-cpu
 
+# GRPO of the tracking TIP model, reward = correct - c x live KV: problems of seed 1 the SFT
+# rows did not use (rows TRACK_ROWS on), 4 rollouts each at temperature 0.8, LoRA r 8 over
+# the TIP-SFT model; TRACK_GRPO_STEPS steps of 16 rollouts, a checkpoint every step
+# (resumable), packed as the kept tip-grpo-cpu.
+TRACK_GRPO_STEPS ?= 12
+TRACK_GRPO_ARGS  ?= --registers $(TRACK_REGISTERS) --lora-r 8 --lr 2e-4 \
+	--max-steps $(TRACK_GRPO_STEPS) --batch-size 16 --num-generations 4 --micro-batch-size 4 \
+	--max-completion-length 1400 --temperature 0.8 --kv-penalty 0.2 --rollout-batch 16 \
+	--save-every 1 --logging-steps 1 -q
+$(TRACK_DIR)/grpo_problems.jsonl: | $(TRACK_DIR)/train.jsonl
+	tail -n +$$(($(TRACK_ROWS) + 1)) $(TRACK_DIR)/train.jsonl > $@
+
+tip-grpo-cpu: setup $(TRACK_DIR)/grpo_problems.jsonl
+	$(call trained,$(TRACK_DIR)/tip-grpo) $(BIN)/tip grpo --data $(TRACK_DIR)/grpo_problems.jsonl \
+		--model $(TRACK_DIR)/tip-sft --out $(TRACK_DIR)/tip-grpo $(TRACK_GRPO_ARGS)
+	rm -rf $(ARTIFACTS)/tip-grpo-cpu
+	$(PACK) '$(TRACK_DIR)/tip-grpo', '$(ARTIFACTS)/tip-grpo-cpu')"
+	du -sh $(ARTIFACTS)/tip-grpo-cpu
+
 # TIP on MATH on a CPU, each step on files and resumable (rerun after a kill):
 # 1,000 MATH solutions (the shared sample: MATH's test set minus MATH-500) annotated with
 # TIP_REGISTERS registers by the rules; TIP-SFT and the Dense baseline (same traces, registers
@@ -533,6 +552,34 @@ own-pdiff-kept-cpu: setup $(OWN_ROWS)
 	for m in pdiff-cpu pdiff-overlap-cpu; do printf '{\n  "do_sample": false,\n  "repetition_penalty": 1.2\n}\n' \
 		> $(ARTIFACTS)/$$m/generation_config.json; done
 	du -sh $(ARTIFACTS)/pdiff-cpu $(ARTIFACTS)/pdiff-overlap-cpu
+
+# Planned Diffusion recipes beside the kept exact one (same rows, same LoRA, seven pads):
+# chunks denoised in blocks of PDIFF_BLOCK slots; chunks rewritten by the model itself
+# (`pdiff distill`, the kept pasta-sft-cpu writing each planned chunk); both together. Each
+# training ~11-20 min on 2 cores, resumable; `make pdiff-recipes-select-cpu` decodes the 30
+# selection prompts with every recipe against baseline-sft-cpu in one `pasta eval run`.
+PDIFF_RECIPES_DIR ?= runs/pdiff-recipes
+PDIFF_BLOCK       ?= 4
+PDIFF_RECIPE_ARGS ?= $(PDIFF_SFT_ARGS) --max-len 1024 --extra-pads 0 --pad-cycle 7
+PDIFF_SELF_ROWS   ?= $(PDIFF_RECIPES_DIR)/self/rows.jsonl
+$(PDIFF_SELF_ROWS): | setup
+	$(BIN)/pdiff distill --data $(OWN_ROWS) --writer pasta-sft-cpu -o $(PDIFF_RECIPES_DIR)/self -q
+
+pdiff-recipes-cpu: setup $(PDIFF_SELF_ROWS)
+	$(call trained,$(PDIFF_RECIPES_DIR)/blocks) $(BIN)/pdiff sft --data $(OWN_ROWS) \
+		--out $(PDIFF_RECIPES_DIR)/blocks $(PDIFF_RECIPE_ARGS) --block-size $(PDIFF_BLOCK)
+	$(call trained,$(PDIFF_RECIPES_DIR)/self-sft) $(BIN)/pdiff sft --data $(PDIFF_SELF_ROWS) \
+		--out $(PDIFF_RECIPES_DIR)/self-sft $(PDIFF_RECIPE_ARGS)
+	$(call trained,$(PDIFF_RECIPES_DIR)/self-blocks) $(BIN)/pdiff sft --data $(PDIFF_SELF_ROWS) \
+		--out $(PDIFF_RECIPES_DIR)/self-blocks $(PDIFF_RECIPE_ARGS) --block-size $(PDIFF_BLOCK)
+
+pdiff-recipes-select-cpu: pdiff-recipes-cpu $(ALPACA)
+	$(BIN)/pasta eval run -o $(PDIFF_RECIPES_DIR)/select --prompts $(ALPACA) --limit 30 \
+		--batch-size 16 --method sequential:baseline-sft=baseline-sft-cpu \
+		--method pdiff:kept=pdiff-cpu,steps_ratio=0.5 \
+		$(foreach R,blocks self-sft self-blocks,--method pdiff:$(R)=$(PDIFF_RECIPES_DIR)/$(R),steps_ratio=0.5) \
+		$(PDIFF_EVAL_ARGS)
+	$(BIN)/pasta eval report $(PDIFF_RECIPES_DIR)/select -o $(PDIFF_RECIPES_DIR)/select/report
 
 pdiff-decode-cpu: setup $(ALPACA)
 	$(BIN)/pdiff decode -m $(PDIFF_MODEL) -p $(ALPACA) --limit 30 --steps-ratio 0.5 \
