@@ -18,7 +18,7 @@ DATA ?= $(or $(SOLM_DATA),$(HOME)/.cache/solm/data)
 export SOLM_DATA := $(DATA)
 
 PHONY_37 := sft-overlap-cpu overlap-vs-pred10x pdiff-sft-overlap-cpu pdiff-overlap-vs-pred10x
-.PHONY: $(PHONY_37) tip-dense-cpu tip-grpo-cpu pdiff-recipes-cpu pdiff-recipes-select-cpu tip-math-traces-cpu tip-math-sft-cpu tip-math-grpo-cpu tip-math-eval-cpu tip-math-kept-cpu own-rows-cpu own-sft-cpu setup demo docs docs-serve test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
+.PHONY: $(PHONY_37) tip-dense-cpu tip-grpo-cpu tip-eval-cpu tip-bench-tracking-cpu pdiff-recipes-cpu pdiff-recipes-select-cpu tip-math-traces-cpu tip-math-sft-cpu tip-math-grpo-cpu tip-math-eval-cpu tip-math-kept-cpu own-rows-cpu own-sft-cpu setup demo docs docs-serve test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
 
 setup: $(STAMP)
 
@@ -78,14 +78,14 @@ docs-serve: setup
 test-all: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-# The issue-3 acceptance benchmark (long on a 2-core CPU): see README "PASTA runtime figures".
+# The PASTA runtime benchmark (long on a 2-core CPU): see README "PASTA runtime figures".
 bench-pasta: setup $(DATA)/alpaca_eval_gpt4.jsonl
 	$(BIN)/pasta annotate -i $(DATA)/alpaca_eval_gpt4.jsonl \
 		-o runs/bench/gpt4_rules.jsonl -q
 	$(BIN)/pasta bench -a runs/bench/gpt4_rules.jsonl --rows 40 $(BENCH_ARGS) \
 		--out runs/bench/pasta_replay.jsonl
 
-# The issue-5 acceptance run (~25 min training + ~20 min decoding per model on 2 cores):
+# The PASTA SFT run (~25 min training + ~20 min decoding per model on 2 cores):
 # rule-annotate dolly + OpenOrca, keep rows with >= 2 promises plus 200 plain rows, Pasta-SFT
 # and Baseline-SFT on the same rows, decode 50 AlpacaEval prompts with each. See README.
 SFT_DIR  ?= runs/sft
@@ -110,7 +110,7 @@ sft-pasta-cpu: setup $(SFT_DIR)/sft_rows.jsonl $(ALPACA)
 		--out $(SFT_DIR)/decode_baseline.jsonl --max-new-tokens 384 --dtype fp32 --repetition-penalty 1.2 -q
 	$(BIN)/pasta stats $(SFT_DIR)/decode_pasta.jsonl $(SFT_DIR)/decode_baseline.jsonl
 
-# The issue-15 artifacts: the same rows, LoRA rank 8 (with the control tokens' embedding rows
+# The LoRA artifacts: the same rows, LoRA rank 8 (with the control tokens' embedding rows
 # trained as their own parameters), Pasta-SFT and Baseline-SFT. The adapters (< 20 MB each)
 # are copied into the package, where the aliases pasta-sft-cpu / baseline-sft-cpu load them
 # (without a tokenizer: loading rebuilds it from the parent's, as training built it).
@@ -188,14 +188,14 @@ pdiff-overlap-vs-pred10x: setup $(ALPACA)
 		--method sequential:baseline-sft=baseline-sft-cpu \
 		--method pdiff:overlap=pdiff-overlap-cpu,steps_ratio=0.5 --engine llama.cpp $(OVERLAP_EVAL)
 
-# The issue-6 acceptance run (~1 h 45 min on 2 cores): 16 synthetic register traces of
+# The TIP runtime benchmark (~1 h 45 min on 2 cores): 16 synthetic register traces of
 # 4,000 tokens replayed with dense and tip at batch 16. See README "TIP runtime".
 bench-tip-cpu: setup $(DATA)/deepmath.jsonl
 	$(BIN)/tip traces --source $(DATA)/deepmath.jsonl -o runs/tip/traces.jsonl --n 16 --min-tokens 4000
 	$(BIN)/tip bench --config configs/tip_bench_cpu.yaml --traces runs/tip/traces.jsonl \
 		--max-tokens 4000 --out runs/tip/bench.json
 
-# The issue-23 preference rounds (PASTA's second stage) on a CPU: `pasta prefs` samples the
+# The preference rounds (PASTA's second stage) on a CPU: `pasta prefs` samples the
 # 40 held-out Dolly prompts (N = 4, judged by $(JUDGE) unless LAMBDA=0), `pasta bonbon` trains
 # on its pairs (LoRA on the round's parent; lr above the thesis' 5e-7, which does not move a
 # 135M model in 40 pairs), ROUNDS times, each round starting from the last. Samples are
@@ -306,6 +306,41 @@ tip-dense-cpu: setup $(TRACK_DIR)/traces.jsonl
 	rm -rf $(ARTIFACTS)/tip-dense-cpu
 	$(PACK) '$(TRACK_DIR)/dense-sft', '$(ARTIFACTS)/tip-dense-cpu')"
 	du -sh $(ARTIFACTS)/tip-dense-cpu
+
+# The evaluation on the tracking task: the first 200 held-out problems (seed 2), greedy, up
+# to 1,400 tokens, pages of 16 tokens: tip (the TIP model), dense, and StreamingLLM and H2O
+# (the Dense model) at TRACK_BUDGETS, TIP's measured mean live KV and half of it. `auto`
+# runs tip, dense and StreamingLLM on llama.cpp and H2O on torch (it reads attention mass);
+# run.json names each point's engine. Resumable; the report: accuracy with 95% intervals,
+# live KV, peak pages, throughput, decode time, and the accuracy-vs-live-KV plot.
+TRACK_BUDGETS ?= 208,104
+tip-eval-cpu: setup $(TRACK_DIR)/test.jsonl
+	$(BIN)/tip eval run -o $(TRACK_DIR)/eval --data $(TRACK_DIR)/test.jsonl \
+		--model $(TRACK_DIR)/tip-sft --dense-model $(TRACK_DIR)/dense-sft \
+		--policies tip,dense,streamingllm,h2o --budgets $(TRACK_BUDGETS) --samples 1 \
+		--temperature 0 --max-new-tokens 1400 --limit 200 --batch-size 16 --page-size 16 \
+		--engine auto -q
+	$(BIN)/tip eval report $(TRACK_DIR)/eval -o $(TRACK_DIR)/eval/report
+
+# Long traces where the cache is the cost: tracking problems of 40-44, 85-90 and 170-180
+# operations (2K, 4K and 8K tokens with the prompt), annotated as the training traces, then
+# `tip bench` TIP against dense on llama.cpp, each policy on a context of its own, side by
+# side in one run and again in the other order (4 traces a length, 4 at a time).
+TRACK_BENCH_DIR ?= runs/tip-bench
+TRACK_BENCH_OPS := 2k:40:44 4k:85:90 8k:170:180
+$(TRACK_BENCH_DIR)/traces_%.jsonl: | setup
+	$(eval spec := $(filter $*:%,$(TRACK_BENCH_OPS)))
+	$(BIN)/solm data make tracking -o $(TRACK_BENCH_DIR)/$*.jsonl --n 8 --seed 3 \
+		--min-ops $(word 2,$(subst :, ,$(spec))) --max-ops $(word 3,$(subst :, ,$(spec))) -q
+	$(BIN)/tip annotate -i $(TRACK_BENCH_DIR)/$*.jsonl -o $@ --registers $(TRACK_REGISTERS) \
+		--min-step-tokens 16 -q
+
+tip-bench-tracking-cpu: $(foreach L,2k 4k 8k,$(TRACK_BENCH_DIR)/traces_$(L).jsonl)
+	for L in 2k 4k 8k; do for P in dense,tip tip,dense; do \
+		$(BIN)/tip bench -t $(TRACK_BENCH_DIR)/traces_$$L.jsonl -m $(TRACK_DIR)/tip-sft \
+			--policies $$P --engine llama.cpp --registers $(TRACK_REGISTERS) --limit 4 \
+			--batch-size 4 --page-size 16 -o $(TRACK_BENCH_DIR)/bench_$${L}_$${P%%,*}_first.json \
+			|| exit 1; done; done
 
 # GRPO of the tracking TIP model, reward = correct - c x live KV: problems of seed 1 the SFT
 # rows did not use (rows TRACK_ROWS on), 4 rollouts each at temperature 0.8, LoRA r 8 over

@@ -3,7 +3,7 @@
     python bench/recount_eval_run.py RUN_DIR [--tokenizer smollm2-135m]
 
 Rows then recorded as `content_tokens` what each method decoded, and for SoT that counted
-every skeleton token though the answer re-uses only the point texts (the issue-15 SoT rows
+every skeleton token though the answer re-uses only the point texts (the earlier SoT rows
 said 3,431 tokens for answers of 2,230). Per row this sets `content_tokens` to the answer
 text tokenized (what every method's count means now), keeps the old count as
 `generated_tokens` (SoT: also `point_tokens` = generated - skeleton), flags a SoT skeleton

@@ -134,3 +134,19 @@ def test_every_cli_module_stays_short():
     long = {p.name: n for p in (ROOT / "solm" / "cli").glob("*.py")
             if (n := len(p.read_text().splitlines())) >= 450}
     assert not long, long
+
+
+def test_no_tracked_source_or_doc_names_an_issue():
+    """Code, comments, Makefile, configs and docs explain the product, not its work log."""
+    issue = re.compile(r"\bissues?[-_ ]?#?\d+", re.IGNORECASE)
+    hits = []
+    for name in tracked():
+        if name.startswith(("bench/results/", "recipes/", "tests/data/")) or name in (
+                "tests/test_repository.py", "tests/test_docs.py"):
+            continue
+        if not name.endswith((".py", ".md", ".yaml", ".yml", ".toml", ".sh", ".txt", ".cfg")) \
+                and name not in ("Makefile", ".ci/run"):
+            continue
+        text = (ROOT / name).read_text(errors="replace")
+        hits += [f"{name}: {m.group(0)}" for m in issue.finditer(text)]
+    assert not hits, hits[:20]
