@@ -155,3 +155,31 @@ def test_pack_cuts_rank_by_svd_exactly_when_the_delta_has_that_rank(tmp_path):
     for module, (b, a) in deltas.items():
         want = 2.0 * b @ a
         assert (got[module] - want).abs().max() <= 0.02 * want.abs().max()
+
+
+def test_an_adapter_over_the_file_limit_packs_into_shards_that_unpack_the_same(tmp_path,
+                                                                                monkeypatch):
+    """A packed adapter larger than the file limit is written as shards, each under it, and
+    unpacks to exactly what the single file unpacks to."""
+    from safetensors.torch import load_file
+
+    import solm.core.adapter_packing as packing
+
+    torch.manual_seed(1)
+    src = tmp_path / "src"
+    deltas = {f"m{i}": (torch.randn(64, 8) * 0.01, torch.randn(8, 64)) for i in range(6)}
+    _lora_file(src, deltas, r=8, alpha=16)
+    packing.pack(src, tmp_path / "one")
+    one = (tmp_path / "one" / packing.PACKED).stat().st_size
+    monkeypatch.setattr(packing, "MAX_FILE_BYTES", one // 3)
+    packing.pack(src, tmp_path / "sharded")
+    shards = packing.packed_files(tmp_path / "sharded")
+    assert len(shards) >= 3 and not (tmp_path / "sharded" / packing.PACKED).exists()
+    assert all(p.stat().st_size <= one // 3 + 1024 for p in shards)  # + the file header
+    packing.unpack(tmp_path / "one", tmp_path / "full_one")
+    packing.unpack(tmp_path / "sharded", tmp_path / "full_sharded")
+    a = load_file(str(tmp_path / "full_one" / "adapter_model.safetensors"))
+    b = load_file(str(tmp_path / "full_sharded" / "adapter_model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    packing.pack(src, tmp_path / "sharded")  # packed again: no stale shard stays behind
+    assert packing.packed_files(tmp_path / "sharded") == shards

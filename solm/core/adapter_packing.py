@@ -23,6 +23,16 @@ LORA_KEY = re.compile(r"^(?P<module>.+)\.lora_(?P<which>[AB])\.weight$")
 TOKENS_SUFFIX = "token_adapter.trainable_tokens_delta"
 
 PACKED = "adapter_model.int8.safetensors"
+PACKED_SHARD = "adapter_model.int8-{:05d}.safetensors"  # when one file would pass the limit
+MAX_FILE_BYTES = 4_800_000  # a kept model's files stay under 5 MB (the repository's rule)
+
+
+def packed_files(folder: str | Path) -> list[Path]:
+    """The packed adapter's files in `folder`: one, or its shards in order (none: not packed)."""
+    folder = Path(folder)
+    if (folder / PACKED).exists():
+        return [folder / PACKED]
+    return sorted(folder.glob(PACKED_SHARD.replace("{:05d}", "[0-9]" * 5)))
 _SCALE = ".int8_scale"
 SIDE_FILES = (CONFIG, META, "generation_config.json")
 
@@ -90,8 +100,17 @@ def pack(folder: str | Path, out: str | Path, max_rank: int | None = None) -> Pa
             continue
         dim = 1 if m["which"] == "A" else 0  # reduce over all but the rank direction
         packed[key], packed[key + _SCALE] = quantize_int8(value, dim)
+    from solm.core.delta_packing import _shards
+
     out.mkdir(parents=True, exist_ok=True)
-    save_file(packed, str(out / PACKED))
+    for stale in packed_files(out):
+        stale.unlink()
+    shards = _shards(packed, MAX_FILE_BYTES)
+    if len(shards) == 1:
+        save_file(packed, str(out / PACKED))
+    else:  # a key and its scale may land in different shards: unpack reads them all
+        for i, shard in enumerate(shards, 1):
+            save_file(shard, str(out / PACKED_SHARD.format(i)))
     for name in SIDE_FILES:
         if (folder / name).exists() and (folder / name).resolve() != (out / name).resolve():
             shutil.copyfile(folder / name, out / name)
@@ -106,7 +125,7 @@ def unpack(folder: str | Path, out: str | Path) -> Path:
     from safetensors.torch import load_file, save_file
 
     folder, out = Path(folder), Path(out)
-    packed = load_file(str(folder / PACKED))
+    packed = {k: v for path in packed_files(folder) for k, v in load_file(str(path)).items()}
     full: dict[str, torch.Tensor] = {}
     for key, value in packed.items():
         if key.endswith(_SCALE):

@@ -68,8 +68,9 @@ ARTIFACTS: dict[str, str] = {
                                 "difference from the embedded model (`make own-kept-cpu`)",
     "pdiff-overlap-cpu": "pdiff-cpu's recipe trained with the overlap layout: its chunks "
                          "denoise on llama.cpp too (`make own-pdiff-kept-cpu`)",
-    "tip-sft-cpu": "TIP-SFT on the embedded model: LoRA r=8 on 500 MATH solutions annotated "
-                   "with 2 thought registers by the rules (`make tip-math-kept-cpu`)",
+    "tip-sft-cpu": "TIP-SFT on the embedded model: LoRA r=32 on 640 traces of the tracking "
+                   "task (`solm data make tracking`) annotated with 2 thought registers by "
+                   "the rules (`make tip-sft-cpu`)",
 }
 
 # the make target that builds each kept model, for the error when one is missing
@@ -77,7 +78,7 @@ ARTIFACT_TARGETS = {"pasta-sft-cpu": "own-kept-cpu", "baseline-sft-cpu": "own-ke
                     "pasta-bonbon-cpu": "own-kept-cpu", "pdiff-cpu": "own-pdiff-kept-cpu",
                     "pasta-sft-overlap-cpu": "own-kept-cpu",
                     "pasta-bonbon-overlap-cpu": "own-kept-cpu",
-                    "pdiff-overlap-cpu": "own-pdiff-kept-cpu", "tip-sft-cpu": "tip-math-kept-cpu"}
+                    "pdiff-overlap-cpu": "own-pdiff-kept-cpu", "tip-sft-cpu": "tip-sft-cpu"}
 
 
 def artifact_folder(name: str) -> str | None:
@@ -99,14 +100,14 @@ def artifact_folder(name: str) -> str | None:
 
 def artifact_state(name: str) -> str:
     """How kept model `name` is stored in this installation, or how to make it."""
-    from solm.core.adapter_packing import PACKED
+    from solm.core.adapter_packing import packed_files
     from solm.core.delta_packing import is_delta_folder, shard_files
 
     folder = ARTIFACTS_DIR / name
     if is_delta_folder(folder) and shard_files(folder):
         return (f"difference from its base in {folder} (low rank, int8; the full model is "
                 f"written into the cache on first use)")
-    if (folder / "adapter_config.json").exists() and (folder / PACKED).exists():
+    if (folder / "adapter_config.json").exists() and packed_files(folder):
         return f"adapter in {folder} (int8; unpacked into the cache on first use)"
     return f"not built (make {ARTIFACT_TARGETS[name]})"
 
@@ -116,13 +117,13 @@ def _unpacked_copy(folder: Path, label: str) -> str | None:
     is not packed."""
     import hashlib
 
-    from solm.core.adapter_packing import PACKED, unpack
+    from solm.core.adapter_packing import packed_files, unpack
     from solm.core.delta_packing import is_delta_folder, shard_files
 
     if is_delta_folder(folder) and shard_files(folder):  # a full finetune, as its difference
         files, done, write = shard_files(folder), "model.safetensors", unpack_difference
-    elif (folder / "adapter_config.json").exists() and (folder / PACKED).exists():
-        files, done, write = [folder / PACKED], "adapter_config.json", unpack
+    elif (folder / "adapter_config.json").exists() and packed_files(folder):
+        files, done, write = packed_files(folder), "adapter_config.json", unpack
     else:
         return None
     digest = hashlib.sha256()
