@@ -18,7 +18,7 @@ DATA ?= $(or $(SOLM_DATA),$(HOME)/.cache/solm/data)
 export SOLM_DATA := $(DATA)
 
 PHONY_37 := sft-overlap-cpu overlap-vs-pred10x pdiff-sft-overlap-cpu pdiff-overlap-vs-pred10x
-.PHONY: $(PHONY_37) tip-dense-cpu tip-grpo-cpu tip-eval-cpu tip-bench-tracking-cpu pdiff-recipes-cpu pdiff-recipes-select-cpu tip-math-traces-cpu tip-math-sft-cpu tip-math-grpo-cpu tip-math-eval-cpu tip-math-kept-cpu own-rows-cpu own-sft-cpu setup demo docs docs-serve test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
+.PHONY: $(PHONY_37) tip-demo tip-dense-cpu tip-grpo-cpu tip-eval-cpu tip-bench-tracking-cpu pdiff-recipes-cpu pdiff-recipes-select-cpu tip-math-traces-cpu tip-math-sft-cpu tip-math-grpo-cpu tip-math-eval-cpu tip-math-kept-cpu own-rows-cpu own-sft-cpu setup demo docs docs-serve test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
 
 setup: $(STAMP)
 
@@ -43,6 +43,15 @@ $(STAMP): pyproject.toml constraints.txt
 # realized speedup measured in this run is printed (~1 min on a 2-core CPU after set-up)
 demo: setup
 	$(BIN)/pasta demo -o runs/demo/demo.json
+
+# TIP's demo: the kept TIP model solves a tracking problem it never saw (seed 5), each step
+# shown with its register and the later step whose reuse of it freed its KV, then checked
+tip-demo: setup
+	$(BIN)/solm data make tracking -o runs/tip-demo/problem.jsonl --n 1 --seed 5 --min-ops 12 \
+		--max-ops 12 -q
+	rm -f runs/tip-demo/answer.jsonl
+	$(BIN)/tip decode -m tip-sft-cpu -p runs/tip-demo/problem.jsonl -o runs/tip-demo/answer.jsonl \
+		--temperature 0 --engine auto
 
 # a data set the targets need, fetched once into $(DATA) (solm data get NAME)
 $(DATA)/%.jsonl: | setup

@@ -118,12 +118,14 @@ def test_tip_decode_answers_one_prompt_as_a_file_decode_does(tmp_path, tiny_fold
     r = runner.invoke(tip.app, _tip_decode_args(tiny_folder, "--prompts", str(prompts),
                                                 "--out", str(out), "--temperature", "0"))
     assert r.exit_code == 0, r.output
-    response = json.loads(out.read_text())["response"]
+    from solm.decode.tip.system import steps_text
+
+    row = json.loads(out.read_text())
     r = runner.invoke(tip.app, _tip_decode_args(tiny_folder, "What is 2 + 2?",
                                                 "--temperature", "0"))
     assert r.exit_code == 0, r.output
-    assert r.stdout == response + "\n"
-    assert "steps opened" in r.stderr
+    assert r.stdout == steps_text(row) + "\n"
+    assert "killed by a register reuse" in r.stderr
     assert not (tmp_path / "runs").exists()
 
 

@@ -71,6 +71,9 @@ ARTIFACTS: dict[str, str] = {
     "tip-sft-cpu": "TIP-SFT on the embedded model: LoRA r=32 on 640 traces of the tracking "
                    "task (`solm data make tracking`) annotated with 2 thought registers by "
                    "the rules (`make tip-sft-cpu`)",
+    "tip-dense-cpu": "Dense-SFT on the embedded model, TIP's baseline: tip-sft-cpu's recipe on "
+                     "the same tracking traces with the registers removed (`make "
+                     "tip-dense-cpu`)",
 }
 
 # the make target that builds each kept model, for the error when one is missing
@@ -78,7 +81,8 @@ ARTIFACT_TARGETS = {"pasta-sft-cpu": "own-kept-cpu", "baseline-sft-cpu": "own-ke
                     "pasta-bonbon-cpu": "own-kept-cpu", "pdiff-cpu": "own-pdiff-kept-cpu",
                     "pasta-sft-overlap-cpu": "own-kept-cpu",
                     "pasta-bonbon-overlap-cpu": "own-kept-cpu",
-                    "pdiff-overlap-cpu": "own-pdiff-kept-cpu", "tip-sft-cpu": "tip-sft-cpu"}
+                    "pdiff-overlap-cpu": "own-pdiff-kept-cpu", "tip-sft-cpu": "tip-sft-cpu",
+                    "tip-dense-cpu": "tip-dense-cpu"}
 
 
 def artifact_folder(name: str) -> str | None:

@@ -67,7 +67,9 @@ def _from_turns(turns: Any, role_key: str, text_key: str, field: str
 def record_from_dict(raw: dict[str, Any], default_id: str) -> Record:
     """Convert one raw record; raises ValueError naming the missing field."""
     rid = str(raw.get("id", raw.get("unique_id", default_id)))
-    meta = {k: raw[k] for k in ("dataset", "source", "generator") if k in raw}
+    # a problem's gold answer and task travel with it, so its decodes are graded
+    meta = {k: raw[k] for k in ("dataset", "source", "generator", "answer", "final_answer",
+                                "expected_answer", "task") if k in raw}
     if "conversations" in raw:
         system, prompt, response = _from_turns(raw["conversations"], "from", "value",
                                                "conversations")

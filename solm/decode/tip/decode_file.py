@@ -39,15 +39,47 @@ class TipSummary(DecodeSummary):
         return d
 
 
-def result_row(rec: Record, sample: int, res: TipResult, tokenizer, policy: str) -> dict:
-    return {
+GOLD_FIELDS = ("answer", "final_answer", "expected_answer")
+
+
+def register_steps(ids: list[int], vocab, tokenizer) -> list[dict]:
+    """The response's steps: each one's register (None before the first), its text, and the
+    step whose register reuse killed it (None: alive at the end)."""
+    from solm.core.systems.tip import TipTracker
+
+    tracker, steps = TipTracker(vocab), []
+    for tok in ids:
+        step, died = tracker.feed(tok)
+        for s in died:
+            if 0 < s <= len(steps):
+                steps[s - 1]["killed_by"] = step  # the step whose register reuse killed it
+        if int(tok) in vocab.registers:
+            steps.append({"register": vocab.registers[int(tok)], "ids": [], "killed_by": None})
+        elif steps:
+            steps[-1]["ids"].append(int(tok))
+    return [{"register": s["register"], "text": tokenizer.decode(s["ids"],
+                                                                 skip_special_tokens=True),
+             "killed_by": s["killed_by"]} for s in steps]
+
+
+def result_row(rec: Record, sample: int, res: TipResult, tokenizer, policy: str,
+               vocab=None) -> dict:
+    response = tokenizer.decode(res.ids, skip_special_tokens=True)
+    row = {
         "id": rec.id, "sample": sample, "policy": policy, "prompt": rec.prompt,
-        "response": tokenizer.decode(res.ids, skip_special_tokens=True),
+        "response": response,
         "generated": res.generated, "mean_live_tokens": round(res.mean_live_tokens, 1),
         "peak_live_tokens": res.peak_live_tokens, "peak_pages": res.peak_pages,
         "fragmentation": round(res.fragmentation, 4), "prefill_s": round(res.prefill_s, 3),
         "decode_s": round(res.decode_s, 3), "flags": res.flags,
     }
+    if vocab is not None:
+        row["steps"] = register_steps(list(res.ids), vocab, tokenizer)
+    if any(k in rec.meta for k in GOLD_FIELDS):  # a problem with its answer: graded
+        from solm.core.math_task import score_solution
+
+        row.update(score_solution(response, {**rec.meta, "id": rec.id}))
+    return row
 
 
 class TipRunner:
@@ -62,4 +94,5 @@ class TipRunner:
             yield Done(res.rid, res)
 
     def row(self, job: Job, res: TipResult) -> dict:
-        return result_row(job.record, job.sample, res, self.rt.tokenizer, self.config.policy)
+        return result_row(job.record, job.sample, res, self.rt.tokenizer, self.config.policy,
+                          self.rt.vocab)

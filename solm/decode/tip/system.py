@@ -69,19 +69,41 @@ def status(summary: TipSummary, row: dict) -> str:
             f"{row['mean_live_tokens']:.0f}")
 
 
-def answer(runner, job, engine: TipEngine) -> tuple[str, list[str]]:
-    """One problem: the answer (registers removed), its KV figures."""
-    from solm.core.systems.tip import steps_and_kills
+def steps_text(row: dict) -> str:
+    """The answer step by step: each step's register, its text, and the step that killed it
+    (its KV pages freed) or that it is still live; without steps, the answer as written."""
+    steps = row.get("steps")
+    if not steps:
+        return row.get("response", "")
+    width = len(str(len(steps)))
+    lines = []
+    for i, s in enumerate(steps, 1):
+        fate = (f"killed by step {s['killed_by']}" if s["killed_by"] is not None
+                else "live to the end")
+        lines.append(f"step {i:>{width}} <reg_{s['register']}> {s['text'].strip()}   [{fate}]")
+    return "\n".join(lines)
 
+
+def row_figures(row: dict) -> str:
+    """A row's KV figures and, for a problem with its answer, the check."""
+    steps = row.get("steps") or []
+    killed = sum(1 for s in steps if s["killed_by"] is not None)
+    line = (f"{row['generated']} tokens, {len(steps)} steps, {killed} killed by a register "
+            f"reuse; live KV {row['mean_live_tokens']:.0f} tokens on average (peak "
+            f"{row['peak_live_tokens']}, {row['peak_pages']} pages)")
+    if "correct" in row:
+        line += (f"; answer {row['prediction']}, expected {row['gold']}: "
+                 f"{'correct' if row['correct'] else 'wrong'}")
+    return line + (f"; flags: {', '.join(row['flags'])}" if row["flags"] else "")
+
+
+def answer(runner, job, engine: TipEngine) -> tuple[str, list[str]]:
+    """One problem: its steps with their registers and fates, and its KV figures."""
     done = next(iter(runner.run([job])))
     res = done.result
     row = runner.row(job, res)
-    opened, killed = steps_and_kills(res.ids, runner.rt.vocab) if runner.rt.vocab else (0, 0)
-    line = (f"{res.generated} tokens, {opened} steps opened, {killed} killed by a register "
-            f"reuse; live KV {res.mean_live_tokens:.0f} tokens on average (peak "
-            f"{res.peak_live_tokens}, {res.peak_pages} pages); "
-            f"{res.generated / max(res.decode_s, 1e-9):.1f} tokens/s")
-    return row["response"], [line + (f"; flags: {', '.join(res.flags)}" if res.flags else "")]
+    return steps_text(row), [row_figures(row) + f"; "
+                             f"{res.generated / max(res.decode_s, 1e-9):.1f} tokens/s"]
 
 
 SYSTEM = register_system(DecodeSystem(
@@ -91,7 +113,8 @@ SYSTEM = register_system(DecodeSystem(
     samples=lambda engine: engine.samples, default_out="runs/tip_decode.jsonl",
     row_engine_settings=("registers", "page_size", "quantize", "engine", "gguf_type"),
     row_excluded=("batch_size",), prepare=prepare,
-    display=Display(status=status, shown_rows=0, answer=answer,
+    display=Display(status=status, shown_rows=1, answer=answer, row_text=steps_text,
+                    row_figures=row_figures,
                     describe=lambda runner: (f"decoding ({runner.config.policy}"
                                              f"{engine_note(runner.engine)})")),
     # the thesis' sampling for reasoning traces; a budget the budgeted policies can use
