@@ -318,14 +318,14 @@ tip-dense-cpu: setup $(TRACK_DIR)/traces.jsonl
 
 # The evaluation on the tracking task: the first 200 held-out problems (seed 2), greedy, up
 # to 1,400 tokens, pages of 16 tokens: tip (the TIP model), dense, and StreamingLLM and H2O
-# (the Dense model) at TRACK_BUDGETS, TIP's measured mean live KV and half of it. `auto`
+# (the Dense model) at TRACK_BUDGETS, TIP's measured mean live KV (257.5 tokens) and half. `auto`
 # runs tip, dense and StreamingLLM on llama.cpp and H2O on torch (it reads attention mass);
 # run.json names each point's engine. Resumable; the report: accuracy with 95% intervals,
 # live KV, peak pages, throughput, decode time, and the accuracy-vs-live-KV plot.
-TRACK_BUDGETS ?= 208,104
+TRACK_BUDGETS ?= 256,128
 tip-eval-cpu: setup $(TRACK_DIR)/test.jsonl
 	$(BIN)/tip eval run -o $(TRACK_DIR)/eval --data $(TRACK_DIR)/test.jsonl \
-		--model $(TRACK_DIR)/tip-sft --dense-model $(TRACK_DIR)/dense-sft \
+		--model tip-sft-cpu --dense-model tip-dense-cpu \
 		--policies tip,dense,streamingllm,h2o --budgets $(TRACK_BUDGETS) --samples 1 \
 		--temperature 0 --max-new-tokens 1400 --limit 200 --batch-size 16 --page-size 16 \
 		--engine auto -q
@@ -346,7 +346,7 @@ $(TRACK_BENCH_DIR)/traces_%.jsonl: | setup
 
 tip-bench-tracking-cpu: $(foreach L,2k 4k 8k,$(TRACK_BENCH_DIR)/traces_$(L).jsonl)
 	for L in 2k 4k 8k; do for P in dense,tip tip,dense; do \
-		$(BIN)/tip bench -t $(TRACK_BENCH_DIR)/traces_$$L.jsonl -m $(TRACK_DIR)/tip-sft \
+		$(BIN)/tip bench -t $(TRACK_BENCH_DIR)/traces_$$L.jsonl -m tip-sft-cpu \
 			--policies $$P --engine llama.cpp --registers $(TRACK_REGISTERS) --limit 4 \
 			--batch-size 4 --page-size 16 -o $(TRACK_BENCH_DIR)/bench_$${L}_$${P%%,*}_first.json \
 			|| exit 1; done; done
