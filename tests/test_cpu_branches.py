@@ -118,7 +118,7 @@ def test_the_cpu_named_beside_every_timing_says_its_vector_and_matrix_units(monk
     import subprocess
     import types
 
-    from solm.decode import bandwidth
+    from solm.engines import bandwidth
 
     lscpu = f"Architecture: x86_64\nModel name:   Some CPU\nFlags:   {flags}\n"
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: types.SimpleNamespace(stdout=lscpu))

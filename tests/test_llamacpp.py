@@ -999,8 +999,9 @@ def test_tip_eval_run_on_llama_cpp_gives_the_torch_runs_samples(tmp_path, tiny_f
                               for x in map(json.loads, (out / "samples.jsonl").read_text()
                                            .splitlines()))
     run = json.loads((tmp_path / "auto" / "run.json").read_text())
-    # streamingllm@8 keeps one recent page of 4 tokens: a gap llama.cpp cannot express
-    assert run["engines"] == {"dense": "llama.cpp", "streamingllm@8": "torch",
+    # streamingllm@8 keeps one recent page of 4 tokens: a gap llama.cpp cannot express, so
+    # auto takes the next engine that can (onnxruntime, then torch)
+    assert run["engines"] == {"dense": "llama.cpp", "streamingllm@8": "onnxruntime",
                               "streamingllm@12": "llama.cpp", "h2o@8": "torch",
                               "h2o@12": "torch", "tip": "llama.cpp"}
     assert rows["auto"] == rows["torch"] and len(rows["torch"]) == 18
@@ -1168,7 +1169,7 @@ def test_the_preference_stage_samples_on_the_engine_its_parallel_decodes_allow(t
     over = save_model(model, tok, tmp_path / "over", system="pasta", positions="overlap",
                       control_tokens="pasta")
     args = ("f32", "fp32", "cpu", 512, 2)
-    assert batched_on_engine(pred, "parallel", "auto", *args)[1] == "torch"
+    assert batched_on_engine(pred, "parallel", "auto", *args)[1] == "onnxruntime"
     assert batched_on_engine(over, "parallel", "auto", *args)[1] == "llama.cpp"
     assert batched_on_engine(pred, "sequential", "auto", *args)[1] == "llama.cpp"
     with pytest.raises(SolmError, match="overlap"):

@@ -64,6 +64,9 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
         (["-p", "{d}/o/answers.jsonl", "-o", "{d}/o"], "{d}/o/answers.jsonl"),
         (["-p", "{X}", "-o", "{d}/o", "--exclude", "{d}/o/rows.jsonl"], "{d}/o/rows.jsonl"),
     ],
+    "pdiff distill": [
+        (["--data", "{d}/o/rows.jsonl", "-o", "{d}/o"], "{d}/o/rows.jsonl"),
+    ],
     "pasta eval run": [
         (["-o", "{d}/run", "--method", "sequential=x", "--reference", "{d}/run/ref.jsonl"],
          "{d}/run/ref.jsonl"),

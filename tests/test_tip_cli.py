@@ -153,3 +153,23 @@ def test_tip_decode_takes_sampling_from_the_model_then_from_flags(tmp_path, tiny
     (model / "generation_config.json").unlink()
     built_in = recorded(tmp_path / "c.jsonl")  # tip decode's own defaults: the thesis'
     assert (built_in["temperature"], built_in["top_p"]) == (0.6, 0.95)
+
+
+def test_tip_bench_replays_the_registers_of_tip_annotate_output(tmp_path, tiny_folder):
+    """`tip annotate` keeps the plain solution as `response` and the registers in
+    `annotated`: the bench replays the annotated text, so TIP frees what its registers kill
+    (a replay of the plain text would free nothing: live KV equal to dense)."""
+    sols = iter([("q", SOLUTION)] * 100)
+    rows = build_traces(sols, words, n_traces=3, min_tokens=60, registers=4,
+                        min_step_tokens=4)
+    annotated = [{"prompt": r["prompt"], "annotated": r["response"],
+                  "response": r["response"].replace("<reg_0>", "").replace("<reg_1>", "")
+                  .replace("<reg_2>", "").replace("<reg_3>", "")} for r in rows]
+    assert all("<reg_" not in r["response"] for r in annotated)
+    traces = write(tmp_path / "a.jsonl", annotated)
+    out = tmp_path / "bench.json"
+    r = runner.invoke(tip.app, ["bench", "--traces", str(traces), "--model", tiny_folder,
+                                "--registers", "4", "--page-size", "8", "--batch-size", "2",
+                                "--out", str(out), "--quiet", "--policies", "dense,tip"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(out.read_text())["live_kv_vs_dense"] < 0.95

@@ -4,6 +4,8 @@ registers-in-use figures."""
 
 import json
 
+import pytest
+
 from typer.testing import CliRunner
 
 from solm.core.systems.tip import steps_and_kills
@@ -142,3 +144,17 @@ def test_a_resumed_run_decodes_each_sample_as_a_fresh_run_does(tmp_path, tiny_fo
     assert runner.invoke(tip.app, args).exit_code == 0
     again = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     assert {(x["id"], x["sample"]): x["response"] for x in again} == by_key
+
+
+@pytest.mark.parametrize("solved,n", [(0, 5), (3, 4), (187, 200), (60, 60)])
+def test_the_accuracy_interval_is_wilsons_over_problems(solved, n):
+    """One sample a problem: the interval is the binomial one, found numerically here."""
+    from test_agreement import wilson_by_bisection
+
+    rows = [row(f"p{i}", 0, i < solved) for i in range(n)]
+    for i, r in enumerate(rows):
+        r["peak_live_tokens"], r["peak_pages"] = 10 * i, i % 7
+    (s,) = summarise(rows, [])
+    assert s["accuracy_ci95"] == pytest.approx(list(wilson_by_bisection(solved, n)), abs=1e-4)
+    assert s["peak_pages"] == max(i % 7 for i in range(n))
+    assert s["peak_live_tokens"] == pytest.approx(sum(10 * i for i in range(n)) / n, abs=0.05)

@@ -15,7 +15,9 @@ from solm.cli.flags import (ConfigOption, DebugOption, DeviceOption, DtypeOption
                             RepetitionPenaltyOption, engine_option, gguf_type_option,
                             model_command, out_option)
 from solm.cli.job_helpers import settings_from
+from solm.cli.setting_options import setting_option
 from solm.core.errors import SolmError
+from solm.decode.pasta.config import PastaDecodeConfig
 
 DISTILL_HELP = """Rewrite the chunks of Planned Diffusion's training rows with the model's own text.
 
@@ -47,8 +49,8 @@ def distill(
                                "beside."),
     out: Path = out_option(..., help="Output folder (resumable)."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N rows."),
-    max_new_tokens: int = typer.Option(1024, min=16, help="Cap on a decode (main thread and "
-                                       "chunks); a row the cap cuts is dropped."),
+    max_new_tokens: int = setting_option(PastaDecodeConfig, "max_new_tokens", 1024,
+                                         why="a plan and its chunks at their longest"),
     repetition_penalty: Optional[float] = RepetitionPenaltyOption,
     batch_size: Optional[int] = typer.Option(None, min=1, help="Rows decoded together "
                                              "(default: 16 on a CPU, 32 on CUDA)."),

@@ -352,8 +352,11 @@ def bench(
         info(f"loading {model} ({registers} registers) for {settings.engine} ...")
         m, tok = load_on_engine(model, settings, dtype, device, "tip", registers)
         if pairs is None:  # every engine's tokenizer has the same tokens
+            # `tip annotate` keeps the plain solution as `response` and the registers in
+            # `annotated`: a replay without registers would evict nothing
             pairs = [(prompt_ids(tok, r["prompt"]),
-                      text_ids(tok, r["response"])[:max_tokens]) for r in rows]
+                      text_ids(tok, r.get("annotated") or r["response"])[:max_tokens])
+                     for r in rows]
         compiled = get_engine(settings.engine).torch_step and should_compile(
             compile, sum(len(r) for _, r in pairs) * len(runs), m.device)
         rt = bench_runtime(m, tok, pairs, settings, batch_size, compiled)

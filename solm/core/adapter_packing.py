@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from solm.core.errors import SolmError
+
 WEIGHTS = "adapter_model.safetensors"
 CONFIG = "adapter_config.json"
 META = "solm.json"
@@ -100,12 +102,10 @@ def pack(folder: str | Path, out: str | Path, max_rank: int | None = None) -> Pa
             continue
         dim = 1 if m["which"] == "A" else 0  # reduce over all but the rank direction
         packed[key], packed[key + _SCALE] = quantize_int8(value, dim)
-    from solm.core.delta_packing import _shards
-
     out.mkdir(parents=True, exist_ok=True)
     for stale in packed_files(out):
         stale.unlink()
-    shards = _shards(packed, MAX_FILE_BYTES)
+    shards = shard_tensors(packed, MAX_FILE_BYTES)
     if len(shards) == 1:
         save_file(packed, str(out / PACKED))
     else:  # a key and its scale may land in different shards: unpack reads them all
@@ -142,3 +142,19 @@ def unpack(folder: str | Path, out: str | Path) -> Path:
             shutil.copyfile(folder / name, tmp / name)
     replace_folder_atomically(tmp, out)
     return out
+
+
+def shard_tensors(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name in sorted(tensors):
+        t = tensors[name]
+        n = t.numel() * t.element_size()
+        if n > max_bytes:
+            raise SolmError(f"{name}: {n} bytes, over the {max_bytes}-byte file limit")
+        if size + n > max_bytes and shards[-1]:
+            shards.append({})
+            size = 0
+        shards[-1][name] = t
+        size += n
+    return shards

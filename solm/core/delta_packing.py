@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from solm.core.adapter_packing import (dequantize_int8, low_rank_factors, quantize_int8,
+from solm.core.adapter_packing import (dequantize_int8, shard_tensors as _shards, low_rank_factors, quantize_int8,
                                        replace_folder_atomically)
 from solm.core.errors import SolmError
 
@@ -99,22 +99,6 @@ def apply_delta(base: dict[str, torch.Tensor], stored: dict[str, torch.Tensor]
         else:
             raise SolmError(f"{name}: the packed difference has no entry for this base weight")
     return out
-
-
-def _shards(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
-    shards: list[dict[str, torch.Tensor]] = [{}]
-    size = 0
-    for name in sorted(tensors):
-        t = tensors[name]
-        n = t.numel() * t.element_size()
-        if n > max_bytes:
-            raise SolmError(f"{name}: {n} bytes, over the {max_bytes}-byte file limit")
-        if size + n > max_bytes and shards[-1]:
-            shards.append({})
-            size = 0
-        shards[-1][name] = t
-        size += n
-    return shards
 
 
 def write_difference(full: dict[str, torch.Tensor], base: dict[str, torch.Tensor], out: Path,

@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 
 
+Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
+
+
 def geomean(values: list[float], floor: float | None = None,
             empty: float = float("nan")) -> float:
     """Geometric mean. Values <= 0 are dropped, or raised to `floor` when one is given
@@ -45,3 +48,14 @@ def bootstrap_geomean_ci(values: list[float], resamples: int = 2000, level: floa
                    for _ in range(resamples))
     tail = (1 - level) / 2
     return (means[int(tail * (resamples - 1))], means[int((1 - tail) * (resamples - 1))])
+
+
+def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = p + z * z / (2 * n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    denom = 1 + z * z / n
+    return max(0.0, (centre - half) / denom), min(1.0, (centre + half) / denom)

@@ -21,10 +21,9 @@ are only on the Hugging Face hub).
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
-Z95 = 1.959963984540054
+from solm.core.stats import Z95, wilson_interval  # noqa: F401 (Z95: the interval's level)
 
 
 def published_winner(preference) -> int | None:
@@ -36,17 +35,6 @@ def published_winner(preference) -> int | None:
     if not 1.0 <= p <= 2.0 or p == 1.5:
         return None
     return 2 if p > 1.5 else 1
-
-
-def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion."""
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    centre = p + z * z / (2 * n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    denom = 1 + z * z / n
-    return max(0.0, (centre - half) / denom), min(1.0, (centre + half) / denom)
 
 
 def agreement_report(judgments: Sequence[dict], published: dict[str, object]) -> dict:

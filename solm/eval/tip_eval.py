@@ -177,7 +177,7 @@ def sample_row(data: str, point: Point, problem: dict, job, res, runtime) -> dic
             "generated": res.generated, "prompt_tokens": len(job.prompt_ids),
             "mean_live_tokens": round(res.mean_live_tokens, 2),
             "live_response_tokens": round(res.mean_live_response_tokens, 2),
-            "peak_live_tokens": res.peak_live_tokens,
+            "peak_live_tokens": res.peak_live_tokens, "peak_pages": res.peak_pages,
             "decode_s": round(res.decode_s, 3), "prefill_s": round(res.prefill_s, 3),
             "registers_opened": opened, "steps_killed": killed, "flags": res.flags,
             "response": text}
@@ -185,6 +185,8 @@ def sample_row(data: str, point: Point, problem: dict, job, res, runtime) -> dic
 
 def summarise(rows: list[dict], timing: list[dict]) -> list[dict]:
     """One summary per (data set, policy, budget)."""
+    from solm.core.stats import wilson_interval
+
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["data"], r["policy"], r["budget"]), []).append(r)
@@ -194,7 +196,11 @@ def summarise(rows: list[dict], timing: list[dict]) -> list[dict]:
         by_problem: dict[str, list[bool]] = {}
         for r in rs:
             by_problem.setdefault(r["id"], []).append(bool(r["correct"]))
-        accuracy = sum(sum(v) / len(v) for v in by_problem.values()) / len(by_problem)
+        solved = sum(sum(v) / len(v) for v in by_problem.values())
+        accuracy = solved / len(by_problem)
+        # 95% interval: Wilson's over problems (exact for one sample a problem; with more,
+        # each problem counts its fraction solved)
+        low, high = wilson_interval(solved, len(by_problem))
         segs = [t for t in timing if (t["data"], t["policy"], t["budget"]) ==
                 (data, policy, budget)]
         tokens, wall = sum(t["tokens"] for t in segs), sum(t["wall_s"] for t in segs)
@@ -205,6 +211,10 @@ def summarise(rows: list[dict], timing: list[dict]) -> list[dict]:
             "data": data, "policy": policy, "budget": budget,
             "label": policy if budget is None else f"{policy}@{budget}",
             "problems": len(by_problem), "samples": n, "accuracy": round(accuracy, 4),
+            "accuracy_ci95": [round(low, 4), round(high, 4)],
+            "peak_live_tokens": (round(sum(peaks) / len(peaks), 1) if (peaks := [
+                r["peak_live_tokens"] for r in rs if "peak_live_tokens" in r]) else None),
+            "peak_pages": max((r["peak_pages"] for r in rs if "peak_pages" in r), default=None),
             "mean_live_tokens": round(sum(r["mean_live_tokens"] for r in rs) / n, 1),
             "live_response_tokens": round(sum(r["live_response_tokens"] for r in rs) / n, 1),
             "live_response_tokens_256plus": (round(sum(r["live_response_tokens"]

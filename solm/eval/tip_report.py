@@ -79,6 +79,8 @@ def registers_in_use(summaries: list[dict]) -> dict:
 def _cell(v) -> str:
     if v is None:
         return "—"
+    if isinstance(v, list) and len(v) == 2:  # an interval
+        return f"{_cell(v[0])}-{_cell(v[1])}"
     return f"{v:.3f}" if isinstance(v, float) and v < 10 else str(v)
 
 
@@ -98,9 +100,12 @@ def write_tip_report(run_dir: Path, out_dir: Path | None = None) -> Path:
     if settings:
         lines += ["Settings: " + ", ".join(f"`{k}` {v}" for k, v in settings.items()
                                            if k not in ("data_files",)), ""]
-    cols = ["label", "problems", "samples", "accuracy", "mean_live_tokens",
-            "live_response_tokens", "generated_tokens", "throughput_tok_s", "decode_s",
-            "share_steps_killed", "capped"]
+    cols = ["label", "problems", "samples", "accuracy", "accuracy_ci95", "mean_live_tokens",
+            "live_response_tokens", "peak_live_tokens", "peak_pages", "generated_tokens",
+            "throughput_tok_s", "decode_s", "share_steps_killed", "capped", "engine"]
+    engines = settings.get("engines", {})
+    for s in summaries:
+        s["engine"] = engines.get(s["label"], "torch" if "engines" not in settings else "?")
     for data in sorted({s["data"] for s in summaries}):
         subset = [s for s in summaries if s["data"] == data]
         lines += [f"## {data}", "", "| " + " | ".join(cols) + " |",
