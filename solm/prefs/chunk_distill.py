@@ -84,6 +84,7 @@ def chunk_row(record: Record, original: Sequence[int], written: Sequence[int], f
     """(the distilled row, None) or (None, why it is dropped): `written` is the decode's
     answer in training order (main forced to `original`'s, blocks the model's)."""
     from solm.core.chat import text_ids
+    from solm.core.pasta_lang import strip
     from solm.core.systems.pasta import MAIN, walk_training_order
     from solm.decode.flags import MAX_NEW_TOKENS
 
@@ -105,11 +106,8 @@ def chunk_row(record: Record, original: Sequence[int], written: Sequence[int], f
     text = tokenizer.decode(ids, skip_special_tokens=False)
     if text_ids(tokenizer, text) != ids:
         return None, "tokenizes_otherwise"
-    stripped = [t for t, a in zip(ids, walk_training_order(ids, vocab)[0])
-                if not a.is_tag and t not in vocab.control_ids]
     return {"id": record.id, "prompt": record.prompt, "system": record.system,
-            "annotated": text,
-            "response": tokenizer.decode(stripped, skip_special_tokens=True),
+            "annotated": text, "response": strip(text),
             "distilled_from": record.meta.get("source_file")}, None
 
 

@@ -471,12 +471,11 @@ class PdiffRuntime:
         masked = sum(1 for j in c.masked if c.attrs[j].block == c.block)
         return max(1, math.ceil(masked * cfg.steps_ratio))
 
-    @staticmethod
-    def _fed_slots(c: _Chunk, finished_too: bool) -> list[int]:
+    def _fed_slots(self, c: _Chunk, finished_too: bool) -> list[int]:
         """The chunk's slots a pass feeds: all of them (finished chunks, the last write, a
         model without blocks), else the finished block whose KV saw masks and the current
         block."""
-        if finished_too or all(a.block == 0 for a in c.attrs):
+        if finished_too or self.vocab.block_size == 0:
             return list(range(len(c.tokens)))
         return [*c.stale, *c.block_slots(c.block)]
 
