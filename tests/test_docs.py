@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
 # what the issue tracker and the workplace's machine loans leave in prose
-HOUSEKEEPING = re.compile(r"(\bissues?[-_ ]?#?\d+|\bsessions?\b(?!\.py)|\blent\b|\bloaned?\b)",
-                          re.IGNORECASE)
+HOUSEKEEPING = re.compile(r"(\bissues?[-_ ]?#?\d+|\bsessions?\b(?!\.py)|\blent\b|\bloaned?\b|"
+                          r"\bwaves?\b)", re.IGNORECASE)
 CPU_NAME = re.compile(r"(AMD EPYC|Intel|Xeon|Sapphire Rapids|Ryzen|Apple M\d|NVIDIA|H100|H200|"
                       r"A100|CPU)")
 RESULTS_LINK = re.compile(r"bench/results/[\w./*{},-]+")
