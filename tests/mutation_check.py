@@ -1573,6 +1573,32 @@ BLOCKS_AND_FIRST_RUN = {
         "solm/decode/pasta/demo.py",
         '        sides["fastest"] = lambda: yardstick(prompt, max(1, len(content)))',
         '        sides["fastest"] = lambda: yardstick(prompt, 1)', ["tests/test_demo.py"]),
+    "adapter_shards_never_split": (
+        "solm/core/adapter_packing.py", "    if len(shards) == 1:", "    if True:",
+        ["tests/test_adapters.py"]),
+    "tip_step_killer_off_by_one": (
+        "solm/decode/tip/decode_file.py",
+        '                steps[s - 1]["killed_by"] = step  # the step whose register reuse killed it',
+        '                steps[s - 1]["killed_by"] = step - 1', ["tests/test_tip_display.py"]),
+    "tip_decode_never_graded": (
+        "solm/decode/tip/decode_file.py", "    if any(k in rec.meta for k in GOLD_FIELDS):",
+        "    if False:", ["tests/test_tip_display.py"]),
+    "tip_bench_replays_the_plain_text": (
+        "solm/cli/tip.py", '                      text_ids(tok, r.get("annotated") or r["response"])',
+        '                      text_ids(tok, r["response"])', ["tests/test_tip_cli.py"]),
+    "tip_report_interval_over_one_more": (
+        "solm/eval/tip_eval.py", "        low, high = wilson_interval(solved, len(by_problem))",
+        "        low, high = wilson_interval(solved, len(by_problem) + 1)",
+        ["tests/test_tip_eval.py"]),
+    "tip_eval_forgets_earlier_engines": (
+        "solm/cli/tip_eval.py", "            settings[\"engines\"] = {**earlier, **engines}",
+        "            settings[\"engines\"] = engines", ["tests/test_llamacpp.py"]),
+    "demo_cut_not_said": (
+        "solm/cli/pasta_demo.py", '    if "max_new_tokens" in live_run.flags:\n        console',
+        '    if False:\n        console', ["tests/test_demo.py"]),
+    "auto_names_engines_ranked_below": (
+        "solm/engines/__init__.py", "        elif not able:", "        else:",
+        ["tests/test_cli_validation.py"]),
     "yardstick_format_not_the_fastest": (
         "solm/engines/cost.py", "    best = min(rows, key=lambda e: pass_ms(e[\"ms\"], 1.0))",
         "    best = rows[0]", ["tests/test_demo.py"]),

@@ -1005,6 +1005,16 @@ def test_tip_eval_run_on_llama_cpp_gives_the_torch_runs_samples(tmp_path, tiny_f
                               "streamingllm@12": "llama.cpp", "h2o@8": "torch",
                               "h2o@12": "torch", "tip": "llama.cpp"}
     assert rows["auto"] == rows["torch"] and len(rows["torch"]) == 18
+    # a --force rerun adding a point on another engine keeps the other points' engines
+    r = runner.invoke(tip.app, [
+        "eval", "run", "-o", str(tmp_path / "auto"), "--data", str(data), "--model",
+        tiny_folder, "--registers", "4", "--policies", "streamingllm", "--budgets", "16",
+        "--samples", "1",
+        "--max-new-tokens", "12", "--page-size", "4", "--batch-size", "3", "--temperature",
+        "0", "--engine", "torch", "--dtype", "fp32", "--force", "--quiet"])
+    assert r.exit_code == 0, r.output
+    rerun = json.loads((tmp_path / "auto" / "run.json").read_text())["engines"]
+    assert rerun == {**run["engines"], "streamingllm@16": "torch"}
 
 
 def test_tip_bench_replays_on_both_engines_side_by_side(tmp_path, tiny_folder, monkeypatch):

@@ -131,8 +131,8 @@ def run(
                             f"use another --out, or --force")
     if run_file.exists() and force:  # the points run before keep the engine they ran on
         earlier = json.loads(run_file.read_text()).get("engines", {})
-        if earlier or "engines" in settings:
-            settings["engines"] = {**earlier, **settings.get("engines", {})}
+        if earlier:
+            settings["engines"] = {**earlier, **engines}
     out.mkdir(parents=True, exist_ok=True)
     run_file.write_text(json.dumps(settings, indent=1) + "\n")
     if part is not None:
