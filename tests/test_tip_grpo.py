@@ -126,6 +126,27 @@ def test_a_short_run_feeds_rollout_func_repeated_prompts(tmp_path, tiny_folder):
     log = [json.loads(x) for x in (tmp_path / "grpo" / "train_log.jsonl").read_text().split("\n")
            if x.strip()]
     assert any("groups_varying" in e for e in log) and any("kv" in e for e in log)
+    assert (tmp_path / "grpo" / "rollouts.png").stat().st_size > 1000
+
+
+def test_the_rollout_curves_are_the_logged_reward_parts_per_step(tmp_path):
+    from solm.train.plots import grpo_curves, plot_grpo_curves
+
+    log = tmp_path / "run" / "train_log.jsonl"
+    log.parent.mkdir()
+    rows = [{"step": 1, "loss": 0.3}, {"step": 1, "correct": 0.5, "kv": 0.2,
+                                        "groups_varying": 0.75},
+            {"step": 2, "eval_loss": 0.1}, {"step": 2, "correct": 0.25, "kv": 0.1,
+                                            "groups_varying": 0.5}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 3, "corr')
+    assert grpo_curves(log) == {"correct": [(1, 0.5), (2, 0.25)], "kv": [(1, 0.2), (2, 0.1)],
+                                "groups_varying": [(1, 0.75), (2, 0.5)]}
+    assert plot_grpo_curves(log, tmp_path / "run" / "rollouts.png")
+    sft_log = tmp_path / "sft_log.jsonl"
+    sft_log.write_text(json.dumps(rows[0]) + "\n")
+    assert grpo_curves(sft_log) == {}
+    assert not plot_grpo_curves(sft_log, tmp_path / "none.png")
+    assert not (tmp_path / "none.png").exists()
 
 
 def test_bf16_rollouts_match_the_bf16_recompute(tip_tok, register_happy_model):

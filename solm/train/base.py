@@ -184,6 +184,12 @@ class SolmTrainer:
     def loss_label(self) -> str:
         return "train loss"
 
+    def write_plots(self, log_path: Path, out: Path) -> None:
+        """The run's plots beside its weights, from its train_log.jsonl."""
+        from solm.train.plots import plot_losses
+
+        plot_losses(log_path, out / "loss.png", train_label=self.loss_label())
+
     def control_token_options(self) -> dict[str, Any]:
         """Options of the system's control tokens (TIP: `num_registers`); they reach the
         tokenizer, the vocab and solm.json, which loading reads back."""
@@ -349,8 +355,7 @@ class SolmTrainer:
             meta = self._metadata(data, fmt, accum, bf16, grad_ckpt, trainer, result, resume,
                                   eval_before, eval_after, wall)
             write_metadata(out, meta)
-            from solm.train.plots import plot_losses
-            plot_losses(log_path, out / "loss.png", train_label=self.loss_label())
+            self.write_plots(log_path, out)
         end_process_group()
         return meta
 

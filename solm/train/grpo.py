@@ -30,8 +30,8 @@ comes from the KV term alone and the model only learns to be short.
 from __future__ import annotations
 
 import contextlib
-
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
@@ -424,3 +424,9 @@ class TipGRPOTrainer(SolmTrainer):
 
     def loss_label(self) -> str:
         return f"GRPO loss ({self.config.loss_type})"
+
+    def write_plots(self, log_path: Path, out: Path) -> None:
+        from solm.train.plots import plot_grpo_curves
+
+        super().write_plots(log_path, out)
+        plot_grpo_curves(log_path, out / "rollouts.png")
