@@ -105,12 +105,14 @@ def naming_tests(module: str) -> list[str]:
     """Test files that name the module (by dotted name or by its last part)."""
     dotted = module.removesuffix(".py").replace("/", ".")
     stem = Path(module).stem
-    out = []
-    for test in sorted((ROOT / "tests").glob("test_*.py")):
-        text = test.read_text()
-        if dotted in text or re.search(rf"\bimport\b[^\n]*\b{stem}\b", text):
-            out.append(str(test.relative_to(ROOT)))
-    return out
+    if stem == "__init__":  # a package's own code: tests that import from the package itself
+        package = dotted.removesuffix(".__init__")
+        names = re.compile(rf"\bfrom {re.escape(package)} import\b|"
+                           rf"\bimport {re.escape(package)}\b(?!\.)")
+    else:
+        names = re.compile(rf"{re.escape(dotted)}|\bimport\b[^\n]*\b{stem}\b")
+    return [str(test.relative_to(ROOT)) for test in sorted((ROOT / "tests").glob("test_*.py"))
+            if names.search(test.read_text())]
 
 
 def run_mutant(m: Mutant, tests: list[str], timeout: int) -> bool:
