@@ -18,7 +18,7 @@ DATA ?= $(or $(SOLM_DATA),$(HOME)/.cache/solm/data)
 export SOLM_DATA := $(DATA)
 
 PHONY_37 := sft-overlap-cpu overlap-vs-pred10x pdiff-sft-overlap-cpu pdiff-overlap-vs-pred10x
-.PHONY: $(PHONY_37) tip-demo tip-dense-cpu tip-grpo-cpu tip-eval-cpu tip-bench-tracking-cpu pdiff-recipes-cpu pdiff-recipes-select-cpu tip-math-traces-cpu tip-math-sft-cpu tip-math-grpo-cpu tip-math-eval-cpu tip-math-kept-cpu own-rows-cpu own-sft-cpu setup demo docs docs-serve test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
+.PHONY: $(PHONY_37) tip-demo tip-dense-cpu tip-grpo-cpu tip-grpo-eval-cpu tip-eval-cpu tip-bench-tracking-cpu pdiff-recipes-cpu pdiff-recipes-select-cpu tip-math-traces-cpu tip-math-sft-cpu tip-math-grpo-cpu tip-math-eval-cpu tip-math-kept-cpu own-rows-cpu own-sft-cpu setup demo docs docs-serve test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
 
 setup: $(STAMP)
 
@@ -351,24 +351,34 @@ tip-bench-tracking-cpu: $(foreach L,2k 4k 8k,$(TRACK_BENCH_DIR)/traces_$(L).json
 			--batch-size 4 --page-size 16 -o $(TRACK_BENCH_DIR)/bench_$${L}_$${P%%,*}_first.json \
 			|| exit 1; done; done
 
-# GRPO of the tracking TIP model, reward = correct - c x live KV: problems of seed 1 the SFT
-# rows did not use (rows TRACK_ROWS on), 4 rollouts each at temperature 0.8, LoRA r 8 over
-# the TIP-SFT model; TRACK_GRPO_STEPS steps of 16 rollouts, a checkpoint every step
-# (resumable), packed as the kept tip-grpo-cpu.
-TRACK_GRPO_STEPS ?= 12
+# GRPO of the tracking TIP model, reward = correct - c x live KV, on problems where its
+# rollouts disagree: at the training lengths (6-30 operations) the SFT model is right in 94-100%
+# of rollouts and 0-25% of groups vary (measured), so GRPO has no signal but the KV term. Its
+# held-out accuracy falls past 25 operations (0.75 at 25-29, 0.2 at 30+), so GRPO draws
+# problems of 22-32 operations (seed 4: no training or test row), 4 rollouts each at
+# temperature 1.0, LoRA r 8 over the TIP-SFT model; TRACK_GRPO_STEPS steps of 8 rollouts, a
+# checkpoint every step (resumable), packed as the kept tip-grpo-cpu.
+TRACK_GRPO_STEPS ?= 10
 TRACK_GRPO_ARGS  ?= --registers $(TRACK_REGISTERS) --lora-r 8 --lr 2e-4 \
-	--max-steps $(TRACK_GRPO_STEPS) --batch-size 16 --num-generations 4 --micro-batch-size 4 \
-	--max-completion-length 1400 --temperature 0.8 --kv-penalty 0.2 --rollout-batch 16 \
+	--max-steps $(TRACK_GRPO_STEPS) --batch-size 8 --num-generations 4 --micro-batch-size 4 \
+	--max-completion-length 1400 --temperature 1.0 --kv-penalty 0.2 --rollout-batch 8 \
 	--save-every 1 --logging-steps 1 -q
-$(TRACK_DIR)/grpo_problems.jsonl: | $(TRACK_DIR)/train.jsonl
-	tail -n +$$(($(TRACK_ROWS) + 1)) $(TRACK_DIR)/train.jsonl > $@
+$(TRACK_DIR)/grpo_problems.jsonl: | setup
+	$(BIN)/solm data make tracking -o $@ --n 200 --seed 4 --min-ops 22 --max-ops 32 -q
 
 tip-grpo-cpu: setup $(TRACK_DIR)/grpo_problems.jsonl
 	$(call trained,$(TRACK_DIR)/tip-grpo) $(BIN)/tip grpo --data $(TRACK_DIR)/grpo_problems.jsonl \
 		--model $(TRACK_DIR)/tip-sft --out $(TRACK_DIR)/tip-grpo $(TRACK_GRPO_ARGS)
 	rm -rf $(ARTIFACTS)/tip-grpo-cpu
-	$(PACK) '$(TRACK_DIR)/tip-grpo', '$(ARTIFACTS)/tip-grpo-cpu')"
+	$(PACK) '$(TRACK_DIR)/tip-grpo', '$(ARTIFACTS)/tip-grpo-cpu', parent='tip-sft-cpu')"
 	du -sh $(ARTIFACTS)/tip-grpo-cpu
+
+# the kept GRPO model on the held-out problems tip-eval-cpu reads (greedy, TIP policy)
+tip-grpo-eval-cpu: setup $(TRACK_DIR)/test.jsonl
+	$(BIN)/tip eval run -o $(TRACK_DIR)/eval-grpo --data $(TRACK_DIR)/test.jsonl \
+		--model tip-grpo-cpu --policies tip --samples 1 --temperature 0 --max-new-tokens 1400 \
+		--limit 200 --batch-size 16 --page-size 16 --engine auto -q
+	$(BIN)/tip eval report $(TRACK_DIR)/eval-grpo -o $(TRACK_DIR)/eval-grpo/report
 
 # TIP on MATH on a CPU, each step on files and resumable (rerun after a kill):
 # 1,000 MATH solutions (the shared sample: MATH's test set minus MATH-500) annotated with

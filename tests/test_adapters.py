@@ -136,6 +136,29 @@ def test_pack_unpack_keeps_every_delta_within_the_int8_step(tmp_path):
                           rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("parent", [None, "tip-sft-cpu"])
+def test_a_packed_adapter_names_the_parent_it_was_given(tmp_path, parent):
+    """An adapter trained over a local copy of a kept model is packed naming the kept model
+    (what loading reads back, both records); without a parent it keeps its own."""
+    from solm.core.adapter_packing import pack, unpack
+    from solm.core.models import adapter_parent
+
+    src = tmp_path / "src"
+    _lora_file(src, {"m": (torch.zeros(4, 2), torch.ones(2, 4))}, r=2, alpha=2)
+    config = json.loads((src / "adapter_config.json").read_text())
+    (src / "adapter_config.json").write_text(json.dumps(
+        dict(config, base_model_name_or_path="/local/runs/tip-sft")))
+    (src / "solm.json").write_text(json.dumps({"parent_model": "runs/tip-sft", "steps": 3}))
+    pack(src, tmp_path / "packed", parent=parent)
+    unpack(tmp_path / "packed", tmp_path / "full")
+    meta = json.loads((tmp_path / "full" / "solm.json").read_text())
+    config = json.loads((tmp_path / "full" / "adapter_config.json").read_text())
+    assert adapter_parent(tmp_path / "full") == (parent or "runs/tip-sft")
+    assert meta["steps"] == 3
+    assert config["base_model_name_or_path"] == (parent or "/local/runs/tip-sft")
+    assert json.loads((src / "solm.json").read_text())["parent_model"] == "runs/tip-sft"
+
+
 def test_pack_cuts_rank_by_svd_exactly_when_the_delta_has_that_rank(tmp_path):
     """A rank-8 adapter whose deltas have rank 3 packs at max_rank 3 with the same deltas
     (up to int8 rounding); the config says rank 3 with its scale folded in."""

@@ -83,9 +83,13 @@ def _truncate(weights: dict[str, torch.Tensor], scale: float, rank: int
     return out
 
 
-def pack(folder: str | Path, out: str | Path, max_rank: int | None = None) -> Path:
+def pack(folder: str | Path, out: str | Path, max_rank: int | None = None,
+         parent: str | None = None) -> Path:
     """Write `folder`'s adapter in the compact form (PACKED + its side files) into `out`;
-    `max_rank` also cuts a higher-rank adapter (a flattened chain) to that rank by SVD."""
+    `max_rank` also cuts a higher-rank adapter (a flattened chain) to that rank by SVD;
+    `parent` names the model it applies to where the folder names a local path (an adapter
+    trained over a local copy of a kept model: the kept model's name is what every
+    installation can load)."""
     from safetensors.torch import load_file, save_file
 
     folder, out = Path(folder), Path(out)
@@ -114,6 +118,10 @@ def pack(folder: str | Path, out: str | Path, max_rank: int | None = None) -> Pa
     for name in SIDE_FILES:
         if (folder / name).exists() and (folder / name).resolve() != (out / name).resolve():
             shutil.copyfile(folder / name, out / name)
+    if parent is not None:
+        config = dict(config, base_model_name_or_path=parent)
+        meta = json.loads((out / META).read_text()) if (out / META).exists() else {}
+        (out / META).write_text(json.dumps(dict(meta, parent_model=parent), indent=2) + "\n")
     (out / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
     return out
 
