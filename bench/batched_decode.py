@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -130,7 +131,8 @@ def main() -> None:
                    graph_build_s=round(batched.forward.compile_s, 1),
                    first_pass_s=round(first_pass, 1))
     base = rows[0]["tokens_per_s"]
-    summary = {"model": args.model, "mode": args.mode, "prompts": len(prompts),
+    summary = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(["python", *sys.argv]),
+               "model": args.model, "mode": args.mode, "prompts": len(prompts),
                "max_new_tokens": args.max_new_tokens, "dtype": str(model.dtype),
                "decoding": decoding.describe(), "cpu": cpu_description(),
                "runs": rows,

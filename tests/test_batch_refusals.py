@@ -121,3 +121,18 @@ def test_the_torch_engine_says_it_ran(tmp_path, tiny_folder):
     r = decode(tiny_folder, prompts, out, "--dtype", "fp32")
     assert r.exit_code == 0, r.output
     assert "engine torch: float32 weights on cpu" in r.output
+
+
+@pytest.mark.parametrize("engine", ["onnxruntime", "llama.cpp"])
+def test_every_engine_says_it_ran_and_with_which_weights(tmp_path, tiny_folder, engine,
+                                                         monkeypatch):
+    from solm.cli import pasta
+
+    monkeypatch.setenv("SOLM_CACHE", str(tmp_path / "cache"))
+    prompts, out = tmp_path / "p.jsonl", tmp_path / "out.jsonl"
+    write_prompts(prompts, [{"id": "a", "prompt": "Hi."}])
+    r = runner.invoke(pasta.app, ["decode", "-m", tiny_folder, "-p", str(prompts), "-o",
+                                  str(out), "--mode", "sequential", "--engine", engine,
+                                  "--max-new-tokens", "4"])
+    assert r.exit_code == 0, r.output
+    assert f"engine {engine}: " in r.output and " weights" in r.output

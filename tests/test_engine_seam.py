@@ -120,6 +120,7 @@ def test_a_pass_of_k_tokens_costs_the_measured_line_between_ks():
     for k in (1, 1.5, 2, 3.25, 4, 7.9, 8):
         assert pass_ms(ms, k) == pytest.approx(np.interp(k, [1, 2, 4, 8], [10, 16, 30, 50]))
     assert pass_ms(ms, 12) == pytest.approx(50 + 5 * 4)  # the last slope, carried on
+    assert [pass_ms({"4": 7.0}, k) for k in (1, 4, 9.5)] == [7.0] * 3  # one k: flat
 
 
 @pytest.mark.parametrize("tpp,fed", [(1.0, 1.0), (3.0, 3.0), (1.0, 3.0)])

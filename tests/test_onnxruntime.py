@@ -169,6 +169,39 @@ def test_pass_bias_places_each_groups_mask_over_its_cells():
             row += 1
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_prefill_chunks_cut_the_fed_rows_into_runs_that_cover_each_group_once(seed):
+    """The rule written another way: row r of the pass (groups laid end to end) goes to run
+    r // size, with its group's keys and its own mask row; runs hold at most `size` rows."""
+    from solm.engines.onnxruntime.step import prefill_chunks
+
+    rng = np.random.default_rng(seed)
+    groups = [(int(n), np.arange(int(n) + 2), rng.random((int(n), int(n) + 2)) > 0.5)
+              for n in rng.integers(1, 9, size=int(rng.integers(1, 5)))]
+    total, size = sum(n for n, _, _ in groups), int(rng.integers(1, 7))
+    owner = [(g, r) for g, (n, _, _) in enumerate(groups) for r in range(n)]
+    runs = list(prefill_chunks(groups, total, size))
+    assert [(a, b) for a, b, _ in runs] == [(a, min(total, a + size))
+                                            for a in range(0, total, size)]
+    for a, b, chunk in runs:
+        expected = [owner[r] for r in range(a, b)]
+        got_rows = [row for n, keys, mask in chunk for row in mask]
+        assert sum(n for n, _, _ in chunk) == b - a == len(got_rows)
+        for (g, r), row in zip(expected, got_rows):
+            assert (row == groups[g][2][r]).all()
+        assert [len(keys) for _, keys, _ in chunk] == \
+            [len(groups[g][1]) for g in dict.fromkeys(g for g, _ in expected)]
+
+
+def test_a_pass_with_no_group_reads_no_cell():
+    from solm.engines.onnxruntime.step import pass_bias
+
+    read, bias = pass_bias(np.zeros(0, np.int64), [], 8)
+    assert read.size == 0 and bias.shape == (0, 0)
+    with pytest.raises(ValueError, match="cover 0 rows of the 2 fed"):
+        pass_bias(np.array([3, 5]), [], 8)
+
+
 def test_own_loop_is_greedy_generation(tmp_path):
     """The sequential yardstick writes what Hugging Face's greedy generate writes."""
     from solm.core.models import tiny_model

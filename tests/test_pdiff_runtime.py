@@ -607,3 +607,25 @@ def test_a_chunks_end_is_laid_out_as_training_lays_it(rt, pdiff_tok, pdiff_vocab
             assert res.chunks[k].steps == (lengths[k] if pads_end_chunk else 10 * tens - 2)
     names = pdiff_tok.convert_ids_to_tokens(res.ids[opens[1]:])
     assert "<|pdiff_pad_6|>" in names or not pads_end_chunk
+
+
+@pytest.mark.parametrize("plan,ratio", [(PLAN, 0.5), (EQUAL, 1.0)])
+def test_chunk_reports_recount_the_chunks_in_the_answer(rt, pdiff_tok, pdiff_vocab, plan,
+                                                        ratio):
+    """Each chunk's report, recounted from the answer's ids: the span from <async> to its
+    </async>, the pads and the content between them (masks left are neither)."""
+    _, res = _decode(rt, pdiff_tok, plan, steps_ratio=ratio)
+    ids, spans, i = res.ids, [], 0
+    while pdiff_vocab.async_open in ids[i:]:
+        a = ids.index(pdiff_vocab.async_open, i)
+        b = ids.index(pdiff_vocab.async_close, a)
+        spans.append(ids[a:b + 1])
+        i = b + 1
+    assert len(spans) == len(res.chunks) == 2
+    pads = set(pdiff_vocab.pads)
+    for span, report in zip(spans, res.chunks):
+        body = span[1:-1]
+        n_pads = sum(t in pads for t in body)
+        n_content = len(body) - n_pads - body.count(pdiff_vocab.mask)
+        assert (report.slots, report.pads, report.content_tokens, report.pad_only) == \
+            (len(span), n_pads, n_content, n_content == 0)

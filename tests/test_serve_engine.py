@@ -183,3 +183,75 @@ def test_cancelled_queued_jobs_are_counted_once_and_the_rest_answered(runtime, s
         assert engine.cancelled_total == len(cancelled)
 
     asyncio.run(go())
+
+
+def test_a_job_cancelled_before_its_first_token_is_answered_499_and_counted(runtime):
+    """Driven step by step (no worker thread, so no race): admitted, then cancelled before
+    any pass; it leaves the batch with nothing written, is answered 499 (the status a
+    client that went away gets) and counted once."""
+    from solm.serve.openai_schema import ApiError
+
+    async def go():
+        engine = ServeEngine(runtime)
+        job = ServeJob([1, 2, 3], PastaDecodeConfig(mode="sequential", max_new_tokens=8))
+        engine.submit(job)
+        with engine.lock:
+            engine._take(None)
+            assert len(engine.live) == 1
+            job.cancelled.set()
+            for _ in range(3):
+                if engine.live:
+                    engine._step()
+        assert not engine.live and engine.cancelled_total == 1
+        kind, payload = await job.events.get()
+        assert kind == "error" and isinstance(payload, ApiError)
+        assert payload.status_code == 499 and job.events.empty()
+
+    asyncio.run(go())
+
+
+def test_streamed_logprobs_arrive_once_each_and_no_chunk_is_empty(runtime, pasta_tokenizer):
+    """A streamed sequential answer with logprobs: every chunk carries text or log-probs
+    (none is empty), and the chunks' log-probs, joined, are the answer's, one per token."""
+    cfg = PastaDecodeConfig(mode="sequential", max_new_tokens=10,
+                            sampling=SamplingConfig(temperature=0.0))
+    events = run_job(started(ServeEngine(runtime)), ServeJob([1, 2, 3, 4], cfg, top_k=2,
+                                                             stream=True))
+    kind, outcome = events[-1]
+    chunks = [payload for k, payload in events[:-1]]
+    assert kind == "done" and chunks and all(k == "delta" for k, _ in events[:-1])
+    assert all(text or logprobs for text, logprobs in chunks), chunks
+    sent = [e.token_id for _, logprobs in chunks for e in logprobs]
+    assert sent == [e.token_id for e in outcome.logprobs] and len(sent) == 10
+    assert "".join(text for text, _ in chunks) == outcome.text
+
+
+def test_a_stream_cancelled_midway_ends_with_what_it_sent_and_no_empty_chunk(runtime):
+    """Cancelled after three passes (driven step by step): every token it wrote was already
+    streamed, so its answer ends with no further chunk, and what was sent is the answer."""
+
+    async def go():
+        engine = ServeEngine(runtime)
+        cfg = PastaDecodeConfig(mode="sequential", max_new_tokens=20,
+                                sampling=SamplingConfig(temperature=0.0))
+        job = ServeJob([1, 2, 3, 4], cfg, top_k=2, stream=True)
+        engine.submit(job)
+        with engine.lock:
+            engine._take(None)
+            for _ in range(3):
+                engine._step()
+            job.cancelled.set()
+            for _ in range(3):
+                if engine.live:
+                    engine._step()
+        events = []
+        while not events or events[-1][0] == "delta":
+            events.append(await job.events.get())
+        return events
+
+    events = asyncio.run(go())
+    kind, outcome = events[-1]
+    chunks = [payload for _, payload in events[:-1]]
+    assert kind == "done" and 0 < outcome.completion_tokens < 20
+    assert all(text or logprobs for text, logprobs in chunks), chunks
+    assert [e.token_id for _, lp in chunks for e in lp] == [e.token_id for e in outcome.logprobs]

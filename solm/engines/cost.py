@@ -164,13 +164,12 @@ def pass_ms(ms: dict, k: float) -> float:
     """A pass's ms at `k` tokens (fractional k: linear between the measured ks; beyond the
     last, growing at the last step's slope)."""
     points = sorted((int(x), float(v)) for x, v in ms.items())
-    if k <= points[0][0]:
+    if len(points) == 1 or k <= points[0][0]:  # one k measured: every pass costs it
         return points[0][1]
     for (k0, v0), (k1, v1) in zip(points, points[1:]):
         if k <= k1:
             return v0 + (v1 - v0) * (k - k0) / (k1 - k0)
-    (k0, v0), (k1, v1) = points[-2:] if len(points) > 1 else (points[0], (points[0][0] + 1,
-                                                                          points[0][1]))
+    (k0, v0), (k1, v1) = points[-2:]
     return v1 + (v1 - v0) * (k - k1) / (k1 - k0)
 
 
@@ -203,7 +202,7 @@ def fastest(engines: dict, model: str | None, system: str, config,
             settings) -> tuple[str, str] | None:
     """(the engine of `engines` (name -> `Engine`) with the highest measured rate, why), or
     None when fewer than two of them were measured on this CPU for this model."""
-    if model is None or len(engines) < 2:
+    if model is None:
         return None
     rates, tpp = engine_rates(engines, model, system, config, settings)
     if len(rates) < 2:

@@ -145,7 +145,7 @@ class GraphWriter:
         scale = self.const(weight.astype(np.float32))
         if skip is None:
             return self.op("SimplifiedLayerNormalization", x, scale, axis=-1,
-                           epsilon=eps, stash_type=1), x
+                           epsilon=eps), x
         normed, _, _, total = self.op("SkipSimplifiedLayerNormalization", x, skip, scale,
                                       domain="com.microsoft", outputs=4, epsilon=eps)
         return normed, total
