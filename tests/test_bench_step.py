@@ -2,6 +2,7 @@
 medians and ratios of what was timed, and the command writes them."""
 
 import json
+import time
 from pathlib import Path
 import statistics
 
@@ -69,7 +70,9 @@ def test_every_engines_probe_runs_k_sequences_on_one_context(name, tiny_folder, 
     for probe in probes:
         probe.prepare(k_max=4, context=6)
         for k in (1, 4, 4):
-            probe.one_pass(k)
+            started = time.perf_counter()
+            seconds = probe.one_pass(k)
+            assert 0 < seconds <= time.perf_counter() - started  # the pass's own time
             assert probe.logits.shape[0] == k
             for s in range(k):
                 want = hf_last_logits(model, context_ids(0, 6) + [FIRST_ID + s])

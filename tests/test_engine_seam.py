@@ -168,6 +168,20 @@ def test_an_adapter_is_timed_by_its_parents_measurement(tmp_path, monkeypatch):
     assert base_model("smollm2-135m") == "smollm2-135m"
 
 
+def test_a_model_folder_is_timed_under_its_absolute_path_whatever_spelling(tmp_path,
+                                                                           monkeypatch):
+    """`./m`, `m/` and `/abs/m` name one folder, so one record; a name that is no folder
+    (a hub id) is kept as written."""
+    from solm.engines.cost import base_model
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    absolute = str((tmp_path / "m").resolve())
+    assert base_model("m") == base_model("./m/") == base_model(absolute) == absolute
+    assert base_model("some-org/some-model") == "some-org/some-model"
+
+
 def test_a_kept_difference_is_timed_by_its_bases_measurement(tmp_path, monkeypatch):
     """A full finetune kept as its difference from the base has the base's shapes: the
     base's figures decide (the unpacked folder itself was never measured)."""

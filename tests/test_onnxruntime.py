@@ -193,6 +193,55 @@ def test_prefill_chunks_cut_the_fed_rows_into_runs_that_cover_each_group_once(se
             [len(groups[g][1]) for g in dict.fromkeys(g for g, _ in expected)]
 
 
+def _run_draw(seed: int):
+    """A pass of 1-13 fed rows in groups, runs of 1-6 rows; a third of the draws causal (a
+    row reads cells written by itself, earlier rows or before the pass), a third reading
+    one row ahead, a third anywhere."""
+    rng = np.random.default_rng(seed)
+    total, size = int(rng.integers(1, 14)), int(rng.integers(1, 7))
+    written = rng.permutation(40)[:total]
+    reach = (0, 1, total)[seed % 3]  # a row reads cells written up to `reach` rows on
+    groups, at = [], 0
+    while at < total:
+        rows = int(rng.integers(1, total - at + 1))
+        keys = np.unique(np.concatenate([written, rng.choice(40, size=4, replace=False)]))
+        index = {int(c): i for i, c in enumerate(written)}
+        row_ids = at + np.arange(rows)
+        mask = rng.random((rows, len(keys))) > 0.5
+        mask &= np.array([[index.get(int(k), -1) <= r + reach for k in keys]
+                          for r in row_ids])
+        groups.append((rows, keys, mask))
+        at += rows
+    return groups, written, size
+
+
+@pytest.mark.parametrize("seed", range(36))
+def test_a_pass_runs_in_runs_only_when_no_row_reads_a_later_runs_cell(seed):
+    """The rule by brute force: more rows than one run holds, and every (row, cell) the
+    masks allow has the cell written by the row's run or an earlier one, or not written by
+    this pass at all (already in the pool)."""
+    from solm.engines.onnxruntime.step import reads_only_earlier_runs
+
+    groups, written, size = _run_draw(seed)
+    writer = {int(c): i for i, c in enumerate(written)}
+    ok, row = len(written) > size, 0
+    for rows, keys, mask in groups:
+        for r in range(rows):
+            for j, k in enumerate(keys):
+                if mask[r, j] and int(k) in writer and writer[int(k)] // size > (row + r) // size:
+                    ok = False
+        row += rows
+    assert reads_only_earlier_runs(groups, written, size) is ok
+
+
+def test_the_run_draws_meet_both_answers():
+    from solm.engines.onnxruntime.step import reads_only_earlier_runs
+
+    answers = [reads_only_earlier_runs(*_run_draw(seed)) for seed in range(36)]
+    assert answers.count(True) >= 6 and answers.count(False) >= 6
+    assert any(len(_run_draw(seed)[1]) <= _run_draw(seed)[2] for seed in range(36))
+
+
 def test_a_pass_with_no_group_reads_no_cell():
     from solm.engines.onnxruntime.step import pass_bias
 

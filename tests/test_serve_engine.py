@@ -255,3 +255,18 @@ def test_a_stream_cancelled_midway_ends_with_what_it_sent_and_no_empty_chunk(run
     assert kind == "done" and 0 < outcome.completion_tokens < 20
     assert all(text or logprobs for text, logprobs in chunks), chunks
     assert [e.token_id for _, lp in chunks for e in lp] == [e.token_id for e in outcome.logprobs]
+
+
+@pytest.mark.parametrize("queued,max_batch", [(3, 4), (4, 4), (6, 4), (5, 1)])
+def test_the_batch_takes_as_many_queued_jobs_as_it_has_room_for(runtime, queued, max_batch):
+    async def go():
+        engine = ServeEngine(runtime, max_batch=max_batch)
+        cfg = PastaDecodeConfig(mode="sequential", max_new_tokens=4)
+        for _ in range(queued):
+            engine.submit(ServeJob([1, 2, 3], cfg))
+        with engine.lock:
+            engine._take(None)
+        assert len(engine.live) == min(queued, max_batch)
+        assert engine.jobs.qsize() == queued - min(queued, max_batch)
+
+    asyncio.run(go())
