@@ -1604,7 +1604,50 @@ BLOCKS_AND_FIRST_RUN = {
         "    best = rows[0]", ["tests/test_demo.py"]),
 }
 MUTATIONS.update(PAPER_PATH)
+AUDITED = {
+    "serve_cancelled_before_a_token_is_500": (
+        "solm/serve/engine.py", 'ApiError(499, "the request was cancelled")',
+        'ApiError(500, "the request was cancelled")', ["tests/test_serve_engine.py"]),
+    "serve_empty_last_chunk_after_a_cancel": (
+        "solm/serve/engine.py",
+        "if rest or (job.top_k is not None and content_len > live.sent_logprobs):",
+        "if rest or (job.top_k is not None and content_len >= live.sent_logprobs):",
+        ["tests/test_serve_engine.py"]),
+    "serve_take_fills_half_the_room": (
+        "solm/serve/engine.py", "            room -= 1\n", "            room -= 2\n",
+        ["tests/test_serve_engine.py"]),
+    "pdiff_report_drops_a_chunks_last_slot": (
+        "solm/decode/pdiff/runtime.py", "inner = c.tokens[1:-1]", "inner = c.tokens[1:-2]",
+        ["tests/test_pdiff_runtime.py"]),
+    "ort_prefill_run_overruns_its_end": (
+        "solm/engines/onnxruntime/step.py", "lo, hi = max(a, at), min(b, at + rows)",
+        "lo, hi = max(a, at), max(b, at + rows)", ["tests/test_onnxruntime.py"]),
+    "ort_one_run_said_to_need_runs": (
+        "solm/engines/onnxruntime/step.py", "        return False  # one run already",
+        "        return True  # one run already", ["tests/test_onnxruntime.py"]),
+    "ort_own_run_read_counts_as_later": (
+        "solm/engines/onnxruntime/step.py", "(fed[None, :] > row_runs[:, None])",
+        "(fed[None, :] >= row_runs[:, None])", ["tests/test_onnxruntime.py"]),
+    "ort_probe_time_adds_the_start": (
+        "solm/engines/onnxruntime/engine.py",
+        "        return time.perf_counter() - t0\n\n    def close(self) -> None:\n        self.model = None",
+        "        return time.perf_counter() + t0\n\n    def close(self) -> None:\n        self.model = None",
+        ["tests/test_bench_step.py"]),
+    "ort_engine_silent": (
+        "solm/engines/onnxruntime/engine.py", '        notice(f"engine onnxruntime: ',
+        '        (f"engine onnxruntime: ', ["tests/test_batch_refusals.py"]),
+    "cost_folder_timed_under_its_spelling": (
+        "solm/engines/cost.py", "in ALIASES or not folder.exists() else",
+        "in ALIASES or folder.exists() else", ["tests/test_engine_seam.py"]),
+    "pack_ignores_the_parent_given": (
+        "solm/core/adapter_packing.py", "    if parent is not None:\n        config =",
+        "    if False:\n        config =", ["tests/test_adapters.py"]),
+    "grpo_curves_leave_out_varying_groups": (
+        "solm/train/plots.py", '("groups_varying", "groups whose correctness varies"),',
+        "", ["tests/test_tip_grpo.py"]),
+}
 MUTATIONS.update(BLOCKS_AND_FIRST_RUN)
+MUTATIONS.update(AUDITED)
 MUTATIONS.update(ONNXRT)
 MUTATIONS.update(SPEED_SHAPE)
 MUTATIONS.update(LLAMA_RULES)
