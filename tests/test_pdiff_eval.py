@@ -85,6 +85,12 @@ def test_pasta_eval_runs_pdiff_beside_the_baseline(tmp_path, tiny_folder):
     text = (tmp_path / "report" / "report.md").read_text()
     assert "| pd `steps_ratio=0.5` |" in text and "pad-only" in text
     assert (tmp_path / "report" / "winrate_vs_passes_per_token_reduction.png").exists()
+    # the content column: the method's mean content over the baseline's, recounted from rows
+    ratio = (sum(r["content_tokens"] for r in rows)
+             / sum(b["content_tokens"] for b in base.values()))
+    row = next(line for line in text.splitlines() if line.startswith("| pd `"))
+    assert f"| {ratio:.2f}x |" in row
+    assert (tmp_path / "report" / "content_vs_passes_per_token_reduction.png").exists()
 
 
 @pytest.mark.slow
@@ -104,3 +110,26 @@ def test_a_first_pdiff_decode_shows_diffusion(tmp_path):
     planned = [row for row in rows if row["chunks"]]
     assert len(planned) >= 2, [row["response"][:60] for row in rows]
     assert all(row["denoise_passes"] > 0 for row in planned)
+
+
+def test_content_against_the_baseline_is_each_methods_mean_over_the_baselines(tmp_path):
+    from solm.eval.report import plot_content, points
+
+    def method(content, baseline=False, well=None, gain=None):
+        return {"baseline": baseline, "kind": "pdiff", "model": "m",
+                "chunk_health": {"well_formed": well} if well is not None else None,
+                "speed": {"content_tokens_mean": content,
+                          "passes_per_token_reduction": {"geomean": gain}}}
+
+    summaries = [{"run": "runs/a", "methods": {"pd": method(150.0, well=0.9, gain=1.3),
+                                               "base": method(200.0, baseline=True)}},
+                 {"run": "runs/b", "methods": {"base": method(80.0, baseline=True),
+                                               "pd": method(100.0, gain=0.9)}}]
+    pts = {p["name"]: p for p in points(summaries)}
+    # each run's method against that run's own baseline, whatever the order they come in
+    assert pts["a/pd"]["content_ratio"] == pytest.approx(150 / 200)
+    assert pts["b/pd"]["content_ratio"] == pytest.approx(100 / 80)
+    assert pts["a/base"]["content_ratio"] == 1.0 and pts["a/pd"]["well_formed"] == 0.9
+    png = tmp_path / "content.png"
+    plot_content(list(pts.values()), png)
+    assert png.stat().st_size > 1000

@@ -26,6 +26,8 @@ def points(summaries: list[dict]) -> list[dict]:
     several = len(summaries) > 1
     for s in summaries:
         run_name = Path(s["run"]).name
+        base = next((m["speed"].get("content_tokens_mean") for m in s["methods"].values()
+                     if m["baseline"]), None)
         for label, m in s["methods"].items():
             q = m.get("vs_baseline") or {}
             win = q.get("lc_win_rate") if q.get("lc_win_rate") is not None else q.get("win_rate")
@@ -34,9 +36,20 @@ def points(summaries: list[dict]) -> list[dict]:
                         "win": win, "raw": q.get("win_rate"), "lc": q.get("lc_win_rate"),
                         "se": q.get("standard_error"),
                         "lc_method": q.get("lc_method"),
+                        "content_ratio": content_ratio(m["speed"].get("content_tokens_mean"),
+                                                       base),
+                        "well_formed": (m.get("chunk_health") or {}).get(
+                            "well_formed", m["speed"].get("well_formed")),
                         **{axis: (m["speed"].get(axis) or {}).get("geomean")
                            for axis, _ in AXES}})
     return out
+
+
+def content_ratio(content: float | None, baseline: float | None) -> float | None:
+    """A method's mean content tokens over the baseline's on the same prompts."""
+    if content is None or not baseline:
+        return None
+    return content / baseline
 
 
 def pareto(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -92,6 +105,42 @@ def plot(pts: list[dict], axis: str, xlabel: str, ylabel: str, png: Path) -> Non
     plt.close(fig)
 
 
+CONTENT_PNG = "content_vs_passes_per_token_reduction.png"
+
+
+def plot_content(pts: list[dict], png: Path) -> None:
+    """What a speed costs in length: each method's content (its mean over the baseline's)
+    against its fewer forward passes per content token, the share of well-formed answers
+    written beside it. A decode that buys passes by ending answers early sits low."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    usable = [p for p in pts if p["content_ratio"] is not None
+              and (p["baseline"] or p["passes_per_token_reduction"] is not None)]
+    fig, ax = plt.subplots(figsize=(8.4, 4.6))
+    markers = iter(MARKERS * (1 + len(usable) // len(MARKERS)))
+    for p in usable:
+        x = 1.0 if p["baseline"] else p["passes_per_token_reduction"]
+        well = "" if p["baseline"] or p["well_formed"] is None else \
+            f" ({100 * p['well_formed']:.0f}% well-formed)"
+        ax.scatter([x], [p["content_ratio"]], s=180 if p["baseline"] else 70,
+                   marker="*" if p["baseline"] else next(markers), edgecolor="black",
+                   linewidth=0.6, zorder=3,
+                   label=f"{p['name']} (baseline)" if p["baseline"] else p["name"] + well)
+    ax.axhline(1, color="#dddddd", linewidth=1, zorder=1)
+    ax.axvline(1, color="#dddddd", linewidth=1, zorder=1)
+    ax.set_xlabel(dict(AXES)["passes_per_token_reduction"])
+    ax.set_ylabel("content tokens (mean) over the baseline's")
+    ax.margins(x=0.2, y=0.2)
+    if usable:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
 def _times(value) -> str:
     return "—" if value is None else f"{value:.2f}x"
 
@@ -108,6 +157,7 @@ def report_files(run_dirs: list[Path], out_dir: Path) -> list[Path]:
     """Every file `write_report` writes: report.md, the plots, each run's summary.json."""
     return ([Path(out_dir) / "report.md"]
             + [Path(out_dir) / f"winrate_vs_{axis}.png" for axis, _ in AXES]
+            + [Path(out_dir) / CONTENT_PNG]
             + [Path(d) / "summary.json" for d in run_dirs])
 
 
@@ -125,6 +175,8 @@ def write_report(run_dirs: list[Path], out_dir: Path, gamed_csv: Path | None = N
         png = out_dir / f"winrate_vs_{axis}.png"
         plot(pts, axis, xlabel, ylabel, png)
         pngs.append(png)
+    plot_content(pts, out_dir / CONTENT_PNG)
+    pngs.append(out_dir / CONTENT_PNG)
     lines = ["# Evaluation report", ""]
     for s in summaries:
         lines += [f"## {s['run']}", "",
@@ -152,10 +204,12 @@ def write_report(run_dirs: list[Path], out_dir: Path, gamed_csv: Path | None = N
         lines += ["", "Per content token (geomeans; the baseline's figure over the method's on the "
                   "same prompt: > 1 is better), and Planned Diffusion's chunk health:", "",
                   "| method | passes / token | fewer passes than baseline (95% CI) | "
-                  "content tokens (mean) | wall ms / token | less wall than baseline | "
+                  "content tokens (mean) | content vs baseline | wall ms / token | less wall than baseline | "
                   "well-formed | repeated word 3-grams | with chunks | chunks | pad-only "
                   "chunks | pads / slots | repeated 3-grams in chunks |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        base = next((m["speed"].get("content_tokens_mean") for m in s["methods"].values()
+                     if m["baseline"]), None)
         for label, m in s["methods"].items():
             sp, h = m["speed"], m.get("chunk_health") or {}
             opts = f" `{m['options']}`" if m.get("options") else ""
@@ -166,6 +220,7 @@ def write_report(run_dirs: list[Path], out_dir: Path, gamed_csv: Path | None = N
                 f"| {label}{opts} | {_fmt((sp.get('passes_per_token') or {}).get('geomean'), 3)}"
                 f" | {_times((sp.get('passes_per_token_reduction') or {}).get('geomean'))}"
                 f"{ci_text} | {_fmt(sp.get('content_tokens_mean'), 0)} | "
+                f"{_times(content_ratio(sp.get('content_tokens_mean'), base))} | "
                 f"{_fmt((sp.get('wall_ms_per_token') or {}).get('geomean'), 1)} | "
                 f"{_times((sp.get('wall_per_token_speedup') or {}).get('geomean'))} | "
                 f"{_pct(well)} | {_pct(sp.get('repeated_3grams'))} | "
