@@ -18,7 +18,7 @@ DATA ?= $(or $(SOLM_DATA),$(HOME)/.cache/solm/data)
 export SOLM_DATA := $(DATA)
 
 PHONY_37 := sft-overlap-cpu overlap-vs-pred10x pdiff-sft-overlap-cpu pdiff-overlap-vs-pred10x
-.PHONY: $(PHONY_37) tip-demo tip-dense-cpu tip-grpo-cpu tip-grpo-eval-cpu tip-eval-cpu tip-bench-tracking-cpu pdiff-recipes-cpu pdiff-recipes-select-cpu tip-math-traces-cpu tip-math-sft-cpu tip-math-grpo-cpu tip-math-eval-cpu tip-math-kept-cpu own-rows-cpu own-sft-cpu setup demo docs docs-serve test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
+.PHONY: $(PHONY_37) tip-demo pdiff-demo tip-dense-cpu tip-grpo-cpu tip-grpo-eval-cpu tip-eval-cpu tip-bench-tracking-cpu pdiff-recipes-cpu pdiff-recipes-select-cpu tip-math-traces-cpu tip-math-sft-cpu tip-math-grpo-cpu tip-math-eval-cpu tip-math-kept-cpu own-rows-cpu own-sft-cpu setup demo docs docs-serve test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
 
 setup: $(STAMP)
 
@@ -52,6 +52,12 @@ tip-demo: setup
 	rm -f runs/tip-demo/answer.jsonl
 	$(BIN)/tip decode -m tip-sft-cpu -p runs/tip-demo/problem.jsonl -o runs/tip-demo/answer.jsonl \
 		--temperature 0 --engine auto
+
+# Planned Diffusion's demo: the kept pdiff-overlap-cpu plans, denoises its chunks in parallel
+# on llama.cpp, and is timed against the kept Baseline-SFT's sequential decoding of as many
+# tokens on llama.cpp's own loop (content tokens per second, measured in the same run)
+pdiff-demo: setup
+	$(BIN)/pdiff demo -o runs/pdiff-demo/demo.json
 
 # a data set the targets need, fetched once into $(DATA) (solm data get NAME)
 $(DATA)/%.jsonl: | setup

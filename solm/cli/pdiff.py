@@ -11,6 +11,7 @@ from solm.cli.job_helpers import show_control_tokens
 from solm.cli.errors import command_group
 from solm.cli.decode_command import decode_command
 from solm.cli.options import train_command
+from solm.cli.pdiff_demo import DEMO_HELP, demo
 from solm.cli.pdiff_distill import DISTILL_HELP, distill
 from solm.train.pdiff_sft import PdiffSFTConfig
 
@@ -82,3 +83,4 @@ train_command(app, "sft", PDIFF_SFT_HELP, PdiffSFTConfig, "solm.train.pdiff_sft:
 
 
 app.command(name="distill", help=DISTILL_HELP)(distill)
+app.command(name="demo", help=DEMO_HELP)(demo)
