@@ -18,7 +18,7 @@ DATA ?= $(or $(SOLM_DATA),$(HOME)/.cache/solm/data)
 export SOLM_DATA := $(DATA)
 
 PHONY_37 := sft-overlap-cpu overlap-vs-pred10x pdiff-sft-overlap-cpu pdiff-overlap-vs-pred10x
-.PHONY: $(PHONY_37) tip-demo pdiff-demo tip-dense-cpu tip-grpo-cpu tip-grpo-eval-cpu tip-eval-cpu tip-bench-tracking-cpu pdiff-recipes-cpu pdiff-recipes-select-cpu tip-math-traces-cpu tip-math-sft-cpu tip-math-grpo-cpu tip-math-eval-cpu tip-math-kept-cpu own-rows-cpu own-sft-cpu setup demo docs docs-serve test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
+.PHONY: $(PHONY_37) tip-demo pdiff-demo pdiff-curve-cpu pdiff-final-cpu pdiff-realized-cpu tip-dense-cpu tip-grpo-cpu tip-grpo-eval-cpu tip-eval-cpu tip-bench-tracking-cpu pdiff-recipes-cpu pdiff-recipes-select-cpu tip-math-traces-cpu tip-math-sft-cpu tip-math-grpo-cpu tip-math-eval-cpu tip-math-kept-cpu own-rows-cpu own-sft-cpu setup demo docs docs-serve test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
 
 setup: $(STAMP)
 
@@ -625,21 +625,62 @@ PDIFF_SELF_ROWS   ?= $(PDIFF_RECIPES_DIR)/self/rows.jsonl
 $(PDIFF_SELF_ROWS): | setup
 	$(BIN)/pdiff distill --data $(OWN_ROWS) --writer pasta-sft-cpu -o $(PDIFF_RECIPES_DIR)/self -q
 
+# each recipe's rows and settings beside PDIFF_RECIPE_ARGS
+PDIFF_ROWS_blocks       = $(OWN_ROWS)
+PDIFF_ARGS_blocks       = --block-size $(PDIFF_BLOCK)
+PDIFF_ROWS_self-sft     = $(PDIFF_SELF_ROWS)
+PDIFF_ARGS_self-sft     =
+PDIFF_ROWS_self-blocks  = $(PDIFF_SELF_ROWS)
+PDIFF_ARGS_self-blocks  = --block-size $(PDIFF_BLOCK)
+PDIFF_RECIPES          ?= blocks self-sft self-blocks
+pdiff_recipe = $(call trained,$(PDIFF_RECIPES_DIR)/$(1)$(2)) $(BIN)/pdiff sft \
+	--data $(PDIFF_ROWS_$(1)) --out $(PDIFF_RECIPES_DIR)/$(1)$(2) $(PDIFF_RECIPE_ARGS) $(PDIFF_ARGS_$(1)) $(3)
+
 pdiff-recipes-cpu: setup $(PDIFF_SELF_ROWS)
-	$(call trained,$(PDIFF_RECIPES_DIR)/blocks) $(BIN)/pdiff sft --data $(OWN_ROWS) \
-		--out $(PDIFF_RECIPES_DIR)/blocks $(PDIFF_RECIPE_ARGS) --block-size $(PDIFF_BLOCK)
-	$(call trained,$(PDIFF_RECIPES_DIR)/self-sft) $(BIN)/pdiff sft --data $(PDIFF_SELF_ROWS) \
-		--out $(PDIFF_RECIPES_DIR)/self-sft $(PDIFF_RECIPE_ARGS)
-	$(call trained,$(PDIFF_RECIPES_DIR)/self-blocks) $(BIN)/pdiff sft --data $(PDIFF_SELF_ROWS) \
-		--out $(PDIFF_RECIPES_DIR)/self-blocks $(PDIFF_RECIPE_ARGS) --block-size $(PDIFF_BLOCK)
+	set -e; $(foreach R,$(PDIFF_RECIPES),$(call pdiff_recipe,$(R),,);)
 
 pdiff-recipes-select-cpu: pdiff-recipes-cpu $(ALPACA)
 	$(BIN)/pasta eval run -o $(PDIFF_RECIPES_DIR)/select --prompts $(ALPACA) --limit 30 \
 		--batch-size 16 --method sequential:baseline-sft=baseline-sft-cpu \
 		--method pdiff:kept=pdiff-cpu,steps_ratio=0.5 \
-		$(foreach R,blocks self-sft self-blocks,--method pdiff:$(R)=$(PDIFF_RECIPES_DIR)/$(R),steps_ratio=0.5) \
+		$(foreach R,$(PDIFF_RECIPES),--method pdiff:$(R)=$(PDIFF_RECIPES_DIR)/$(R),steps_ratio=0.5) \
 		$(PDIFF_EVAL_ARGS)
 	$(BIN)/pasta eval report $(PDIFF_RECIPES_DIR)/select -o $(PDIFF_RECIPES_DIR)/select/report
+
+# The recipe chosen on the selection prompts (PDIFF_CHOSEN): the passes-for-quality curve on
+# them (steps ratio x confidence threshold, batched, forward passes per content token against
+# content and well-formed), the one run on prompts 31-94 against Baseline-SFT, and the same
+# recipe in the overlap layout, which llama.cpp decodes, timed one prompt at a time against
+# Baseline-SFT on llama.cpp (both q8_0) for the realized content tokens per second.
+PDIFF_CHOSEN      ?= blocks
+PDIFF_STEPS       ?= steps_ratio=0.5
+PDIFF_CURVE_RATIOS     ?= 0.25 0.5 1
+PDIFF_CURVE_THRESHOLDS ?= off 0.9 0.7
+PDIFF_REALIZED_PROMPTS ?= 16
+pdiff-curve-cpu: setup $(ALPACA)
+	$(call pdiff_recipe,$(PDIFF_CHOSEN),,)
+	$(BIN)/pasta eval run -o $(PDIFF_RECIPES_DIR)/curve --prompts $(ALPACA) --limit 30 \
+		--batch-size 16 --method sequential:baseline-sft=baseline-sft-cpu \
+		$(foreach R,$(PDIFF_CURVE_RATIOS),$(foreach T,$(PDIFF_CURVE_THRESHOLDS),--method pdiff:r$(R)-t$(T)=$(PDIFF_RECIPES_DIR)/$(PDIFF_CHOSEN),steps_ratio=$(R),confidence_threshold=$(T))) \
+		--max-new-tokens 384 --no-judge --no-compile -q
+	$(BIN)/pasta eval report $(PDIFF_RECIPES_DIR)/curve -o $(PDIFF_RECIPES_DIR)/curve/report
+
+pdiff-final-cpu: setup $(ALPACA)
+	$(call pdiff_recipe,$(PDIFF_CHOSEN),,)
+	$(BIN)/pasta eval run -o $(PDIFF_RECIPES_DIR)/final --prompts $(ALPACA) --skip 30 --limit 64 \
+		--batch-size 16 --method sequential:baseline-sft=baseline-sft-cpu \
+		--method pdiff:$(PDIFF_CHOSEN)=$(PDIFF_RECIPES_DIR)/$(PDIFF_CHOSEN),$(PDIFF_STEPS) \
+		--max-new-tokens 384 --judge $(JUDGE) --no-compile -q
+	$(BIN)/pasta eval report $(PDIFF_RECIPES_DIR)/final -o $(PDIFF_RECIPES_DIR)/final/report
+
+pdiff-realized-cpu: setup $(ALPACA)
+	$(call pdiff_recipe,$(PDIFF_CHOSEN),-overlap,--positions overlap)
+	$(BIN)/pasta eval run -o $(PDIFF_RECIPES_DIR)/realized --prompts $(ALPACA) --skip 30 \
+		--limit $(PDIFF_REALIZED_PROMPTS) --batch-size 1 --engine llama.cpp --gguf-type q8_0 \
+		--method sequential:baseline-sft=baseline-sft-cpu \
+		--method pdiff:$(PDIFF_CHOSEN)-overlap=$(PDIFF_RECIPES_DIR)/$(PDIFF_CHOSEN)-overlap,$(PDIFF_STEPS) \
+		--max-new-tokens 384 --no-judge -q
+	$(BIN)/pasta eval report $(PDIFF_RECIPES_DIR)/realized -o $(PDIFF_RECIPES_DIR)/realized/report
 
 pdiff-decode-cpu: setup $(ALPACA)
 	$(BIN)/pdiff decode -m $(PDIFF_MODEL) -p $(ALPACA) --limit 30 --steps-ratio 0.5 \
