@@ -148,7 +148,8 @@ def test_a_row_that_tokenizes_otherwise_is_dropped(tiny, pasta_tokenizer, vocab,
 
 def test_pdiff_distill_resumes_and_counts(tmp_path, tiny_folder, monkeypatch):
     """The command writes each row once: a rerun decodes nothing; plain rows pass through;
-    the summary counts what rows.jsonl holds."""
+    the summary counts what decoded.jsonl holds; rows.jsonl holds the rows kept, every one
+    of them read by the trainer's own reader."""
     from solm.cli import pdiff
     from solm.decode.pasta.batched import BatchedPastaRuntime
     from solm.core.systems.pasta import PastaVocab
@@ -172,12 +173,19 @@ def test_pdiff_distill_resumes_and_counts(tmp_path, tiny_folder, monkeypatch):
             "--engine", "torch", "--batch-size", "1"]
     r = CliRunner().invoke(pdiff.app, args)
     assert r.exit_code == 0, r.output
-    rows = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
-    assert sorted(r["id"] for r in rows) == ["a", "b", "c"]
+    decoded = [json.loads(x) for x in (out / "decoded.jsonl").read_text().splitlines()]
+    assert sorted(r["id"] for r in decoded) == ["a", "b", "c"]
+    dropped = {r["id"] for r in decoded if "dropped" in r}
+    assert len(dropped) == 1
     summary = json.loads((out / "summary.json").read_text())
     assert summary["kept"] == 1 and summary["plain"] == 1
     assert summary["dropped"]["not_closed_by_model"] == 1
+    from solm.train.data import load_sft_rows
+
+    trained = load_sft_rows(out / "rows.jsonl")
+    assert sorted(r["id"] for r in trained) == sorted({"a", "b", "c"} - dropped)
     r = CliRunner().invoke(pdiff.app, args)
     assert r.exit_code == 0, r.output
-    assert len((out / "rows.jsonl").read_text().splitlines()) == 3
+    assert len((out / "decoded.jsonl").read_text().splitlines()) == 3
+    assert len((out / "rows.jsonl").read_text().splitlines()) == 2
     assert json.loads((out / "summary.json").read_text())["decoded_now"] == 0

@@ -27,13 +27,14 @@ a chunk given the plan. Per row of --data (Pasta-Lang annotated answers, as `pdi
 --data` reads): the row's main thread is forced token for token, and --writer (a PASTA model
 on the same rows) writes every promised chunk as a thread of a parallel decode (greedy under
 its decoding defaults, batched on the fastest engine). A row is dropped, with its reason in
-rows.jsonl and summary.json, when a chunk was closed by anything but the model, is empty, or
+decoded.jsonl and summary.json, when a chunk was closed by anything but the model, is empty, or
 the cap cut the decode; each promise is rewritten to the exact length of its chunk; a row is
 kept only when its text, tokenized again, gives back the decoded tokens exactly. Rows without
 a promise pass through.
 
-OUT (a folder) receives rows.jsonl (appended as decodes end: rerun after a kill and it
-resumes; train with `pdiff sft --data OUT/rows.jsonl`) and summary.json.
+OUT (a folder) receives decoded.jsonl (every row, appended as decodes end: rerun after a
+kill and it resumes), rows.jsonl (the rows kept, written when the run ends: train with
+`pdiff sft --data OUT/rows.jsonl`) and summary.json.
 
 Example: `pdiff distill --data recipes/own/rows_384.jsonl --writer pasta-sft-cpu -o runs/pdiff-self`
 """
@@ -72,7 +73,7 @@ def distill(
     from solm.prefs import chunk_distill as job
     from solm.train.data import load_sft_rows
 
-    check_paths([data], [out / job.ROWS, out / job.SUMMARY])
+    check_paths([data], [out / job.ROWS, out / job.DECODED, out / job.SUMMARY])
     rows = load_sft_rows(data, limit=limit)
     records = [Record(id=r["id"], prompt=r["prompt"], system=r["system"],
                       meta={"text": r["text"], "source_file": str(data)})
@@ -82,9 +83,9 @@ def distill(
         raise SolmError(f"{data}: no row holds a Pasta-Lang promise: nothing to distill")
     out.mkdir(parents=True, exist_ok=True)
     write_manifest(out, "pdiff distill", settings_from(locals()), inputs=[data], model=writer)
-    have = {r.get("id") for r in read_jsonl(out / job.ROWS)} if (out / job.ROWS).exists() \
-        else set()
-    with JsonlWriter(out / job.ROWS) as w:  # plain rows pass through, once
+    have = {r.get("id") for r in read_jsonl(out / job.DECODED)} \
+        if (out / job.DECODED).exists() else set()
+    with JsonlWriter(out / job.DECODED) as w:  # plain rows pass through, once
         for r in plain:
             if r["id"] not in have:
                 w.write({"id": r["id"], "prompt": r["prompt"], "system": r["system"],
@@ -101,6 +102,7 @@ def distill(
     with progress(f"writing chunks ({writer}, {engine_used})", left) as advance:
         decoded = job.distill_chunks(rt, records, out, max_new_tokens,
                                      SamplingConfig(**decoding.values), on_done=advance)
+    job.write_training_rows(out)
     summary = job.tally(out, records, rt.tokenizer, rt.vocab, job.ChunkDistillSummary(
         rows_in=len(rows), plain=len(plain)))
     data_out = {**summary.to_dict(), "decoded_now": decoded, "writer": writer,

@@ -17,10 +17,13 @@ model's own outputs the same way). Per training row:
   never wrote).
 
 Rows without a promise pass through as they are (they train the autoregressive loss only).
-`rows.jsonl` is appended as decodes end, so a killed run resumes where it stopped.
+`decoded.jsonl` is appended as decodes end (dropped rows marked), so a killed run resumes
+where it stopped; `rows.jsonl`, the rows kept, is written from it when a run ends.
 """
 
 from __future__ import annotations
+
+import json
 
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +34,9 @@ from solm.core.records import Record
 from solm.decode.flags import (BLOCK_CUT, FORK_CAPPED, FORK_EOS, PROMISE_OVERRUN,
                                BLOCK_REPEATING)
 
-ROWS, SUMMARY = "rows.jsonl", "summary.json"
+# decoded.jsonl: every row as it ends, dropped ones marked with their reason (what a rerun
+# skips); rows.jsonl: the rows `pdiff sft` trains on, rewritten from it at the end of a run
+ROWS, DECODED, SUMMARY = "rows.jsonl", "decoded.jsonl", "summary.json"
 # the runtime's flags of a block something other than the model closed
 CLOSED_FOR_IT = frozenset({BLOCK_CUT, FORK_CAPPED, FORK_EOS, PROMISE_OVERRUN, BLOCK_REPEATING})
 DROPS = ("not_closed_by_model", "empty_chunk", "cut_by_cap", "tokenizes_otherwise",
@@ -151,7 +156,7 @@ class ChunkRunner:
 
 def distill_chunks(runtime, records: Sequence[Record], folder: Path, max_new_tokens: int,
                    sampling=None, on_done: Callable[[], None] | None = None) -> int:
-    """Decode the rows `rows.jsonl` lacks and append each (a dropped row is written with
+    """Decode the rows `decoded.jsonl` lacks and append each (a dropped row is written with
     its reason, so a rerun skips it too); returns how many were decoded now."""
     from solm.decode.jobs import DecodeSummary, check_refusals, decode_records
 
@@ -164,15 +169,15 @@ def distill_chunks(runtime, records: Sequence[Record], folder: Path, max_new_tok
         return got if got is not None else {"id": job.record.id, "dropped": why}
 
     done = DecodeSummary()
-    decode_records(runner, records, folder / ROWS, tokenizer, row, done,
+    decode_records(runner, records, folder / DECODED, tokenizer, row, done,
                    on_row=(lambda s, r: on_done()) if on_done else None)
-    check_refusals(done, str(folder / ROWS))
+    check_refusals(done, str(folder / DECODED))
     return done.done
 
 
 def tally(folder: Path, records: Sequence[Record], tokenizer, vocab,
           summary: ChunkDistillSummary) -> ChunkDistillSummary:
-    """The summary's counts from `rows.jsonl` and the input records."""
+    """The summary's counts from `decoded.jsonl` and the input records."""
     from solm.core.chat import text_ids
     from solm.core.jsonl import read_jsonl
     from solm.core.systems.pasta import MAIN, walk_training_order
@@ -184,7 +189,7 @@ def tally(folder: Path, records: Sequence[Record], tokenizer, vocab,
         return len({a.thread for a in attrs if a.thread != MAIN}), len(inner)
 
     by_id = {r.id: r for r in records}
-    path = folder / ROWS
+    path = folder / DECODED
     for row in (read_jsonl(path) if path.exists() else []):
         if "dropped" in row:
             summary.dropped[row["dropped"]] = summary.dropped.get(row["dropped"], 0) + 1
@@ -197,3 +202,15 @@ def tally(folder: Path, records: Sequence[Record], tokenizer, vocab,
         summary.chunk_tokens += k
         summary.original_chunk_tokens += chunk_tokens(by_id[row["id"]].meta["text"])[1]
     return summary
+
+
+def write_training_rows(folder: Path) -> int:
+    """`rows.jsonl` from `decoded.jsonl`, the dropped rows left out (written whole, then
+    moved into place: a file `pdiff sft` reads is never half written); returns its rows."""
+    from solm.core.jsonl import read_jsonl
+
+    kept = [row for row in read_jsonl(folder / DECODED) if "dropped" not in row]
+    part = folder / (ROWS + ".part")
+    part.write_text("".join(json.dumps(row) + "\n" for row in kept))
+    part.replace(folder / ROWS)
+    return len(kept)
