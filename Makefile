@@ -647,38 +647,38 @@ pdiff-recipes-select-cpu: pdiff-recipes-cpu $(ALPACA)
 		$(PDIFF_EVAL_ARGS)
 	$(BIN)/pasta eval report $(PDIFF_RECIPES_DIR)/select -o $(PDIFF_RECIPES_DIR)/select/report
 
-# The recipe chosen on the selection prompts (PDIFF_CHOSEN): the passes-for-quality curve on
-# them (steps ratio x confidence threshold, batched, forward passes per content token against
-# content and well-formed), the one run on prompts 31-94 against Baseline-SFT, and the same
-# recipe in the overlap layout, which llama.cpp decodes, timed one prompt at a time against
-# Baseline-SFT on llama.cpp (both q8_0) for the realized content tokens per second.
-PDIFF_CHOSEN      ?= blocks
-PDIFF_STEPS       ?= steps_ratio=0.5
+# The model chosen on the selection prompts (PDIFF_CHOSEN: the kept pdiff-cpu, which no
+# recipe beat; a recipe's folder names one of them): the passes-for-quality curve on those
+# prompts (steps ratio x confidence threshold, batched: forward passes per content token
+# against content and well-formed), the one run on prompts 31-94 against Baseline-SFT, and the
+# same recipe in the overlap layout (PDIFF_CHOSEN_OVERLAP), which llama.cpp decodes, timed one
+# prompt at a time against Baseline-SFT on llama.cpp (both q8_0) for the realized content
+# tokens per second.
+PDIFF_CHOSEN           ?= pdiff-cpu
+PDIFF_CHOSEN_OVERLAP   ?= pdiff-overlap-cpu
+PDIFF_STEPS            ?= steps_ratio=0.5
 PDIFF_CURVE_RATIOS     ?= 0.25 0.5 1
 PDIFF_CURVE_THRESHOLDS ?= off 0.9 0.7
 PDIFF_REALIZED_PROMPTS ?= 16
 pdiff-curve-cpu: setup $(ALPACA)
-	$(call pdiff_recipe,$(PDIFF_CHOSEN),,)
 	$(BIN)/pasta eval run -o $(PDIFF_RECIPES_DIR)/curve --prompts $(ALPACA) --limit 30 \
 		--batch-size 16 --method sequential:baseline-sft=baseline-sft-cpu \
-		$(foreach R,$(PDIFF_CURVE_RATIOS),$(foreach T,$(PDIFF_CURVE_THRESHOLDS),--method pdiff:r$(R)-t$(T)=$(PDIFF_RECIPES_DIR)/$(PDIFF_CHOSEN),steps_ratio=$(R),confidence_threshold=$(T))) \
+		$(foreach R,$(PDIFF_CURVE_RATIOS),$(foreach T,$(PDIFF_CURVE_THRESHOLDS),--method pdiff:r$(R)-t$(T)=$(PDIFF_CHOSEN),steps_ratio=$(R),confidence_threshold=$(T))) \
 		--max-new-tokens 384 --no-judge --no-compile -q
 	$(BIN)/pasta eval report $(PDIFF_RECIPES_DIR)/curve -o $(PDIFF_RECIPES_DIR)/curve/report
 
 pdiff-final-cpu: setup $(ALPACA)
-	$(call pdiff_recipe,$(PDIFF_CHOSEN),,)
 	$(BIN)/pasta eval run -o $(PDIFF_RECIPES_DIR)/final --prompts $(ALPACA) --skip 30 --limit 64 \
 		--batch-size 16 --method sequential:baseline-sft=baseline-sft-cpu \
-		--method pdiff:$(PDIFF_CHOSEN)=$(PDIFF_RECIPES_DIR)/$(PDIFF_CHOSEN),$(PDIFF_STEPS) \
+		--method pdiff:chosen=$(PDIFF_CHOSEN),$(PDIFF_STEPS) \
 		--max-new-tokens 384 --judge $(JUDGE) --no-compile -q
 	$(BIN)/pasta eval report $(PDIFF_RECIPES_DIR)/final -o $(PDIFF_RECIPES_DIR)/final/report
 
 pdiff-realized-cpu: setup $(ALPACA)
-	$(call pdiff_recipe,$(PDIFF_CHOSEN),-overlap,--positions overlap)
 	$(BIN)/pasta eval run -o $(PDIFF_RECIPES_DIR)/realized --prompts $(ALPACA) --skip 30 \
 		--limit $(PDIFF_REALIZED_PROMPTS) --batch-size 1 --engine llama.cpp --gguf-type q8_0 \
 		--method sequential:baseline-sft=baseline-sft-cpu \
-		--method pdiff:$(PDIFF_CHOSEN)-overlap=$(PDIFF_RECIPES_DIR)/$(PDIFF_CHOSEN)-overlap,$(PDIFF_STEPS) \
+		--method pdiff:chosen-overlap=$(PDIFF_CHOSEN_OVERLAP),$(PDIFF_STEPS) \
 		--max-new-tokens 384 --no-judge -q
 	$(BIN)/pasta eval report $(PDIFF_RECIPES_DIR)/realized -o $(PDIFF_RECIPES_DIR)/realized/report
 
