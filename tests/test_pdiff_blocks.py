@@ -108,6 +108,7 @@ def block_model(pdiff_model, monkeypatch):
 
 def _decode(rt, tok, **cfg):
     prompt = text_ids(tok, "Write something.")
+    cfg.setdefault("steps_ratio", 1.0)  # one slot a step unless a test says otherwise
     config = PdiffDecodeConfig(max_new_tokens=300, record=True, **cfg)
     return prompt, rt.generate(prompt, config, script=text_ids(tok, PLAN))
 

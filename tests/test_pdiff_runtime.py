@@ -41,6 +41,7 @@ class Spy:
 
 def _decode(rt, tok, plan, **cfg):
     prompt = text_ids(tok, "Write something.")
+    cfg.setdefault("steps_ratio", 1.0)  # one slot a step unless a test says otherwise
     config = PdiffDecodeConfig(max_new_tokens=300, record=True, **cfg)
     return prompt, rt.generate(prompt, config, script=text_ids(tok, plan))
 
@@ -392,7 +393,7 @@ def test_every_denoising_step_follows_the_unmasking_rule(rt, pdiff_tok, pdiff_vo
     word = text_ids(pdiff_tok, " the")[0]
     rt.forward = Perturbed(rt, pdiff_vocab.pad, word)
     fed_steps, saw_threshold_jump = replay_every_step(rt, pdiff_tok, pdiff_vocab, options)
-    cfg = PdiffDecodeConfig(**options)
+    cfg = PdiffDecodeConfig(**{"steps_ratio": 1.0, **options})
     if cfg.confidence_threshold is None and not cfg.pads_end_chunk:
         assert all(n == b for n, b in fed_steps)
     if cfg.confidence_threshold is not None:
@@ -430,7 +431,7 @@ def test_a_predicted_tail_of_pads_ends_the_chunk_without_more_passes(rt, pdiff_t
     word = text_ids(pdiff_tok, " the")[0]
     rt.forward = TailPads(rt, pdiff_vocab, word)
     fed_steps, _ = replay_every_step(rt, pdiff_tok, pdiff_vocab, options)
-    cfg = PdiffDecodeConfig(**options)
+    cfg = PdiffDecodeConfig(**{"steps_ratio": 1.0, **options})
     for n, budget in fed_steps:
         if cfg.pads_end_chunk:
             assert n < budget
@@ -444,7 +445,7 @@ def replay_every_step(rt, pdiff_tok, pdiff_vocab, options):
     its schedule."""
     allowed = ~rt.masks()["chunk"]
     _, res = _decode(rt, pdiff_tok, PLAN, **options)
-    cfg = PdiffDecodeConfig(**options)
+    cfg = PdiffDecodeConfig(**{"steps_ratio": 1.0, **options})
     scale = cfg.length_scale
     first = {k: toks for k, (toks, _) in res.steps[0].items()}
     assert sorted(len(t) for t in first.values()) == sorted(

@@ -18,7 +18,10 @@ class PdiffDecodeConfig:
     max_new_tokens: int = setting(512, "Cap on the answer: main-thread tokens plus every "
                                        "chunk's slots.", min=1, max=MAX_NEW_TOKENS_CAP)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)  # the main thread
-    steps_ratio: float = setting(1.0, "Denoising steps of a chunk = ceil(its masked slots x "
+    # 0.5: on the kept model's selection prompts the fewest passes per content token (1.25x
+    # the baseline's, against 1.23x at 0.25 and 1.18x at 1) at the same content and
+    # well-formed share, with 9% repeated 3-grams inside chunks (24% at 0.25)
+    steps_ratio: float = setting(0.5, "Denoising steps of a chunk = ceil(its masked slots x "
                                       "ratio): 1 unmasks one slot per step, 0.5 two.", above=0)
     confidence_threshold: Optional[float] = setting(
         None, "Also unmask, in any step, every slot whose top token has at least this "
