@@ -616,8 +616,10 @@ own-pdiff-kept-cpu: setup $(OWN_ROWS)
 # Planned Diffusion recipes beside the kept exact one (same rows, same LoRA, seven pads):
 # chunks denoised in blocks of PDIFF_BLOCK slots; chunks rewritten by the model itself
 # (`pdiff distill`, the kept pasta-sft-cpu writing each planned chunk); both together. Each
-# training ~11-20 min on 2 cores, resumable; `make pdiff-recipes-select-cpu` decodes the 30
-# selection prompts with every recipe against baseline-sft-cpu in one `pasta eval run`.
+# training 8-11 min on 2 cores, resumable; `make pdiff-recipes-select-cpu` decodes the 30
+# selection prompts with every recipe against baseline-sft-cpu in one `pasta eval run`, all
+# at the repetition penalty the kept models carry (1.2: a recipe's folder has no
+# generation_config.json).
 PDIFF_RECIPES_DIR ?= runs/pdiff-recipes
 PDIFF_BLOCK       ?= 4
 PDIFF_RECIPE_ARGS ?= $(PDIFF_SFT_ARGS) --max-len 1024 --extra-pads 0 --pad-cycle 7
@@ -644,7 +646,7 @@ pdiff-recipes-select-cpu: pdiff-recipes-cpu $(ALPACA)
 		--batch-size 16 --method sequential:baseline-sft=baseline-sft-cpu \
 		--method pdiff:kept=pdiff-cpu,steps_ratio=0.5 \
 		$(foreach R,$(PDIFF_RECIPES),--method pdiff:$(R)=$(PDIFF_RECIPES_DIR)/$(R),steps_ratio=0.5) \
-		$(PDIFF_EVAL_ARGS)
+		--repetition-penalty 1.2 $(PDIFF_EVAL_ARGS)
 	$(BIN)/pasta eval report $(PDIFF_RECIPES_DIR)/select -o $(PDIFF_RECIPES_DIR)/select/report
 
 # The model chosen on the selection prompts (PDIFF_CHOSEN: the kept pdiff-cpu, which no
