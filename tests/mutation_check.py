@@ -1646,8 +1646,39 @@ AUDITED = {
         "solm/train/plots.py", '("groups_varying", "groups whose correctness varies"),',
         "", ["tests/test_tip_grpo.py"]),
 }
+# Planned Diffusion's training rows from a distill, content against the baseline, the demo
+DISTILL_ROWS_AND_DEMO = {
+    "chunk_distill_trains_on_dropped_rows": (
+        "solm/prefs/chunk_distill.py",
+        '    kept = [row for row in read_jsonl(folder / DECODED) if "dropped" not in row]',
+        "    kept = list(read_jsonl(folder / DECODED))", ["tests/test_chunk_distill.py"]),
+    "report_content_ratio_inverted": (
+        "solm/eval/report.py", "    return content / baseline", "    return baseline / content",
+        ["tests/test_pdiff_eval.py"]),
+    "report_content_ratio_of_the_first_run": (
+        "solm/eval/report.py",
+        '        base = next((m["speed"].get("content_tokens_mean") for m in s["methods"].values()\n'
+        '                     if m["baseline"]), None)\n        for label, m in s["methods"].items():\n'
+        '            q = m.get("vs_baseline") or {}',
+        '        base = base if out else next((m["speed"].get("content_tokens_mean") for m in '
+        's["methods"].values()\n                     if m["baseline"]), None)\n'
+        '        for label, m in s["methods"].items():\n            q = m.get("vs_baseline") or {}',
+        ["tests/test_pdiff_eval.py"]),
+    "pdiff_demo_same_side_first": (
+        "solm/decode/pdiff/demo.py", "        for run, times in (order if i % 2 == 0 else order[::-1]):",
+        "        for run, times in order:", ["tests/test_pdiff_demo.py"]),
+    "pdiff_demo_slowest_run": (
+        "solm/decode/pdiff/demo.py",
+        "        return self.content_tokens / max(min(self.pdiff_s), 1e-9)",
+        "        return self.content_tokens / max(max(self.pdiff_s), 1e-9)",
+        ["tests/test_pdiff_demo.py"]),
+    "pdiff_demo_chunk_closer_outside": (
+        "solm/cli/pdiff_demo.py", "        cut = at + len(tag) if inside else at",
+        "        cut = at if inside else at", ["tests/test_pdiff_demo.py"]),
+}
 MUTATIONS.update(BLOCKS_AND_FIRST_RUN)
 MUTATIONS.update(AUDITED)
+MUTATIONS.update(DISTILL_ROWS_AND_DEMO)
 MUTATIONS.update(ONNXRT)
 MUTATIONS.update(SPEED_SHAPE)
 MUTATIONS.update(LLAMA_RULES)

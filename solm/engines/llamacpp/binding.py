@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from solm.core.errors import SolmError
+from solm.engines.llamacpp.compute_thread import on_llama_thread
 
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ
 INSTALL_HINT = ("pip install llama-cpp-python==0.3.36 (built from source: see the docs' "
@@ -143,7 +144,11 @@ class LlamaContext:
 
     def decode(self, tokens: Sequence[Token]) -> torch.Tensor:
         """Feed `tokens` (in `n_batch` pieces when longer); returns the float32 logits of the
-        tokens that asked for them, in order, as a [k, vocab] tensor."""
+        tokens that asked for them, in order, as a [k, vocab] tensor (computed on llama.cpp's
+        own thread: `solm.engines.llamacpp.compute_thread`)."""
+        return on_llama_thread(self._decode_all, tokens)
+
+    def _decode_all(self, tokens: Sequence[Token]) -> torch.Tensor:
         out = []
         for start in range(0, len(tokens), self.n_batch):
             piece = tokens[start:start + self.n_batch]

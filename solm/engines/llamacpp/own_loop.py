@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from solm.engines.llamacpp.binding import LlamaContext, Token
+from solm.engines.llamacpp.compute_thread import on_llama_thread
 
 
 class OwnLoop:
@@ -21,7 +22,11 @@ class OwnLoop:
         self.batch = L.llama_batch_init(1, 0, 1)
 
     def generate(self, ids: list[int], n_tokens: int) -> tuple[list[int], float, float]:
-        """(the n_tokens generated, prefill seconds, decode seconds) from the prompt `ids`."""
+        """(the n_tokens generated, prefill seconds, decode seconds) from the prompt `ids`,
+        decoded on llama.cpp's own thread (`solm.engines.llamacpp.compute_thread`)."""
+        return on_llama_thread(self._generate, ids, n_tokens)
+
+    def _generate(self, ids: list[int], n_tokens: int) -> tuple[list[int], float, float]:
         L, batch = self.L, self.batch
         self.ctx.clear()
         t0 = time.perf_counter()
