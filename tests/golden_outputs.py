@@ -91,7 +91,9 @@ def _pdiff_decode(tokens: int = 24, temperature: str = "1.0"):
     def args(work: Path, model: str) -> list[str]:
         return _common(["decode", "-m", model, "-p", str(_prompts_file(work)), "-o",
                         str(work / "out.jsonl"), "--max-new-tokens", str(tokens),
-                        "--temperature", temperature, "--seed", "2"])
+                        "--temperature", temperature, "--seed", "2",
+                        # the recorded steps ratio (the default's before it became 0.5)
+                        "--steps-ratio", "1"])
     return args
 
 

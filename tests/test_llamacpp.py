@@ -811,7 +811,8 @@ def pdiff_decode(model, tok, prompts, plans, gguf=None):
 
         forward = LlamaPdiffStep(LlamaContext(gguf, n_ctx=4096, n_seq=64, kv_type="f32"))
     rt = PdiffRuntime(model, tok, pool_size=4096, max_batch=4, forward=forward)
-    config = PdiffDecodeConfig(max_new_tokens=160, record=True)
+    # one slot a step, the schedule the near-tie counts below were measured at
+    config = PdiffDecodeConfig(max_new_tokens=160, record=True, steps_ratio=1.0)
     out = {d.rid: d.result for d in rt.run(
         PdiffRequest(i, p, config, text_ids(tok, s)) for i, (p, s) in
         enumerate(zip(prompts, plans)))}

@@ -127,6 +127,7 @@ EXEMPT = {
     "data list": "reads only; writes to standard output",
     "data make": "reads no file; writes only --out and the manifest beside it",
     "pasta demo": "reads only a model; writes only --out, a JSON of figures",
+    "pdiff demo": "reads only models; writes only --out, a JSON of figures",
     "bench step": "reads only a model; writes only --out (JSON) and --plot (PNG), refused "
                   "when they are one file",
     "repro report": "reads a run's files; writes only REPORT.md and summary.json at the top of "
