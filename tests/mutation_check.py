@@ -1657,13 +1657,14 @@ DISTILL_ROWS_AND_DEMO = {
         ["tests/test_pdiff_eval.py"]),
     "report_content_ratio_of_the_first_run": (
         "solm/eval/report.py",
-        '        base = next((m["speed"].get("content_tokens_mean") for m in s["methods"].values()\n'
-        '                     if m["baseline"]), None)\n        for label, m in s["methods"].items():\n'
-        '            q = m.get("vs_baseline") or {}',
-        '        base = base if out else next((m["speed"].get("content_tokens_mean") for m in '
-        's["methods"].values()\n                     if m["baseline"]), None)\n'
-        '        for label, m in s["methods"].items():\n            q = m.get("vs_baseline") or {}',
+        "        base = baseline_content(s)\n        for label, m in s[\"methods\"].items():\n"
+        "            q = m.get(\"vs_baseline\") or {}",
+        "        base = base if out else baseline_content(s)\n"
+        "        for label, m in s[\"methods\"].items():\n            q = m.get(\"vs_baseline\") or {}",
         ["tests/test_pdiff_eval.py"]),
+    "llama_decodes_on_the_calling_thread": (
+        "solm/engines/llamacpp/compute_thread.py", '    if getattr(_HERE, "inside", False):',
+        "    if True:", ["tests/test_llama_thread.py"]),
     "pdiff_demo_same_side_first": (
         "solm/decode/pdiff/demo.py", "        for run, times in (order if i % 2 == 0 else order[::-1]):",
         "        for run, times in order:", ["tests/test_pdiff_demo.py"]),

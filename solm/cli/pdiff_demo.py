@@ -103,11 +103,10 @@ def demo(
         raise SolmError(f"no sequential yardstick for {baseline}: llama.cpp could not load it "
                         "(see the notice above)")
     name, decode_n, close = yardstick
-    base_ids = prompt_ids(tok, prompt)
-    try:
-        decode_n(base_ids, n)  # the sequential side's warm-up
+    try:  # the baseline reads the same prompt ids (control tokens sit past its vocabulary)
+        decode_n(ids, n)  # the sequential side's warm-up
         timing = time_side_by_side(lambda: run.rt.generate(ids, cfg).decode_s,
-                                   lambda: decode_n(base_ids, n), n, repeats)
+                                   lambda: decode_n(ids, n), n, repeats)
     finally:
         close()
     lines = [

@@ -26,8 +26,7 @@ def points(summaries: list[dict]) -> list[dict]:
     several = len(summaries) > 1
     for s in summaries:
         run_name = Path(s["run"]).name
-        base = next((m["speed"].get("content_tokens_mean") for m in s["methods"].values()
-                     if m["baseline"]), None)
+        base = baseline_content(s)
         for label, m in s["methods"].items():
             q = m.get("vs_baseline") or {}
             win = q.get("lc_win_rate") if q.get("lc_win_rate") is not None else q.get("win_rate")
@@ -43,6 +42,12 @@ def points(summaries: list[dict]) -> list[dict]:
                         **{axis: (m["speed"].get(axis) or {}).get("geomean")
                            for axis, _ in AXES}})
     return out
+
+
+def baseline_content(summary: dict) -> float | None:
+    """The mean content tokens of a run's baseline."""
+    return next((m["speed"].get("content_tokens_mean") for m in summary["methods"].values()
+                 if m["baseline"]), None)
 
 
 def content_ratio(content: float | None, baseline: float | None) -> float | None:
@@ -208,8 +213,7 @@ def write_report(run_dirs: list[Path], out_dir: Path, gamed_csv: Path | None = N
                   "well-formed | repeated word 3-grams | with chunks | chunks | pad-only "
                   "chunks | pads / slots | repeated 3-grams in chunks |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        base = next((m["speed"].get("content_tokens_mean") for m in s["methods"].values()
-                     if m["baseline"]), None)
+        base = baseline_content(s)
         for label, m in s["methods"].items():
             sp, h = m["speed"], m.get("chunk_health") or {}
             opts = f" `{m['options']}`" if m.get("options") else ""
