@@ -5,6 +5,7 @@ counts against its output text tokenized."""
 import pytest
 
 from solm.core.chat import text_ids
+from solm.core.sampling import Sampler, SamplingConfig
 from solm.decode import sot
 from solm.decode.sot import runtime as sot_runtime
 from solm.decode.sot.runtime import NO_SKELETON, SKELETON_CAP, SotConfig, SotRuntime, \
@@ -25,10 +26,24 @@ class ScriptedSamplers:
         self.built += 1
         eos = self.eos
 
-        def choose(logits, banned=None, history=()):
-            return script[len(history)] if len(history) < len(script) else eos
+        return ScriptedSampler(script, eos)
 
-        return choose
+
+class ScriptedSampler:
+    """Writes its script, then EOS: per row (`__call__`) or as a batched draw whose token
+    is given (`draw`)."""
+
+    def __init__(self, script: list[int], eos: int):
+        self.script, self.eos = script, eos
+
+    def _next(self, history) -> int:
+        return self.script[len(history)] if len(history) < len(self.script) else self.eos
+
+    def __call__(self, logits, banned=None, history=()):
+        return self._next(history)
+
+    def draw(self, banned=None, history=(), stream=0, index=0, bias=(), given=None):
+        return Sampler(SamplingConfig()).draw(given=self._next(history))
 
 
 def scripted_generate(tiny, tok, monkeypatch, skeleton: str, points: list[str],

@@ -40,7 +40,8 @@ from solm.core.structure import BATCH_ATTR_NAMES, and_masks, same_request
 from solm.core.systems.pasta import ATTR_NAMES, PastaTracker, pasta_visible
 from solm.decode.flags import MAX_NEW_TOKENS as FLAG_MAX_NEW_TOKENS
 from solm.decode.pasta.runtime import (MODES, Chooser, PastaDecodeConfig, PastaDecodeResult,
-                                       PastaRunState, PastaRuntime, _Thread)
+                                       PastaRunState, PastaRuntime, _Thread,
+                                       choose_next)
 from solm.decode.protocol import Done
 from solm.engines.torch.slots import SlotAllocator, SlotStep
 
@@ -350,7 +351,7 @@ class BatchedPastaRuntime:
                               reads)
         built = self.forward.compile_s - built  # a step that built a graph: not decode time
         self.steps += 1
-        at = 0
+        at, records = 0, []
         for run, batch, _ in fed:
             state = run.state
             mine = logits[at:at + len(batch)]
@@ -360,8 +361,13 @@ class BatchedPastaRuntime:
             state.fed_total += len(batch)
             state.kv_read += run.next_slot - run.start + (
                 run.prefix.end - run.prefix.start if run.prefix else 0)
-            if rules._advance(state, batch, mine):
-                state.flags.add(FLAG_MAX_NEW_TOKENS)
+            records.append((run, batch, mine, rules._record_fed(state, batch, mine)))
+        # every request's next tokens in one draw: one copy to the host per pass
+        chosen = iter(choose_next([(run.state, batch[row][0], mine[row])
+                                   for run, batch, mine, asks in records for row in asks]))
+        for run, batch, _, asks in records:
+            if rules._settle(run.state, batch, {row: next(chosen) for row in asks}):
+                run.state.flags.add(FLAG_MAX_NEW_TOKENS)
                 yield self._end(run, running)
 
     def _end(self, run: _Running, running: list[_Running]) -> BatchResult:

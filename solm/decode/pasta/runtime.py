@@ -28,7 +28,8 @@ import torch
 
 from solm.core.models import positions_of
 from solm.core.model_features import past_the_window
-from solm.core.sampling import Sampler, formatting_token_ids
+from solm.core.sampling import (Draw, Sampler, SamplingConfig, choose_tokens,
+                                 formatting_token_ids)
 from solm.core.systems.pasta import (ATTR_NAMES, MAIN, PastaTracker, PastaVocab, TokenAttrs,
                                      pasta_visible, walk_training_order)
 from solm.decode.flags import (PASTA_GUARDS, BLOCK_CUT as FLAG_BLOCK_CUT,
@@ -136,15 +137,98 @@ class PastaRunState:
         return self.chooser is None
 
     def next_token(self, th: _Thread, logits: torch.Tensor) -> int | None:
+        return choose_next([(self, th, logits)])[0]
+
+
+_GIVEN = Sampler(SamplingConfig())  # rows whose token is decided: only their log-prob
+
+
+def choose_next(items: Sequence[tuple[PastaRunState, _Thread, torch.Tensor]]
+                ) -> list[int | None]:
+    """Each (state, thread, logits row)'s next token: the thread's script's in a replay, else
+    its state's chooser's. Rows whose chooser draws batched (`GrammarChooser` over a
+    `Sampler`) are chosen together, on the logits' device, with one copy of the ids (and
+    log-probs, where recorded) back to the host for all of them."""
+    out: list[int | None] = [None] * len(items)
+    batched: list[tuple[int, Draw]] = []
+    for i, (state, th, logits) in enumerate(items):
+        th.pending_forced, th.pending_logprob = False, None
         if th.script is not None:
             k = len(th.fed)
-            tok = th.script[k] if k < len(th.script) else None
+            out[i] = th.script[k] if k < len(th.script) else None
+        elif getattr(state.chooser, "draws_batched", False):
+            batched.append((i, state.chooser.draw(th, state)))
+            continue
         else:
-            tok = self.chooser(th, logits, self)
-        th.pending_forced, th.pending_logprob = False, None
-        if tok is not None and self.config.record_logprobs:
-            th.pending_logprob = float(torch.log_softmax(logits.float(), -1)[tok])
-        return tok
+            out[i] = state.chooser(th, logits, state)
+        if out[i] is not None and state.config.record_logprobs:
+            batched.append((i, _GIVEN.draw(given=out[i])))
+    if batched:
+        rows = torch.stack([items[i][2] for i, _ in batched])
+        want = any(items[i][0].config.record_logprobs for i, _ in batched)
+        ids, logprobs = choose_tokens(rows, [d for _, d in batched], logprobs=want)
+        for k, (i, _) in enumerate(batched):
+            state, th, _ = items[i]
+            out[i] = ids[k]
+            if state.config.record_logprobs:
+                th.pending_logprob = logprobs[k]
+    return out
+
+
+class GrammarChooser:
+    """Next-token choice under Pasta-Lang's grammar for each thread's state. `draw(thread,
+    state)` is the request batched sampling takes (noise keyed by the thread's id and its
+    token count, so a thread's draws do not depend on its batch mates); calling it chooses
+    one row. `sampler` may be any `(logits, banned, history) -> id` callable; only a
+    `Sampler` draws batched."""
+
+    def __init__(self, sampler, grammar: PastaGrammar, config: PastaDecodeConfig,
+                 vocab: PastaVocab, written: Sequence[int] = ()):
+        if config.penalize not in PENALIZE_SCOPES:
+            raise ValueError(f"penalize must be 'all' or 'blocks', got {config.penalize!r}")
+        self.sampler, self.grammar, self.config, self.vocab = sampler, grammar, config, vocab
+        self.written = list(written)
+        self.penalize_main = config.penalize == "all" or config.mode != "parallel"
+        self.draws_batched = isinstance(sampler, Sampler)
+
+    def rule(self, thread: _Thread, state: PastaRunState
+             ) -> tuple[torch.Tensor, Sequence[int], list[tuple[int, float]]]:
+        """The thread's banned ids, the history its penalties read and its logit biases."""
+        config, grammar = self.config, self.grammar
+        # the penalty and the n-gram ban look at what this thread wrote
+        if thread.tid != MAIN:
+            history = thread.fed
+        elif self.penalize_main:
+            history = [*self.written, *thread.fed] if self.written else thread.fed
+        else:
+            history = ()
+        if config.mode != "parallel":
+            return grammar.sequential, history, []
+        if thread.tid != MAIN:
+            bias = close_bias(len(thread.fed) - 1, thread.promise, config.close_nudge)
+            return (grammar.fork_no_eos if config.mask_block_eos else grammar.fork, history,
+                    [(self.vocab.async_close, bias)] if bias else [])
+        if thread.in_topic:
+            capped = thread.topic_len >= config.max_topic_tokens
+            if capped:
+                state.flags.add(FLAG_TOPIC_CAPPED)
+            return grammar.topic_must_close if capped else grammar.topic, history, []
+        return grammar.for_main(state.blocks_since_sync, config.max_promises), history, []
+
+    def draw(self, thread: _Thread, state: PastaRunState) -> Draw:
+        banned, history, bias = self.rule(thread, state)
+        return self.sampler.draw(banned, history, stream=thread.tid, index=len(thread.fed),
+                                 bias=bias)
+
+    def __call__(self, thread: _Thread, logits: torch.Tensor, state: PastaRunState) -> int:
+        if self.draws_batched:
+            return choose_tokens(logits[None], [self.draw(thread, state)])[0][0]
+        banned, history, bias = self.rule(thread, state)
+        if bias:
+            logits = logits.clone()
+            for tok, value in bias:
+                logits[tok] += value
+        return self.sampler(logits, banned, history)
 
 
 class PastaRuntime:
@@ -223,42 +307,10 @@ class PastaRuntime:
         return self.finish(state)
 
     def sampling_chooser(self, sampler: Sampler, config: PastaDecodeConfig,
-                         written: Sequence[int] = ()) -> Chooser:
+                         written: Sequence[int] = ()) -> GrammarChooser:
         """Next-token choice under Pasta-Lang's grammar for each thread's state."""
-        grammar = self.grammar  # built here, once per runtime: never inside decode timing
-        g = grammar if config.mode == "parallel" else None
-        if config.penalize not in PENALIZE_SCOPES:
-            raise ValueError(f"penalize must be 'all' or 'blocks', got {config.penalize!r}")
-        penalize_main = config.penalize == "all" or config.mode != "parallel"
-        close = self.vocab.async_close
-
-        def choose(thread: _Thread, logits: torch.Tensor, state: PastaRunState) -> int:
-            # the penalty and the n-gram ban look at what this thread wrote
-            if thread.tid != MAIN:
-                history = thread.fed
-            elif penalize_main:
-                history = [*written, *thread.fed] if written else thread.fed
-            else:
-                history = ()
-            if g is None:
-                return sampler(logits, grammar.sequential, history)
-            if thread.tid != MAIN:
-                bias = close_bias(len(thread.fed) - 1, thread.promise, config.close_nudge)
-                if bias:
-                    logits = logits.clone()
-                    logits[close] += bias
-                return sampler(logits, g.fork_no_eos if config.mask_block_eos else g.fork,
-                               history)
-            if thread.in_topic:
-                capped = thread.topic_len >= config.max_topic_tokens
-                banned = g.topic_must_close if capped else g.topic
-                if capped:
-                    state.flags.add(FLAG_TOPIC_CAPPED)
-                return sampler(logits, banned, history)
-            return sampler(logits, g.for_main(state.blocks_since_sync, config.max_promises),
-                           history)
-
-        return choose
+        # the grammar is built here, once per runtime: never inside decode timing
+        return GrammarChooser(sampler, self.grammar, config, self.vocab, written)
 
     def refusal(self, prompt_ids: Sequence[int], config: PastaDecodeConfig) -> str | None:
         """Why this prompt can never be decoded here (None: it can)."""
@@ -407,8 +459,17 @@ class PastaRuntime:
                  logits: torch.Tensor) -> bool:
         """Record what each thread fed and choose its next token; True when the token cap
         stopped decoding."""
+        asks = self._record_fed(state, batch, logits)
+        chosen = choose_next([(state, batch[row][0], logits[row]) for row in asks])
+        return self._settle(state, batch, dict(zip(asks, chosen)))
+
+    def _record_fed(self, state: PastaRunState, batch: list[tuple[_Thread, int]],
+                    logits: torch.Tensor) -> list[int]:
+        """What each thread fed this pass; returns the rows that ask for a next token (every
+        thread but a block that fed its `</async>`). A thread's choice reads only its own
+        record (and main's, which is row 0), so all rows can be chosen at once after it."""
         v, main, config = self.vocab, state.main, state.config
-        stop = False
+        asks = []
         for row, (th, tok) in enumerate(batch):
             th.fed.append(tok)
             th.pending = None
@@ -430,10 +491,22 @@ class PastaRuntime:
             elif tok == v.async_close:
                 th.done = True
                 continue
+            asks.append(row)
+        return asks
+
+    def _settle(self, state: PastaRunState, batch: list[tuple[_Thread, int]],
+                chosen: dict[int, int | None]) -> bool:
+        """Commit the chosen tokens in row order under the token cap, the guards and forced
+        closes; True when the cap stopped decoding. A row the cap stops drops its choice."""
+        v, main, config = self.vocab, state.main, state.config
+        stop = False
+        for row, (th, _) in enumerate(batch):
+            if row not in chosen:
+                continue
             if state.generated + _reserved(state, v) >= config.max_new_tokens:
                 stop = True
                 continue
-            nxt = state.next_token(th, logits[row])
+            nxt = chosen[row]
             if nxt is None:
                 th.done = True
                 continue

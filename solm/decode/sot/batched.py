@@ -21,7 +21,7 @@ import torch
 
 from solm.core.model_features import past_the_window
 from solm.core.chat import messages_ids, text_ids
-from solm.core.sampling import SamplingConfig
+from solm.core.sampling import SamplingConfig, choose_tokens
 from solm.core.structure import BATCH_ATTR_NAMES, and_masks, same_request
 from solm.core.systems.sot import ATTR_NAMES, SotTracker, sot_visible
 from solm.decode.flags import MAX_NEW_TOKENS
@@ -194,12 +194,12 @@ class BatchedSotRuntime:
         last = logits[ends]
         q.prefill_s += time.perf_counter() - t0
         stops = self._stops(cfg)
-        for i in range(n):
-            if cfg.record_logits:
+        if cfg.record_logits:
+            for i in range(n):
                 q.recorded[i].append(last[i])
-            tok = q.samplers[i](last[i], self.rules.banned, q.generated[i])
-            if tok not in stops:
-                q.point_pending[i] = tok
+        first, _ = choose_tokens(last, [q.samplers[i].draw(self.rules.banned, index=0)
+                                        for i in range(n)])
+        q.point_pending = {i: tok for i, tok in enumerate(first) if tok not in stops}
         q.stage = "points"
         if not q.point_pending:
             q.stage = "done"
@@ -262,29 +262,39 @@ class BatchedSotRuntime:
         logits = self.forward(tokens, [a.pos for _, a in rows], self._columns(rows), slots,
                               reads)
         self.steps += 1
-        at = 0
+        at, asks = 0, []  # (question, point index or None for the skeleton, logits row)
         for q, kinds in fed:
             q.steps += 1
             cfg = q.config
             if kinds[0][0] == "skeleton":
-                q.pending = q.sampler(logits[at], self.rules.banned, q.out)
+                asks.append((q, None, at))
                 at += 1
-                self._maybe_end_skeleton(q)
                 continue
-            stops = self._stops(cfg)
             for _, i in kinds:
-                row = logits[at]
+                row = at
                 at += 1
                 del q.point_pending[i]
                 if len(q.generated[i]) >= cfg.max_point_tokens:
                     q.flags.add(MAX_NEW_TOKENS)
                     continue
                 if cfg.record_logits:
-                    q.recorded[i].append(row)
-                tok = q.samplers[i](row, self.rules.banned, q.generated[i])
-                if tok not in stops:
-                    q.point_pending[i] = tok
-            if not q.point_pending:
+                    q.recorded[i].append(logits[row])
+                asks.append((q, i, row))
+        # every question's next tokens in one draw: one copy to the host per pass
+        banned = self.rules.banned
+        draws = [q.sampler.draw(banned, q.out, index=len(q.out)) if i is None
+                 else q.samplers[i].draw(banned, q.generated[i], index=len(q.generated[i]))
+                 for q, i, _ in asks]
+        chosen = choose_tokens(logits[torch.tensor([row for _, _, row in asks])], draws)[0] \
+            if asks else []
+        for (q, i, _), tok in zip(asks, chosen):
+            if i is None:
+                q.pending = tok
+                self._maybe_end_skeleton(q)
+            elif tok not in self._stops(q.config):
+                q.point_pending[i] = tok
+        for q, kinds in fed:
+            if kinds[0][0] != "skeleton" and not q.point_pending:
                 q.stage = "done"
 
     # ---- the end ------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import torch
 
 from solm.core.model_features import past_the_window
 from solm.core.chat import eos_ids, messages_ids, text_ids
-from solm.core.sampling import Sampler, SamplingConfig
+from solm.core.sampling import Sampler, SamplingConfig, choose_tokens
 from solm.core.systems.sot import ATTR_NAMES, SotTracker, sot_visible
 from solm.decode.flags import MAX_NEW_TOKENS, POOL_FULL
 from solm.decode.sot.config import SotConfig
@@ -164,12 +164,12 @@ class SotRuntime:
         recorded: list[list[torch.Tensor]] = [[] for _ in range(n)]
         stops = self.eos | (self.newline_ids if config.stop_at_newline else set())
         pending: dict[int, int] = {}
-        for i in range(n):
-            if config.record_logits:
+        if config.record_logits:
+            for i in range(n):
                 recorded[i].append(last[i])
-            tok = samplers[i](last[i], self.banned, generated[i])
-            if tok not in stops:
-                pending[i] = tok
+        first, _ = choose_tokens(last, [samplers[i].draw(self.banned, index=0)
+                                        for i in range(n)])
+        pending = {i: tok for i, tok in enumerate(first) if tok not in stops}
         steps = 0
         while pending:
             active = sorted(pending)
@@ -190,6 +190,7 @@ class SotRuntime:
                 generated[i].append(pending[i])
             logits = fwd(batch, [tracker.point(i + 1, t) for i, t in zip(active, batch)])
             steps += 1
+            asks = []
             for row, i in enumerate(active):
                 del pending[i]
                 if len(generated[i]) >= config.max_point_tokens:
@@ -197,7 +198,15 @@ class SotRuntime:
                     continue
                 if config.record_logits:
                     recorded[i].append(logits[row])
-                tok = samplers[i](logits[row], self.banned, generated[i])
+                asks.append((row, i))
+            if not asks:
+                continue
+            # every point's next token in one draw: one copy to the host per pass
+            chosen, _ = choose_tokens(
+                logits[torch.tensor([row for row, _ in asks])],
+                [samplers[i].draw(self.banned, generated[i], index=len(generated[i]))
+                 for _, i in asks])
+            for (_, i), tok in zip(asks, chosen):
                 if tok not in stops:
                     pending[i] = tok
         clock["decode"] += time.perf_counter() - t0 - (self._compile_clock() - c0)

@@ -23,7 +23,7 @@ import torch
 from solm.core.model_features import past_the_window
 from solm.core.chat import eos_ids
 from solm.core.errors import SolmError
-from solm.core.sampling import Sampler, SamplingConfig
+from solm.core.sampling import Sampler, SamplingConfig, choose_tokens
 from solm.core.systems.tip import TipVocab
 from solm.engines.torch.attention import attention_implementation
 from solm.decode.flags import MAX_NEW_TOKENS as FLAG_MAX_NEW_TOKENS
@@ -179,12 +179,15 @@ class TipRuntime:
 
     def _slots_of(self, visible: list[tuple[Page, int]]) -> torch.Tensor:
         """Slots of the first n tokens of each visible page (a page fills from offset 0), in
-        order; vectorised over pages so the cost per step grows with pages, not tokens."""
+        order; vectorised over pages so the cost per step grows with pages, not tokens. The
+        length is known on the host, so no step sizes an output from tensor data."""
         ids = torch.tensor([p.id for p, _ in visible], dtype=torch.long)
-        counts = torch.tensor([n for _, n in visible], dtype=torch.long)
-        offsets = torch.arange(self.page_size)
-        grid = ids[:, None] * self.page_size + offsets[None, :]
-        return grid[offsets[None, :] < counts[:, None]]
+        sizes = [n for _, n in visible]
+        counts = torch.tensor(sizes, dtype=torch.long)
+        total = sum(sizes)
+        # token k of page i sits at id_i * page_size + (k - first token of page i)
+        base = ids * self.page_size - (counts.cumsum(0) - counts)
+        return torch.repeat_interleave(base, counts, output_size=total) + torch.arange(total)
 
     # ---- forward ------------------------------------------------------------------------
 
@@ -286,22 +289,37 @@ class TipRuntime:
                                policy, prefill_causal=True)
         self._evict(row, policy)
         row.peak_pages = len(kv.pages)
-        row.pending = self._choose(row, logits[0], config)
+        row.pending = self._choose([row], logits[:1], config)[0]
         row.prefill_s = time.perf_counter() - started
         return row
 
-    def _choose(self, row: _Row, logits: torch.Tensor, config: TipDecodeConfig) -> int:
-        if config.record_logits:
-            row.logits.append(logits.float().cpu())
-        if row.req.forced is not None:
-            i = len(row.ids)
-            return row.req.forced[i] if i < len(row.req.forced) else -1
-        token = row.sampler(logits)
-        if config.record_logprobs:
-            t = row.sampler.config.temperature
-            t = t if t > 0 else 1.0
-            row.logprobs.append(float(torch.log_softmax(logits.float() / t, -1)[token]))
-        return token
+    def _choose(self, rows: list[_Row], logits: torch.Tensor, config: TipDecodeConfig
+                ) -> list[int]:
+        """Every row's next token from its logits row: a forced request's next recorded
+        token (-1 past its end), the others drawn together on the logits' device (noise keyed
+        by the request's seed and its token count), one copy of the ids back to the host.
+        Recorded log-probs are under the row's temperature (what GRPO's ratio reads)."""
+        out, draws, at = [-1] * len(rows), [], []
+        for i, r in enumerate(rows):
+            if config.record_logits:
+                r.logits.append(logits[i].float().cpu())
+            if r.req.forced is not None:
+                k = len(r.ids)
+                out[i] = r.req.forced[k] if k < len(r.req.forced) else -1
+            else:
+                draws.append(r.sampler.draw(index=len(r.ids)))
+                at.append(i)
+        if draws:
+            mine = logits if len(at) == len(rows) else logits[torch.tensor(at)]
+            temps = [d.sampler.config.temperature for d in draws]
+            ids, logprobs = choose_tokens(
+                mine, draws, logprobs=config.record_logprobs,
+                logprob_temperatures=[t if t > 0 else 1.0 for t in temps])
+            for k, i in enumerate(at):
+                out[i] = ids[k]
+                if config.record_logprobs:
+                    rows[i].logprobs.append(logprobs[k])
+        return out
 
     def _sampled_eos(self, row: _Row) -> bool:
         return row.req.forced is None and row.pending in self.eos
@@ -382,13 +400,14 @@ class TipRuntime:
             r.ids.append(r.pending)
         built, reads = self.compile_s, self.cache.state.reads
         logits = self._forward(rows, tokens, slots, positions, policy)
+        chosen = self._choose(rows, logits, config)  # a device waits here: inside the timing
         elapsed = time.perf_counter() - started - (self.compile_s - built)
         self.steps_s += elapsed
         self.step_reads += self.cache.state.reads - reads
-        for i, r in enumerate(rows):
+        for r, token in zip(rows, chosen):
             r.decode_s += elapsed
             r.peak_pages = max(r.peak_pages, len(r.kv.pages))
-            r.pending = self._choose(r, logits[i], config)
+            r.pending = token
 
 
 class TipSession:
