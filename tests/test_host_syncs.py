@@ -156,3 +156,30 @@ def test_sot_batched_pass_copies_once(tiny, pasta_tokenizer, monkeypatch):
     results = dict(rt.run([(0, "Name three fruits.")], cfg))
     assert results[0].points == ["Apples", "Pears", "Plums"]
     assert max(steps) == 3 and max(counts) <= 1
+
+
+def test_planned_diffusion_pass_copies_once(pdiff_model, pdiff_tok):
+    """Plans written by the main threads (scripted) and chunks denoised with sampling, two
+    requests in one pass: one copy for the main tokens and every masked slot's choice."""
+    from solm.decode.pdiff.runtime import PdiffDecodeConfig, PdiffRequest, PdiffRuntime
+
+    plan = ('Intro <promise topic="a" tokens="1"/> and <promise topic="b" tokens="2"/>'
+            '<sync/> end.')
+    rt = PdiffRuntime(pdiff_model, pdiff_tok, pool_size=1024, max_batch=2)
+    cfg = PdiffDecodeConfig(max_new_tokens=120, chunk_temperature=1.0, sampling=SAMPLED)
+    counts, kinds = [], []
+    original = rt._step
+
+    def counted():
+        with counting_host_syncs() as seen:
+            out = list(original())
+        counts.append(seen.total)
+        kinds.append(sum(r.denoise_passes for r in rt.running))
+        return iter(out)
+
+    rt._step = counted
+    requests = [PdiffRequest(i, text_ids(pdiff_tok, f"Question {i}?"), cfg,
+                             text_ids(pdiff_tok, plan) if i == 0 else None) for i in range(2)]
+    results = {d.rid: d.result for d in rt.run(requests)}
+    assert results[0].denoise_passes > 0 and max(kinds) > 0
+    assert counts and max(counts) <= 1

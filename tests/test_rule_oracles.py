@@ -414,8 +414,6 @@ def test_tokens_per_pass_are_the_rows_sums_over_their_passes(rows, tmp_path_fact
 @settings(max_examples=400, deadline=None)
 @given(data=st.data())
 def test_a_denoising_step_commits_what_a_brute_force_ranking_commits(data):
-    import torch
-
     from solm.decode.pdiff.config import PdiffDecodeConfig
     from solm.decode.pdiff.runtime import slots_to_commit
 
@@ -428,8 +426,7 @@ def test_a_denoising_step_commits_what_a_brute_force_ranking_commits(data):
                             defer_pads=data.draw(st.booleans()),
                             pads_end_chunk=data.draw(st.booleans()),
                             confidence_threshold=data.draw(st.sampled_from([None, 0.5, 0.875])))
-    got = slots_to_commit(torch.tensor(entropy), torch.tensor(confidence),
-                          torch.tensor(pads), left, cfg)
+    got = slots_to_commit(entropy, confidence, pads, left, cfg)
 
     def rank(i):  # smaller commits first
         pad_last = (pads[i] if cfg.defer_pads else False,)

@@ -79,13 +79,26 @@ class Draw:
 def choose_tokens(logits: torch.Tensor, draws: Sequence[Draw], logprobs: bool = False,
                   logprob_temperatures: Sequence[float] | None = None
                   ) -> tuple[list[int], list[float] | None]:
-    """The next token of every row of `logits` [B, V], on the logits' device, with one copy
-    to the host for the whole batch (the chosen ids, and with `logprobs` each id's raw
-    log-prob under the unmodified row, or under the row divided by
-    `logprob_temperatures[i]` where given). Row i follows `draws[i]`: bias, repetition penalty,
-    banned ids, n-gram ban (never the row's last allowed token), then greedy (temperature 0)
-    or a draw from the temperature-scaled, top-p-truncated distribution by the Gumbel-max
-    trick with counter-based noise keyed by (seed, stream, index)."""
+    """The next token of every row of `logits` [B, V] (`choose_on_device`), with one copy
+    to the host for the whole batch: the chosen ids, and with `logprobs` each id's raw
+    log-prob under the unmodified row (or under the row divided by
+    `logprob_temperatures[i]` where given)."""
+    ids, lp = choose_on_device(logits, draws, logprobs, logprob_temperatures)
+    if lp is None:
+        return ids.tolist(), None
+    chosen, values = torch.stack([ids.double(), lp.double()]).tolist()
+    return [int(t) for t in chosen], values
+
+
+def choose_on_device(logits: torch.Tensor, draws: Sequence[Draw], logprobs: bool = False,
+                     logprob_temperatures: Sequence[float] | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`choose_tokens` without the copy: the ids [B] (and log-probs [B]) stay on the
+    logits' device, for a caller that copies them with more of its pass's results. Row i
+    follows `draws[i]`: bias, repetition penalty, banned ids, n-gram ban (never the row's
+    last allowed token), then greedy (temperature 0) or a draw from the temperature-scaled,
+    top-p-truncated distribution by the Gumbel-max trick with counter-based noise keyed by
+    (seed, stream, index). Nothing here reads a device value."""
     b, v = logits.shape
     if len(draws) != b:
         raise ValueError(f"{len(draws)} draws for {b} logits rows")
@@ -118,14 +131,12 @@ def choose_tokens(logits: torch.Tensor, draws: Sequence[Draw], logprobs: bool = 
         ids = ids.index_copy(0, torch.tensor(rows, device=device),
                              torch.tensor(toks, device=device))
     if not logprobs:
-        return ids.tolist(), None
+        return ids, None
     raw = logits.float()
     if logprob_temperatures is not None:
         raw = raw / torch.tensor(list(logprob_temperatures), dtype=raw.dtype,
                                  device=device)[:, None]
-    lp = torch.log_softmax(raw, dim=-1).gather(1, ids[:, None])[:, 0]
-    chosen, values = torch.stack([ids.double(), lp.double()]).tolist()
-    return [int(t) for t in chosen], values
+    return ids, torch.log_softmax(raw, dim=-1).gather(1, ids[:, None])[:, 0]
 
 
 def _penalize(x: torch.Tensor, draws: Sequence[Draw]) -> None:

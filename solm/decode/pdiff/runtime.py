@@ -48,7 +48,8 @@ import torch
 
 from solm.core.models import block_size_of, positions_of
 from solm.core.model_features import past_the_window
-from solm.core.sampling import Sampler, formatting_token_ids
+from solm.core.counter_noise import gumbel, row_keys
+from solm.core.sampling import Draw, Sampler, choose_on_device, formatting_token_ids
 from solm.core.structure import BATCH_ATTR_NAMES, and_masks, same_request
 from solm.core.systems.pdiff import (ATTR_NAMES, PdiffTracker, PdiffVocab, chunk_slots,
                                      pdiff_visible, predictor)
@@ -130,7 +131,6 @@ class _Run:
     req: PdiffRequest
     tracker: PdiffTracker
     sampler: Sampler
-    generator: torch.Generator
     start: int
     end: int
     next_slot: int
@@ -156,27 +156,39 @@ class _Run:
     owner: int = 0
 
 
-def slots_to_commit(entropy: torch.Tensor, confidence: torch.Tensor, is_pad: torch.Tensor,
-                    steps_left: int, cfg: PdiffDecodeConfig) -> set[int]:
+def slots_to_commit(entropy: Sequence[float], confidence: Sequence[float],
+                    is_pad: Sequence[bool], steps_left: int, cfg: PdiffDecodeConfig) -> set[int]:
     """Which of a chunk's masked slots (indices into the step's rows) one denoising step
     commits: the ceil(masked / steps left) first by the order (`cfg.order`: lowest entropy,
     or highest confidence; with `defer_pads` every non-pad slot first; ties by slot), every
     slot whose confidence reaches `confidence_threshold` (not a pad under `defer_pads`), and
-    all of them when the last step is due or (`pads_end_chunk`) only pads are left."""
-    score = entropy if cfg.order == "entropy" else -confidence
-    order = torch.argsort(score, stable=True)
+    all of them when the last step is due or (`pads_end_chunk`) only pads are left. Host
+    values: the pass's one copy brought them back."""
+    masked = len(entropy)
+    score = entropy if cfg.order == "entropy" else [-c for c in confidence]
+    # sorted() is stable: ties keep slot order
+    order = sorted(range(masked), key=lambda i: score[i])
     if cfg.defer_pads:  # every non-pad slot ranks first, each group still by its score
-        order = order[torch.argsort(is_pad[order].to(torch.uint8), stable=True)]
-    order = order.tolist()
-    masked = len(order)
+        order = sorted(order, key=lambda i: bool(is_pad[i]))
     k = masked if steps_left <= 1 else math.ceil(masked / steps_left)
     keep = set(order[:k])
     if cfg.confidence_threshold is not None:
-        keep |= {i for i in range(masked) if float(confidence[i]) >= cfg.confidence_threshold
-                 and not (cfg.defer_pads and bool(is_pad[i]))}
-    if cfg.pads_end_chunk and bool(is_pad.all()):
+        keep |= {i for i in range(masked) if confidence[i] >= cfg.confidence_threshold
+                 and not (cfg.defer_pads and is_pad[i])}
+    if cfg.pads_end_chunk and all(is_pad):
         keep = set(range(masked))  # nothing but pads is left to write
     return keep
+
+
+@dataclass
+class _Unmask:
+    """One denoising step of one chunk, waiting for the pass's choice: the masked slots of
+    its current block and the logits rows that predict them."""
+
+    run: "_Run"
+    chunk: _Chunk
+    masked: list[int]
+    logits: torch.Tensor  # [len(masked), V], on the model's device
 
 
 class PdiffRuntime:
@@ -201,6 +213,7 @@ class PdiffRuntime:
         self.running: list[_Run] = []
         self._masks: dict | None = None
         self._pad_ids = torch.tensor(self.vocab.pads)  # every pad of the cycle
+        self._device_tensors: dict[tuple[str, str], torch.Tensor] = {}
 
     # ---- grammar -------------------------------------------------------------------------
 
@@ -281,9 +294,8 @@ class PdiffRuntime:
         exempt = list(always)
         if cfg.sampling.repetition_penalty != 1.0:
             exempt += formatting_token_ids(self.tokenizer)
-        gen = torch.Generator().manual_seed(cfg.sampling.seed + 1)
         run = _Run(req, PdiffTracker(self.vocab, cfg.length_scale),
-                   Sampler(cfg.sampling, exempt=exempt, always_allowed=always), gen,
+                   Sampler(cfg.sampling, exempt=exempt, always_allowed=always),
                    span[0], span[1], span[0])
         run.owner = self._owners
         t0 = time.perf_counter()
@@ -295,7 +307,7 @@ class PdiffRuntime:
         run.next_slot += len(prompt)
         run.prefill_s = time.perf_counter() - t0
         run.started = time.perf_counter()
-        run.pending = self._choose(run, logits[-1])
+        self._choose_all([(run, logits[-1])], [])
         return run
 
     # ---- one pass for every running request ----------------------------------------------
@@ -336,16 +348,86 @@ class PdiffRuntime:
         if not feeds:
             return
         rows = self._forward(feeds)
+        asks: list[tuple[_Run, torch.Tensor]] = []  # main threads choosing their next token
+        jobs: list[_Unmask] = []
         for kind, (run, toks, attrs, where), logits in zip(kinds, feeds, rows):
             run.passes += 1
             if kind == "main":
                 run.plan_passes += 1
-                self._advance_main(run, toks[0], where[0], logits[-1])
+                self._advance_main(run, toks[0], where[0])
+                asks.append((run, logits[-1]))
             elif kind == "denoise":
                 run.denoise_passes += 1
-                self._advance_chunks(run, logits)
+                jobs += self._denoise_jobs(run, logits)
             else:  # the chunks' final KV, and <sync/> read through them
-                self._joined(run, where[-1], logits[-1])
+                self._joined(run, where[-1])
+                asks.append((run, logits[-1]))
+        self._choose_all(asks, jobs)
+
+    def _choose_all(self, asks: list[tuple[_Run, torch.Tensor]], jobs: list[_Unmask]) -> None:
+        """Every choice of a pass, computed on the logits' device and copied to the host
+        once: the main threads' next tokens, and for every masked slot a denoising step
+        reads its chosen token, confidence, entropy and whether it is a pad."""
+        main = chunk = None
+        if asks:
+            main, _ = choose_on_device(torch.stack([row for _, row in asks]),
+                                       [self._draw(run) for run, _ in asks])
+        if jobs:
+            chunk = self._chunk_choices(jobs)
+        parts = ([main.double()] if main is not None else []) + \
+            ([chunk.double().reshape(-1)] if chunk is not None else [])
+        host = torch.cat(parts).tolist()  # the pass's one copy
+        for (run, _), tok in zip(asks, host):
+            run.pending = int(tok)
+        at = len(asks)
+        for job in jobs:
+            m = len(job.masked)
+            chosen, confidence, entropy, is_pad = (
+                host[at + k * m: at + (k + 1) * m] for k in range(4))
+            at += 4 * m
+            self._unmask(job, [int(t) for t in chosen], confidence, entropy,
+                         [bool(x) for x in is_pad])
+
+    def _chunk_choices(self, jobs: list[_Unmask]) -> torch.Tensor:
+        """[4, slots] per job, concatenated: chosen id, its probability (confidence), the
+        row's entropy, pad or not; each slot's draw keyed by (seed, 1 + chunk, step, slot)."""
+        logits = torch.cat([j.logits for j in jobs]).float()
+        device = logits.device
+        logits = logits.masked_fill(self._on(device, "chunk")[: logits.shape[-1]],
+                                    float("-inf"))
+        probs = torch.softmax(logits, dim=-1)
+        chosen = probs.argmax(dim=-1)
+        temps = [j.run.req.config.chunk_temperature for j in jobs for _ in j.masked]
+        if any(t > 0 for t in temps):
+            keys = row_keys(
+                torch.tensor([j.run.req.config.sampling.seed for j in jobs for _ in j.masked],
+                             device=device),
+                torch.tensor([1 + j.chunk.fid for j in jobs for _ in j.masked], device=device),
+                torch.tensor([(j.chunk.steps << 16) + s for j in jobs for s in j.masked],
+                             device=device))
+            t = torch.tensor([x if x > 0 else 1.0 for x in temps], device=device)
+            drawn = torch.argmax(torch.log_softmax(logits / t[:, None], dim=-1)
+                                 + gumbel(keys, logits.shape[-1]), dim=-1)
+            chosen = torch.where(torch.tensor(temps, device=device) > 0, drawn, chosen)
+        confidence = probs.gather(1, chosen[:, None])[:, 0]
+        entropy = -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1)
+        is_pad = torch.isin(chosen, self._on(device, "pads"))
+        out, at = [], 0
+        for j in jobs:
+            m = len(j.masked)
+            out.append(torch.stack([chosen[at:at + m].double(), confidence[at:at + m].double(),
+                                    entropy[at:at + m].double(),
+                                    is_pad[at:at + m].double()]).reshape(-1))
+            at += m
+        return torch.cat(out)
+
+    def _on(self, device, name: str) -> torch.Tensor:
+        """A mask (`masks()`) or the pad ids ("pads") on `device`, copied there once."""
+        key = (str(device), name)
+        if key not in self._device_tensors:
+            t = self._pad_ids if name == "pads" else self.masks()[name]
+            self._device_tensors[key] = t.to(device)
+        return self._device_tensors[key]
 
     def _schedule(self, run: _Run):
         """(kind, feed) of this request's next pass, or None when it has ended."""
@@ -397,7 +479,7 @@ class PdiffRuntime:
             tens.append(self.vocab.close_tens[tok])
         return sum(chunk_slots(n, scale) for n in tens)
 
-    def _advance_main(self, run: _Run, tok: int, slot: int, logits: torch.Tensor) -> None:
+    def _advance_main(self, run: _Run, tok: int, slot: int) -> None:
         v = self.vocab
         run.main.append(tok)
         run.main_slots.append(slot)
@@ -416,13 +498,15 @@ class PdiffRuntime:
             run.in_topic, run.topic_len = True, 0
         elif run.in_topic:
             run.topic_len += 1
-        run.pending = self._choose(run, logits)
 
-    def _choose(self, run: _Run, logits: torch.Tensor) -> int | None:
+    def _draw(self, run: _Run) -> Draw:
+        """The main thread's next-token request: its script's token, or a draw under the
+        grammar's masks (noise keyed by the run's seed and the token's index)."""
         script = run.req.script
         if script is not None:
             k = len(run.main)
-            return int(script[k]) if k < len(script) else self.vocab.eos[0]
+            return run.sampler.draw(given=int(script[k]) if k < len(script)
+                                    else self.vocab.eos[0])
         m = self.masks()
         if run.in_topic:
             capped = run.topic_len >= run.req.config.max_topic_tokens
@@ -439,7 +523,7 @@ class PdiffRuntime:
                 banned[too_long] = True
         else:
             banned = m["main"] if run.planned else m["main_no_sync"]
-        return run.sampler(logits, banned, run.main)
+        return run.sampler.draw(banned, run.main, index=len(run.main))
 
     # ---- chunks --------------------------------------------------------------------------
 
@@ -495,10 +579,13 @@ class PdiffRuntime:
         sync = self.vocab.sync
         return run, toks + [sync], attrs + [run.tracker.main(sync)], where + [run.next_slot]
 
-    def _advance_chunks(self, run: _Run, logits: torch.Tensor) -> None:
+    def _denoise_jobs(self, run: _Run, logits: torch.Tensor) -> list[_Unmask]:
+        """Each unfinished chunk's denoising step of this pass: its masked slots and the
+        rows predicting them (a slot is predicted by the row before it)."""
         cfg = run.req.config
         at = 0
         record = {} if cfg.record else None
+        jobs = []
         for c in run.denoising:
             if c.done:
                 continue
@@ -514,37 +601,25 @@ class PdiffRuntime:
                 c.edge, c.stale = row_of[c.stale[-1]], []
             if c.edge is not None:
                 row_of.setdefault(min(c.block_slots(c.block)) - 1, c.edge)
-            self._unmask(c, row_of, cfg, run.generator)
+            masked = sorted(j for j in c.masked if c.attrs[j].block == c.block)
+            jobs.append(_Unmask(run, c, masked,
+                                torch.stack([row_of[predictor(j)] for j in masked])))
         if record is not None:
             run.recorded.append(record)
+        return jobs
 
-    def _unmask(self, c: _Chunk, row_of: dict[int, torch.Tensor], cfg: PdiffDecodeConfig,
-                generator: torch.Generator) -> None:
-        """One denoising step of one chunk's current block: choose a token for every masked
-        slot of it, keep the scheduled (and the confident) ones. `row_of`: a slot's logits
-        row."""
-        masked = sorted(j for j in c.masked if c.attrs[j].block == c.block)
-        # chosen on the CPU, where the masks and the run's generator live: a seed gives the
-        # same draws whatever device computed the rows
-        logits = torch.stack([row_of[predictor(j)] for j in masked]).float().cpu()
-        logits = logits.masked_fill(self.masks()["chunk"][: logits.shape[-1]], float("-inf"))
-        probs = torch.softmax(logits, dim=-1)
-        if cfg.chunk_temperature > 0:
-            sample_p = torch.softmax(logits / cfg.chunk_temperature, dim=-1)
-            chosen = torch.multinomial(sample_p, 1, generator=generator)[:, 0]
-        else:
-            chosen = probs.argmax(dim=-1)
-        confidence = probs.gather(1, chosen[:, None])[:, 0]
-        logp = torch.log(probs.clamp_min(1e-30))
-        entropy = -(probs * logp).sum(-1)
-        is_pad = torch.isin(chosen, self._pad_ids)
+    def _unmask(self, job: _Unmask, chosen: list[int], confidence: list[float],
+                entropy: list[float], is_pad: list[bool]) -> None:
+        """Commit one denoising step of one chunk's current block from its slots' choices:
+        the scheduled (and the confident) ones."""
+        c, masked, cfg = job.chunk, job.masked, job.run.req.config
         keep = slots_to_commit(entropy, confidence, is_pad, c.budget - c.block_steps, cfg)
         for i in keep:
             j = masked[i]
-            c.tokens[j] = int(chosen[i])
+            c.tokens[j] = chosen[i]
             c.masked.discard(j)
         if cfg.pads_end_chunk:
-            self._trailing_pads(c, {masked[i] for i in range(len(masked)) if bool(is_pad[i])})
+            self._trailing_pads(c, {masked[i] for i in range(len(masked)) if is_pad[i]})
             self._pads_after_end(c)
         c.steps += 1
         c.block_steps += 1
@@ -582,7 +657,7 @@ class PdiffRuntime:
             c.tokens[j] = self.vocab.pad_for(j - end)
             c.masked.discard(j)
 
-    def _joined(self, run: _Run, sync_slot: int, logits: torch.Tensor) -> None:
+    def _joined(self, run: _Run, sync_slot: int) -> None:
         run.denoising = []
         run.main.append(self.vocab.sync)
         run.main_slots.append(sync_slot)
@@ -591,7 +666,6 @@ class PdiffRuntime:
             run.after_sync = 0
         else:
             run.after_sync += 1
-        run.pending = self._choose(run, logits)
 
     # ---- the end -------------------------------------------------------------------------
 
