@@ -196,9 +196,11 @@ class PdiffRuntime:
     `generate(prompt_ids, config)` decodes one."""
 
     def __init__(self, model, tokenizer, pool_size: int = 4096, max_batch: int = 16,
-                 forward=None):
+                 forward=None, compile: bool = False, compile_backend: str = "inductor"):
         """`forward`: another engine's pass with `SlotStep`'s call
-        (`solm.engines.llamacpp.step.LlamaPdiffStep`); default: solm's own over `pool_size` slots."""
+        (`solm.engines.llamacpp.step.LlamaPdiffStep`); default: solm's own over `pool_size`
+        slots, its passes of up to 64 tokens compiled with `compile` (the plan's; denoising
+        passes feed whole chunks and run eagerly)."""
         self.model, self.tokenizer = model, tokenizer
         self.vocab = PdiffVocab.from_tokenizer(tokenizer, positions_of(model),
                                                block_size=block_size_of(model))
@@ -206,7 +208,8 @@ class PdiffRuntime:
         self.pool_size, self.max_batch = pool_size, max_batch
         self.forward = forward or SlotStep(model, pool_size,
                                            and_masks(same_request, pdiff_visible),
-                                           (*ATTR_NAMES, *BATCH_ATTR_NAMES))
+                                           (*ATTR_NAMES, *BATCH_ATTR_NAMES), compile=compile,
+                                           backend=compile_backend)
         self.slots = SlotAllocator(pool_size)
         self._owners = 0
         self.waiting: deque[PdiffRequest] = deque()

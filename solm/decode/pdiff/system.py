@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from solm.core.settings import setting
 from solm.decode.pdiff.config import PdiffDecodeConfig
@@ -17,6 +18,9 @@ class PdiffEngine(EngineChoice):
     batch_size: int = setting(8, "Prompts decoded together over one KV pool (1: one at a "
                                  "time, for per-prompt wall times).", min=1)
     pool_size: int = setting(2048, "KV slots per prompt in flight.", min=16)
+    compile: Optional[bool] = setting(None, "Compile the plan's passes (torch engine; "
+                                            "default: on CUDA only, where launches dominate).",
+                                      flags=("--compile/--no-compile",))
 
 
 def prepare(config: PdiffDecodeConfig, engine: PdiffEngine, model: str) -> None:
@@ -31,11 +35,14 @@ def runner(model, tokenizer, config: PdiffDecodeConfig, engine: PdiffEngine, pro
            single: bool):
     from solm.decode.pdiff.decode_file import PdiffRunner
     from solm.decode.pdiff.runtime import PdiffRuntime
+    from solm.engines.torch.compiled import should_compile
 
     batch = 1 if single else max(1, min(engine.batch_size, prompts))
     forward = get_engine(engine.engine).step("pdiff", engine, engine.pool_size * batch)
+    compiled = forward is None and should_compile(engine.compile, 0,
+                                                  next(model.parameters()).device)
     out = PdiffRunner(PdiffRuntime(model, tokenizer, pool_size=engine.pool_size * batch,
-                                   max_batch=batch, forward=forward), config)
+                                   max_batch=batch, forward=forward, compile=compiled), config)
     out.engine = engine.engine
     return out
 

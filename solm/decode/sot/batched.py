@@ -64,16 +64,18 @@ class BatchedSotRuntime:
     """`run([(rid, question), ...], config)` yields `(rid, SotResult)` as questions end."""
 
     def __init__(self, model, tokenizer, pool_size: int = 16384, max_batch: int = 16,
-                 forward=None):
+                 forward=None, compile: bool = False, compile_backend: str = "inductor"):
         """`forward`: the step to run on (`SlotStep`'s call; default torch's over the
-        pool), e.g. `solm.engines.llamacpp.step.LlamaCppStep`."""
+        pool, its passes of up to 64 tokens compiled with `compile`), e.g.
+        `solm.engines.llamacpp.step.LlamaCppStep`."""
         self.rules = sot_runtime.SotRuntime(model, tokenizer, pool_size=2)
         self.tokenizer = tokenizer
         self.max_batch = max_batch
         self.pool_size = pool_size
         self.forward = forward or SlotStep(model, pool_size,
                                            and_masks(same_request, sot_visible),
-                                           (*ATTR_NAMES, *BATCH_ATTR_NAMES))
+                                           (*ATTR_NAMES, *BATCH_ATTR_NAMES), compile=compile,
+                                           backend=compile_backend)
         self.slots = SlotAllocator(pool_size)
         self.steps = 0
         self._owners = 0

@@ -19,7 +19,7 @@ from solm.engines import choose, get_engine, load_on_engine
 class SotEngine(EngineChoice):
     pool_size: int = setting(2048, "KV pool slots per question in flight.", min=2)
     batch_size: int = setting(1, "Questions decoded together (continuous batching).", min=1)
-    compile: Optional[bool] = setting(None, "Compile the one-at-a-time decode step.",
+    compile: Optional[bool] = setting(None, "Compile the decode step (torch engine).",
                                       flags=("--compile/--no-compile",))
 
 
@@ -48,7 +48,8 @@ class SotRunner:
             from solm.decode.sot.batched import BatchedSotRuntime
 
             self.rt = BatchedSotRuntime(model, tokenizer, pool_size=engine.pool_size * batch,
-                                        max_batch=batch, forward=forward)
+                                        max_batch=batch, forward=forward,
+                                        compile=forward is None and bool(engine.compile))
 
     def run(self, jobs: Iterable[Job]) -> Iterator[Done]:
         if self.one_at_a_time:
