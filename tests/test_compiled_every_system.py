@@ -199,3 +199,63 @@ def test_planned_diffusion_and_sot_runtimes_compile_their_passes(pdiff_model, pd
     out = [dict(rt.run([(0, "Name fruit."), (1, "Name trees.")], sot_cfg)) for rt in st]
     assert [out[0][i].text for i in (0, 1)] == [out[1][i].text for i in (0, 1)]
     assert st[1].forward.compiled.compiles >= 1 and st[0].forward.compiled is None
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("system", ["pasta", "sot", "pdiff"])
+def test_the_all_tensor_step_equals_the_segmented_one(system, compiled, tokenizers, models):
+    """The step CUDA graphs replay (`GatheredSlotStep`: a row per token gathering its
+    request's keys under a mask row) against `SlotStep` (attention per request), on each
+    system's structure, passes of 1 to 16 tokens; nothing in its pass reads a device value."""
+    from solm.engines.torch.host_sync import counting_host_syncs
+    from solm.engines.torch.gathered import GatheredSlotStep
+
+    tok, model = tokenizers[system], models[system]
+    term, names, struct = system_case(system, tok)
+    ids = _ids_of(system, tok)
+    visible = and_masks(same_request, term)
+    reference = drive(SlotStep(model, 512, visible, (*names, *BATCH_ATTR_NAMES)), ids, struct,
+                      names, prefill=10)
+    step = GatheredSlotStep(model, 512, visible, (*names, *BATCH_ATTR_NAMES), compile=compiled)
+    syncs = []
+
+    def counted(*args, **kwargs):  # (a dispatch mode keeps dynamo out: eager only)
+        with counting_host_syncs() as seen:
+            out = step(*args, **kwargs)
+        syncs.append(seen.total)
+        return out
+
+    got = drive(step if compiled else counted, ids, struct, names, prefill=10)
+    assert compiled or (len(syncs) >= 5 and max(syncs) == 0)
+    assert (got - reference).abs().max().item() < TOL
+    if compiled:
+        assert step.compiled.compiles >= 3
+
+
+def test_continuous_batching_on_the_all_tensor_step_reads_each_solo_decode(tiny, pasta_tokenizer,
+                                                                           vocab):
+    """Requests joining and leaving a pool that the all-tensor step serves: each request's
+    logits are its solo decode's (within float summation order)."""
+    from test_batched import ANSWERS, PROMPTS, replay_request
+
+    from solm.core.systems.pasta import ATTR_NAMES, pasta_visible
+    from solm.decode.pasta.batched import BatchedPastaRuntime
+    from solm.decode.pasta.runtime import PastaRuntime
+    from solm.engines.torch.gathered import GatheredSlotStep
+
+    step = GatheredSlotStep(tiny, 1024, and_masks(same_request, pasta_visible),
+                            (*ATTR_NAMES, *BATCH_ATTR_NAMES), compile=True,
+                            backend="eager")
+    batched = BatchedPastaRuntime(tiny, pasta_tokenizer, pool_size=1024, max_batch=2,
+                                  forward=step)
+    solo = PastaRuntime(tiny, pasta_tokenizer, pool_size=1024)
+    reqs = [replay_request(vocab, pasta_tokenizer, i, p, a)
+            for i, (p, a) in enumerate(zip(PROMPTS, ANSWERS))]
+    done = 0
+    for r in batched.run(reqs):
+        alone = solo.replay(text_ids(pasta_tokenizer, PROMPTS[r.rid]),
+                            text_ids(pasta_tokenizer, ANSWERS[r.rid]), record_logits=True)
+        assert r.result.ids == alone.ids
+        assert (r.result.logits - alone.logits).abs().max().item() < TOL
+        done += 1
+    assert done == 4 and step.compiled.compiles >= 2

@@ -43,7 +43,8 @@ from solm.decode.pasta.runtime import (MODES, Chooser, PastaDecodeConfig, PastaD
                                        PastaRunState, PastaRuntime, _Thread,
                                        choose_next)
 from solm.decode.protocol import Done
-from solm.engines.torch.slots import SlotAllocator, SlotStep
+from solm.engines.torch.gathered import slot_step
+from solm.engines.torch.slots import SlotAllocator
 
 REFUSED = "refused"
 CANCELLED = "cancelled"
@@ -118,10 +119,10 @@ class BatchedPastaRuntime:
         self.vocab = self.rules.vocab
         self.max_batch = max_batch
         self.pool_size = pool_size
-        self.forward = forward or SlotStep(model, pool_size,
-                                           and_masks(same_request, pasta_visible),
-                                           (*ATTR_NAMES, *BATCH_ATTR_NAMES), compile=compile,
-                                           backend=compile_backend)
+        self.forward = forward or slot_step(model, pool_size,
+                                          and_masks(same_request, pasta_visible),
+                                          (*ATTR_NAMES, *BATCH_ATTR_NAMES), compile=compile,
+                                          backend=compile_backend)
         self.slots = SlotAllocator(pool_size)
         self.steps = 0
         self._owners = 0

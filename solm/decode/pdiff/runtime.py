@@ -57,7 +57,8 @@ from solm.decode.flags import MAX_NEW_TOKENS, TOPIC_CAPPED
 from solm.decode.pasta.grammar import PastaGrammar
 from solm.decode.pdiff.config import PdiffDecodeConfig
 from solm.decode.protocol import Done
-from solm.engines.torch.slots import SlotAllocator, SlotStep
+from solm.engines.torch.gathered import slot_step
+from solm.engines.torch.slots import SlotAllocator
 
 CONTINUATION_CAP = "continuation_cap"  # the continuation after <sync/> reached its cap
 EOS_IN_TOPIC = "eos_in_topic"  # (scripted plans only) the answer ended inside a topic
@@ -206,10 +207,10 @@ class PdiffRuntime:
                                                block_size=block_size_of(model))
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.pool_size, self.max_batch = pool_size, max_batch
-        self.forward = forward or SlotStep(model, pool_size,
-                                           and_masks(same_request, pdiff_visible),
-                                           (*ATTR_NAMES, *BATCH_ATTR_NAMES), compile=compile,
-                                           backend=compile_backend)
+        self.forward = forward or slot_step(model, pool_size,
+                                          and_masks(same_request, pdiff_visible),
+                                          (*ATTR_NAMES, *BATCH_ATTR_NAMES), compile=compile,
+                                          backend=compile_backend)
         self.slots = SlotAllocator(pool_size)
         self._owners = 0
         self.waiting: deque[PdiffRequest] = deque()

@@ -25,7 +25,8 @@ from solm.core.sampling import SamplingConfig, choose_tokens
 from solm.core.structure import BATCH_ATTR_NAMES, and_masks, same_request
 from solm.core.systems.sot import ATTR_NAMES, SotTracker, sot_visible
 from solm.decode.flags import MAX_NEW_TOKENS
-from solm.engines.torch.slots import SlotAllocator, SlotStep
+from solm.engines.torch.gathered import slot_step
+from solm.engines.torch.slots import SlotAllocator
 from solm.decode.sot import runtime as sot_runtime
 from solm.decode.sot.prompts import EXPAND_PRIMER, SKELETON_PRIMER, skeleton_prompt
 from solm.decode.sot.runtime import NO_SKELETON, SKELETON_CAP, SotConfig, SotResult
@@ -72,10 +73,10 @@ class BatchedSotRuntime:
         self.tokenizer = tokenizer
         self.max_batch = max_batch
         self.pool_size = pool_size
-        self.forward = forward or SlotStep(model, pool_size,
-                                           and_masks(same_request, sot_visible),
-                                           (*ATTR_NAMES, *BATCH_ATTR_NAMES), compile=compile,
-                                           backend=compile_backend)
+        self.forward = forward or slot_step(model, pool_size,
+                                          and_masks(same_request, sot_visible),
+                                          (*ATTR_NAMES, *BATCH_ATTR_NAMES), compile=compile,
+                                          backend=compile_backend)
         self.slots = SlotAllocator(pool_size)
         self.steps = 0
         self._owners = 0

@@ -128,7 +128,8 @@ class TipRuntime:
             self.cache.allocate(*kv_shape_of(model), dtype=activation_dtype(model),
                                 device=self.device)
             self.compiled = CompiledForward(paged_body(model, self.cache, self.head),
-                                            compile_backend)
+                                            compile_backend,
+                                            cudagraphs=self.device.type == "cuda")
         try:
             self.vocab: TipVocab | None = TipVocab.from_tokenizer(tokenizer, num_registers)
         except ValueError:

@@ -79,14 +79,20 @@ def configure_dynamo(max_graphs: int) -> None:
 class CompiledForward:
     """`fn(input_ids [1, B], position_ids [1, B], mask [1, 1, B, K], write_slots [B])` ->
     logits [B, V], compiled once per (B, K). `body` runs the model on the pool with the read
-    length K taken from the mask's shape (a constant of each graph)."""
+    length K taken from the mask's shape (a constant of each graph).
+
+    `cudagraphs` (a CUDA model): inductor captures each graph's kernels once and replays them
+    (vLLM's and gpt-fast's launch-free step); the body's inputs must then all be tensors,
+    the KV pool at a static address (`mark_static`), and the logits are copied out of the
+    graph's output buffer, which the next replay overwrites."""
 
     def __init__(self, body: Callable, backend: str | Callable = "inductor",
-                 max_graphs: int = 128):
+                 max_graphs: int = 128, cudagraphs: bool = False):
         configure_dynamo(max_graphs)
         self.compiles = 0
         self.build_s = 0.0  # wall time of the calls that built a graph
-        inner = _backend(backend)
+        self.cudagraphs = cudagraphs
+        inner = _backend(backend, cudagraphs)
 
         def counting(gm, example_inputs):
             self.compiles += 1
@@ -97,21 +103,34 @@ class CompiledForward:
     def __call__(self, *args):
         graphs, started = self.compiles, time.perf_counter()
         out = self.fn(*args)
+        if self.cudagraphs:
+            out = out.clone()
         if self.compiles != graphs:
             self.build_s += time.perf_counter() - started
         return out
 
 
-def _backend(backend: str | Callable) -> Callable:
+def _backend(backend: str | Callable, cudagraphs: bool = False) -> Callable:
     if callable(backend):
         return backend
     if backend == "inductor":
         from torch._inductor.compile_fx import compile_fx
 
+        if cudagraphs:
+            return lambda gm, example_inputs: compile_fx(
+                gm, example_inputs, config_patches={"triton.cudagraphs": True})
         return compile_fx
     if backend == "eager":
         return lambda gm, example_inputs: gm.forward
     raise ValueError(f"unknown compile backend {backend!r}")
+
+
+def mark_static(*tensors: torch.Tensor) -> None:
+    """Pool tensors a CUDA graph writes in place keep their address: tell dynamo, so the
+    graphs read and write them directly (transformers' StaticCache does the same)."""
+    for t in tensors:
+        if t.device.type == "cuda":
+            torch._dynamo.mark_static_address(t)
 
 
 def pool_body(model, cache, head: OutputHead) -> Callable:

@@ -176,5 +176,8 @@ class PagedCache(Cache):
 
     def allocate(self, kv_heads: int, head_dim: int, dtype, device) -> None:
         """Create every layer's slots now (a compiled step must not see them appear)."""
+        from solm.engines.torch.compiled import mark_static
+
         for layer in self.layers:
             layer.allocate(kv_heads, head_dim, head_dim, dtype, device)
+            mark_static(layer.keys, layer.values)

@@ -64,10 +64,13 @@ class PoolCache(Cache):
     def allocate(self, kv_heads: int, head_dim: int, dtype: torch.dtype, device) -> None:
         """Create every layer's pool now instead of at the first forward pass (a compiled
         step must not see the pool appear)."""
+        from solm.engines.torch.compiled import mark_static
+
         shape = (1, kv_heads, self.state.capacity, head_dim)
         for layer in self.layers:
             layer.keys = torch.zeros(shape, dtype=dtype, device=device)
             layer.values = torch.zeros(shape, dtype=dtype, device=device)
+            mark_static(layer.keys, layer.values)
             layer.device = device
             layer.is_initialized = True
 

@@ -54,7 +54,8 @@ class PoolStep:
         if compile:
             self.cache.allocate(*kv_shape_of(model), dtype=activation_dtype(model),
                                 device=self.device)
-            self.compiled = CompiledForward(pool_body(model, self.cache, self.head), backend)
+            self.compiled = CompiledForward(pool_body(model, self.cache, self.head), backend,
+                                            cudagraphs=self.device.type == "cuda")
         self._slots = {n: torch.empty(pool_size, dtype=torch.long) for n in attr_names}
         self.used = 0
 
