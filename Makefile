@@ -18,7 +18,7 @@ DATA ?= $(or $(SOLM_DATA),$(HOME)/.cache/solm/data)
 export SOLM_DATA := $(DATA)
 
 PHONY_37 := sft-overlap-cpu overlap-vs-pred10x pdiff-sft-overlap-cpu pdiff-overlap-vs-pred10x
-.PHONY: $(PHONY_37) tip-demo pdiff-demo pdiff-curve-cpu pdiff-final-cpu pdiff-realized-cpu tip-dense-cpu tip-grpo-cpu tip-grpo-eval-cpu tip-eval-cpu tip-bench-tracking-cpu pdiff-recipes-cpu pdiff-recipes-select-cpu tip-math-traces-cpu tip-math-sft-cpu tip-math-grpo-cpu tip-math-eval-cpu tip-math-kept-cpu own-rows-cpu own-sft-cpu setup demo docs docs-serve test test-slow test-all gpu-check data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
+.PHONY: $(PHONY_37) tip-demo pdiff-demo pdiff-curve-cpu pdiff-final-cpu pdiff-realized-cpu tip-dense-cpu tip-grpo-cpu tip-grpo-eval-cpu tip-eval-cpu tip-bench-tracking-cpu pdiff-recipes-cpu pdiff-recipes-select-cpu tip-math-traces-cpu tip-math-sft-cpu tip-math-grpo-cpu tip-math-eval-cpu tip-math-kept-cpu own-rows-cpu own-sft-cpu setup demo docs docs-serve test test-slow test-all gpu-check gpu-decode-inputs gpu-decode data bench-pasta sft-pasta-cpu sft-lora-cpu bench-tip-cpu pasta-agreement pasta-rounds pasta-frontier pasta-bonbon-cpu tip-traces-cpu tip-sft-cpu pdiff-sft-cpu pdiff-cpu pdiff-decode-cpu pdiff-eval-cpu pdiff-sweep-cpu clean
 
 setup: $(STAMP)
 
@@ -82,6 +82,31 @@ test-slow: setup
 # masked GQA kernels, bf16 rollouts on CUDA), one JSON of what held; `--dry` lists it
 gpu-check: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/gpu_check.py --out bench/results/gpu_check.json
+
+# bench/gpu_decode.py on a GPU machine with no network: `make gpu-decode-inputs` here fills
+# .gpu/ (carried to the machine): the tokenizer, the kept BoNBoN model's answers to 16
+# AlpacaEval prompts, 8K-token tracking traces and the wheels of the transformers stack a bare
+# image lacks; `make gpu-decode` there installs the wheels and runs the script (< 8 min).
+GPU_DIR ?= .gpu
+GPU_WHEELS := transformers tokenizers huggingface_hub safetensors typer rich pyyaml
+gpu-decode-inputs: setup $(TRACK_BENCH_DIR)/traces_8k.jsonl
+	mkdir -p $(GPU_DIR)/tokenizer $(GPU_DIR)/wheels
+	HF_HUB_OFFLINE=1 $(BIN)/python -c "import shutil, pathlib; \
+		from solm.core.models import resolve_model_path; \
+		src = pathlib.Path(resolve_model_path('smollm2-135m')); \
+		[shutil.copy(f, '$(GPU_DIR)/tokenizer') for f in src.iterdir() \
+		 if f.suffix in ('.json', '.jinja')]"
+	HF_HUB_OFFLINE=1 $(BIN)/pasta decode --prompts $(ALPACA) --limit 16 -m pasta-bonbon-cpu \
+		--batch-size 16 -o $(GPU_DIR)/pasta_answers.jsonl -q
+	cp $(TRACK_BENCH_DIR)/traces_8k.jsonl $(GPU_DIR)/traces_8k.jsonl
+	$(BIN)/pip download --no-deps -d $(GPU_DIR)/wheels $$($(BIN)/pip freeze | \
+		grep -iE '^($(shell echo $(GPU_WHEELS) | tr ' ' '|'))==')
+
+gpu-decode:
+	python3 -m pip install --no-index --no-deps --target /tmp/site $(GPU_DIR)/wheels/*.whl -q
+	PYTHONPATH=/tmp/site:$(CURDIR) HF_HUB_OFFLINE=1 python3 bench/gpu_decode.py \
+		--tokenizer $(GPU_DIR)/tokenizer --pasta-answers $(GPU_DIR)/pasta_answers.jsonl \
+		--tip-traces $(GPU_DIR)/traces_8k.jsonl --out $${OUT:-bench/results}/gpu_decode.json
 
 # the docs site into site/ (strict: a broken link or reference fails); docs-serve: live at :8000
 docs: setup
