@@ -27,12 +27,12 @@ class Segment:
 
 def segment_masks(attrs: Mapping[str, torch.Tensor], visible: MaskTerm, index: torch.Tensor,
                   reads: Sequence[Read]) -> list[Segment]:
-    """Each read's mask (on the CPU): `visible` over its query rows (the slots `index`
-    writes, in order) and its key slots, from the slots' attribute columns `attrs`."""
+    """Each read's mask, on the device the attribute columns `attrs` live on: `visible`
+    over its query rows (the slots `index` writes, in order) and its key slots."""
     out, at = [], 0
     for rows, ranges in reads:
         ranges = tuple((int(a), int(b)) for a, b in ranges)
-        keys = torch.cat([torch.arange(a, b) for a, b in ranges])
+        keys = torch.cat([torch.arange(a, b, device=index.device) for a, b in ranges])
         q = {n: c[index[at:at + rows]] for n, c in attrs.items()}
         k = {n: c[keys] for n, c in attrs.items()}
         out.append(Segment(rows, ranges, pairwise(visible, q, k)))

@@ -4,9 +4,10 @@
 ranges and masks of each request): exact to the bit against a solo decode, and cheap on a
 CPU, but a CUDA graph would freeze the segments of the pass it captured. Here each fed token
 is a batch row of its own (one query) that gathers the key slots its request reads into a
-padded row of `read_index`, under a bool mask row built from the same segments
-(`solm.engines.reads.segment_masks`, the system's term): ids, positions, mask, slots to write
-and slots to read are tensors, so a graph per (rows, keys) bucket replays any pass of that
+padded row of `read_index`, under a bool mask row from the same segments
+(`solm.engines.reads.segment_masks`: the system's term, evaluated on the device over the
+slots' attribute columns, which live there): ids, positions, mask, slots to write and slots
+to read are tensors, so a graph per (rows, keys) bucket replays any pass of that
 shape. The keys live in a `PagedCache` of one-slot pages (the pool), written before they are
 read, so tokens of one pass see each other where the term says so, as in `SlotStep`.
 
@@ -47,8 +48,8 @@ class GatheredSlotStep:
         self.cache.allocate(*kv_shape_of(model), dtype=activation_dtype(model),
                             device=self.device)
         self.head = OutputHead(model)
-        self.attrs = {n: torch.full((pool_size,), NO_REQUEST, dtype=torch.long)
-                      for n in attr_names}
+        self.attrs = {n: torch.full((pool_size,), NO_REQUEST, dtype=torch.long,
+                                    device=self.device) for n in attr_names}
         self.compiled = (CompiledForward(paged_body(model, self.cache, self.head), backend,
                                          cudagraphs=self.device.type == "cuda")
                          if compile else None)
@@ -67,29 +68,31 @@ class GatheredSlotStep:
         """The pass as tensors on the device, padded to `rows` rows: ids [rows, 1],
         positions [rows, 1], mask [rows, 1, 1, L], slots to write [rows], slots to read
         [rows * L]."""
-        index = torch.tensor(list(slots), dtype=torch.long)
+        dev = self.device
+        index = torch.tensor(list(slots), dtype=torch.long, device=dev)
         for name, column in self.attrs.items():
-            column[index] = torch.tensor(list(attrs[name]), dtype=torch.long)
+            column[index] = torch.tensor(list(attrs[name]), dtype=torch.long, device=dev)
+        # the masks are the term evaluated on the device, over the slots' attribute columns
         segments = segment_masks(self.attrs, self.visible, index, reads)
         longest = max(sum(b - a for a, b in s.ranges) for s in segments)
         n = len(index)
         length = longest if rows == n and self.compiled is None \
             else kv_bucket(longest, KV_BLOCK, max(self.capacity + 1, KV_BLOCK))
-        read = torch.full((rows, length), self.scratch, dtype=torch.long)
-        mask = torch.zeros(rows, length, dtype=torch.bool)
+        read = torch.full((rows, length), self.scratch, dtype=torch.long, device=dev)
+        mask = torch.zeros(rows, length, dtype=torch.bool, device=dev)
         at = 0
         for seg in segments:
-            keys = torch.cat([torch.arange(a, b) for a, b in seg.ranges])
+            keys = torch.cat([torch.arange(a, b, device=dev) for a, b in seg.ranges])
             read[at:at + seg.rows, :len(keys)] = keys
             mask[at:at + seg.rows, :len(keys)] = seg.mask
             at += seg.rows
         mask[n:, 0] = True
         pad = rows - n
-        write = torch.cat([index, torch.full((pad,), self.scratch, dtype=torch.long)])
-        dev = self.device
+        write = torch.cat([index, torch.full((pad,), self.scratch, dtype=torch.long,
+                                             device=dev)])
         return (torch.tensor([list(tokens) + [0] * pad], device=dev).T,
                 torch.tensor([list(positions) + [0] * pad], device=dev).T,
-                mask[:, None, None].to(dev), write.to(dev), read.view(-1).to(dev))
+                mask[:, None, None], write, read.view(-1))
 
     @torch.no_grad()
     def __call__(self, tokens: Sequence[int], positions: Sequence[int],
