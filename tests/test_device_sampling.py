@@ -184,3 +184,20 @@ def test_greedy_rows_take_the_argmax_after_the_rules():
     assert choose_tokens(logits, [s.draw(history=[1])])[0] == [2]
     banned = torch.tensor([False, True, True, False])
     assert choose_tokens(logits, [s.draw(banned, history=[1])])[0] == [3]
+
+
+def test_a_pasta_decode_draws_each_token_by_the_documented_key(tiny, pasta_tokenizer):
+    """A sampled sequential decode's k-th token is the rule's draw with the noise of
+    (seed, thread 0, index k) on the logits the decode recorded: the runtime keys its draws
+    by the thread's token count, as the docs say."""
+    from solm.decode.pasta.runtime import PastaDecodeConfig, PastaRuntime
+
+    rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=256)
+    cfg = PastaDecodeConfig(mode="sequential", max_new_tokens=24, record_logits=True,
+                            sampling=SamplingConfig(temperature=1.3, top_p=0.95, seed=17))
+    res = rt.generate([5, 6, 7, 8], cfg)
+    sampler = Sampler(cfg.sampling)
+    banned = rt.grammar.sequential
+    expected = [choose_tokens(res.logits[k:k + 1], [sampler.draw(banned, res.ids[:k], 0, k)])
+                [0][0] for k in range(len(res.ids))]
+    assert res.ids == expected and len(set(res.ids)) > 5
