@@ -83,31 +83,6 @@ test-slow: setup
 gpu-check: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/gpu_check.py --out bench/results/gpu_check.json
 
-# bench/gpu_decode.py on a GPU machine with no network: `make gpu-decode-inputs` here fills
-# .gpu/ (carried to the machine): the tokenizer, the kept BoNBoN model's answers to 16
-# AlpacaEval prompts, 8K-token tracking traces and the wheels of the transformers stack a bare
-# image lacks; `make gpu-decode` there installs the wheels and runs the script (< 8 min).
-GPU_DIR ?= .gpu
-GPU_WHEELS := transformers tokenizers huggingface_hub safetensors typer rich pyyaml
-gpu-decode-inputs: setup $(TRACK_BENCH_DIR)/traces_8k.jsonl
-	mkdir -p $(GPU_DIR)/tokenizer $(GPU_DIR)/wheels
-	HF_HUB_OFFLINE=1 $(BIN)/python -c "import shutil, pathlib; \
-		from solm.core.models import resolve_model_path; \
-		src = pathlib.Path(resolve_model_path('smollm2-135m')); \
-		[shutil.copy(f, '$(GPU_DIR)/tokenizer') for f in src.iterdir() \
-		 if f.suffix in ('.json', '.jinja')]"
-	HF_HUB_OFFLINE=1 $(BIN)/pasta decode --prompts $(ALPACA) --limit 16 -m pasta-bonbon-cpu \
-		--batch-size 16 -o $(GPU_DIR)/pasta_answers.jsonl -q
-	cp $(TRACK_BENCH_DIR)/traces_8k.jsonl $(GPU_DIR)/traces_8k.jsonl
-	$(BIN)/pip download --no-deps -d $(GPU_DIR)/wheels $$($(BIN)/pip freeze | \
-		grep -iE '^($(shell echo $(GPU_WHEELS) | tr ' ' '|'))==')
-
-gpu-decode:
-	python3 -m pip install --no-index --no-deps --target /tmp/site $(GPU_DIR)/wheels/*.whl -q
-	PYTHONPATH=/tmp/site:$(CURDIR) HF_HUB_OFFLINE=1 python3 bench/gpu_decode.py \
-		--tokenizer $(GPU_DIR)/tokenizer --pasta-answers $(GPU_DIR)/pasta_answers.jsonl \
-		--tip-traces $(GPU_DIR)/traces_8k.jsonl --out $${OUT:-bench/results}/gpu_decode.json
-
 # the docs site into site/ (strict: a broken link or reference fails); docs-serve: live at :8000
 docs: setup
 	$(BIN)/mkdocs build --strict
@@ -381,6 +356,32 @@ tip-bench-tracking-cpu: $(foreach L,2k 4k 8k,$(TRACK_BENCH_DIR)/traces_$(L).json
 			--policies $$P --engine llama.cpp --registers $(TRACK_REGISTERS) --limit 4 \
 			--batch-size 4 --page-size 16 -o $(TRACK_BENCH_DIR)/bench_$${L}_$${P%%,*}_first.json \
 			|| exit 1; done; done
+
+# bench/gpu_decode.py on a GPU machine with no network: `make gpu-decode-inputs` here fills
+# .gpu/ (carried to the machine): the tokenizer, the kept BoNBoN model's answers to 16
+# AlpacaEval prompts, 8K-token tracking traces and the wheels of the transformers stack a bare
+# image lacks; `make gpu-decode` there installs the wheels and runs the script (< 8 min).
+GPU_DIR ?= .gpu
+GPU_WHEELS := transformers tokenizers huggingface_hub safetensors typer rich pyyaml
+gpu-decode-inputs: setup $(TRACK_BENCH_DIR)/traces_8k.jsonl
+	mkdir -p $(GPU_DIR)/tokenizer $(GPU_DIR)/wheels
+	HF_HUB_OFFLINE=1 $(BIN)/python -c "import shutil, pathlib; \
+		from solm.core.models import resolve_model_path; \
+		src = pathlib.Path(resolve_model_path('smollm2-135m')); \
+		[shutil.copy(f, '$(GPU_DIR)/tokenizer') for f in src.iterdir() \
+		 if f.suffix in ('.json', '.jinja')]"
+	HF_HUB_OFFLINE=1 $(BIN)/pasta decode --prompts $(ALPACA) --limit 16 -m pasta-bonbon-cpu \
+		--batch-size 16 -o $(GPU_DIR)/pasta_answers.jsonl -q
+	cp $(TRACK_BENCH_DIR)/traces_8k.jsonl $(GPU_DIR)/traces_8k.jsonl
+	$(BIN)/pip download --no-deps -d $(GPU_DIR)/wheels $$($(BIN)/pip freeze | \
+		grep -iE '^($(shell echo $(GPU_WHEELS) | tr ' ' '|'))==')
+
+gpu-decode:
+	for w in $(GPU_DIR)/wheels/*.whl; do python3 -m pip install --no-index --no-deps \
+		--target /tmp/site $$w -q || echo "not installed (the image's own is used): $$w"; done
+	PYTHONPATH=/tmp/site:$(CURDIR) HF_HUB_OFFLINE=1 python3 bench/gpu_decode.py \
+		--tokenizer $(GPU_DIR)/tokenizer --pasta-answers $(GPU_DIR)/pasta_answers.jsonl \
+		--tip-traces $(GPU_DIR)/traces_8k.jsonl --out $${OUT:-bench/results}/gpu_decode.json
 
 # GRPO of the tracking TIP model, reward = correct - c x live KV, on problems where its
 # rollouts disagree: at the training lengths (6-30 operations) the SFT model is right in 94-100%
