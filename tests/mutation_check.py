@@ -1713,9 +1713,8 @@ GPU_STEP = {
         ["tests/test_compiled_every_system.py"]),
     "pdiff_chunk_choices_copied_per_chunk": (
         "solm/decode/pdiff/runtime.py",
-        "            chosen, confidence, entropy, is_pad = (\n",
-        "            _ = chunk[:1].tolist() if chunk is not None else None\n"
-        "            chosen, confidence, entropy, is_pad = (\n",
+        "            rows = slice(at, at + len(job.masked))\n",
+        "            _ = chunk[:1].tolist()\n            rows = slice(at, at + len(job.masked))\n",
         ["tests/test_host_syncs.py"]),
     "tip_page_reads_by_a_bool_mask": (
         "solm/decode/tip/runtime.py",

@@ -33,12 +33,11 @@ class SamplingConfig:
 
 
 class Sampler:
-    def __init__(self, config: SamplingConfig, device: str | torch.device = "cpu",
-                 exempt: Sequence[int] = (), always_allowed: Sequence[int] = ()):
+    def __init__(self, config: SamplingConfig, exempt: Sequence[int] = (),
+                 always_allowed: Sequence[int] = ()):
         """`exempt`: ids the repetition penalty never touches (control tokens, EOS, formatting);
         `always_allowed`: ids the n-gram ban never removes (control tokens, EOS), so a thread
-        can always close. `device` is kept for callers that name one: draws no longer depend
-        on it (`solm.core.counter_noise`)."""
+        can always close. Draws are made on the logits' device (`choose_tokens`)."""
         self.config = config
         self.exempt = set(int(t) for t in exempt)
         self.always_allowed = set(int(t) for t in always_allowed)

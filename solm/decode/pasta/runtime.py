@@ -279,7 +279,7 @@ class PastaRuntime:
         exempt = list(always)
         if config.sampling.repetition_penalty != 1.0:
             exempt += formatting_token_ids(self.tokenizer)
-        sampler = Sampler(config.sampling, device="cpu", exempt=exempt, always_allowed=always)
+        sampler = Sampler(config.sampling, exempt=exempt, always_allowed=always)
         return self.sampling_chooser(sampler, config, written)
 
     def replay(self, prompt_ids: Sequence[int], response_ids: Sequence[int],

@@ -379,22 +379,24 @@ class PdiffRuntime:
         if jobs:
             chunk = self._chunk_choices(jobs)
         parts = ([main.double()] if main is not None else []) + \
-            ([chunk.double().reshape(-1)] if chunk is not None else [])
+            ([chunk.reshape(-1)] if chunk is not None else [])
         host = torch.cat(parts).tolist()  # the pass's one copy
         for (run, _), tok in zip(asks, host):
             run.pending = int(tok)
-        at = len(asks)
+        slots = sum(len(job.masked) for job in jobs)
+        chosen, confidence, entropy, is_pad = (
+            host[len(asks) + k * slots: len(asks) + (k + 1) * slots] for k in range(4))
+        at = 0
         for job in jobs:
-            m = len(job.masked)
-            chosen, confidence, entropy, is_pad = (
-                host[at + k * m: at + (k + 1) * m] for k in range(4))
-            at += 4 * m
-            self._unmask(job, [int(t) for t in chosen], confidence, entropy,
-                         [bool(x) for x in is_pad])
+            rows = slice(at, at + len(job.masked))
+            at = rows.stop
+            self._unmask(job, [int(t) for t in chosen[rows]], confidence[rows], entropy[rows],
+                         [bool(x) for x in is_pad[rows]])
 
     def _chunk_choices(self, jobs: list[_Unmask]) -> torch.Tensor:
-        """[4, slots] per job, concatenated: chosen id, its probability (confidence), the
-        row's entropy, pad or not; each slot's draw keyed by (seed, 1 + chunk, step, slot)."""
+        """[4, slots] over every job's masked slots in turn: chosen id, its probability
+        (confidence), the row's entropy, pad or not; each slot's draw keyed by (seed,
+        1 + chunk, step, slot)."""
         logits = torch.cat([j.logits for j in jobs]).float()
         device = logits.device
         logits = logits.masked_fill(self._on(device, "chunk")[: logits.shape[-1]],
@@ -416,14 +418,8 @@ class PdiffRuntime:
         confidence = probs.gather(1, chosen[:, None])[:, 0]
         entropy = -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1)
         is_pad = torch.isin(chosen, self._on(device, "pads"))
-        out, at = [], 0
-        for j in jobs:
-            m = len(j.masked)
-            out.append(torch.stack([chosen[at:at + m].double(), confidence[at:at + m].double(),
-                                    entropy[at:at + m].double(),
-                                    is_pad[at:at + m].double()]).reshape(-1))
-            at += m
-        return torch.cat(out)
+        return torch.stack([chosen.double(), confidence.double(), entropy.double(),
+                            is_pad.double()])
 
     def _on(self, device, name: str) -> torch.Tensor:
         """A mask (`masks()`) or the pad ids ("pads") on `device`, copied there once."""
