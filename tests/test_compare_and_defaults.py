@@ -131,3 +131,15 @@ def test_quiet_hides_the_libraries_deprecation_warnings():
                        text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     assert "Warning" not in r.stderr, r.stderr[-2000:]
+
+
+def test_every_command_that_picks_an_engine_defaults_to_auto():
+    """One engine default: whatever command a user runs (decode, eval, bench, serve, demo,
+    prefs, distill), it decodes on the engine measured fastest here unless told otherwise;
+    `check-engines` compares llama.cpp against the reference, so it names one."""
+    from cli_walk import commands
+
+    defaults = {" ".join(path): p.default for path, cmd in commands() for p in cmd.params
+                if p.name == "engine"}
+    assert len(defaults) >= 15
+    assert {k: v for k, v in defaults.items() if v != "auto"} == {"check-engines": "llama.cpp"}

@@ -173,3 +173,68 @@ def test_tip_bench_replays_the_registers_of_tip_annotate_output(tmp_path, tiny_f
                                 "--out", str(out), "--quiet", "--policies", "dense,tip"])
     assert r.exit_code == 0, r.output
     assert json.loads(out.read_text())["live_kv_vs_dense"] < 0.95
+
+
+def _no_loading(monkeypatch):
+    """Any model load fails loudly: what is refused must be refused before it."""
+    import solm.core.models as models
+
+    def boom(*a, **k):
+        raise AssertionError("a model was loaded before the input was checked")
+
+    monkeypatch.setattr(models, "load_model", boom)
+    monkeypatch.setattr(models, "load_decoder", boom)
+
+
+def test_a_prompt_too_long_is_refused_before_any_model_loads(tmp_path, tiny_folder,
+                                                             monkeypatch):
+    long = " ".join(["word"] * 5000)  # the tiny model holds 4096 positions
+    prompts = write(tmp_path / "p.jsonl", [{"id": "a", "problem": "1+1?", "answer": "2"},
+                                           {"id": "b", "problem": long, "answer": "1"}])
+    _no_loading(monkeypatch)
+    for args in (["decode", "-p", str(prompts), "-o", str(tmp_path / "o.jsonl")],
+                 ["eval", "run", "-d", str(prompts), "-o", str(tmp_path / "ev"),
+                  "--policies", "tip"]):
+        r = runner.invoke(tip.app, [*args, "-m", tiny_folder, "--registers", "4"])
+        assert r.exit_code != 0
+        assert f"{prompts}:2 [field 'problem']" in r.output and "tokens" in r.output, r.output
+        assert "Traceback" not in r.output and "Token indices" not in r.output
+
+
+def test_a_gold_answer_that_is_not_text_or_a_number_is_refused(tmp_path, tiny_folder,
+                                                               monkeypatch):
+    _no_loading(monkeypatch)
+    for bad, said in (({"a": 1}, "dict"), ([1], "list"), (True, "bool"), (None, "null"),
+                      ("", "empty")):
+        prompts = write(tmp_path / "p.jsonl", [{"id": "ok", "question": "q", "answer": "1"},
+                                               {"id": "x", "question": "q", "answer": bad}])
+        for args in (["decode", "-p", str(prompts), "-o", str(tmp_path / "o.jsonl")],
+                     ["eval", "run", "-d", str(prompts), "-o", str(tmp_path / "ev"),
+                      "--policies", "tip"]):
+            r = runner.invoke(tip.app, [*args, "-m", tiny_folder, "--registers", "4"])
+            assert r.exit_code != 0, (bad, r.output)
+            assert f"{prompts}:2 [field 'answer']" in r.output and said in r.output, r.output
+
+
+def test_registers_other_than_the_models_are_refused(tmp_path, tiny_folder, monkeypatch):
+    """A model that records 2 registers decodes with 2: --registers 16 is refused before
+    any load or export; --registers 2, or none, is the model's own."""
+    import shutil
+
+    from solm.core.models import resolve_registers
+
+    model = tmp_path / "two"
+    shutil.copytree(tiny_folder, model)
+    (model / "solm.json").write_text(json.dumps({"system": "tip", "control_tokens": "tip",
+                                                 "num_registers": 2}))
+    assert resolve_registers(str(model), None) == 2 == resolve_registers(str(model), 2)
+    assert resolve_registers(tiny_folder, 16) == 16 and resolve_registers(tiny_folder, None) == 16
+    _no_loading(monkeypatch)
+    prompts = write(tmp_path / "p.jsonl", [{"id": "a", "problem": "1+1?"}])
+    for n in ("16", "100000"):
+        for args in (["decode", "-p", str(prompts), "-o", str(tmp_path / "o.jsonl")],
+                     ["eval", "run", "-d", str(prompts), "-o", str(tmp_path / "ev")],
+                     ["decode", "1+1?"]):
+            r = runner.invoke(tip.app, [*args, "-m", str(model), "--registers", n])
+            assert r.exit_code != 0
+            assert f"trained with 2 registers, not {n}" in r.output, r.output

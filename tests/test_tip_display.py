@@ -78,3 +78,48 @@ def test_a_one_problem_file_decode_shows_the_steps_and_the_check(tmp_path, tiny_
     assert " ".join(row_figures(row).split()) in said and "expected 1: wrong" in said
     assert all(" ".join(line.split()) in said for line in steps_text(row).splitlines()
                if line.strip())
+
+
+def test_a_shown_row_prints_each_steps_fate_in_brackets(tip_tok, vocab):
+    """The console line of a written row keeps `[killed by step 2]` and `[live to the end]`:
+    text the model's steps never control, and rich must not read as markup."""
+    from rich.console import Console
+
+    from solm.cli.decode_command import shown_row
+    from solm.decode.registry import decode_system
+
+    ids = response(tip_tok, vocab, [0, 0, 1], [" First [b] step.", " Second.", " Third."])
+    row = result_row(Record(id="t[1]", prompt="p"), 0, _result(ids), tip_tok, "tip", vocab)
+    console = Console(record=True, width=200)
+    console.print(shown_row(decode_system("tip"), row))
+    text = console.export_text()
+    assert "[killed by step 2]" in text and text.count("[live to the end]") == 2
+    assert "t[1]" in text and "First [b] step." in text
+
+
+def test_the_decode_summary_counts_steps_and_live_kv_as_tip_eval_does(tip_tok, vocab):
+    """Three samples of different lengths: the summary's live KV is the mean of the samples'
+    means (as `tip eval` averages), not weighted by tokens; its reasoning steps are the
+    registers the samples opened, its decode passes the tokens decoded."""
+    from dataclasses import replace
+
+    from solm.decode.tip.config import TipDecodeConfig
+    from solm.decode.tip.decode_file import TipSummary
+    from solm.eval.tip_eval import summarise
+
+    summary = TipSummary.start(TipDecodeConfig())
+    rows, lives = [], [100.0, 300.0, 200.0]
+    for k, (regs, live) in enumerate(zip([[0, 1], [0, 0, 1, 1, 0], [1]], lives)):
+        ids = response(tip_tok, vocab, regs, [f" step {i} text" * (k + 1) for i in regs])
+        res = replace(_result(ids), mean_live_tokens=live)
+        row = result_row(Record(id=f"p{k}", prompt="p"), 0, res, tip_tok, "tip", vocab)
+        summary.add(row, res, None, 1.0)
+        rows.append({"data": "d", "id": f"p{k}", "policy": "tip", "budget": None, "sample": 0,
+                     "correct": True, "generated": res.generated, "mean_live_tokens": live,
+                     "live_response_tokens": live, "decode_s": 1.0, "registers_opened": 1,
+                     "steps_killed": 0, "flags": []})
+    d = summary.to_dict()
+    assert d["mean_live_tokens"] == pytest.approx(sum(lives) / 3) == summarise(rows, [])[0][
+        "mean_live_tokens"]
+    assert d["reasoning_steps"] == 2 + 5 + 1 and d["steps_killed"] == 0 + 3 + 0
+    assert d["decode_passes"] == d["generated_tokens"] == sum(r["generated"] for r in rows)

@@ -45,6 +45,22 @@ def test_accuracy_is_the_mean_of_per_problem_fractions():
     assert s["throughput_tok_s"] == 500.0 and s["share_steps_killed"] == 0.25
 
 
+def test_a_stopped_segment_is_left_out_of_the_throughput():
+    """A segment stopped midway paid for rows still in flight that no row counts: its
+    tokens over its wall time would understate the speed, so only complete segments (and
+    segments written before the mark existed) count."""
+    rows = [row("a", 0, True), row("b", 0, True)]
+    segments = [{"data": "m", "policy": "tip", "budget": None, "tokens": 100, "wall_s": 10.0,
+                 "complete": False},
+                {"data": "m", "policy": "tip", "budget": None, "tokens": 900, "wall_s": 3.0,
+                 "complete": True},
+                {"data": "m", "policy": "tip", "budget": None, "tokens": 300, "wall_s": 1.0}]
+    (s,) = summarise(rows, segments)
+    assert s["throughput_tok_s"] == (900 + 300) / (3.0 + 1.0)
+    (s,) = summarise(rows, segments[:1])
+    assert s["throughput_tok_s"] is None
+
+
 def test_per_sample_figures_are_means_over_samples():
     """5 samples of 2 problems: decode time, live KV and length are means over the samples
     (written out by hand), not sums over problems."""

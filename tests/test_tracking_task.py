@@ -166,8 +166,20 @@ def test_data_make_writes_the_rows_and_refuses_bad_settings(tmp_path):
     assert r.exit_code == 0, r.output
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert rows == make_rows(12, 9)
-    r = CliRunner().invoke(app, ["data", "make", "tracking", "-o", str(out), "--n", "3",
-                                 "--variables", "4", "--min-ops", "2", "--max-ops", "3", "-q"])
+    before = out.read_bytes()
+    again = CliRunner().invoke(app, ["data", "make", "tracking", "-o", str(out), "--n", "12",
+                                     "--seed", "9"])
+    assert again.exit_code == 0 and "nothing to do" in again.output
+    other = ["data", "make", "tracking", "-o", str(out), "--n", "3", "--variables", "4",
+             "--min-ops", "2", "--max-ops", "3", "-q"]
+    r = CliRunner().invoke(app, other)  # other settings: the file made before is kept
+    assert r.exit_code == 1 and "n=12 (now 3)" in r.output and "--force" in r.output
+    assert out.read_bytes() == before
+    (tmp_path / "loose.jsonl").write_text('{"question": "mine"}\n')  # no manifest beside it
+    r = CliRunner().invoke(app, ["data", "make", "tracking", "-o",
+                                 str(tmp_path / "loose.jsonl"), "--n", "2"])
+    assert r.exit_code == 1 and (tmp_path / "loose.jsonl").read_text() == '{"question": "mine"}\n'
+    r = CliRunner().invoke(app, [*other, "--force"])
     assert r.exit_code == 0
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert all(len(read_question(x["question"])[0]) == 4 for x in rows)

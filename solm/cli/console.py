@@ -163,35 +163,40 @@ def judge_progress(advance: Callable[..., None]) -> Callable[[Any], None]:
 
 
 class _HelpTable(_RichTable):
-    """typer's help tables with no option name cut to `…`: an option's names share one cell,
-    one name a line (`--keep-promises` over `--no-keep-promises`), and that column is at
-    least as wide as its longest name, so at 80 columns or piped, `--help` shows every name
-    whole and the types and help wrap instead."""
+    """typer's help tables with nothing cut: an option's names (long, short and negative)
+    share one cell, one name a line (`--keep-promises` over `--no-keep-promises`), in a
+    column at least as wide as its longest name, and the three columns typer would keep for
+    the other names are dropped; the types and help wrap instead, never cut at the
+    panel's edge."""
 
     def add_row(self, *renderables, **kwargs):
         cells = list(renderables)
-        names = [i for i, cell in enumerate(cells[:-1])
-                 if isinstance(cell, _RichText) and cell.plain.strip().startswith("-")]
-        if len(names) > 1:
-            first = cells[names[0]].copy()
-            for i in names[1:]:
-                first.append("\n")
-                first.append_text(cells[i])
-                cells[i] = _RichText("")
-            cells[names[0]] = first
+        if len(cells) >= 6:  # an options panel: [required,] long, short, -long, -short, ...
+            names = [c for c in cells[-6:-2] if str(getattr(c, "plain", c)).strip()]
+            merged = _RichText("")
+            for i, name in enumerate(names):
+                if i:
+                    merged.append("\n")
+                merged.append_text(name if isinstance(name, _RichText) else _RichText(name))
+            cells = [*cells[:-6], merged, *cells[-2:]]
         for k, cell in enumerate(cells):
             parts = getattr(cell, "renderables", None)  # typer's help: rich Columns of texts
-            if parts and all(isinstance(t, _RichText) for t in parts):
+            if parts:
+                # Markdown help (one option's prose) as its text: a table cannot measure
+                # Markdown, and sized it past the panel's edge, which cut it mid-word
+                parts = [t if isinstance(t, _RichText) else
+                         _RichText(" ".join(str(getattr(t, "markup", t)).split()))
+                         for t in parts]
                 cells[k] = _RichText("\n").join(parts)
             if isinstance(cells[k], _RichText):  # a long word folds, never ends in `…`
                 cells[k].overflow = "fold"
         super().add_row(*cells, **kwargs)
         for column in self.columns:
             column.overflow = "fold"
-        if names:
-            column = self.columns[names[0]]
-            longest = max(len(line) for line in cells[names[0]].plain.split("\n"))
-            column.min_width = max(column.min_width or 0, longest)
+        if len(renderables) >= 6:
+            # whole names: rich then narrows the types and help columns to fit, and only
+            # those (a minimum width on the names instead let the table outgrow the panel)
+            self.columns[len(cells) - 3].no_wrap = True
 
 
 typer.rich_utils.Table = _HelpTable

@@ -99,11 +99,35 @@ def list_sets(
     out_console.print(table)
 
 
+def existing_output(out: Path, settings: dict) -> bool:
+    """True when `out` already holds the rows these settings make (its manifest says so);
+    False when there is nothing there yet. Anything else there is refused: replacing it
+    silently would lose it (`--force` replaces)."""
+    from solm.core.errors import SolmError
+    from solm.core.provenance import manifest_path, read_manifest
+
+    if not out.is_file() or out.stat().st_size == 0:
+        return False
+    manifest = manifest_path(out)
+    recorded = read_manifest(manifest).get("row_settings") if manifest.exists() else None
+    if recorded is None:
+        raise SolmError(f"{out} exists and no manifest says what made it: choose another "
+                        f"--out, or --force to replace it")
+    if recorded != settings:
+        what = ", ".join(f"{k}={recorded.get(k)!r} (now {v!r})" for k, v in settings.items()
+                         if recorded.get(k) != v)
+        raise SolmError(f"{out} holds problems made with {what}: choose another --out, or "
+                        f"--force to replace it")
+    return True
+
+
 MAKE_HELP = """Generate a reasoning task's problems with their exact answers and the solver's
 step-by-step solutions, as solm JSONL (`question`, `solution`, `answer`, `task`): what
-`tip annotate -i`, `tip sft`, `tip grpo --data` and `tip eval run --data` read. No hub, no
-model: the same task, count and seed always give the same file, and two seeds never share
-an id (train on one seed, evaluate on another).
+`tip annotate -i` (whose output `tip sft --data` reads), `tip grpo --data` and `tip eval run
+--data` read. No hub, no model: the same task, count and seed always give the same file, and
+two seeds never share an id (train on one seed, evaluate on another). An existing output is
+kept: made with the same settings, nothing is done; with others, the command refuses unless
+`--force` replaces it.
 
 Tasks:
 
@@ -125,13 +149,16 @@ TASKS = ("tracking",)
 @handle_errors
 def make(
     task: str = typer.Argument(..., help=f"The task ({', '.join(TASKS)})."),
-    out: Path = typer.Option(..., "--out", "-o", help="The JSONL file to write (replaced)."),
+    out: Path = typer.Option(..., "--out", "-o", help="The JSONL file to write (an existing "
+                             "one made with other settings is refused; see --force)."),
     n: int = typer.Option(1000, "--n", min=1, help="How many problems."),
     seed: int = typer.Option(0, help="Problems differ by seed; ids name it."),
     variables: int = typer.Option(3, min=2, max=8, help="tracking: variables per problem."),
     min_ops: int = typer.Option(6, min=1, help="tracking: fewest operations."),
     max_ops: int = typer.Option(30, min=1, help="tracking: most operations (counts are "
                                 "log-uniform in between: most short, a long tail)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing output made "
+                               "with other settings (or with no manifest beside it)."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
     from solm.cli.checks import check_paths
@@ -146,10 +173,15 @@ def make(
     check_paths([], [out])
     from solm.data.tracking import make_rows
 
-    rows = make_rows(n, seed, variables, min_ops, max_ops)
-    write_jsonl(out, rows)
     settings = {"task": task, "n": n, "seed": seed, "variables": variables,
                 "min_ops": min_ops, "max_ops": max_ops}
+    if not force and existing_output(out, settings):
+        info(f"{out}: already made with these settings; nothing to do")
+        out_console.print_json(json.dumps({"out": str(out), "rows": 0, "skipped": True,
+                                           **settings}))
+        return
+    rows = make_rows(n, seed, variables, min_ops, max_ops)
+    write_jsonl(out, rows)
     write_manifest(out, "solm data make", settings, inputs=[], row_settings=settings)
     info(f"{out}: {len(rows)} {task} problems (seed {seed})")
     out_console.print_json(json.dumps({"out": str(out), "rows": len(rows), **settings}))

@@ -69,7 +69,8 @@ def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path
     from solm.core.paths import outputs_beside
     from solm.core.provenance import check_rerun_settings, write_manifest
     from solm.core.records import Record, load_records
-    from solm.decode.jobs import check_refusals, decode_records, pending_jobs, undone
+    from solm.decode.jobs import (check_prompts_fit, check_refusals, decode_records,
+                                  pending_jobs, undone)
 
     if text is not None and prompts is not None:
         raise SolmError("give one prompt as an argument or --prompts FILE, not both")
@@ -116,6 +117,11 @@ def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path
                                                system.samples(engine)}))
             finish_shard(part, out)
             return
+    # refused before any weights load or any engine export: a bad row, a prompt too long
+    asked = records if text is None else [Record("cli", text)]
+    for rec in asked:
+        system.check_record(rec)
+    check_prompts_fit(model, asked)
     info(f"decoding with {decoding.describe()}")
     info(f"loading {model} ...")
     m, tok = system.load(model, engine, dtype, device)
@@ -162,13 +168,22 @@ def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path
     finish_shard(part, out)
     if not quiet and system.display.shown_rows:
         for row in rows[-min(len(records), system.display.shown_rows):]:
-            info(f"[bold cyan]{row['id']}[/] [dim]({system.display.row_figures(row)})[/]\n"
-                 f"{system.display.row_text(row)}")
+            info(shown_row(system, row))
     scope = "format (this run)" if to_stdout else "format (whole file)"
     printed = {**summary.to_dict(), **{(scope if k == "format" else k): v
                                        for k, v in extra.items()}}
     (console if to_stdout else out_console).print_json(json.dumps(printed))
     check_refusals(summary, str(out))
+
+
+def shown_row(system: DecodeSystem, row: dict) -> str:
+    """A written row as the console shows it: its id, its figures and its text, the model's
+    words and the figures escaped (a `[killed by step 3]` is text, not markup)."""
+    from rich.markup import escape
+
+    return (f"[bold cyan]{escape(str(row['id']))}[/] "
+            f"[dim]({escape(system.display.row_figures(row))})[/]\n"
+            f"{escape(system.display.row_text(row))}")
 
 
 KEPT_MODEL = {"pasta": "pasta-bonbon-cpu", "pdiff": "pdiff-cpu", "tip": "tip-sft-cpu"}

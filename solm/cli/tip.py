@@ -40,10 +40,11 @@ POLICY_HELP = "Eviction policy: " + policies_help() + "."
 
 
 def _registers(model: str, registers: Optional[int]) -> int:
-    """--registers, else what the model's solm.json records, else 16."""
-    from solm.core.models import model_registers
+    """What the model's solm.json records (another --registers is refused), else
+    --registers, else 16."""
+    from solm.core.models import resolve_registers
 
-    return registers or model_registers(model) or 16
+    return resolve_registers(model, registers)
 
 
 def _load(model: str, registers: int, dtype: str, device: Optional[str],

@@ -62,6 +62,21 @@ def _ints(text: str, flag: str) -> list[int]:
     return values
 
 
+def check_problems_fit(data: list[str], limit: Optional[int], models: set[str]) -> None:
+    """Every problem's prompt fits each model's context: refused (file, line, field) before
+    any model loads or any engine export."""
+    from solm.core.math_task import load_problems
+    from solm.core.records import Record
+    from solm.decode.jobs import check_prompts_fit
+    from solm.eval.tip_eval import data_file
+
+    for spec in data:
+        rows = load_problems(str(data_file(spec)[1]), math_prompt=False, limit=limit)
+        records = [Record(r["id"], r["prompt"], origin=r["origin"]) for r in rows]
+        for name in sorted(models):
+            check_prompts_fit(name, records)
+
+
 @app.command(help=RUN_HELP)
 @model_command
 def run(
@@ -100,7 +115,7 @@ def run(
     force: bool = ForceOption,
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
 ) -> None:
-    from solm.core.models import model_registers
+    from solm.core.models import resolve_registers
     from solm.eval.tip_eval import (data_file, eval_points, pending, point_engine,
                                     run_tip_eval)
 
@@ -112,7 +127,8 @@ def run(
     if part is not None:
         out = part.folder(out)
         info(f"{part.tag}: every {part.count}th problem from position {part.index} -> {out}")
-    registers = registers or model_registers(model) or 16
+    registers = resolve_registers(model, registers)
+    check_problems_fit(data, limit, {model, dense_model or model})
     protocol = {"samples": samples, "temperature": temperature, "top_p": top_p, "seed": seed,
                 "batch_size": batch_size, "page_size": page_size,
                 "max_new_tokens": max_new_tokens}

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 
 def prompt_ids(tokenizer, prompt: str, system: str | None = None) -> list[int]:
-    """Token ids of a user turn plus the assistant header, ready for decoding."""
+    """Token ids of a user turn plus the assistant header, ready for decoding; the user turn
+    ends with the instruction the model was trained with (`solm.core.prompt_format`)."""
+    from solm.core.prompt_format import tokenizer_instruction, with_instruction
+
+    prompt = with_instruction(prompt, tokenizer_instruction(tokenizer))
     messages = ([{"role": "system", "content": system}] if system else []) + [
         {"role": "user", "content": prompt}]
     return messages_ids(tokenizer, messages)

@@ -26,7 +26,9 @@ _INTEGER = re.compile(r"^-?\d+$")
 
 
 def math_prompt(problem: str) -> str:
-    return f"{problem.strip()}\n\n{INSTRUCTION}"
+    from solm.core.prompt_format import with_instruction
+
+    return with_instruction(problem, INSTRUCTION)
 
 
 def last_boxed(text: str) -> str | None:
@@ -56,13 +58,28 @@ def predicted_answer(text: str) -> str | None:
     return m.group(1).strip() if m else None
 
 
+GOLD_FIELDS = ("final_answer", "answer", "expected_answer")
+
+
+class GoldTypeError(ValueError):
+    """A gold answer that is neither text nor a number (a list, an object, true/false, "")."""
+
+    def __init__(self, field: str, kind: str):
+        super().__init__(f"expected the gold answer as text or a number, got {kind}")
+        self.field = field
+
+
 def gold_answer(row: dict) -> tuple[str, str]:
     """(gold, kind) of a problem row; kind `integer` for AIME / GSM8K, else `math`."""
-    for key in ("final_answer", "answer", "expected_answer"):
+    for key in GOLD_FIELDS:
         value = row.get(key)
         if value is None:
             continue
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise GoldTypeError(key, type(value).__name__)
         value = str(value).strip()
+        if not value:
+            raise GoldTypeError(key, "empty string")
         m = _GSM8K_GOLD.search(value)
         if m:
             value = m.group(1).strip()
@@ -143,7 +160,8 @@ _instructed = math_prompt  # load_problems' `math_prompt` flag shadows the funct
 
 
 def load_problems(path: str, math_prompt: bool, limit: int | None = None) -> list[dict]:
-    """Rows {id, prompt, gold, kind}."""
+    """Rows {id, prompt, gold, kind, origin}: `origin` is (file, line, field), for errors
+    that name the row."""
     from solm.core.errors import DataError
     from solm.core.jsonl import read_jsonl_numbered
 
@@ -157,11 +175,14 @@ def load_problems(path: str, math_prompt: bool, limit: int | None = None) -> lis
         try:
             gold, kind = gold_answer(raw)
         except KeyError:
-            raise DataError("expected the gold answer", path=path, line=line,
-                            field="final_answer") from None
+            given = next((k for k in GOLD_FIELDS if k in raw), None)
+            raise DataError("expected the gold answer" + (", got null" if given else ""),
+                            path=path, line=line, field=given or "final_answer") from None
+        except GoldTypeError as e:
+            raise DataError(str(e), path=path, line=line, field=e.field) from None
         rows.append({"id": str(raw.get("id", raw.get("unique_id", f"row-{line}"))),
                      "prompt": _instructed(text) if math_prompt else text,
-                     "gold": gold, "kind": kind})
+                     "gold": gold, "kind": kind, "origin": (str(path), line, field)})
         if limit is not None and len(rows) >= limit:
             break
     if not rows:

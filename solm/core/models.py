@@ -134,7 +134,9 @@ def _unpacked_copy(folder: Path, label: str) -> str | None:
     else:
         return None
     digest = hashlib.sha256()
-    for path in files:
+    # the side files too: an edited solm.json or generation_config.json gets a fresh copy
+    sides = [folder / n for n in ("solm.json", "generation_config.json", "config.json")]
+    for path in [*files, *(p for p in sides if p.is_file())]:
         digest.update(path.read_bytes())
     cached = cache_root() / "artifacts" / f"{label}-{digest.hexdigest()[:16]}"
     if not (cached / done).exists():
@@ -441,10 +443,23 @@ def unpack_difference(folder: str | Path, out: str | Path) -> Path:
 
 def load_tokenizer(name_or_path: str = DEFAULT_MODEL):
     from transformers import AutoTokenizer
-    path = resolve_model_path(str(name_or_path))
+    from solm.core.prompt_format import attach, folder_instruction
+
+    folder = artifact_folder(str(name_or_path))
+    if folder and (Path(folder) / "adapter_config.json").exists() \
+            and not (Path(folder) / "tokenizer_config.json").exists():
+        # an adapter folder carries no tokenizer: its parent's, with the adapter's tokens
+        from solm.core.jsonl import read_json_file
+
+        meta_path = Path(folder) / "solm.json"
+        meta = read_json_file(meta_path, "model metadata") if meta_path.is_file() else {}
+        return attach(rebuilt_tokenizer(adapter_parent(Path(folder)), meta),
+                      folder_instruction(folder))
+    path = resolve_model_path(folder or str(name_or_path))
     _check_model_folder(path)
     try:
-        return AutoTokenizer.from_pretrained(path, trust_remote_code=trusts_remote_code())
+        return attach(AutoTokenizer.from_pretrained(path, trust_remote_code=trusts_remote_code()),
+                      folder_instruction(path))
     except OSError as e:
         raise _load_error(name_or_path, e) from None
     except ValueError as e:
@@ -484,6 +499,21 @@ def _from_pretrained(path: str, torch_dtype, attn_implementation: str):
         trust_remote_code=trusts_remote_code(), use_kernels=False)
 
 
+@contextmanager
+def _no_loading_bar():
+    """transformers' per-weight "Loading weights" bar off while a model loads (solm says
+    what it loads in one line; a bar of 272 tensors in a log file is noise)."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "auto",
                device: str | None = None, attn_implementation: str = "sdpa",
                system: str | None = None, num_registers: int = 16):
@@ -491,13 +521,23 @@ def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "au
 
     `system` ("pasta", "tip", "pdiff") adds that system's control tokens if missing.
     """
+    with _no_loading_bar():
+        return _load_model(name_or_path, dtype, device, attn_implementation, system,
+                           num_registers)
+
+
+def _load_model(name_or_path: str, dtype: str | torch.dtype, device: str | None,
+                attn_implementation: str, system: str | None, num_registers: int):
     from transformers import AutoTokenizer
+
+    from solm.core.prompt_format import attach, folder_instruction
 
     name_or_path = artifact_folder(str(name_or_path)) or str(name_or_path)
     device = device or default_device()
     torch_dtype = resolve_dtype(dtype, device)
     if (Path(name_or_path) / "adapter_config.json").exists():
         model, tokenizer = _load_adapter(Path(name_or_path), torch_dtype, attn_implementation)
+        attach(tokenizer, folder_instruction(name_or_path))
         model.to(device).eval()
         limit_context(model, tokenizer)
         if system is not None:
@@ -513,6 +553,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, dtype: str | torch.dtype = "au
         raise _load_error(name_or_path, e) from None
     except Exception as e:
         raise _remote_code_error(name_or_path, e) or _weights_error(path, e) from None
+    attach(tokenizer, folder_instruction(path))
     model.to(device).eval()
     limit_context(model, tokenizer)
     if system is not None:
@@ -530,6 +571,24 @@ def limit_context(model, tokenizer) -> None:
                                              or limit), limit)
 
 
+def model_context_limit(name_or_path: str) -> int | None:
+    """The most positions a model holds, read from its config without loading weights (a
+    LoRA adapter: its parent's); None where the config says nothing."""
+    from transformers import AutoConfig
+
+    folder = artifact_folder(str(name_or_path))
+    if folder and (Path(folder) / "adapter_config.json").exists():
+        return model_context_limit(adapter_parent(Path(folder)))
+    path = resolve_model_path(folder or str(name_or_path))
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trusts_remote_code())
+    except (OSError, ValueError):
+        return None
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    limit = getattr(config, "max_position_embeddings", None)
+    return int(limit) if isinstance(limit, int) and limit > 0 else None
+
+
 def model_registers(name_or_path: str) -> int | None:
     """The TIP register count a solm-trained model records in its solm.json (None for any
     other model)."""
@@ -544,6 +603,18 @@ def model_registers(name_or_path: str) -> int | None:
     except (OSError, ValueError):
         return None
     return int(value) if isinstance(value, int) else None
+
+
+def resolve_registers(model: str, asked: int | None) -> int:
+    """The TIP registers a decode of `model` uses: the count its solm.json records (another
+    `asked` count is refused: the model never saw those tokens, and a GGUF with them would
+    be exported for nothing), else `asked`, else 16."""
+    own = model_registers(model)
+    if own is not None and asked is not None and asked != own:
+        raise SolmError(f"{model} was trained with {own} registers, not {asked}: drop "
+                        f"--registers (the model's count is read from its solm.json) or "
+                        f"pass --registers {own}")
+    return own or asked or 16
 
 
 def model_system(name_or_path: str) -> str | None:

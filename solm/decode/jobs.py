@@ -91,6 +91,20 @@ def undone(records: Sequence[Record], out: str | Path, samples: int = 1,
                for r in records for k in range(samples))
 
 
+def check_prompts_fit(model: str, records: Sequence[Record]) -> None:
+    """Refuse, before any weights load or any engine export, a prompt the model's context
+    cannot hold with room to answer (the same rule `pending_jobs` applies once loaded)."""
+    from solm.core.models import load_tokenizer, model_context_limit
+
+    tokenizer = load_tokenizer(model)
+    limit = model_context_limit(model)
+    if limit is not None:
+        tokenizer.model_max_length = min(limit, getattr(tokenizer, "model_max_length", limit)
+                                         or limit)
+    for rec in records:
+        check_prompt_fits(tokenizer, prompt_ids(tokenizer, rec.prompt, rec.system), rec)
+
+
 def pending_jobs(records: Sequence[Record], tokenizer, done: set, samples: int = 1,
                  per_sample: bool = False) -> tuple[list[Job], int]:
     """(the jobs not yet in the output, how many were skipped), in prompt then sample order."""

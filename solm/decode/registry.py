@@ -45,7 +45,7 @@ class CompiledEngine(EngineSettings):
 class EngineChoice(EngineSettings):
     """A system that decodes on any engine of `solm.engines`."""
 
-    engine: str = setting("torch", ENGINE_HELP, choices=ENGINE_CHOICES)
+    engine: str = setting("auto", ENGINE_HELP, choices=ENGINE_CHOICES)
     gguf_type: str = setting("q8_0", GGUF_TYPE_HELP, choices=OUTTYPES)
     gguf: Optional[str] = None  # the llama.cpp engine's GGUF, found or exported at load
     onnx_type: str = setting("q8", ONNX_TYPE_HELP, choices=ONNX_FORMATS)
@@ -101,6 +101,8 @@ class DecodeSystem:
     - `command_defaults`: the one place where its commands' (decode, serve) defaults differ
       from its configs' fields, by field name, each with its reason in
       `command_default_reasons` (shown in the option's help).
+    - `check_record(record)`: refuses a prompt row the system cannot use (a DataError
+      naming its file, line and field), before anything loads.
     - `display` (how commands show it) and `evaluation` (its `pasta eval run` kinds).
     """
 
@@ -121,6 +123,7 @@ class DecodeSystem:
     command_defaults: dict[str, Any] = dataclasses.field(default_factory=dict)
     command_default_reasons: dict[str, str] = dataclasses.field(default_factory=dict)
     demo_prompts: Optional[Path] = None
+    check_record: Callable[[Any], None] = lambda record: None  # a bad row: a DataError
     default_out: str = "runs/decode.jsonl"
     display: Display = Display()
     evaluation: EvalKinds = EvalKinds()

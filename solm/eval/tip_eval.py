@@ -108,8 +108,9 @@ def run_point(runtime, point: Point, data: str, problems: list[dict], samples: i
               config_kw: dict, run_dir: Path, done: set,
               on_row: Callable[[dict], None] | None = None) -> int:
     """Decode every (problem, sample) of one point not yet in the run through the one decode
-    loop (`solm.decode.jobs`); returns rows written. A timing segment is kept even when the
-    run is stopped midway, so a resumed run's throughput counts every decode."""
+    loop (`solm.decode.jobs`); returns rows written. A timing segment is written even when
+    the run is stopped midway, marked incomplete: throughput is read from complete
+    segments only (a stopped one paid for rows in flight that no row counts)."""
     from solm.core.chat import check_prompt_fits, prompt_ids
     from solm.core.jsonl import JsonlWriter
     from solm.core.records import Record
@@ -126,7 +127,8 @@ def run_point(runtime, point: Point, data: str, problems: list[dict], samples: i
     tok = runtime.tokenizer
     prompts = {p["id"]: tuple(prompt_ids(tok, p["prompt"])) for p in problems}
     for p in problems:
-        check_prompt_fits(tok, prompts[p["id"]], Record(p["id"], p["prompt"]))
+        check_prompt_fits(tok, prompts[p["id"]], Record(p["id"], p["prompt"],
+                                                        origin=p.get("origin")))
     by_id = {p["id"]: p for p in problems}
     jobs = [Job(i, Record(p["id"], p["prompt"]), prompts[p["id"]], k)
             for i, (p, k) in enumerate(todo)]
@@ -141,14 +143,19 @@ def run_point(runtime, point: Point, data: str, problems: list[dict], samples: i
 
     summary = _Tokens()
     started = time.perf_counter()
+    complete = False
     with JsonlWriter(run_dir / "timing.jsonl") as timing:
         try:
             decode_jobs(TipRunner(runtime, cfg), jobs, run_dir / "samples.jsonl", row,
                         summary, (lambda _s, r: on_row(r)) if on_row else None)
+            complete = True
         finally:
+            # a stopped segment's wall time also paid for the rows still in flight, whose
+            # tokens no row counts: it is kept, marked, and left out of the throughput
             timing.write({"data": data, "policy": point.policy, "budget": point.budget,
                           "tokens": summary.tokens, "rows": summary.done,
-                          "wall_s": round(time.perf_counter() - started, 3)})
+                          "wall_s": round(time.perf_counter() - started, 3),
+                          "complete": complete})
     check_refusals(summary, str(run_dir / "samples.jsonl"))
     return summary.done
 
@@ -202,7 +209,7 @@ def summarise(rows: list[dict], timing: list[dict]) -> list[dict]:
         # each problem counts its fraction solved)
         low, high = wilson_interval(solved, len(by_problem))
         segs = [t for t in timing if (t["data"], t["policy"], t["budget"]) ==
-                (data, policy, budget)]
+                (data, policy, budget) and t.get("complete", True)]
         tokens, wall = sum(t["tokens"] for t in segs), sum(t["wall_s"] for t in segs)
         n = len(rs)
         long_rows = [r for r in rs if r["generated"] >= 256]
@@ -263,12 +270,15 @@ def run_tip_eval(run_dir: Path, data_specs: list[str], points: list[Point], mode
     from solm.core.chat import prompt_ids
     from solm.decode.tip.runtime import TipRuntime
     from solm.decode.tip.system import TipEngine
-    from solm.core.math_task import load_problems
+    from solm.core.math_task import load_problems, math_prompt
+    from solm.core.models import model_system
     from solm.engines import get_engine, load_on_engine
 
     run_dir.mkdir(parents=True, exist_ok=True)
     sets = [data_file(spec) for spec in data_specs]
-    problems = {name: take(load_problems(str(path), math_prompt=True, limit=limit), shard)
+    # the problems as written: a trained model's tokenizer adds the instruction it was
+    # trained with (`solm.core.prompt_format`); a model trained for nothing gets the maths one
+    problems = {name: take(load_problems(str(path), math_prompt=False, limit=limit), shard)
                 for name, path in sets}
     done = {row_key(r) for r in read_rows(run_dir / "samples.jsonl")}
     loaded: dict[str, tuple] = {}
@@ -289,6 +299,8 @@ def run_tip_eval(run_dir: Path, data_specs: list[str], points: list[Point], mode
                 loaded[key] = (load_on_engine(name, settings, dtype, device, "tip",
                                               registers), settings)
             (m, tok), settings = loaded[key]
+            if model_system(name) is None:
+                rows = [{**p, "prompt": math_prompt(p["prompt"])} for p in rows]
             lengths = [len(prompt_ids(tok, p["prompt"])) for p in rows]
             longest = max(lengths) + protocol["max_new_tokens"] + 1
             kv = get_engine(engine).step("paged", settings, protocol["batch_size"] * longest,

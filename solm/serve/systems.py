@@ -59,7 +59,7 @@ def tip_settings(model: str, opts: dict, decoding):
     """The TIP server's engine settings, its policy checked and the engine chosen (a
     refusal is a one-line error, before anything loads)."""
     from solm.core.errors import SolmError
-    from solm.core.models import model_registers
+    from solm.core.models import resolve_registers
     from solm.decode.tip.policies import make_policy
     from solm.decode.tip.system import TipEngine
     from solm.engines import choose
@@ -70,7 +70,7 @@ def tip_settings(model: str, opts: dict, decoding):
         raise SolmError("the TIP runtime applies no repetition penalty or n-gram ban; drop "
                         "--repetition-penalty / --no-repeat-ngram (or the model's "
                         "generation_config.json's)")
-    registers = opts["registers"] or model_registers(model) or 16
+    registers = resolve_registers(model, opts["registers"])
     settings = TipEngine(engine=opts.get("engine") or "torch",
                          gguf_type=opts.get("gguf_type") or "q8_0",
                          quantize=opts["quantize"], **engine_formats(opts),

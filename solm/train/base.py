@@ -200,6 +200,13 @@ class SolmTrainer:
         they reach the vocab and solm.json, which loading reads back."""
         return {}
 
+    def prompt_instruction(self, tokenizer) -> str | None:
+        """The instruction every training prompt ended with (solm.json's
+        `prompt_instruction`, which every decode gives the trained model): the parent's."""
+        from solm.core.prompt_format import tokenizer_instruction
+
+        return tokenizer_instruction(tokenizer)
+
     def extra_results(self, trainer) -> dict[str, Any]:
         """Results of this stage beyond the losses every stage reports (solm.json)."""
         return {}
@@ -354,6 +361,7 @@ class SolmTrainer:
             fmt = self._save(trainer.model, tok, out, state_dict)
             meta = self._metadata(data, fmt, accum, bf16, grad_ckpt, trainer, result, resume,
                                   eval_before, eval_after, wall)
+            meta["prompt_instruction"] = self.prompt_instruction(tok)
             write_metadata(out, meta)
             self.write_plots(log_path, out)
         end_process_group()

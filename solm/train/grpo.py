@@ -350,6 +350,11 @@ class TipGRPOTrainer(SolmTrainer):
     def system(self) -> str:
         return "tip" if self.config.policy == "tip" else "dense"
 
+    def prompt_instruction(self, tokenizer) -> str | None:
+        from solm.core.math_task import INSTRUCTION
+
+        return INSTRUCTION if self.config.math_prompt else super().prompt_instruction(tokenizer)
+
     def control_token_options(self) -> dict[str, Any]:
         return {"num_registers": self.config.registers}
 
@@ -369,7 +374,8 @@ class TipGRPOTrainer(SolmTrainer):
     def read_data(self) -> list[dict]:
         from solm.core.math_task import load_problems
 
-        return load_problems(self.config.data, self.config.math_prompt, self.config.limit)
+        rows = load_problems(self.config.data, self.config.math_prompt, self.config.limit)
+        return [{k: v for k, v in r.items() if k != "origin"} for r in rows]
 
     def data_collator(self, tokenizer, vocab) -> Callable:
         return lambda rows: rows  # GRPOTrainer batches prompts itself

@@ -118,6 +118,11 @@ class TipSFTTrainer(SolmTrainer):
     config: TipSFTConfig
     strip_setting, plain_system = "strip_registers", "dense"
 
+    def prompt_instruction(self, tokenizer) -> str | None:
+        from solm.core.math_task import INSTRUCTION
+
+        return INSTRUCTION if self.config.math_prompt else super().prompt_instruction(tokenizer)
+
     def control_token_options(self) -> dict[str, Any]:
         return {"num_registers": self.config.registers}
 

@@ -14,11 +14,18 @@ from solm.decode.tip.runtime import TipDecodeConfig, TipRequest, TipResult, TipR
 
 @dataclass
 class TipSummary(DecodeSummary):
+    """A TIP decode's totals. `mean_live_tokens` averages each sample's mean live KV, as
+    `tip eval` does (every sample counts once, whatever its length); `reasoning_steps` counts
+    the steps the model opened (a register each), `decode_passes` the tokens decoded."""
+
     policy: str = ""
     generated_tokens: int = 0
     wall_s: float = 0.0
-    live_token_steps: float = 0.0  # sum over requests of mean live tokens x steps
-    steps: int = 0
+    samples: int = 0
+    live_tokens_sum: float = 0.0  # sum over samples of each one's mean live tokens
+    decode_passes: int = 0
+    reasoning_steps: int = 0
+    steps_killed: int = 0
     peak_pages: int = 0
 
     @classmethod
@@ -27,15 +34,20 @@ class TipSummary(DecodeSummary):
 
     def add(self, row: dict, res: TipResult, runner, seconds: float) -> None:
         self.generated_tokens += res.generated
-        self.live_token_steps += res.mean_live_tokens * res.generated
-        self.steps += res.generated
+        self.samples += 1
+        self.live_tokens_sum += res.mean_live_tokens
+        self.decode_passes += res.generated
+        steps = row.get("steps") or []
+        self.reasoning_steps += len(steps)
+        self.steps_killed += sum(1 for s in steps if s["killed_by"] is not None)
         self.peak_pages = max(self.peak_pages, res.peak_pages)
         self.wall_s = seconds
 
     def to_dict(self) -> dict:
         d = super().to_dict()
+        d.pop("live_tokens_sum", None)
         d["throughput_tok_s"] = self.generated_tokens / self.wall_s if self.wall_s else 0.0
-        d["mean_live_tokens"] = self.live_token_steps / self.steps if self.steps else 0.0
+        d["mean_live_tokens"] = self.live_tokens_sum / self.samples if self.samples else 0.0
         return d
 
 

@@ -24,13 +24,32 @@ class TipEngine(CompiledEngine, EngineChoice):
 
 
 def prepare(config: TipDecodeConfig, engine: TipEngine, model: str) -> None:
-    from solm.core.models import model_registers
+    from solm.core.models import resolve_registers
     from solm.decode.tip.policies import make_policy
 
     policy = make_policy(config.policy, config.budget, engine.page_size)  # bad flags fail here
-    engine.registers = engine.registers or model_registers(model) or 16
+    engine.registers = resolve_registers(model, engine.registers)
     engine.engine = choose(engine.engine, "tip", config=config, settings=engine, model=model,
                            policy=policy)
+
+
+def check_record(record) -> None:
+    """A problem row with a gold answer must have one that grades (text or a number)."""
+    from solm.core.errors import DataError
+    from solm.core.math_task import GoldTypeError, gold_answer
+    from solm.decode.tip.decode_file import GOLD_FIELDS
+
+    if not any(k in record.meta for k in GOLD_FIELDS):
+        return
+    path, line, _ = record.origin or (None, None, None)
+    try:
+        gold_answer(record.meta)
+    except KeyError:
+        raise DataError("expected the gold answer, got null", path=path or None,
+                        line=line or None, field=next(k for k in GOLD_FIELDS
+                                                      if k in record.meta)) from None
+    except GoldTypeError as e:
+        raise DataError(str(e), path=path or None, line=line or None, field=e.field) from None
 
 
 def load(model: str, engine: TipEngine, dtype: str, device: str | None):
@@ -112,7 +131,7 @@ SYSTEM = register_system(DecodeSystem(
     summary_cls=TipSummary, sampling=("temperature", "top_p", "seed"), per_sample=True,
     samples=lambda engine: engine.samples, default_out="runs/tip_decode.jsonl",
     row_engine_settings=("registers", "page_size", "quantize", "engine", "gguf_type"),
-    row_excluded=("batch_size",), prepare=prepare,
+    row_excluded=("batch_size",), prepare=prepare, check_record=check_record,
     display=Display(status=status, shown_rows=1, answer=answer, row_text=steps_text,
                     row_figures=row_figures,
                     describe=lambda runner: (f"decoding ({runner.config.policy}"
