@@ -1220,3 +1220,30 @@ def test_a_prefill_asks_llama_cpp_for_the_last_prompt_tokens_logits_only(overlap
     fed = [(s, pos, want) for s, pos, want in asked if pos < len(prompt)]  # prompt tokens
     assert len(fed) == 2 * len(prompt)
     assert [want for _, pos, want in fed] == [pos == len(prompt) - 1 for _, pos, _ in fed]
+
+
+def test_the_yardstick_in_a_fresh_process_generates_the_hf_greedy_answer(exported):
+    """The demos' yardstick (`sequential_loop`: llama.cpp's own loop in a child process that
+    runs nothing else) gives the HF model's greedy tokens up to the first near-tie, in a
+    process other than this one, and says a child's error in one line."""
+    from solm.core.errors import SolmError
+    from solm.engines.llamacpp.fresh_loop import FreshProcessLoop
+
+    model, tok, path = exported
+    loop = FreshProcessLoop(path, 512, kv_type="f32")
+    try:
+        assert loop.proc.pid != __import__("os").getpid() and loop.proc.poll() is None
+        for ids in prompt_ids(tok, TEXTS[:3]):
+            ours, prefill, decode = loop.generate(ids, 24)
+            ref = model.generate(torch.tensor([ids]), max_new_tokens=24, min_new_tokens=24,
+                                 do_sample=False)[0, len(ids):].tolist()
+            n = first_near_tie(model, ids, ref)
+            assert ours[:n] == ref[:n] and n >= 8 and len(ours) == 24
+            assert prefill > 0 and decode > 0
+        with pytest.raises(SolmError, match="fresh process"):
+            loop.generate(list(range(600)), 4)  # past the 512 cells: the child says why
+    finally:
+        loop.close()
+    assert loop.proc.poll() is not None
+    with pytest.raises(SolmError, match="did not start"):
+        FreshProcessLoop(path.parent / "missing.gguf", 64)

@@ -266,6 +266,17 @@ def test_own_loop_is_greedy_generation(tmp_path):
     assert ours == ref
 
 
+def test_sessions_do_not_spin_between_passes(tmp_path):
+    """onnxruntime's intra-op threads sleep after a run: spinning, they took the cores from
+    the work between passes (solm's decode measured 30% slower) and from llama.cpp's loop
+    in another process."""
+    from solm.core.models import tiny_model
+
+    model, _ = tiny_model(seed=6)
+    options = ort_model(model, "fp32", 64, tmp_path).session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
 def test_paged_kv_frees_what_a_policy_stops_showing(tmp_path):
     """TIP's paged KV: hiding a page's tokens frees their cells for good, and a token shown
     again after it was hidden is an error."""

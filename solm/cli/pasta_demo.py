@@ -155,7 +155,8 @@ def demo(
             "engine": settings.engine, "gguf_type": settings.gguf_type if
             applies(settings.engine, "gguf_type") else None,
             "onnx_type": settings.onnx_type if applies(settings.engine, "onnx_type") else None,
-            "dtype": str(m.dtype), "answer_tokens": n, "threads": live_run.threads,
+            "dtype": str(m.dtype) if applies(settings.engine, "dtype") else None,
+            "answer_tokens": n, "threads": live_run.threads,
             "decode_forward_passes": live_run.forward_passes,
             "decode_tokens_fed": live_run.tokens_fed,
             "critical_path": par_critical,

@@ -104,9 +104,10 @@ def demo(
                         "(see the notice above)")
     name, decode_n, close = yardstick
     try:  # the baseline reads the same prompt ids (control tokens sit past its vocabulary)
-        decode_n(ids, n)  # the sequential side's warm-up
+        # n + 1 tokens: the first comes from the prefill, so n one-token passes are timed
+        decode_n(ids, n + 1)  # the sequential side's warm-up
         timing = time_side_by_side(lambda: run.rt.generate(ids, cfg).decode_s,
-                                   lambda: decode_n(ids, n), n, repeats)
+                                   lambda: decode_n(ids, n + 1), n, repeats)
     finally:
         close()
     lines = [
@@ -127,12 +128,22 @@ def demo(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({
             "model": model, "baseline": baseline, "prompt": prompt, "machine": where,
-            "engine": settings.engine, "dtype": str(m.dtype), "sequential": name,
+            "engine": settings.engine, **weight_format(settings, m), "sequential": name,
             "steps_ratio": cfg.steps_ratio, "confidence_threshold": cfg.confidence_threshold,
             "response": row["response"], "annotated": row["annotated"],
             "forward_passes": res.forward_passes, "plan_passes": res.plan_passes,
             "denoise_passes": res.denoise_passes, "chunks": row["chunks"],
             "flags": res.flags, "repeats": repeats, **timing.to_dict()}, indent=1) + "\n")
+
+
+def weight_format(settings, model) -> dict:
+    """What the decode's weights were: torch's dtype on torch, the GGUF type on llama.cpp,
+    the ONNX weight type on onnxruntime (a llama.cpp run records no torch dtype)."""
+    from solm.engines import applies
+
+    return {"dtype": str(model.dtype) if applies(settings.engine, "dtype") else None,
+            "gguf_type": settings.gguf_type if applies(settings.engine, "gguf_type") else None,
+            "onnx_type": settings.onnx_type if applies(settings.engine, "onnx_type") else None}
 
 
 def chunk_pieces(annotated: str) -> list[tuple[str, bool]]:

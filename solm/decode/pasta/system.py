@@ -265,12 +265,11 @@ SYSTEM = register_system(DecodeSystem(
 FASTEST_SEQUENTIAL_GGUF = "q4_0"
 
 
-def sequential_yardstick(model: str, cells: int):
-    """(its name in words, a function decoding n tokens from prompt ids and returning the
-    decode seconds, a closer) for the fastest sequential decoding of `model` on this machine:
-    llama.cpp's own one-token loop (C, greedy) on the GGUF whose one-token pass measured
-    fastest here (unmeasured: q4_0); None where llama.cpp is not installed or cannot load
-    the model, with the reason as a notice."""
+def yardstick_settings(model: str, cells: int):
+    """The llama.cpp engine settings of the fastest sequential decoding of `model` here,
+    its GGUF exported (on first use) into `.gguf`: the one-token GGUF type measured fastest
+    here (unmeasured: q4_0). None where llama.cpp is not installed or cannot load the model,
+    with the reason as a notice."""
     from solm.core.errors import SolmError
     from solm.core.notices import notice
     from solm.engines.cost import fastest_one_token_format
@@ -287,6 +286,18 @@ def sequential_yardstick(model: str, cells: int):
     except SolmError as e:
         notice(f"no llama.cpp yardstick: {e}")
         return None
-    loop = llama.sequential_loop(settings, cells)
-    return (f"llama.cpp's own loop, {gguf_type} GGUF (one token a pass, greedy in C)",
+    return settings
+
+
+def sequential_yardstick(model: str, cells: int):
+    """(its name in words, a function decoding n tokens from prompt ids and returning the
+    decode seconds, a closer) for the fastest sequential decoding of `model` on this machine:
+    llama.cpp's own one-token loop (C, greedy) on `yardstick_settings`' GGUF, in a process
+    of its own (`solm.engines.llamacpp.fresh_loop`); None where llama.cpp cannot run it."""
+    settings = yardstick_settings(model, cells)
+    if settings is None:
+        return None
+    loop = get_engine("llama.cpp").sequential_loop(settings, cells)
+    return (f"llama.cpp's own loop, {settings.gguf_type} GGUF (one token a pass, argmax of "
+            f"its logits, in a process of its own)",
             lambda ids, n: loop.generate(ids, n)[2], loop.close)

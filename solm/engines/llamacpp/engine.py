@@ -96,13 +96,15 @@ class LlamaCppEngine(Engine):
         return LlamaPdiffStep(ctx) if kind == "pdiff" else LlamaCppStep(ctx)
 
     def sequential_loop(self, settings, cells: int):
-        """llama.cpp's own loop on the same GGUF (`solm.engines.llamacpp.own_loop`)."""
+        """llama.cpp's own loop on the same GGUF (`solm.engines.llamacpp.own_loop`), in a
+        process of its own (`solm.engines.llamacpp.fresh_loop`: in this one, another
+        engine's threads slowed it up to 2x)."""
         from solm.engines.cost import flash_attn_here
-        from solm.engines.llamacpp.model import llama_context
-        from solm.engines.llamacpp.own_loop import OwnLoop
+        from solm.engines.llamacpp.fresh_loop import FreshProcessLoop
+        from solm.engines.llamacpp.model import flash_attn, kv_type
 
-        return OwnLoop(llama_context(settings, cells, sequences=1,
-                                     flash_attn_faster=flash_attn_here()))
+        return FreshProcessLoop(settings.gguf, cells, kv_type=kv_type(settings),
+                                flash_attn=flash_attn(settings, flash_attn_here()))
 
     def describe(self, settings, dtype: str) -> str:
         return f"llama.cpp ({settings.gguf_type} GGUF)"

@@ -86,6 +86,11 @@ class OrtModel:
         options.intra_op_num_threads = threads or torch.get_num_threads()
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # onnxruntime's intra-op threads spin after each run by default, taking the cores
+        # from the Python and torch work between two passes and from llama.cpp in another
+        # process: off, solm's decode on the demo's q8 graph measured 12.3-13.1 ms a pass
+        # against 17.6-17.8 ms spinning (AMD EPYC, 2 cores, alternating runs)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(graph), options,
                                             providers=["CPUExecutionProvider"])
         pools = [i for i in self.session.get_inputs() if i.name.startswith("pool_")]
