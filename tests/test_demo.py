@@ -98,7 +98,7 @@ def test_make_demo_command_forks_threads_with_the_kept_model(tmp_path):
     marks = sum(bar.count("█") for _, bar in got["timeline"])  # one column per step here
     assert marks == got["decode_tokens_fed"]
     # both sides timed 3 times (after a warm-up), the fastest compared
-    assert [len(got["times_s"][k]) for k in ("parallel", "sequential", "fastest")] == [3, 3, 3]
+    assert [len(got["times_s"][k]) for k in ("parallel", "sequential", "fastest")] == [5, 5, 5]
     assert got["realized_speedup"] == pytest.approx(
         min(got["times_s"]["sequential"]) / min(got["times_s"]["parallel"]))
     # and against the fastest sequential decoding here: llama.cpp's own loop, q4_0 unmeasured
@@ -276,7 +276,8 @@ def test_the_fastest_sequential_decoding_is_timed_in_the_same_rotation(tiny, pas
     res = run_demo(rt, "List three colours.", cfg, repeats=3,
                    yardstick=("llama.cpp's own loop", yardstick))
     n_prompt = next(c[1] for c in calls if isinstance(c, tuple))
-    f = ("fastest", n_prompt, len(res.content_ids))
+    # n + 1 tokens: the first comes from the prefill, so n one-token passes are timed
+    f = ("fastest", n_prompt, len(res.content_ids) + 1)
     assert calls == ["parallel", "sequential", f,  # the warm-up
                      "parallel", "sequential", f, "sequential", f, "parallel",
                      f, "parallel", "sequential"]

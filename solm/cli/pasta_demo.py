@@ -33,9 +33,10 @@ def demo(
                                          why="the kept model ends its answer to the demo "
                                          "prompt by itself, at 286 tokens"),
     width: int = typer.Option(60, min=10, max=400, help="Columns of the thread timeline."),
-    repeats: int = typer.Option(3, min=1, max=50, help="Timed decodes of each side (after a "
+    repeats: int = typer.Option(5, min=1, max=50, help="Timed decodes of each side (after a "
                                 "warm-up of both), in alternating order; the fastest of "
-                                "each side are compared."),
+                                "each side are compared (on a fresh machine every side's "
+                                "first timed runs were up to 1.4x slower than its last)."),
     fastest: bool = typer.Option(True, "--fastest/--no-fastest", help="Also time the "
                                  "fastest sequential decoding on this machine: llama.cpp's "
                                  "own one-token loop on its fastest one-token GGUF (where "

@@ -112,7 +112,8 @@ def demo(
         close()
     lines = [
         f"{n} content tokens, {len(res.chunks)} chunks, {res.forward_passes} forward passes "
-        f"({res.plan_passes} autoregressive, {res.denoise_passes} denoising): "
+        f"({res.plan_passes} autoregressive, {res.denoise_passes} denoising, "
+        f"{res.join_passes} joining): "
         f"{res.forward_passes / max(n, 1):.2f} passes per content token"
         + (f"; flags: {', '.join(res.flags)}" if res.flags else ""),
         f"timed (both warmed, {repeats} runs each in alternating order, fastest): Planned "
@@ -132,7 +133,9 @@ def demo(
             "steps_ratio": cfg.steps_ratio, "confidence_threshold": cfg.confidence_threshold,
             "response": row["response"], "annotated": row["annotated"],
             "forward_passes": res.forward_passes, "plan_passes": res.plan_passes,
-            "denoise_passes": res.denoise_passes, "chunks": row["chunks"],
+            "denoise_passes": res.denoise_passes, "join_passes": res.join_passes,
+            "denoise_fed_slots": res.fed_slots, "denoise_committed": res.committed,
+            "chunks": row["chunks"],
             "flags": res.flags, "repeats": repeats, **timing.to_dict()}, indent=1) + "\n")
 
 

@@ -3,6 +3,7 @@ with the figures the evaluation reads (content tokens, forward passes, chunk hea
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -36,6 +37,20 @@ def chunk_contents(ids: list[int], rt: PdiffRuntime) -> list[list[int]]:
     return [by_thread.get(t, []) for t in sorted({a.thread for a in attrs if a.thread})]
 
 
+_WORDS = re.compile(r"[^\W\d_]+")
+
+
+def degenerate_chunk(text: str) -> bool:
+    """A chunk that keeps no promise: no content, no word of two letters (",,,,,,"), or one
+    word making up more than half of two or more ("can can", "the the the cat")."""
+    from solm.decode.compare import is_degenerate
+
+    if is_degenerate(text):
+        return True
+    words = [w.lower() for w in _WORDS.findall(text)]
+    return len(words) >= 2 and max(words.count(w) for w in set(words)) > len(words) / 2
+
+
 def result_record(rt: PdiffRuntime, rec: Record, res: PdiffDecodeResult,
                   config: PdiffDecodeConfig) -> dict:
     tok, v = rt.tokenizer, rt.vocab
@@ -46,15 +61,24 @@ def result_record(rt: PdiffRuntime, rec: Record, res: PdiffDecodeResult,
     annotated = tok.decode(shown, skip_special_tokens=True)
     chunks = [{"slots": c.slots, "pads": c.pads, "content_tokens": c.content_tokens,
                "steps": c.steps, "pad_only": c.pad_only} for c in res.chunks]
-    repeats = [repeated_ngram_share(c, REPEAT_N) for c in chunk_contents(res.ids, rt)]
+    contents = chunk_contents(res.ids, rt)
+    repeats = [repeated_ngram_share(c, REPEAT_N) for c in contents]
+    degenerate = sum(degenerate_chunk(tok.decode(c, skip_special_tokens=True))
+                     for c in contents)
     return {
         "id": rec.id, "prompt": rec.prompt, "response": response, "annotated": annotated,
         "content_tokens": len(text_ids(tok, response)),
         "total_tokens": len(res.ids),
         "promises": len(res.chunks),
-        "well_formed": not validate(annotated) and TOPIC_CAPPED not in res.flags,
+        # valid Pasta-Lang whose every chunk wrote what a promise is for
+        "well_formed": not validate(annotated) and TOPIC_CAPPED not in res.flags
+        and not degenerate,
+        "degenerate_chunks": degenerate,
         "forward_passes": res.forward_passes, "plan_passes": res.plan_passes,
-        "denoise_passes": res.denoise_passes,
+        "denoise_passes": res.denoise_passes, "join_passes": res.join_passes,
+        # per denoising pass, the chunk slots it fed (and its committed tokens): slots fed
+        # per committed token is what a denoising pass costs the engine
+        "denoise_fed_slots": res.fed_slots, "denoise_committed": res.committed,
         "wall_s": round(res.wall_s, 4), "prefill_s": round(res.prefill_s, 4),
         "decode_s": round(res.decode_s, 4),
         "flags": res.flags, "ended": res.ended, "chunks": chunks,

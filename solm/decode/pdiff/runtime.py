@@ -77,7 +77,7 @@ class ChunkReport:
 @dataclass
 class PdiffDecodeResult:
     ids: list[int]  # response in training order, chunks in their slots (pads kept)
-    forward_passes: int  # decode passes after prefill (every phase)
+    forward_passes: int  # decode passes after prefill: plan + denoise + join
     plan_passes: int
     denoise_passes: int
     prefill_s: float
@@ -85,6 +85,9 @@ class PdiffDecodeResult:
     flags: list[str]
     chunks: list[ChunkReport]
     ended: bool = False  # the model's end of sequence ended the answer
+    join_passes: int = 0  # passes that wrote the chunks' final KV and fed their <sync/>
+    fed_slots: list[int] = field(default_factory=list)  # per denoising pass: chunk slots fed
+    committed: list[int] = field(default_factory=list)  # per denoising pass: slots committed
     # record=True: per denoising pass, {chunk index: (tokens fed, logits rows)}; and the
     # pool slot of every prompt + response token in training order
     steps: list[dict[int, tuple[list[int], torch.Tensor]]] | None = None
@@ -118,6 +121,7 @@ class _Chunk:
     block: int = 0  # the block being denoised (attrs[j].block of its slots)
     stale: list[int] = field(default_factory=list)  # finished slots whose KV saw masks
     edge: torch.Tensor | None = None  # the row predicting the current block's first slot
+    final: set[int] = field(default_factory=set)  # slots whose KV holds their final tokens
 
     @property
     def done(self) -> bool:
@@ -148,7 +152,10 @@ class _Run:
     flags: set[str] = field(default_factory=set)
     plan_passes: int = 0
     denoise_passes: int = 0
+    join_passes: int = 0
     passes: int = 0
+    fed_slots: list[int] = field(default_factory=list)
+    committed: list[int] = field(default_factory=list)
     prefill_s: float = 0.0
     started: float = 0.0
     ended: bool = False
@@ -362,8 +369,11 @@ class PdiffRuntime:
                 asks.append((run, logits[-1]))
             elif kind == "denoise":
                 run.denoise_passes += 1
+                run.fed_slots.append(len(toks))
+                run.committed.append(0)
                 jobs += self._denoise_jobs(run, logits)
             else:  # the chunks' final KV, and <sync/> read through them
+                run.join_passes += 1
                 self._joined(run, where[-1])
                 asks.append((run, logits[-1]))
         self._choose_all(asks, jobs)
@@ -556,10 +566,13 @@ class PdiffRuntime:
         return max(1, math.ceil(masked * cfg.steps_ratio))
 
     def _fed_slots(self, c: _Chunk, finished_too: bool) -> list[int]:
-        """The chunk's slots a pass feeds: all of them (finished chunks, the last write, a
-        model without blocks), else the finished block whose KV saw masks and the current
-        block."""
-        if finished_too or self.vocab.block_size == 0:
+        """The chunk's slots a pass feeds: for the join (`finished_too`), every slot whose KV
+        does not hold its final tokens yet (a block model's last block; a whole chunk
+        without blocks); while denoising, the whole chunk without blocks, else the finished
+        block whose KV saw masks and the current block."""
+        if finished_too:
+            return [j for j in range(len(c.tokens)) if j not in c.final]
+        if self.vocab.block_size == 0:
             return list(range(len(c.tokens)))
         return [*c.stale, *c.block_slots(c.block)]
 
@@ -598,7 +611,9 @@ class PdiffRuntime:
                 record[run.chunks.index(c)] = (list(c.tokens), full)
             row_of = {j: rows[i] for i, j in enumerate(fed)}
             if c.stale:  # the finished block's last row predicts the current block's first
-                c.edge, c.stale = row_of[c.stale[-1]], []
+                c.edge = row_of[c.stale[-1]]
+                c.final |= set(c.stale)  # fed with its final tokens: its KV is final now
+                c.stale = []
             if c.edge is not None:
                 row_of.setdefault(min(c.block_slots(c.block)) - 1, c.edge)
             masked = sorted(j for j in c.masked if c.attrs[j].block == c.block)
@@ -614,6 +629,7 @@ class PdiffRuntime:
         the scheduled (and the confident) ones."""
         c, masked, cfg = job.chunk, job.masked, job.run.req.config
         keep = slots_to_commit(entropy, confidence, is_pad, c.budget - c.block_steps, cfg)
+        before = len(c.masked)
         for i in keep:
             j = masked[i]
             c.tokens[j] = chosen[i]
@@ -621,6 +637,7 @@ class PdiffRuntime:
         if cfg.pads_end_chunk:
             self._trailing_pads(c, {masked[i] for i in range(len(masked)) if is_pad[i]})
             self._pads_after_end(c)
+        job.run.committed[-1] += before - len(c.masked)
         c.steps += 1
         c.block_steps += 1
         left = sum(1 for j in c.masked if c.attrs[j].block == c.block)
@@ -702,7 +719,9 @@ class PdiffRuntime:
                                        pad_only=not content))
         return PdiffDecodeResult(
             ids=ids, forward_passes=run.passes, plan_passes=run.plan_passes,
-            denoise_passes=run.denoise_passes, prefill_s=run.prefill_s, decode_s=decode_s,
+            denoise_passes=run.denoise_passes, join_passes=run.join_passes,
+            fed_slots=list(run.fed_slots), committed=list(run.committed),
+            prefill_s=run.prefill_s, decode_s=decode_s,
             flags=sorted(run.flags), chunks=reports, ended=run.ended,
             steps=run.recorded if run.req.config.record else None,
             slots=slots if run.req.config.record else None)

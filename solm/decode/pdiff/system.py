@@ -51,7 +51,8 @@ def figures_line(row: dict) -> str:
     chunks = row["chunks"]
     line = (f"{row['content_tokens']} content tokens, {len(chunks)} chunks "
             f"({row['pad_only_chunks']} pad-only), {row['forward_passes']} forward passes "
-            f"({row['plan_passes']} autoregressive, {row['denoise_passes']} denoising) = "
+            f"({row['plan_passes']} autoregressive, {row['denoise_passes']} denoising, "
+            f"{row.get('join_passes', 0)} joining) = "
             f"{row['forward_passes'] / max(row['content_tokens'], 1):.2f} per content token; "
             f"{row['content_tokens'] / max(row['wall_s'], 1e-9):.1f} content tokens/s")
     return line + (f"; flags: {', '.join(row['flags'])}" if row["flags"] else "")
@@ -74,7 +75,9 @@ def eval_row(row: dict) -> dict:
             "prefill_s": row["prefill_s"], "decode_s": row["decode_s"], "flags": row["flags"],
             **{k: row[k] for k in ("plan_passes", "denoise_passes", "chunks",
                                    "pad_only_chunks", "chunk_repeated_ngrams",
-                                   "well_formed")}}
+                                   "well_formed")},
+            **{k: row[k] for k in ("join_passes", "degenerate_chunks", "denoise_fed_slots",
+                                   "denoise_committed") if k in row}}
 
 
 SYSTEM = register_system(DecodeSystem(
