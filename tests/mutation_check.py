@@ -511,6 +511,108 @@ MUTATIONS: dict[str, tuple] = {
         "solm/train/grpo.py", "return min(1.0, max(0.0, live_response_tokens / max_completion_length))",
         "return max(0.0, live_response_tokens / max_completion_length)",
         ["tests/test_tracking_task.py"]),
+    # what a new user sees: the training prompt, the yardstick, refusals, figures, help
+    "decode_drops_the_trained_instruction": (
+        "solm/core/chat.py", "    prompt = with_instruction(prompt, tokenizer_instruction(tokenizer))\n",
+        "", ["tests/test_prompt_format.py"]),
+    "instruction_appended_twice": (
+        "solm/core/prompt_format.py", "if not instruction or prompt.rstrip().endswith(instruction):",
+        "if not instruction:", ["tests/test_prompt_format.py"]),
+    "tip_sft_records_no_instruction": (
+        "solm/train/tip_sft.py",
+        "return INSTRUCTION if self.config.math_prompt else super().prompt_instruction(tokenizer)",
+        "return super().prompt_instruction(tokenizer)", ["tests/test_prompt_format.py"]),
+    "fate_read_as_markup": (
+        "solm/cli/decode_command.py", 'f"{escape(system.display.row_text(row))}")',
+        'f"{system.display.row_text(row)}")', ["tests/test_tip_display.py"]),
+    "one_command_defaults_to_torch": (
+        "solm/decode/registry.py", 'engine: str = setting("auto", ENGINE_HELP,',
+        'engine: str = setting("torch", ENGINE_HELP,', ["tests/test_compare_and_defaults.py"]),
+    "data_make_replaces_what_it_made": (
+        "solm/cli/data.py", "    if not force and existing_output(out, settings):",
+        "    if False:", ["tests/test_tracking_task.py"]),
+    "gold_list_accepted": (
+        "solm/core/math_task.py",
+        "if isinstance(value, bool) or not isinstance(value, (str, int, float)):",
+        "if isinstance(value, bool):", ["tests/test_tip_cli.py"]),
+    "registers_other_than_the_models_accepted": (
+        "solm/core/models.py", "if own is not None and asked is not None and asked != own:",
+        "if False:", ["tests/test_tip_cli.py"]),
+    "long_prompt_checked_after_loading": (
+        "solm/cli/decode_command.py", "    check_prompts_fit(model, asked)\n", "",
+        ["tests/test_tip_cli.py"]),
+    "tip_summary_weights_live_kv_by_tokens": (
+        "solm/decode/tip/decode_file.py", "self.live_tokens_sum += res.mean_live_tokens\n",
+        "self.live_tokens_sum += res.mean_live_tokens * res.generated / 10\n",
+        ["tests/test_tip_display.py"]),
+    "stopped_segment_counted_in_throughput": (
+        "solm/eval/tip_eval.py", '(data, policy, budget) and t.get("complete", True)]',
+        "(data, policy, budget)]", ["tests/test_tip_eval.py"]),
+    "help_keeps_typers_name_columns": (
+        "solm/cli/console.py", "        if len(cells) >= 6:  # an options panel",
+        "        if False:  # an options panel", ["tests/test_help_width.py"]),
+    "yardstick_in_this_process": (
+        "solm/engines/llamacpp/fresh_loop.py", "        first = self.proc.stdout.readline()\n",
+        "        import os as _os\n        assert self.proc.pid == _os.getpid()\n"
+        "        first = self.proc.stdout.readline()\n", ["tests/test_llamacpp.py"]),
+    "own_loop_reads_another_row": (
+        "solm/engines/llamacpp/own_loop.py", "logits = self.L.llama_get_logits_ith(self.ctx.ctx, -1)",
+        "logits = self.L.llama_get_logits_ith(self.ctx.ctx, 0)", ["tests/test_llamacpp.py"]),
+    "ort_spins_between_passes": (
+        "solm/engines/onnxruntime/session.py",
+        'options.add_session_config_entry("session.intra_op.allow_spinning", "0")',
+        'options.add_session_config_entry("session.intra_op.allow_spinning", "1")',
+        ["tests/test_onnxruntime.py"]),
+    "degenerate_chunk_well_formed": (
+        "solm/decode/pdiff/decode_file.py",
+        "return len(words) >= 2 and max(words.count(w) for w in set(words)) > len(words) / 2",
+        "return False", ["tests/test_pdiff_runtime.py", "tests/test_pdiff_eval.py"]),
+    "join_refeeds_final_blocks": (
+        "solm/decode/pdiff/runtime.py",
+        "            return [j for j in range(len(c.tokens)) if j not in c.final]",
+        "            return list(range(len(c.tokens)))", ["tests/test_pdiff_runtime.py",
+                                                       "tests/test_pdiff_blocks.py"]),
+    "join_pass_not_counted": (
+        "solm/decode/pdiff/runtime.py", "                run.join_passes += 1\n", "",
+        ["tests/test_pdiff_runtime.py"]),
+    # the audit's modules, each against an oracle written another way
+    "trace_work_shows_the_new_value_as_old": (
+        "solm/data/tracking.py", 'work = f"{t} = {old} {sign} {op.digit} = {values[t]}"',
+        'work = f"{t} = {values[t]} {sign} {op.digit} = {values[t]}"',
+        ["tests/test_tracking_task.py"]),
+    "generator_adds_zero": (
+        "solm/data/tracking.py", "digit=rng.randint(1, MODULUS - 1)", "digit=rng.randint(0, MODULUS - 1)",
+        ["tests/test_tracking_task.py"]),
+    "grader_reads_the_first_box": (
+        "solm/core/math_task.py", "    start = starts[-1]\n", "    start = starts[0]\n",
+        ["tests/test_tracking_task.py"]),
+    "varying_groups_counted_by_any_right": (
+        "solm/train/grpo.py", "return [len(set(correct[i:i + group])) > 1 for i in range(0, len(correct), group)]",
+        "return [max(correct[i:i + group]) > 0 for i in range(0, len(correct), group)]",
+        ["tests/test_tip_grpo.py"]),
+    "penalty_raises_negative_logits": (
+        "solm/core/sampling.py", "x[index] = torch.where(vals > 0, vals / factor, vals * factor)",
+        "x[index] = vals / factor", ["tests/test_device_sampling.py"]),
+    "unpack_drops_generation_config": (
+        "solm/core/adapter_packing.py", 'SIDE_FILES = (CONFIG, META, "generation_config.json")',
+        "SIDE_FILES = (CONFIG, META)", ["tests/test_adapters.py"]),
+    "cache_key_ignores_side_files": (
+        "solm/core/models.py", "    for path in [*files, *(p for p in sides if p.is_file())]:",
+        "    for path in files:", ["tests/test_adapters.py"]),
+    "block_edge_row_from_its_first_slot": (
+        "solm/decode/pdiff/runtime.py", "                c.edge = row_of[c.stale[-1]]\n",
+        "                c.edge = row_of[c.stale[0]]\n", ["tests/test_pdiff_blocks.py"]),
+    "ort_paged_prefill_not_causal": (
+        "solm/engines/onnxruntime/step.py", "np.tril(np.ones((n, n), bool))],",
+        "np.ones((n, n), bool)],", ["tests/test_onnxruntime.py"]),
+    "ort_graph_key_ignores_registers": (
+        "solm/engines/onnxruntime/session.py", "                       registers=num_registers, format=fmt,",
+        "                       format=fmt,", ["tests/test_onnxruntime.py"]),
+    "draining_counts_the_shutdowns_cancels": (
+        "solm/serve/engine.py",
+        "            if CANCELLED in done.result.flags and self.abort.is_set():\n"
+        "                live.job.emit(\"error\", _shutdown_error())\n                continue\n",
+        "", ["tests/test_serve_app.py"]),
 }
 
 

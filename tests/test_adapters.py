@@ -2,6 +2,7 @@
 adapter over its kept ancestor loads to the same model as the chain (fp32, tiny model)."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -206,3 +207,34 @@ def test_an_adapter_over_the_file_limit_packs_into_shards_that_unpack_the_same(t
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     packing.pack(src, tmp_path / "sharded")  # packed again: no stale shard stays behind
     assert packing.packed_files(tmp_path / "sharded") == shards
+
+
+def test_every_side_file_reaches_the_unpacked_adapter_byte_for_byte(tmp_path):
+    """A kept adapter's side files (its config, solm.json, generation_config.json) travel
+    from the trained folder into the package and from there into the cache unchanged, each
+    one there only when the source had it; an edited side file gives a fresh cached copy."""
+    from solm.core.adapter_packing import pack, unpack
+    from solm.core.models import _unpacked_copy
+
+    src = tmp_path / "src"
+    _lora_file(src, {"m0": (torch.randn(8, 2), torch.randn(2, 6))}, r=2, alpha=4)
+    sides = {"solm.json": '{"system": "tip", "marker": 1}\n',
+             "generation_config.json": '{"repetition_penalty": 1.37}\n'}
+    for name, text in sides.items():
+        (src / name).write_text(text)
+    packed = pack(src, tmp_path / "packed")
+    unpacked = unpack(packed, tmp_path / "full")
+    for folder in (packed, unpacked):
+        for name, text in sides.items():
+            assert (folder / name).read_text() == text, (folder, name)
+        config = json.loads((folder / "adapter_config.json").read_text())
+        assert config["r"] == 2
+    (src / "generation_config.json").unlink()
+    bare = unpack(pack(src, tmp_path / "packed2"), tmp_path / "full2")
+    assert not (bare / "generation_config.json").exists()
+    first = _unpacked_copy(packed, "kept")
+    (packed / "generation_config.json").write_text('{"repetition_penalty": 1.0}\n')
+    second = _unpacked_copy(packed, "kept")
+    assert first != second
+    assert json.loads((Path(second) / "generation_config.json").read_text()) == {
+        "repetition_penalty": 1.0}

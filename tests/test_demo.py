@@ -114,8 +114,8 @@ def test_make_demo_command_forks_threads_with_the_kept_model(tmp_path):
 
 def test_both_sides_are_warmed_then_timed_in_alternating_order(tiny, pasta_tokenizer):
     """The first `make demo` timed the sequential side cold (realized 4.41x against
-    a theoretical 1.71x). Each side is now warmed once, then timed `repeats` times with the
-    order alternating, and the fastest compared."""
+    a theoretical 1.71x). Each side is now warmed (two untimed rounds), then timed `repeats`
+    times with the order alternating, and the fastest compared."""
     rt = PastaRuntime(tiny, pasta_tokenizer, pool_size=512)
     calls, replay = [], rt.replay
 
@@ -126,7 +126,7 @@ def test_both_sides_are_warmed_then_timed_in_alternating_order(tiny, pasta_token
     rt.replay = spy
     cfg = PastaDecodeConfig(max_new_tokens=12, sampling=SamplingConfig(temperature=0.0))
     res = run_demo(rt, "List three colours.", cfg, repeats=3)
-    assert calls == ["parallel", "sequential",  # the warm-up, not timed
+    assert calls == ["parallel", "sequential", "parallel", "sequential",  # warm-up
                      "parallel", "sequential", "sequential", "parallel", "parallel",
                      "sequential"]
     assert res.parallel.decode_s == min(res.times["parallel"])
@@ -265,7 +265,7 @@ def test_the_fastest_sequential_decoding_is_timed_in_the_same_rotation(tiny, pas
         calls.append(mode)
         return replay(prompt, response, mode=mode, **kw)
 
-    seconds = iter([9.0, 0.7, 0.5, 0.6])  # the warm-up, then three timed runs
+    seconds = iter([9.0, 8.0, 0.7, 0.5, 0.6])  # two warm-up rounds, then three timed runs
 
     def yardstick(ids, n):
         calls.append(("fastest", len(ids), n))
@@ -278,7 +278,7 @@ def test_the_fastest_sequential_decoding_is_timed_in_the_same_rotation(tiny, pas
     n_prompt = next(c[1] for c in calls if isinstance(c, tuple))
     # n + 1 tokens: the first comes from the prefill, so n one-token passes are timed
     f = ("fastest", n_prompt, len(res.content_ids) + 1)
-    assert calls == ["parallel", "sequential", f,  # the warm-up
+    assert calls == ["parallel", "sequential", f, "parallel", "sequential", f,  # warm-up
                      "parallel", "sequential", f, "sequential", f, "parallel",
                      f, "parallel", "sequential"]
     assert res.times["fastest"] == [0.7, 0.5, 0.6]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from solm.core.counter_noise import gumbel, mix32, row_keys, uniforms
-from solm.core.sampling import Sampler, SamplingConfig, choose_tokens
+from solm.core.sampling import Sampler, SamplingConfig, choose_on_device, choose_tokens
 
 M = 0xFFFFFFFF
 
@@ -201,3 +201,25 @@ def test_a_pasta_decode_draws_each_token_by_the_documented_key(tiny, pasta_token
     expected = [choose_tokens(res.logits[k:k + 1], [sampler.draw(banned, res.ids[:k], 0, k)])
                 [0][0] for k in range(len(res.ids))]
     assert res.ids == expected and len(set(res.ids)) > 5
+
+
+@pytest.mark.parametrize("penalty", [1.5, 2.0])
+def test_the_repetition_penalty_pushes_seen_logits_down_whatever_their_sign(penalty):
+    """CTRL's rule on hand-made logits: a seen token's positive logit divided by the
+    penalty, its negative logit multiplied by it (both move down); unseen and exempt tokens
+    untouched. Each pair is built so that the rule and its sign-flipped mistake choose
+    different tokens."""
+    seen_pos, rival_pos = 2.0, 2.0 / penalty + 0.1  # 2/p < rival < 2*p
+    seen_neg, rival_neg = -1.0, -1.0 * penalty + 0.1  # -p < rival < -1/p
+    logits = torch.full((4, 8), -50.0)
+    logits[0, 3], logits[0, 4] = seen_pos, rival_pos
+    logits[1, 3], logits[1, 4] = seen_neg, rival_neg
+    logits[2, 3], logits[2, 4] = seen_neg, rival_neg  # 3 exempt in this row: untouched
+    logits[3, 5], logits[3, 4] = seen_pos, rival_pos  # 5 unseen: untouched
+    cfg = SamplingConfig(temperature=0.0, repetition_penalty=penalty)
+    draws = [Sampler(cfg, exempt=set()).draw(history=[3, 3, 1]),
+             Sampler(cfg, exempt=set()).draw(history=[3]),
+             Sampler(cfg, exempt={3}).draw(history=[3]),
+             Sampler(cfg, exempt=set()).draw(history=[3])]
+    ids, logp = choose_on_device(logits, draws, logprobs=True)
+    assert ids.tolist() == [4, 4, 3, 5]

@@ -886,7 +886,8 @@ def test_eval_run_on_llama_cpp_gives_the_torch_runs_outputs(tmp_path, tiny_folde
     assert outs["llama.cpp"] == outs["torch"] == outs["auto"]
     r = runner.invoke(pasta_eval.app, [
         "run", "-o", str(tmp_path / "run-llama.cpp"), "--prompts", str(prompts), *methods,
-        "--no-judge", "--max-new-tokens", "10", "--dtype", "fp32", "--no-compile", "-q"])
+        "--no-judge", "--max-new-tokens", "10", "--dtype", "fp32", "--no-compile",
+        "--engine", "torch", "-q"])
     assert r.exit_code != 0 and "engines" in r.output
 
 

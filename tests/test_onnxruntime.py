@@ -323,3 +323,48 @@ def test_check_engines_on_onnxruntime_holds_and_refuses_the_other_engines_type(
     r = runner.invoke(app, ["check-engines", "-m", tiny_folder, "-p", str(prompts),
                             "--engine", "onnxruntime", "--gguf-type", "q8_0"])
     assert r.exit_code != 0 and "--gguf-type" in r.output
+
+
+def test_paged_kv_decodes_what_a_causal_forward_with_the_hidden_tokens_masked_computes(
+        tmp_path):
+    """A TIP row on onnxruntime's paged KV: a prompt prefilled in one run (causal among its
+    own tokens), two one-token passes, then a page hidden: every pass's last logits equal
+    the Hugging Face forward of the whole sequence under the mask written by hand (causal,
+    the hidden tokens invisible from the pass that hid them on)."""
+    from types import SimpleNamespace
+
+    from solm.core.models import tiny_model
+    from solm.engines.onnxruntime.step import OrtPagedKV
+
+    model, _ = tiny_model(seed=8)
+    kv = OrtPagedKV(ort_model(model, "fp32", 32, tmp_path))
+    row = object()
+    ids = [5, 17, 9, 33, 2, 41, 8, 12, 29, 3]
+    pages = [SimpleNamespace(tokens=list(range(i, min(i + 4, 12)))) for i in (0, 4, 8)]
+    hidden_from = {9: {4, 5, 6, 7}}  # the pass of token 9 no longer shows page 1
+    feeds = [(list(range(6)), [(pages[0], 4), (pages[1], 2)]),
+             ([6], [(pages[0], 4), (pages[1], 3)]), ([7], [(pages[0], 4), (pages[1], 4)]),
+             ([8], [(pages[0], 4), (pages[1], 4), (pages[2], 1)]),
+             ([9], [(pages[0], 4), (pages[2], 2)])]
+    for fed, shown in feeds:
+        got = kv.forward([row], [[ids[t] for t in fed]], [fed], [shown])[0]
+        n = fed[-1] + 1
+        visible = torch.ones(n, n, dtype=torch.bool).tril()
+        for q in range(n):
+            for k in hidden_from.get(q, ()):
+                visible[q, k] = False
+        want = hf_logits(model, ids[:n], list(range(n)), visible)[-1]
+        assert (got - want).abs().max() < 1e-4, fed
+
+
+def test_graph_cache_keys_name_everything_that_changes_the_graph():
+    """Two register counts, two control-token sets, two formats: different graphs, so
+    different cached files; the same request, the same file."""
+    from solm.engines.onnxruntime.session import cached_graph_path
+
+    paths = {cached_graph_path("smollm2-135m", fmt, tokens, regs)
+             for fmt in ("fp32", "q8") for tokens, regs in (("tip", 2), ("tip", 16),
+                                                           ("pasta", 16))}
+    assert len(paths) == 6
+    assert cached_graph_path("smollm2-135m", "q8", "tip", 2) == cached_graph_path(
+        "smollm2-135m", "q8", "tip", 2)

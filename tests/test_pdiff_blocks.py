@@ -219,3 +219,74 @@ def test_training_masks_one_block_per_chunk_and_counts_it_for_all(pdiff_tok, pdi
             1 for j in range(len(ids)) if thread[j] > 0
             and ids[j] not in (vocab.async_open, vocab.async_close))
     assert len(drawn[1]) >= 3  # the draw reaches several blocks of the long chunk
+
+
+@pytest.mark.parametrize("size", [0, 3, 4])
+def test_passes_add_up_and_the_join_feeds_only_what_is_not_final(block_model, pdiff_tok, size):
+    """Recounted from the plan and the recorded passes: forward passes = plan + denoise +
+    join; each denoising pass's fed slots are the rows it computed; the committed slots add
+    up to every content slot; the join feeds the slots whose KV still saw masks (a block
+    model's last block of each chunk; the whole chunk without blocks) and the `<sync/>`."""
+    model = block_model(size)
+    rt = PdiffRuntime(model, pdiff_tok, pool_size=1024, max_batch=2)
+    widths, call = [], rt.forward.__call__
+
+    def spy(tokens, *args, **kwargs):
+        widths.append(len(tokens))
+        return call(tokens, *args, **kwargs)
+
+    rt.forward = type("Spy", (), {"__call__": staticmethod(spy),
+                                  "release": staticmethod(rt.forward.release),
+                                  "cache": rt.forward.cache})()
+    _, res = _decode(rt, pdiff_tok)
+    assert res.forward_passes == res.plan_passes + res.denoise_passes + res.join_passes
+    assert res.join_passes == PLAN.count("<sync/>") == 1
+    assert len(widths) == 1 + res.forward_passes  # the prefill, then every pass
+    recorded = [sum(int((~torch.isnan(rows).any(-1)).sum()) for _, rows in step.values())
+                for step in res.steps]
+    assert res.fed_slots == recorded and len(recorded) == res.denoise_passes
+    assert sum(res.committed) == sum(c.slots - 2 for c in res.chunks)
+    lasts = [block_lists(c.slots, size)[-1] for c in res.chunks]
+    join_width = 1 + sum(len(b) for b in lasts)
+    n = len(res.fed_slots)  # the denoising passes run back to back; the join comes next
+    first = next(i for i in range(len(widths)) if widths[i:i + n] == res.fed_slots)
+    assert widths[first + n] == join_width
+    if size:
+        assert join_width < 1 + sum(c.slots for c in res.chunks)
+
+
+@pytest.mark.parametrize("size", [0, 3])
+def test_every_committed_slot_is_the_training_forwards_choice_at_its_predictor_row(
+        block_model, pdiff_tok, pdiff_vocab, size):
+    """Greedy, no pad shortcut: each slot a pass commits holds the argmax (chunk tokens
+    only) of a training forward's logits, on the state of that pass, at the slot's
+    predictor row j - 1. For the first slot of a block that row is the previous block's
+    last slot, whose logits the runtime kept from that block's last pass (the edge)."""
+    model = block_model(size)
+    vocab = blocked(pdiff_vocab, size)
+    rt = PdiffRuntime(model, pdiff_tok, pool_size=1024, max_batch=2)
+    prompt, res = _decode(rt, pdiff_tok, pads_end_chunk=False)
+    banned = rt.masks()["chunk"]
+    seq = prompt + res.ids
+    starts = [i for i, t in enumerate(seq) if t == vocab.async_open]
+    finals = [seq[st:st + c.slots] for st, c in zip(starts, res.chunks)]
+    edges = 0
+    for n, step in enumerate(res.steps):
+        state = list(seq)
+        for k, (tokens, _) in step.items():
+            state[starts[k]:starts[k] + len(tokens)] = tokens
+        with torch.no_grad():
+            s_now = structure(state, vocab)
+            logits = model(input_ids=torch.tensor([state]), position_ids=s_now.position_ids[None],
+                           attention_mask=s_now.visible[None, None]).logits[0]
+        for k, (tokens, _) in step.items():
+            later = res.steps[n + 1].get(k, (finals[k],))[0] if n + 1 < len(res.steps) \
+                else finals[k]
+            for j, (now, after) in enumerate(zip(tokens, later)):
+                if now != vocab.mask or after == vocab.mask:
+                    continue
+                row = logits[starts[k] + j - 1][: banned.shape[0]].masked_fill(
+                    banned[: logits.shape[-1]], float("-inf"))
+                assert after == int(row.argmax()), (n, k, j)
+                edges += size > 0 and j > 1 and slot_block(j, size) != slot_block(j - 1, size)
+    assert edges >= 2 or size == 0

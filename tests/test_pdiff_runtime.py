@@ -1,5 +1,6 @@
 """Planned Diffusion's sampler against its training side (one tiny random model, fp32)."""
 
+import dataclasses
 import itertools
 import math
 
@@ -630,3 +631,88 @@ def test_chunk_reports_recount_the_chunks_in_the_answer(rt, pdiff_tok, pdiff_voc
         n_content = len(body) - n_pads - body.count(pdiff_vocab.mask)
         assert (report.slots, report.pads, report.content_tokens, report.pad_only) == \
             (len(span), n_pads, n_content, n_content == 0)
+
+
+@pytest.mark.parametrize("text,degenerate", [
+    (",,,,,,", True), ("can can", True), ("the the the cat", True), ("", True),
+    ("1. 2. 3.", True), ("Paris.", False), ("Sleep eight hours, every night.", False),
+    ("the cat and the dog", False), ("Eat greens; eat fruit; walk.", False)])
+def test_a_chunk_that_keeps_no_promise_is_degenerate(text, degenerate):
+    from solm.decode.pdiff.decode_file import degenerate_chunk
+
+    assert degenerate_chunk(text) == degenerate
+
+
+def test_an_answer_with_a_degenerate_chunk_is_not_well_formed(pdiff_model, pdiff_tok):
+    """The row's well-formedness is the tags' validity and every chunk's content: a chunk of
+    commas (a scripted plan whose chunks the tiny model fills as it likes, then forced)."""
+    from solm.core.records import Record
+    from solm.decode.pdiff.decode_file import degenerate_chunk, result_record
+
+    rt = PdiffRuntime(pdiff_model, pdiff_tok, pool_size=1024)
+    cfg = PdiffDecodeConfig(max_new_tokens=200)
+    plan = text_ids(pdiff_tok, 'A <promise topic="a" tokens="1"/> b<sync/> end.')
+    res = rt.generate(text_ids(pdiff_tok, "Write."), cfg, script=plan)
+    v = rt.vocab
+    start = res.ids.index(v.async_open)
+    end = res.ids.index(v.async_close, start)
+    comma = text_ids(pdiff_tok, ",")[0]
+    for fill, bad in (([comma] * (end - start - 1), True),
+                      (text_ids(pdiff_tok, " Sleep well every night.") , False)):
+        ids = list(res.ids)
+        inner = (fill + [v.pad] * (end - start - 1))[:end - start - 1]
+        ids[start + 1:end] = inner
+        row = result_record(rt, Record("r", "Write."), dataclasses.replace(res, ids=ids), cfg)
+        assert row["degenerate_chunks"] == int(bad) and row["well_formed"] is (not bad)
+
+
+def _pad_loving(model, vocab, boost: float):
+    """A copy of `model` whose output head favours the first pad by `boost` logits."""
+    import copy
+
+    m = copy.deepcopy(model)
+    with torch.no_grad():
+        head = m.get_output_embeddings()
+        bias = torch.zeros(head.weight.shape[0])
+        bias[vocab.pad] = boost
+        head.bias = torch.nn.Parameter(bias)
+    return m
+
+
+@pytest.mark.parametrize("fill", [0.0, 0.4, 0.75])
+def test_min_fill_keeps_pads_out_of_a_chunks_first_share(pdiff_model, pdiff_tok, fill):
+    """A model that would pad every slot: with `min_fill` f, each chunk's first ceil(f x
+    content slots) hold no pad and (pads ending the chunk) every slot after them a pad."""
+    vocab = PdiffRuntime(pdiff_model, pdiff_tok).vocab
+    rt = PdiffRuntime(_pad_loving(pdiff_model, vocab, 30.0), pdiff_tok, pool_size=1024)
+    plan = text_ids(pdiff_tok, 'A <promise topic="a" tokens="2"/> b <promise topic="b" '
+                               'tokens="3"/><sync/> end.')
+    res = rt.generate(text_ids(pdiff_tok, "Write."),
+                      PdiffDecodeConfig(max_new_tokens=200, min_fill=fill), script=plan)
+    v = rt.vocab
+    for start in [i for i, t in enumerate(res.ids) if t == v.async_open]:
+        end = res.ids.index(v.async_close, start)
+        content = res.ids[start + 1:end]
+        floor = math.ceil(fill * len(content))
+        assert not set(content[:floor]) & set(v.pads)
+        assert all(t in v.pads for t in content[floor:])
+
+
+def test_pad_confidence_commits_only_the_pads_the_model_is_sure_of(pdiff_model, pdiff_tok):
+    """Pads favoured by 3 logits (likely, not certain): at a threshold above their
+    probability no pad is committed; without one, the chunks are pads."""
+    vocab = PdiffRuntime(pdiff_model, pdiff_tok).vocab
+    rt = PdiffRuntime(_pad_loving(pdiff_model, vocab, 6.0), pdiff_tok, pool_size=1024)
+    plan = text_ids(pdiff_tok, 'A <promise topic="a" tokens="2"/><sync/> end.')
+    prompt = text_ids(pdiff_tok, "Write.")
+    v = rt.vocab
+
+    def chunk(cfg):
+        ids = rt.generate(prompt, cfg, script=plan).ids
+        start = ids.index(v.async_open)
+        return ids[start + 1:ids.index(v.async_close, start)]
+
+    free = chunk(PdiffDecodeConfig(max_new_tokens=100))
+    assert sum(t in v.pads for t in free) > len(free) / 2
+    sure = chunk(PdiffDecodeConfig(max_new_tokens=100, pad_confidence=0.9999))
+    assert not set(sure) & set(v.pads)

@@ -215,3 +215,35 @@ def test_the_length_filter_reads_the_layout_with_the_most_extra_pads(tmp_path, p
         else:
             with pytest.raises(Exception, match="no row fits --max-len"):
                 trainer.prepare_data(rows, pdiff_tok, pdiff_vocab)
+
+
+def test_two_copy_training_with_a_soft_target_trains_and_records_its_layout(tmp_path,
+                                                                            tiny_folder):
+    """`--layout two-copy --block-size 4 --mask-max 0.8 --soft-target M`: the run trains,
+    logs both losses, records the layout, the band and the teacher; the soft target moves
+    the loss (the same run without it ends elsewhere); a one-copy soft target is refused."""
+    from solm.core.errors import SolmError
+
+    data = write_rows(tmp_path / "rows.jsonl")
+    losses = {}
+    for name, extra in (("soft", {"soft_target": tiny_folder, "soft_target_weight": 0.9}),
+                        ("hard", {})):
+        out = tmp_path / name
+        cfg = PdiffSFTConfig(data=str(data), model=tiny_folder, out=str(out), max_steps=2,
+                             batch_size=2, eval_rows=2, lora_r=4, learning_rate=1e-2,
+                             precision="fp32", quiet=True, logging_steps=1, block_size=4,
+                             layout="two-copy", mask_eps=0.3, mask_max=0.8, **extra)
+        meta = PdiffSFTTrainer(cfg).train()
+        assert meta["data"]["layout"] == "two-copy" and meta["data"]["mask_max"] == 0.8
+        assert meta["settings"]["soft_target"] == extra.get("soft_target")
+        logged = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+        losses[name] = [e["loss"] for e in logged if "loss" in e]
+        assert any("diffusion_loss" in e for e in logged)
+    assert losses["soft"] != losses["hard"]
+    with pytest.raises(SolmError, match="two-copy"):
+        PdiffSFTTrainer(PdiffSFTConfig(data=str(data), model=tiny_folder,
+                                       out=str(tmp_path / "x"), soft_target=tiny_folder)).train()
+    with pytest.raises(SolmError, match="mask-max"):
+        PdiffSFTTrainer(PdiffSFTConfig(data=str(data), model=tiny_folder,
+                                       out=str(tmp_path / "y"), mask_eps=0.5,
+                                       mask_max=0.4)).train()

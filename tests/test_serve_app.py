@@ -142,3 +142,61 @@ def test_a_pasta_answer_never_exceeds_its_token_cap(tiny, pasta_tokenizer, vocab
         if cap >= len(resp):
             assert res.ids == resp
     assert forked > len(resp) // 2  # most caps cut the answer after a block opened
+
+
+def _drain_script(engine, make_job) -> tuple[list, int]:
+    """Driven step by step while the server drains (no worker thread, no race): job 1's
+    client goes away while it runs, job 2's while it waits, job 3 is still running when the
+    grace period ends. The ones whose client went away are what /health counts; the one
+    the shutdown stopped is answered 503 and not counted."""
+    async def go():
+        jobs = [make_job() for _ in range(3)]
+        for job in jobs:
+            engine.submit(job)
+        with engine.lock:
+            engine._take(None)  # max_batch 1: job 1 runs, 2 and 3 wait
+            engine.draining.set()  # shutting down: the queued ones may still finish
+            engine._step()
+            jobs[0].cancelled.set()
+            for _ in range(4):
+                if engine.live:
+                    engine._step()
+            jobs[1].cancelled.set()
+            engine._take(None)  # job 2 is skipped (its client left), job 3 starts
+            engine._step()
+            engine.abort.set()  # the grace period is over
+            for _ in range(4):
+                if engine.live:
+                    engine._step()
+        await asyncio.sleep(0.05)  # the answers are put on this loop's queues by callbacks
+        events = [j.events.get_nowait() if not j.events.empty() else None for j in jobs]
+        return events, engine.cancelled_total
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("system", ["pasta", "tip"])
+def test_while_draining_only_clients_that_went_away_are_counted_as_cancelled(
+        system, tiny, pasta_tokenizer, tip_model, tip_tok):
+    from conftest import TIP_REGISTERS
+    from solm.decode.tip.runtime import TipDecodeConfig, TipRuntime
+    from solm.serve.tip_engine import TipServeEngine
+
+    if system == "pasta":
+        engine = ServeEngine(PastaRuntime(tiny, pasta_tokenizer, pool_size=4096), max_queue=4,
+                             max_batch=1)
+        cfg = PastaDecodeConfig(mode="sequential", max_new_tokens=3000,
+                                sampling=SamplingConfig(temperature=1.0))
+    else:
+        cfg = TipDecodeConfig(policy="tip", max_new_tokens=3000,
+                              sampling=SamplingConfig(temperature=1.0, seed=3))
+        engine = TipServeEngine(TipRuntime(tip_model, tip_tok, num_pages=4096, page_size=4,
+                                           num_registers=TIP_REGISTERS), cfg, max_queue=4,
+                                max_batch=1)
+    events, cancelled = _drain_script(engine, lambda: ServeJob([1, 2, 3], cfg))
+    assert cancelled == 2
+    first, second, third = events
+    # the client that left mid-answer gets what was written (or 499 before any token)
+    assert first[0] == "done" or (first[0] == "error" and first[1].status_code == 499)
+    assert second is None  # never started, never answered: its client is gone
+    assert third[0] == "error" and third[1].status_code == 503

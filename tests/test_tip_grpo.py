@@ -262,3 +262,30 @@ def test_a_resumed_run_draws_the_rollout_seeds_and_prompt_order_of_an_unbroken_o
     again = sampler()  # resumed in epoch 2
     again.set_epoch(2)
     assert list(again) == orders[2]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_logged_share_of_varying_groups_is_a_recount_of_the_groups(seed):
+    """The reward's log, recounted from its own rollouts: a group varies when some but not
+    all of its completions are right (0 < right < group); `correct` the share right; the
+    reward each rollout gets is its correctness minus c times its KV term."""
+    import random as _random
+    from collections import defaultdict
+
+    rnd = _random.Random(seed)
+    group = rnd.choice([2, 3, 4])
+    n = group * rnd.randint(1, 6)
+    right = [rnd.random() < 0.5 for _ in range(n)]
+    gold = [str(rnd.randrange(10)) for _ in range(n)]
+    completions = [f"so \\boxed{{{g if r else (int(g) + 1) % 10}}}"
+                   for g, r in zip(gold, right)]
+    kv = [rnd.uniform(0, 300) for _ in range(n)]
+    reward = TipReward(kv_penalty=0.3, max_completion_length=200, num_generations=group)
+    reward.trainer = type("T", (), {"_metrics": {"train": defaultdict(list)}})()
+    got = reward(["p"] * n, completions, gold=gold, kind=["integer"] * n, live_response_kv=kv)
+    groups = [right[i:i + group] for i in range(0, n, group)]
+    varying = sum(0 < sum(g) < len(g) for g in groups) / len(groups)
+    metrics = reward.trainer._metrics["train"]
+    assert metrics["groups_varying"] == [pytest.approx(varying)]
+    assert metrics["correct"] == [pytest.approx(sum(right) / n)]
+    assert got == pytest.approx([float(r) - 0.3 * min(1.0, k / 200) for r, k in zip(right, kv)])

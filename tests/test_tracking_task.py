@@ -189,3 +189,93 @@ def test_data_make_writes_the_rows_and_refuses_bad_settings(tmp_path):
     r = CliRunner().invoke(app, ["data", "make", "tracking", "-o", str(out), "--min-ops", "9",
                                  "--max-ops", "3"])
     assert r.exit_code == 1 and "--min-ops" in r.output
+
+
+STEP = re.compile(r"^Step (\d+) \((.+)\) gives (.+), so ((?:\w=\d, )*\w=\d)\.$")
+
+
+def check_work(op_text: str, work: str, before: dict[str, int], after: dict[str, int]) -> None:
+    """A step's arithmetic, read against the states before and after it, by the operation's
+    text as the question states it."""
+    m = re.match(r"^swap (\w) and (\w)$", op_text)
+    if m:
+        t, s = m.groups()
+        assert work == f"{t} = {after[t]} and {s} = {after[s]}"
+        assert (after[t], after[s]) == (before[s], before[t])
+        return
+    t, op, operand = re.match(r"^(\w) (\+=|-=|=) (\w)$", op_text).groups()
+    if op == "=":
+        assert work == f"{t} = {after[t]}" and after[t] == before[operand]
+        return
+    value = int(operand) if operand.isdigit() else before[operand]
+    sign = "+" if op == "+=" else "-"
+    assert work == f"{t} = {before[t]} {sign} {value} = {after[t]}"
+    assert after[t] == (before[t] + (value if sign == "+" else -value)) % MODULUS
+    assert 1 <= value <= 9 or not operand.isdigit()
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 10 ** 6), variables=st.integers(2, 5))
+def test_every_line_of_the_trace_says_what_the_question_asks(seed, variables):
+    """The solution read line by line against the question text alone: the first line the
+    start values, step k names operation k as written and does its arithmetic on the state
+    the step before wrote, the last line names the asked variable and its value."""
+    row = make_rows(1, seed, variables, 1, 24)[0]
+    start, ops, asked = read_question(row["question"])
+    op_texts = [line.split(". ", 1)[1] for line in row["question"].splitlines()
+                if OP.match(line)]
+    lines = row["solution"].splitlines()
+    assert lines[0] == "We start with " + ", ".join(f"{v}={x}" for v, x in start.items()) + "."
+    state = dict(start)
+    for k, (line, text) in enumerate(zip(lines[1:-1], op_texts), 1):
+        m = STEP.match(line)
+        assert m, line
+        number, named, work, written = m.groups()
+        assert int(number) == k and named == text
+        after = {v: int(x) for v, x in STATE.findall(written)}
+        assert list(after) == list(start)
+        check_work(text, work, state, after)
+        state = after
+    assert len(lines) == len(op_texts) + 2
+    assert lines[-1] == (f"The final value of {asked} is {state[asked]}, so the answer is "
+                         f"\\boxed{{{state[asked]}}}.")
+    assert row["answer"] == str(state[asked])
+
+
+def test_the_generator_draws_every_kind_of_operation_with_digits_one_to_nine():
+    """Over many problems: every kind of operation, add/sub digits 1-9 (never a no-op 0),
+    a source never the target itself, start values 0-9, the asked variable among them."""
+    kinds, digits = set(), set()
+    for row in make_rows(300, 7, 4, 6, 30):
+        start, ops, asked = read_question(row["question"])
+        assert set(start.values()) <= set(range(10)) and asked in start
+        for number, sa, sb, target, op, operand in ops:
+            if sa is not None:
+                kinds.add("swap")
+                assert sa != sb
+            elif operand.isdigit():
+                kinds.add("add" if op == "+=" else "sub")
+                digits.add(int(operand))
+                assert op in ("+=", "-=")
+            else:
+                kinds.add("copy" if op == "=" else "add_var")
+                assert operand != target and op in ("=", "+=")
+    assert kinds == {"add", "sub", "add_var", "copy", "swap"}
+    assert digits == set(range(1, 10))
+
+
+@settings(max_examples=200, deadline=None)
+@given(gold=st.integers(0, 9), other=st.integers(0, 9),
+       wrapper=st.sampled_from(["{}", "\\text{{{}}}", "${}$", "{}.", " {} ", "0{}"]))
+def test_the_grader_reads_the_last_boxed_integer_however_it_is_written(gold, other, wrapper):
+    """The verifier the reward and `tip eval` use, against the rule written another way: the
+    content of the last `\\boxed{}`, with `\\text{}`, `$`, spaces, a trailing `.` and leading
+    zeros set aside, is the gold integer."""
+    from solm.core.math_task import is_correct, predicted_answer
+
+    boxed = "\\boxed{" + wrapper.format(other) + "}"
+    assert is_correct(predicted_answer(f"so the answer is {boxed}"), str(gold),
+                      "integer") == (other == gold)
+    assert is_correct(predicted_answer(f"\\boxed{{{gold}}} ... then {boxed}"), str(gold),
+                      "integer") == (other == gold)
+    assert not is_correct(predicted_answer(f"the answer is {other}"), str(gold), "integer")

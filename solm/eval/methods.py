@@ -295,11 +295,14 @@ def load_runners(methods: list[Method], settings: DecodeSettings | dict[str, Dec
         chosen = engines[m.label]
         key = (m.model, system.tokens, getattr(chosen, "engine", "torch"))
         if key not in loaded:
+            # what loading found or wrote for the engine (the GGUF, the ONNX graph), for
+            # every method that shares these weights
             loaded[key] = (system.load(m.model, chosen, dtype, device),
-                           getattr(chosen, "gguf", None))
-        (model, tok), gguf = loaded[key]
+                           {name: getattr(chosen, name, None) for name in ("gguf", "onnx")})
+        (model, tok), files = loaded[key]
         own = settings[m.label] if isinstance(settings, dict) else settings
-        values = ({"engine": chosen.engine, "gguf_type": chosen.gguf_type, "gguf": gguf}
+        values = ({"engine": chosen.engine, "gguf_type": chosen.gguf_type,
+                   "onnx_type": chosen.onnx_type, **files}
                   if hasattr(chosen, "engine") else {})
         runners[m.label] = MethodRunner(m, model, tok, own, pool_size, compile, values)
     return runners

@@ -48,8 +48,8 @@ from __future__ import annotations
 
 import random
 import zlib
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -58,6 +58,7 @@ from solm.core.control_tokens import PAD_CYCLE
 from solm.core.errors import SolmError
 from solm.core.settings import setting
 from solm.core.systems.pasta import POSITIONS, POSITIONS_HELP
+from solm.core.systems.pdiff import LAYOUTS
 from solm.core.structure import IGNORE, MaskTerm
 from solm.train.collator import StructuredExample, add_structure_masks, batch_length
 from solm.train.base import PreparedData, SolmTrainer, TrainConfig
@@ -79,8 +80,24 @@ class PdiffSFTConfig(TrainConfig):
     extra_pads: int = setting(10, "Each chunk gets a random 0..N extra pads inside its slots "
                                   "(the published method uses 10; 0: only the pads the "
                                   "promise leaves).", min=0, max=10)
-    mask_eps: float = setting(MASK_EPS, "The smallest masking rate: t = (1 - eps) U + eps.",
-                              above=0, max=1)
+    mask_eps: float = setting(MASK_EPS, "The smallest masking rate: t = eps + (max - eps) U "
+                                        "(U uniform on [0, 1)).", above=0, max=1)
+    mask_max: float = setting(1.0, "The largest masking rate (BD3-LM's clipped schedules draw "
+                                   "t from a band such as 0.3-0.8: lower variance, which "
+                                   "matters most for small blocks).", above=0, max=1)
+    layout: str = setting("one-copy", "one-copy: the chunks' slots masked in place (blocks: "
+                                      "one drawn per chunk); two-copy: BD3-LM's, a noised copy "
+                                      "of every chunk beside the clean one, so every block of "
+                                      "every chunk is trained in each pass (main tokens after "
+                                      "<sync/> read the clean chunks).", choices=LAYOUTS)
+    soft_target: Optional[str] = setting(None, "An autoregressive model (e.g. the Baseline-"
+                                               "SFT) whose next-token distribution on the "
+                                               "answer read in order is a soft target for "
+                                               "each masked content slot.")
+    soft_target_weight: float = setting(0.5, "With --soft-target: a masked content slot's "
+                                             "loss is (1 - w) x its cross-entropy + w x the "
+                                             "cross-entropy against the model's distribution.",
+                                        min=0, max=1)
     control_token_loss_weight: float = setting(
         1.0, "Autoregressive targets that are control tokens (promise, topic closers, sync) "
              "count this many times in the training loss (as in `pasta sft`); held-out loss "
@@ -107,13 +124,17 @@ class PdiffExample(StructuredExample):
     scale: list[float]  # per label: a DIFFUSION label's count over 1/t (its chunk's blocks)
     norm: int  # A + D
     attrs: dict[str, torch.Tensor]
+    # --soft-target: the answer read in order (tags and pads left out), and per label the
+    # row of it whose next-token distribution is that DIFFUSION label's soft target (-1 none)
+    plain_ids: list[int] = field(default_factory=list)
+    soft_rows: list[int] = field(default_factory=list)
 
 
-def sample_masking(diffusable: list[int], rng: random.Random, eps: float
-                   ) -> tuple[float, list[int]]:
-    """(t, the indices masked): t = (1 - eps) U + eps, each diffusable slot masked with
-    probability t."""
-    t = (1 - eps) * rng.random() + eps
+def sample_masking(diffusable: list[int], rng: random.Random, eps: float,
+                   high: float = 1.0) -> tuple[float, list[int]]:
+    """(t, the indices masked): t = eps + (high - eps) U, each diffusable slot masked with
+    probability t (high 1: the published method's (1 - eps) U + eps)."""
+    t = eps + (high - eps) * rng.random()
     return t, [j for j in diffusable if rng.random() < t]
 
 
@@ -142,6 +163,9 @@ class PdiffCollator:
     eps: float = MASK_EPS
     seed: int = 0
     flex: bool = False
+    mask_max: float = 1.0
+    copy_layout: str = "one-copy"  # `--layout` (the method `layout` lays a row out)
+    soft_targets: bool = False  # build the rows a soft-target teacher reads
 
     epoch: int = 0  # set by the trainer as each epoch begins (`EpochToCollator`)
 
@@ -171,6 +195,8 @@ class PdiffCollator:
         return self.encode_ids(ids[: self.max_len], prompt_len, rng)
 
     def encode_ids(self, ids: list[int], prompt_len: int, rng: random.Random) -> PdiffExample:
+        if self.copy_layout == "two-copy":
+            return self.encode_two_copy(ids, prompt_len, rng)
         from solm.core.systems.pdiff import predictor, structure
 
         s = structure(ids, self.vocab, prompt_len=prompt_len)
@@ -185,7 +211,7 @@ class PdiffCollator:
             diffusable_all = diffusable
             diffusable, counts = active_blocks(diffusable, s.attrs["thread"].tolist(),
                                                s.attrs["block"].tolist(), rng)
-        t, masked = sample_masking(diffusable, rng, self.eps)
+        t, masked = sample_masking(diffusable, rng, self.eps, self.mask_max)
         inputs = list(ids)
         scale = [1.0] * n
         for j in masked:
@@ -202,6 +228,54 @@ class PdiffCollator:
         control = [k == AR and lab in controls for k, lab in zip(kinds, labels)]
         return PdiffExample(inputs, s.position_ids.tolist(), s.term, labels, kinds, control,
                             t, scale, max(norm, 1), dict(s.attrs))
+
+    def encode_two_copy(self, ids: list[int], prompt_len: int,
+                        rng: random.Random) -> PdiffExample:
+        """The two-copy layout (`pdiff.two_copy`): AR labels on the clean rows as before;
+        each noised diffusable slot masked with probability t, its label at its predictor
+        row (`pdiff.two_copy_predictors`), counted 1/t: every block of every chunk in the
+        one pass."""
+        from solm.core.systems.pdiff import two_copy, two_copy_predictors
+
+        s = two_copy(ids, self.vocab, prompt_len=prompt_len)
+        n, total = len(ids), len(s.attrs["copy"])
+        labels, kinds = [IGNORE] * total, [0] * total
+        for i, target in enumerate(s.targets[:n].tolist()):
+            if i >= prompt_len - 1 and target != IGNORE and i + 1 < n:
+                labels[i + 1], kinds[i + 1] = target, AR
+        source = s.attrs["source"].tolist()
+        inputs = [ids[j] for j in source]
+        diffusable = [x for x in range(n, total) if s.attrs["diffusable"][x]]
+        t, masked = sample_masking(diffusable, rng, self.eps, self.mask_max)
+        rows = two_copy_predictors(s).tolist()
+        soft = [-1] * total
+        plain_at = self._plain_index(ids, s) if self.soft_targets else {}
+        for x in masked:
+            row = rows[x]
+            if kinds[row + 1]:
+                raise SolmError(f"slot {x}: its predicting row {row} already has a target")
+            labels[row + 1], kinds[row + 1] = ids[source[x]], DIFFUSION
+            inputs[x] = self.vocab.mask
+            if source[x] in plain_at and plain_at[source[x]] > 0:
+                soft[row + 1] = plain_at[source[x]] - 1
+        norm = sum(k == AR for k in kinds) + len(diffusable)
+        controls = set(self.vocab.control_ids)
+        control = [k == AR and lab in controls for k, lab in zip(kinds, labels)]
+        plain = [ids[j] for j in sorted(plain_at, key=plain_at.get)] if self.soft_targets \
+            else []
+        return PdiffExample(inputs, s.position_ids.tolist(), s.term, labels, kinds, control,
+                            t, [1.0] * total, max(norm, 1), dict(s.attrs), plain, soft)
+
+    def _plain_index(self, ids: list[int], s) -> dict[int, int]:
+        """Row of the layout -> its index in the answer read in order: the prompt and every
+        content token (main text and chunk content), tags and pads left out."""
+        from solm.core.systems.pasta import walk_training_order
+
+        attrs, _ = walk_training_order(ids, self.vocab)
+        pads = set(self.vocab.pads)
+        keep = [j for j, (tok, a) in enumerate(zip(ids, attrs))
+                if not a.is_tag and tok not in pads and tok != self.vocab.mask]
+        return {j: k for k, j in enumerate(keep)}
 
     def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
         examples = []
@@ -224,6 +298,13 @@ def collate(examples: list[PdiffExample], pad: int, flex: bool = False) -> dict:
              "loss_t": torch.tensor([e.t for e in examples], dtype=torch.float),
              "loss_scale": torch.ones((b, n), dtype=torch.float),
              "loss_norm": torch.tensor([e.norm for e in examples], dtype=torch.float)}
+    if any(e.plain_ids for e in examples):
+        longest = max(len(e.plain_ids) for e in examples)
+        batch["soft_ids"] = torch.full((b, longest), pad, dtype=torch.long)
+        batch["soft_rows"] = torch.full((b, n), -1, dtype=torch.long)
+        for i, e in enumerate(examples):
+            batch["soft_ids"][i, :len(e.plain_ids)] = torch.tensor(e.plain_ids)
+            batch["soft_rows"][i, :len(e.soft_rows)] = torch.tensor(e.soft_rows)
     for i, e in enumerate(examples):
         t = len(e.input_ids)
         batch["input_ids"][i, :t] = torch.tensor(e.input_ids)
@@ -236,19 +317,36 @@ def collate(examples: list[PdiffExample], pad: int, flex: bool = False) -> dict:
     return add_structure_masks(batch, examples, flex)
 
 
+def soft_cross_entropy(student_logits: torch.Tensor, teacher_logits: torch.Tensor
+                       ) -> torch.Tensor:
+    """Per row, the cross-entropy of the student's distribution against the teacher's, over
+    the tokens both know (the teacher's vocabulary may lack the student's control tokens)."""
+    v = min(student_logits.shape[-1], teacher_logits.shape[-1])
+    p = torch.softmax(teacher_logits[..., :v].float(), dim=-1)
+    return -(p * torch.log_softmax(student_logits.float(), dim=-1)[..., :v]).sum(-1)
+
+
 def pdiff_loss(logits: torch.Tensor, labels: torch.Tensor, kinds: torch.Tensor,
                t: torch.Tensor, norm: torch.Tensor, control: torch.Tensor | None = None,
-               control_weight: float = 1.0, scale: torch.Tensor | None = None
+               control_weight: float = 1.0, scale: torch.Tensor | None = None,
+               soft: tuple[torch.Tensor, torch.Tensor] | None = None, soft_weight: float = 0.0
                ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss of the module docstring, and its two parts (per-token means, for the log).
     `logits[b, i]` scores `labels[b, i + 1]`; `control` marks AR labels that count
     `control_weight` times; `scale` multiplies each DIFFUSION label's 1/t (its chunk's count
-    of blocks when blocks are drawn)."""
+    of blocks when blocks are drawn); `soft` = (bool [B, T - 1] where a DIFFUSION label has
+    a soft target, the teacher's logits [that many, V']): those labels' cross-entropy
+    becomes (1 - soft_weight) x CE + soft_weight x the CE against the teacher."""
     lg = logits[:, :-1].float()
     target = labels[:, 1:]
     kind = kinds[:, 1:]
     ce = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), target.reshape(-1), ignore_index=IGNORE,
                          reduction="none").view_as(target)
+    if soft is not None and soft_weight > 0 and soft[0].any():
+        where, teacher = soft
+        mixed = (1 - soft_weight) * ce[where] + soft_weight * soft_cross_entropy(
+            lg[where], teacher.to(lg.device))
+        ce = ce.masked_scatter(where, mixed)
     ar_weight = (kind == AR).float()
     if control is not None and control_weight != 1.0:
         ar_weight = ar_weight * torch.where(control[:, 1:].to(ce.device), control_weight, 1.0)
@@ -265,12 +363,22 @@ def pdiff_loss(logits: torch.Tensor, labels: torch.Tensor, kinds: torch.Tensor,
     return per_sequence.mean(), parts
 
 
+def chunk_slot_count(ids: list[int], vocab) -> list[int]:
+    """Per row of `ids`, 1 where it is a chunk slot (what the two-copy layout copies)."""
+    from solm.core.systems.pasta import MAIN, walk_training_order
+
+    attrs, _ = walk_training_order(ids, vocab)
+    return [int(a.thread != MAIN) for a in attrs]
+
+
 def pdiff_trainer_class(base: type) -> type:
     """`base` (a transformers Trainer) computing `pdiff_loss`; it logs the AR loss and the
     masked tokens' loss beside the total."""
 
     class PdiffTrainer(base):
         control_weight = 1.0
+        teacher = None  # --soft-target's model (frozen), or None
+        soft_weight = 0.0
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
@@ -285,10 +393,14 @@ def pdiff_trainer_class(base: type) -> type:
             labels, kinds = inputs.pop("labels"), inputs.pop("loss_kind")
             t, norm = inputs.pop("loss_t"), inputs.pop("loss_norm")
             control, scale = inputs.pop("loss_control"), inputs.pop("loss_scale", None)
+            soft_ids, soft_rows = inputs.pop("soft_ids", None), inputs.pop("soft_rows", None)
             outputs = model(**inputs)
             weight = self.control_weight if model.training else 1.0
+            soft = (self._soft_targets(soft_ids, soft_rows, kinds)
+                    if soft_ids is not None and self.teacher is not None and model.training
+                    else None)
             loss, parts = pdiff_loss(outputs.logits, labels, kinds, t, norm, control, weight,
-                                     scale)
+                                     scale, soft, self.soft_weight)
             if model.training:
                 for k, v in parts.items():
                     self._parts.setdefault(k, []).append(v)
@@ -299,6 +411,20 @@ def pdiff_trainer_class(base: type) -> type:
                     acc[0] += parts[k] * n
                     acc[1] += n
             return (loss, outputs) if return_outputs else loss
+
+        @torch.no_grad()
+        def _soft_targets(self, soft_ids: torch.Tensor, soft_rows: torch.Tensor,
+                          kinds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            """(where a DIFFUSION label has a soft target, the teacher's logits there): the
+            teacher reads each answer in order and its rows predict the masked tokens."""
+            teacher = self.teacher
+            device = next(teacher.parameters()).device
+            rows = soft_rows[:, 1:]
+            where = (rows >= 0) & (kinds[:, 1:] == DIFFUSION)
+            b, i = torch.nonzero(where, as_tuple=True)
+            hidden = teacher.model(input_ids=soft_ids.to(device)).last_hidden_state
+            picked = hidden[b.to(device), rows[where].to(device)]
+            return where, teacher.get_output_embeddings()(picked)
 
         def log(self, logs: dict, *args, **kwargs):
             if "loss" in logs and self._parts:
@@ -352,12 +478,29 @@ class PdiffSFTTrainer(SolmTrainer):
     def data_collator(self, tokenizer, vocab) -> Callable:
         cfg = self.config
         return PdiffCollator(tokenizer, vocab, cfg.max_len, cfg.extra_pads, cfg.mask_eps,
-                             cfg.seed, flex=self.attention() == "flex")
+                             cfg.seed, flex=self.attention() == "flex", mask_max=cfg.mask_max,
+                             copy_layout=cfg.layout, soft_targets=bool(cfg.soft_target))
 
     def trainer_class(self) -> type:
         cls = pdiff_trainer_class(super().trainer_class())
         cls.control_weight = self.config.control_token_loss_weight
+        if self.config.soft_target:
+            from solm.core.models import load_model
+
+            teacher, _ = load_model(self.config.soft_target, dtype="fp32", device="cpu")
+            cls.teacher = teacher.eval().requires_grad_(False)
+            cls.soft_weight = self.config.soft_target_weight
         return cls
+
+    def check(self) -> None:
+        super().check()
+        cfg = self.config
+        if cfg.mask_max <= cfg.mask_eps:
+            raise SolmError(f"--mask-max {cfg.mask_max} must be above --mask-eps "
+                            f"{cfg.mask_eps}: the masking rate is drawn between them")
+        if cfg.soft_target and cfg.layout != "two-copy":
+            raise SolmError("--soft-target needs --layout two-copy (its targets sit at the "
+                            "noised copy's slots)")
 
     def loss_label(self) -> str:
         weight = self.config.control_token_loss_weight
@@ -379,6 +522,8 @@ class PdiffSFTTrainer(SolmTrainer):
             except ValueError:  # a chunk beyond the largest promise
                 too_big += 1
                 continue
+            if cfg.layout == "two-copy":  # every chunk slot once more, as its noised copy
+                ids = ids + [0] * sum(chunk_slot_count(ids, vocab))
             if len(ids) > cfg.max_len:
                 too_long += 1
                 continue
@@ -392,5 +537,6 @@ class PdiffSFTTrainer(SolmTrainer):
                 "skipped_too_long": too_long, "skipped_chunk_too_long": too_big,
                 "train_rows": len(split.train), "eval_rows": len(held),
                 "tagged_train_rows": split.annotated, "extra_pads": cfg.extra_pads,
-                "mask_eps": cfg.mask_eps, "block_size": cfg.block_size}
+                "mask_eps": cfg.mask_eps, "mask_max": cfg.mask_max, "layout": cfg.layout,
+                "block_size": cfg.block_size}
         return PreparedData(split.train, held, meta)

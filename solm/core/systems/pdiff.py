@@ -46,6 +46,20 @@ is predicted (the shifted convention below) by the last slot of block b - 1, whi
 see block b: that one token of each block is predicted from the finished blocks alone, in
 training as in sampling.
 
+Two copies (BD3-LM's layout, `two_copy`): the sequence as above, every chunk slot clean,
+then a *noised copy* of every chunk's slots (attribute `copy` 1, the same attributes and
+positions as the clean slot it copies, `source` naming it). Visibility (`two_copy_visible`):
+clean tokens see clean tokens exactly as `pdiff_visible` says (a clean slot sees its chunk's
+blocks up to its own: block-causal), and never a noised one; a noised slot sees its own
+block of the noised copy both ways, the clean blocks of its chunk strictly before its own,
+and, outside its chunk, what its clean slot sees. So every block of every chunk is a
+denoising problem in one forward pass, each seeing what the sampler shows when it denoises
+that block: the finished blocks (clean) and its own slots (partly masked). Main tokens after
+`<sync/>` read the clean chunks, as they read the finished chunks at decode. The predictor
+of a noised slot (`two_copy_predictors`) is the noised slot before it in the same block, and
+for a block's first slot the clean slot before it (the finished block's last slot, the row
+the sampler reads it from).
+
 Targets:
 - main-thread tokens: the next main-thread token (the autoregressive loss), exactly PASTA's
   rule (a promise predicts the first main token after its chunk);
@@ -85,7 +99,9 @@ MIN_SLOTS = 3  # `<async>`, one content slot, `</async>`
 # what visibility reads: PASTA's attributes and a chunk slot's block
 ATTR_NAMES = (*PASTA_ATTR_NAMES, "block")
 __all__ = ["ATTR_NAMES", "NAME", "PdiffVocab", "Vocab", "PdiffTracker", "chunk_slots",
-           "slot_block", "chunk_blocks", "pdiff_visible", "predictor", "to_slots", "structure"]
+           "slot_block", "chunk_blocks", "pdiff_visible", "predictor", "to_slots", "structure",
+           "two_copy", "two_copy_visible", "two_copy_predictors", "LAYOUTS"]
+LAYOUTS = ("one-copy", "two-copy")  # the training layouts (`pdiff sft --layout`)
 
 
 @dataclass(frozen=True)
@@ -257,3 +273,55 @@ def structure(token_ids: Sequence[int] | torch.Tensor, vocab: PdiffVocab, prompt
     t["diffusable"] = torch.tensor(diffusable(token_ids, attrs, vocab), dtype=torch.long)
     return Structure(term=pdiff_visible, position_ids=t["pos"],
                      targets=torch.tensor(targets, dtype=torch.long), attrs=t)
+
+
+def two_copy_visible(q: Attrs, k: Attrs) -> torch.Tensor:
+    """The two-copy layout's rule (module docstring): clean among clean by `pdiff_visible`;
+    a noised slot reads its own noised block, its chunk's earlier clean blocks, and the
+    context its clean slot reads."""
+    q_clean, k_clean = q["copy"] == 0, k["copy"] == 0
+    same_chunk = (k["thread"] == q["thread"]) & (q["thread"] > MAIN)
+    clean = q_clean & k_clean & pdiff_visible(q, k)
+    own_block = ~q_clean & ~k_clean & same_chunk & (k["block"] == q["block"])
+    reads_clean = ~q_clean & k_clean & torch.where(same_chunk, k["block"] < q["block"],
+                                                   pasta_visible(q, k))
+    return clean | own_block | reads_clean
+
+
+def two_copy(token_ids: Sequence[int] | torch.Tensor, vocab: PdiffVocab, prompt_len: int = 0,
+             length_scale: float = 1.0) -> Structure:
+    """`structure` with a noised copy of every chunk slot appended (module docstring): T + M
+    rows for M chunk slots; attrs gain `copy` (0 clean, 1 noised) and `source` (the clean
+    row each row copies; its own index for a clean row); `diffusable` marks the noised
+    copies of diffusable slots (the clean copy's are 0: they are never masked)."""
+    if isinstance(token_ids, torch.Tensor):
+        token_ids = token_ids.tolist()
+    s = structure(token_ids, vocab, prompt_len, length_scale)
+    n = len(token_ids)
+    chunk = torch.nonzero(s.attrs["thread"] > MAIN).flatten()
+    source = torch.cat([torch.arange(n), chunk])
+    attrs = {name: t[source] for name, t in s.attrs.items()}
+    attrs["copy"] = torch.cat([torch.zeros(n, dtype=torch.long),
+                               torch.ones(len(chunk), dtype=torch.long)])
+    attrs["source"] = source
+    attrs["diffusable"] = torch.cat([torch.zeros(n, dtype=torch.long),
+                                     s.attrs["diffusable"][chunk]])
+    targets = torch.cat([s.targets, torch.full((len(chunk),), IGNORE, dtype=torch.long)])
+    return Structure(term=two_copy_visible, position_ids=s.position_ids[source],
+                     targets=targets, attrs=attrs)
+
+
+def two_copy_predictors(s: Structure) -> torch.Tensor:
+    """Per row of a `two_copy` structure, the row that predicts it when it is a masked noised
+    slot (-1 for other rows): the noised row before it in the same block of its chunk, or,
+    for the first slot of a block, the clean row before its source."""
+    n = len(s.attrs["copy"])
+    out = torch.full((n,), -1, dtype=torch.long)
+    noised = torch.nonzero(s.attrs["copy"] == 1).flatten()
+    if not len(noised):
+        return out
+    prev = noised - 1
+    same_block = ((s.attrs["copy"][prev] == 1) & (s.attrs["thread"][prev] == s.attrs["thread"][noised])
+                  & (s.attrs["block"][prev] == s.attrs["block"][noised]))
+    out[noised] = torch.where(same_block, prev, s.attrs["source"][noised] - 1)
+    return out

@@ -42,6 +42,11 @@ from solm.core.systems.pasta_schedule import DISTRUST, WANDER, pasta_metrics
 from solm.decode.pasta.live import ThreadView, thread_views
 from solm.decode.pasta.runtime import PastaDecodeConfig, PastaDecodeResult, PastaRuntime
 
+# untimed rounds of every side before the timed ones: after one, each side's first timed
+# run was still 1.2-1.3x slower than its fastest on a fresh 2-core machine (the first ~10 s
+# of decoding run slow there)
+WARM_ROUNDS = 2
+
 # a prompt the kept pasta-bonbon-cpu model (the demo's default) answers with a well-formed
 # answer of three threads (on torch and on onnxruntime q8)
 DEMO_PROMPT = "What are the advantages of electric cars?"
@@ -190,8 +195,9 @@ def time_both(rt: PastaRuntime, prompt: list[int], answer: list[int], content: l
     if yardstick is not None:
         # n + 1 tokens: the first comes from the prefill, so n one-token passes are timed
         sides["fastest"] = lambda: yardstick(prompt, max(1, len(content)) + 1)
-    for run in sides.values():
-        run()  # warm every path: first-call allocations, not timed
+    for _ in range(WARM_ROUNDS):
+        for run in sides.values():
+            run()  # warm every path: first-call allocations, not timed
     names = list(sides)
     runs: dict[str, list] = {name: [] for name in names}
     for k in range(max(1, repeats)):

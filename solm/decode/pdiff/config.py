@@ -46,6 +46,14 @@ class PdiffDecodeConfig:
                                          "first committed pad, take their pad at once; the "
                                          "chunk's steps shrink with its masked slots: no "
                                          "pass is spent on pads.")
+    min_fill: float = setting(0.0, "The first share of a chunk's content slots never takes "
+                                   "a pad: a chunk writes at least that much of what its "
+                                   "promise reserved before it may end (0: pads anywhere).",
+                              min=0.0, max=1.0)
+    pad_confidence: Optional[float] = setting(
+        None, "Commit a pad only where its probability reaches this (the model is sure the "
+        "chunk is over); elsewhere the slot takes its most likely other token. Off by "
+        "default.", above=0, max=1)
     max_topic_tokens: int = topic_cap_setting()
     record: bool = False  # keep each step's chunk tokens and logits (tests, analysis)
 

@@ -412,7 +412,15 @@ class PdiffRuntime:
         logits = logits.masked_fill(self._on(device, "chunk")[: logits.shape[-1]],
                                     float("-inf"))
         probs = torch.softmax(logits, dim=-1)
-        chosen = probs.argmax(dim=-1)
+        pad_ids = self._on(device, "pads")
+        # the slots a pad may not end yet (`min_fill`): their choice among the other tokens
+        early = [(j - 1) < job.run.req.config.min_fill * (len(job.chunk.tokens) - 2)
+                 for job in jobs for j in job.masked]
+        if any(early):
+            no_pad = torch.tensor(early, device=device)[:, None] & torch.isin(
+                torch.arange(logits.shape[-1], device=device), pad_ids)[None, :]
+            logits = logits.masked_fill(no_pad, float("-inf"))
+        chosen = torch.softmax(logits, dim=-1).argmax(dim=-1)
         temps = [j.run.req.config.chunk_temperature for j in jobs for _ in j.masked]
         if any(t > 0 for t in temps):
             keys = row_keys(
@@ -426,8 +434,17 @@ class PdiffRuntime:
                                  + gumbel(keys, logits.shape[-1]), dim=-1)
             chosen = torch.where(torch.tensor(temps, device=device) > 0, drawn, chosen)
         confidence = probs.gather(1, chosen[:, None])[:, 0]
+        thresholds = [job.run.req.config.pad_confidence for job in jobs for _ in job.masked]
+        if any(x is not None for x in thresholds):
+            # a pad the model is not sure of: the slot's most likely other token instead
+            need = torch.tensor([x if x is not None else 0.0 for x in thresholds],
+                                device=device)
+            unsure = torch.isin(chosen, pad_ids) & (confidence < need)
+            other = logits.index_fill(1, pad_ids, float("-inf")).argmax(dim=-1)
+            chosen = torch.where(unsure, other, chosen)
+            confidence = probs.gather(1, chosen[:, None])[:, 0]
         entropy = -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1)
-        is_pad = torch.isin(chosen, self._on(device, "pads"))
+        is_pad = torch.isin(chosen, pad_ids)
         return torch.stack([chosen.double(), confidence.double(), entropy.double(),
                             is_pad.double()])
 
