@@ -153,3 +153,39 @@ pdiff-sweep-cpu: setup $(ALPACA)  ## the steps ratio x threshold sweep of PDIFF_
 		$(foreach R,$(SWEEP_RATIOS),$(foreach T,$(SWEEP_THRESHOLDS),--method pdiff:r$(R)-t$(T)=$(PDIFF_MODEL),steps_ratio=$(R),confidence_threshold=$(T))) \
 		$(PDIFF_EVAL_ARGS)
 	$(BIN)/pasta eval report $(PDIFF_DIR)/sweep -o $(PDIFF_DIR)/sweep/report
+
+# The two-copy recipes (BD3-LM's layout: every block of every chunk trained in each pass,
+# `pdiff sft --layout two-copy`), on the own-answer rows with exact promised lengths and
+# seven pads, each beside the others: the layout alone (whole chunks); blocks of
+# PDIFF_TC_BLOCK slots with the masking band 0.3-0.8; the same for two epochs; the same
+# with the kept Baseline-SFT's distribution as a soft target; a full finetune. Each training
+# resumes; `make pdiff-two-copy-select-cpu` decodes the 30 selection prompts with every
+# recipe against baseline-sft-cpu in one `pasta eval run` (steps ratio 0.5; the recipes
+# with blocks also at min_fill 0.5).
+PDIFF_TC_DIR    ?= runs/pdiff-two-copy
+PDIFF_TC_BLOCK  ?= 8
+PDIFF_TC_ARGS   ?= $(PDIFF_RECIPE_ARGS) --layout two-copy --max-len 1536
+PDIFF_TC_BAND   ?= --mask-eps 0.3 --mask-max 0.8
+PDIFF_TC_whole      = 
+PDIFF_TC_blocks     = --block-size $(PDIFF_TC_BLOCK) $(PDIFF_TC_BAND)
+PDIFF_TC_blocks-2ep = --block-size $(PDIFF_TC_BLOCK) $(PDIFF_TC_BAND) --epochs 2
+PDIFF_TC_soft       = --block-size $(PDIFF_TC_BLOCK) $(PDIFF_TC_BAND) --soft-target baseline-sft-cpu
+PDIFF_TC_full       = --block-size $(PDIFF_TC_BLOCK) $(PDIFF_TC_BAND) --lora-r 0 --lr 2e-4 \
+	--control-token-lr-scale 30
+PDIFF_TC_RECIPES ?= whole blocks soft blocks-2ep full
+PDIFF_TC_LEVERS  ?= steps_ratio=0.5
+pdiff_tc_recipe = $(call trained,$(PDIFF_TC_DIR)/$(1)) $(BIN)/pdiff sft --data $(OWN_ROWS) \
+	--out $(PDIFF_TC_DIR)/$(1) $(PDIFF_TC_ARGS) $(PDIFF_TC_$(1))
+
+.PHONY: pdiff-two-copy-recipes-cpu pdiff-two-copy-select-cpu
+pdiff-two-copy-recipes-cpu: setup $(OWN_ROWS)  ## the two-copy recipes (PDIFF_TC_RECIPES), resumable
+	set -e; $(foreach R,$(PDIFF_TC_RECIPES),$(call pdiff_tc_recipe,$(R));)
+
+pdiff-two-copy-select-cpu: pdiff-two-copy-recipes-cpu $(ALPACA)  ## every two-copy recipe on the selection prompts
+	$(BIN)/pasta eval run -o $(PDIFF_TC_DIR)/select --prompts $(ALPACA) --limit 30 \
+		--batch-size 16 --method sequential:baseline-sft=baseline-sft-cpu \
+		--method pdiff:kept=pdiff-cpu,steps_ratio=0.5 \
+		$(foreach R,$(PDIFF_TC_RECIPES),--method pdiff:$(R)=$(PDIFF_TC_DIR)/$(R),$(PDIFF_TC_LEVERS)) \
+		$(foreach R,$(filter-out whole,$(PDIFF_TC_RECIPES)),--method pdiff:$(R)-fill=$(PDIFF_TC_DIR)/$(R),$(PDIFF_TC_LEVERS),min_fill=0.5) \
+		--repetition-penalty 1.2 --max-new-tokens 384 --no-judge --no-compile -q
+	$(BIN)/pasta eval report $(PDIFF_TC_DIR)/select -o $(PDIFF_TC_DIR)/select/report

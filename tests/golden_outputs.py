@@ -49,7 +49,8 @@ class Case:
 
 
 def _common(extra: list[str]) -> list[str]:
-    return [*extra, "--dtype", "fp32", "-q"]
+    # recorded on the reference engine (the default, auto, picks whatever is fastest here)
+    return [*extra, "--dtype", "fp32", "--engine", "torch", "-q"]
 
 
 def _prompts_file(work: Path) -> Path:

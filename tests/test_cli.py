@@ -66,7 +66,7 @@ def test_decode_end_to_end_with_a_saved_tiny_model(tmp_path, pasta_tokenizer):
     prompts.write_text('{"id": "a", "prompt": "hi"}\n{"id": "b", "prompt": "hello"}\n')
     out = tmp_path / "out.jsonl"
     args = ["decode", "-m", str(tmp_path / "tiny"), "-p", str(prompts), "-o", str(out),
-            "--max-new-tokens", "12", "--temperature", "0.8", "-q"]
+            "--max-new-tokens", "12", "--temperature", "0.8", "--engine", "torch", "-q"]
     r = runner.invoke(pasta.app, args)
     assert r.exit_code == 0, r.output
     rows = [json.loads(l) for l in out.read_text().splitlines()]

@@ -260,12 +260,12 @@ def test_a_tip_server_samples_as_tip_decode_does(monkeypatch):
     assert seen["temperature"] == 0.0
 
 
-@pytest.mark.parametrize("args", [["decode", "Hi", "--engine", "torch", "--gguf-type", "f32"],
-                                  ["decode", "Hi", "--gguf-type", "q4_0"]])
-def test_gguf_type_on_the_torch_engine_is_refused(args, monkeypatch):
+@pytest.mark.parametrize("engine", ["torch", "onnxruntime"])
+def test_gguf_type_on_an_engine_that_reads_no_gguf_is_refused(engine, monkeypatch):
     _no_model_load(monkeypatch)
-    r = CliRunner().invoke(pasta.app, args)
-    assert r.exit_code == 2 and "--gguf-type" in r.output and "torch" in r.output, r.output
+    r = CliRunner().invoke(pasta.app, ["decode", "Hi", "--engine", engine, "--gguf-type", "f32"])
+    assert r.exit_code == 2 and "--gguf-type" in r.output and engine in r.output, r.output
+    assert "llama.cpp" in r.output
 
 
 def test_open_ranges_read_the_same_in_help_error_and_check():

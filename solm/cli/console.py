@@ -185,7 +185,8 @@ class _HelpTable(_RichTable):
                 # Markdown help (one option's prose) as its text: a table cannot measure
                 # Markdown, and sized it past the panel's edge, which cut it mid-word
                 parts = [t if isinstance(t, _RichText) else
-                         _RichText(" ".join(str(getattr(t, "markup", t)).split()))
+                         _RichText(" ".join(str(getattr(t, "markup", t)).replace("`", "")
+                                            .split()))
                          for t in parts]
                 cells[k] = _RichText("\n").join(parts)
             if isinstance(cells[k], _RichText):  # a long word folds, never ends in `…`

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Optional
 
@@ -69,111 +70,117 @@ def run_decode(system: DecodeSystem, text: str | None, model: str, prompts: Path
     from solm.core.paths import outputs_beside
     from solm.core.provenance import check_rerun_settings, write_manifest
     from solm.core.records import Record, load_records
+    from solm.core.notices import held
     from solm.decode.jobs import (check_prompts_fit, check_refusals, decode_records,
                                   pending_jobs, undone)
 
-    if text is not None and prompts is not None:
-        raise SolmError("give one prompt as an argument or --prompts FILE, not both")
-    if text is not None and not text.strip():
-        raise SolmError("the prompt argument is empty: give a question to answer")
-    source = prompts or system.demo_prompts
-    if text is None and source is None:
-        raise SolmError("give a prompt as an argument, or --prompts FILE")
-    flags = {k: options.get(k) for k in system.sampling if k in MODEL_SETTINGS}
-    decoding = resolve_decode(model, flags, defaults)
-    sampling_values = {**_values(SamplingConfig, options, defaults),
-                       **{k: decoding.values[k] for k in flags}}
-    sampling = SamplingConfig(**sampling_values)
-    cfg = system.config_cls(**_values(system.config_cls, options, defaults), sampling=sampling)
-    if hasattr(cfg, "check"):
-        cfg.check()
-    engine = system.engine_cls(**_values(system.engine_cls, options, defaults))
-    system.prepare(cfg, engine, model)
-    part, device = sharded(shard, device, text_mode=text is not None)
-    if part is not None:
-        if is_stdio(out):
-            raise SolmError("--shard writes a shard file beside --out: give a file, not -")
-        out = part.file(out)
-    row_settings = system.row_settings(cfg, engine, model, dtype)
-    records: list[Record] = []
-    mixed = False
-    if text is None:
-        check_paths([source], outputs_beside(out))
-        mixed = check_rerun_settings(out, row_settings, force,
-                                     defaults=default_row_settings(system, defaults, model,
-                                                                   dtype))
-        duplicates = dedupe_list(dedupe)
-        records = list(load_records(str(source), limit=limit, duplicates=duplicates))
-        report_duplicates(duplicates, source)
-        if not records:
-            raise SolmError(f"{source}: no prompts; nothing was decoded")
-        records = take_shard(part, records, out)
-        if not records:
+    # notices of what was chosen (the engine) wait until the input is checked: a refused
+    # command prints its one error line
+    with ExitStack() as early:
+        early.enter_context(held())
+        if text is not None and prompts is not None:
+            raise SolmError("give one prompt as an argument or --prompts FILE, not both")
+        if text is not None and not text.strip():
+            raise SolmError("the prompt argument is empty: give a question to answer")
+        source = prompts or system.demo_prompts
+        if text is None and source is None:
+            raise SolmError("give a prompt as an argument, or --prompts FILE")
+        flags = {k: options.get(k) for k in system.sampling if k in MODEL_SETTINGS}
+        decoding = resolve_decode(model, flags, defaults)
+        sampling_values = {**_values(SamplingConfig, options, defaults),
+                           **{k: decoding.values[k] for k in flags}}
+        sampling = SamplingConfig(**sampling_values)
+        cfg = system.config_cls(**_values(system.config_cls, options, defaults), sampling=sampling)
+        if hasattr(cfg, "check"):
+            cfg.check()
+        engine = system.engine_cls(**_values(system.engine_cls, options, defaults))
+        system.prepare(cfg, engine, model)
+        part, device = sharded(shard, device, text_mode=text is not None)
+        if part is not None:
+            if is_stdio(out):
+                raise SolmError("--shard writes a shard file beside --out: give a file, not -")
+            out = part.file(out)
+        row_settings = system.row_settings(cfg, engine, model, dtype)
+        records: list[Record] = []
+        mixed = False
+        if text is None:
+            check_paths([source], outputs_beside(out))
+            mixed = check_rerun_settings(out, row_settings, force,
+                                         defaults=default_row_settings(system, defaults, model,
+                                                                       dtype))
+            duplicates = dedupe_list(dedupe)
+            records = list(load_records(str(source), limit=limit, duplicates=duplicates))
+            report_duplicates(duplicates, source)
+            if not records:
+                raise SolmError(f"{source}: no prompts; nothing was decoded")
+            records = take_shard(part, records, out)
+            if not records:
+                return
+            left = undone(records, out, system.samples(engine), system.per_sample)
+            if not left:  # a finished output: said without loading the model
+                info(f"{out}: every prompt is already decoded; nothing to do")
+                out_console.print_json(json.dumps({"done": 0, "skipped": len(records) *
+                                                   system.samples(engine)}))
+                finish_shard(part, out)
+                return
+        # refused before any weights load or any engine export: a bad row, a prompt too long
+        asked = records if text is None else [Record("cli", text)]
+        for rec in asked:
+            system.check_record(rec)
+        check_prompts_fit(model, asked)
+        early.close()  # the input holds: what was chosen for the run is said now
+        info(f"decoding with {decoding.describe()}")
+        info(f"loading {model} ...")
+        m, tok = system.load(model, engine, dtype, device)
+        base_model_hint(model, system.name)
+        runner = system.runner(m, tok, cfg, engine, len(records), text is not None)
+        if text is not None:
+            (job,), _ = pending_jobs([Record("cli", text)], tok, set())
+            answer, lines = system.answer_one(runner, job, engine)
+            out_console.print(answer, markup=False, highlight=False, soft_wrap=True)
+            for line in lines:
+                console.print(line, markup=False, highlight=False)
             return
-        left = undone(records, out, system.samples(engine), system.per_sample)
-        if not left:  # a finished output: said without loading the model
-            info(f"{out}: every prompt is already decoded; nothing to do")
-            out_console.print_json(json.dumps({"done": 0, "skipped": len(records) *
-                                               system.samples(engine)}))
-            finish_shard(part, out)
-            return
-    # refused before any weights load or any engine export: a bad row, a prompt too long
-    asked = records if text is None else [Record("cli", text)]
-    for rec in asked:
-        system.check_record(rec)
-    check_prompts_fit(model, asked)
-    info(f"decoding with {decoding.describe()}")
-    info(f"loading {model} ...")
-    m, tok = system.load(model, engine, dtype, device)
-    base_model_hint(model, system.name)
-    runner = system.runner(m, tok, cfg, engine, len(records), text is not None)
-    if text is not None:
-        (job,), _ = pending_jobs([Record("cli", text)], tok, set())
-        answer, lines = system.answer_one(runner, job, engine)
-        out_console.print(answer, markup=False, highlight=False, soft_wrap=True)
-        for line in lines:
-            console.print(line, markup=False, highlight=False)
-        return
-    to_stdout = is_stdio(out)  # records on stdout; texts, progress and the summary on stderr
-    if not to_stdout:
-        # the settings go beside the output before its first row (once the model loaded): an
-        # interrupted run's rerun is checked against them, never mixed silently
-        write_manifest(out, command, {"model": model, "prompts": str(source),
-                                      "out": str(out), "dtype": dtype, **row_settings},
-                       inputs=[source], model=model, row_settings=row_settings,
-                       mixed=mixed, extra={"finished": False})
-    written: list[dict] = []
-    samples = system.samples(engine)
-    with progress(system.display.describe(runner), len(records) * samples) as advance:
-        def on_row(summary, row: dict) -> None:
-            written.append(row)
-            advance(status=system.display.status(summary, row))
+        to_stdout = is_stdio(out)  # records on stdout; texts, progress and the summary on stderr
+        if not to_stdout:
+            # the settings go beside the output before its first row (once the model loaded): an
+            # interrupted run's rerun is checked against them, never mixed silently
+            write_manifest(out, command, {"model": model, "prompts": str(source),
+                                          "out": str(out), "dtype": dtype, **row_settings},
+                           inputs=[source], model=model, row_settings=row_settings,
+                           mixed=mixed, extra={"finished": False})
+        written: list[dict] = []
+        samples = system.samples(engine)
+        with progress(system.display.describe(runner), len(records) * samples) as advance:
+            def on_row(summary, row: dict) -> None:
+                written.append(row)
+                advance(status=system.display.status(summary, row))
 
-        summary = decode_records(runner, records, out, tok, runner.row,
-                                 system.summary_cls.start(cfg), samples, system.per_sample,
-                                 on_row)
-    rows = written if to_stdout else list(read_jsonl(out))
-    from solm.engines.cost import record_tokens_per_pass
+            summary = decode_records(runner, records, out, tok, runner.row,
+                                     system.summary_cls.start(cfg), samples, system.per_sample,
+                                     on_row)
+        rows = written if to_stdout else list(read_jsonl(out))
+        from solm.engines.cost import record_tokens_per_pass
 
-    record_tokens_per_pass(model, system.name, cfg, rows)  # what `--engine auto` weighs
-    extra = system.display.report(rows, summary, runner, engine)
-    settings = {"model": model, "prompts": str(source), "out": str(out), "limit": limit,
-                "shard": shard, "dtype": dtype, "device": device,
-                **settings_from(dataclasses.asdict(engine)), **row_settings}
-    write_manifest(out, command, settings, inputs=[source], model=model,
-                   extra={"summary": summary.to_dict(), **extra,
-                          "refused_ids": sorted({r["id"] for r in summary.refused}),
-                          "finished": True},
-                   row_settings=row_settings, mixed=mixed)
-    finish_shard(part, out)
-    if not quiet and system.display.shown_rows:
-        for row in rows[-min(len(records), system.display.shown_rows):]:
-            info(shown_row(system, row))
-    scope = "format (this run)" if to_stdout else "format (whole file)"
-    printed = {**summary.to_dict(), **{(scope if k == "format" else k): v
-                                       for k, v in extra.items()}}
-    (console if to_stdout else out_console).print_json(json.dumps(printed))
-    check_refusals(summary, str(out))
+        record_tokens_per_pass(model, system.name, cfg, rows)  # what `--engine auto` weighs
+        extra = system.display.report(rows, summary, runner, engine)
+        settings = {"model": model, "prompts": str(source), "out": str(out), "limit": limit,
+                    "shard": shard, "dtype": dtype, "device": device,
+                    **settings_from(dataclasses.asdict(engine)), **row_settings}
+        write_manifest(out, command, settings, inputs=[source], model=model,
+                       extra={"summary": summary.to_dict(), **extra,
+                              "refused_ids": sorted({r["id"] for r in summary.refused}),
+                              "finished": True},
+                       row_settings=row_settings, mixed=mixed)
+        finish_shard(part, out)
+        if not quiet and system.display.shown_rows:
+            for row in rows[-min(len(records), system.display.shown_rows):]:
+                info(shown_row(system, row))
+        scope = "format (this run)" if to_stdout else "format (whole file)"
+        printed = {**summary.to_dict(), **{(scope if k == "format" else k): v
+                                           for k, v in extra.items()}}
+        (console if to_stdout else out_console).print_json(json.dumps(printed))
+        check_refusals(summary, str(out))
 
 
 def shown_row(system: DecodeSystem, row: dict) -> str:

@@ -330,12 +330,12 @@ def bench(
              else [p.strip() for p in policies.split(",") if p.strip()])
     for name in names:  # fail on bad flags before loading the model
         make_policy(name, budget, page_size)
+    plot = None if out is None else out.with_suffix(".png")
+    check_paths([traces_file], [*outputs_beside(out), plot])
+    rows = read_trace_rows(traces_file, limit)  # the input first: then the engines chosen
     plans = plan_engines(engine, names, budget, page_size, named, registers=registers,
                          gguf_type=gguf_type, onnx_type=onnx_type, quantize=quantize,
                          compile=compile)
-    plot = None if out is None else out.with_suffix(".png")
-    check_paths([traces_file], [*outputs_beside(out), plot])
-    rows = read_trace_rows(traces_file, limit)
     done: list[dict] = []
 
     def policy_done(row: dict) -> None:

@@ -20,14 +20,12 @@ from __future__ import annotations
 import re
 import threading
 
-INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+from solm.core.prompt_format import MATH_INSTRUCTION as INSTRUCTION, with_instruction
 _GSM8K_GOLD = re.compile(r"####\s*(.+?)\s*$", re.S)
 _INTEGER = re.compile(r"^-?\d+$")
 
 
 def math_prompt(problem: str) -> str:
-    from solm.core.prompt_format import with_instruction
-
     return with_instruction(problem, INSTRUCTION)
 
 

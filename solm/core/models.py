@@ -445,8 +445,8 @@ def load_tokenizer(name_or_path: str = DEFAULT_MODEL):
     from transformers import AutoTokenizer
     from solm.core.prompt_format import attach, folder_instruction
 
-    folder = artifact_folder(str(name_or_path))
-    if folder and (Path(folder) / "adapter_config.json").exists() \
+    folder = artifact_folder(str(name_or_path)) or str(name_or_path)
+    if (Path(folder) / "adapter_config.json").exists() \
             and not (Path(folder) / "tokenizer_config.json").exists():
         # an adapter folder carries no tokenizer: its parent's, with the adapter's tokens
         from solm.core.jsonl import read_json_file
@@ -455,7 +455,7 @@ def load_tokenizer(name_or_path: str = DEFAULT_MODEL):
         meta = read_json_file(meta_path, "model metadata") if meta_path.is_file() else {}
         return attach(rebuilt_tokenizer(adapter_parent(Path(folder)), meta),
                       folder_instruction(folder))
-    path = resolve_model_path(folder or str(name_or_path))
+    path = resolve_model_path(folder)
     _check_model_folder(path)
     try:
         return attach(AutoTokenizer.from_pretrained(path, trust_remote_code=trusts_remote_code()),
@@ -571,18 +571,33 @@ def limit_context(model, tokenizer) -> None:
                                              or limit), limit)
 
 
+def model_config(name_or_path: str):
+    """A model's config, read without loading weights (a LoRA adapter: its parent's); None
+    where no config can be read."""
+    from transformers import AutoConfig
+
+    folder = artifact_folder(str(name_or_path)) or str(name_or_path)
+    if (Path(folder) / "adapter_config.json").exists():
+        return model_config(adapter_parent(Path(folder)))
+    path = resolve_model_path(folder)
+    try:
+        return AutoConfig.from_pretrained(path, trust_remote_code=trusts_remote_code())
+    except (OSError, ValueError):
+        return None
+
+
+def model_architectures(name_or_path: str) -> list[str] | None:
+    """The architectures a model's config names (None: unknown)."""
+    config = model_config(name_or_path)
+    names = getattr(config, "architectures", None) if config is not None else None
+    return list(names) if names else None
+
+
 def model_context_limit(name_or_path: str) -> int | None:
     """The most positions a model holds, read from its config without loading weights (a
     LoRA adapter: its parent's); None where the config says nothing."""
-    from transformers import AutoConfig
-
-    folder = artifact_folder(str(name_or_path))
-    if folder and (Path(folder) / "adapter_config.json").exists():
-        return model_context_limit(adapter_parent(Path(folder)))
-    path = resolve_model_path(folder or str(name_or_path))
-    try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trusts_remote_code())
-    except (OSError, ValueError):
+    config = model_config(name_or_path)
+    if config is None:
         return None
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
     limit = getattr(config, "max_position_embeddings", None)

@@ -18,6 +18,8 @@ import json
 from pathlib import Path
 
 FIELD = "prompt_instruction"
+# the maths instruction TIP's stages append (`solm.core.math_task` reads it from here)
+MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 TOKENIZER_ATTRIBUTE = "solm_instruction"
 
 
@@ -28,9 +30,7 @@ def recorded_instruction(meta: dict) -> str | None:
         return value if isinstance(value, str) and value.strip() else None
     settings = meta.get("settings") or {}
     if meta.get("control_tokens") == "tip" and settings.get("math_prompt"):
-        from solm.core.math_task import INSTRUCTION
-
-        return INSTRUCTION
+        return MATH_INSTRUCTION
     return None
 
 

@@ -169,12 +169,15 @@ class MethodRunner:
     def __init__(self, method: Method, model, tokenizer, settings: DecodeSettings,
                  pool_size: int = 2048, compile: bool = False, engine: dict | None = None):
         """`engine`: engine settings of the method's system beyond the pool and compile
-        (the resolved `engine`, its `gguf`)."""
+        (the resolved `engine`, its `gguf`); none given: the reference engine, which
+        `model` is loaded for."""
+        from solm.engines import REFERENCE
+
         self.method, self.settings, self.tokenizer = method, settings, tokenizer
         self.model = model
         self.system = method.system
         self.config = method.config(settings)
-        self.engine_values = dict(engine or {})
+        self.engine_values = {"engine": REFERENCE, **(engine or {})}
         self.engine = self._engine(pool_size=pool_size, compile=compile)
         self.runner = self.system.runner(model, tokenizer, self.config, self.engine, 1, True)
 

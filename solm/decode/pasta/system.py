@@ -221,6 +221,8 @@ def report(rows: list, summary: PastaDecodeSummary, runner, engine: PastaEngine)
     if get_engine(runner.engine).torch_step:
         speed.update(decode_bandwidth(runner.rt.model, summary.forward_passes, summary.kv_read,
                                       summary.decode_s))
+    elif runner.engine == "onnxruntime":
+        speed.update(onnx=engine.onnx, onnx_type=engine.onnx_type)
     else:
         speed.update(gguf=engine.gguf, gguf_type=engine.gguf_type)
     return {"format": format_stats(rows).to_dict() if rows else {}, "speed": speed}

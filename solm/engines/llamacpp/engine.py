@@ -37,7 +37,8 @@ class LlamaCppEngine(Engine):
         why = check(config=config, settings=settings, model=model, policy=policy) \
             if check else None
         return why or _settings_refusal(settings) or _given_gguf_refusal(model, settings,
-                                                                         system)
+                                                                         system) \
+            or _architecture_refusal(model)
 
     def settle(self, settings, model: str | None, system: str) -> None:
         """A GGUF given as the model decodes with its own weight type (and KV type)."""
@@ -228,3 +229,18 @@ class LlamaCppProbe:
         if self.ctx is not None:
             self.ctx.close()
             self.ctx = None
+
+
+def _architecture_refusal(model: str | None) -> str | None:
+    """Why solm cannot export the model to a GGUF (its config's architecture), or None."""
+    from solm.engines.llamacpp.export import ARCHITECTURES
+
+    if model is None or str(model).endswith(".gguf"):
+        return None
+    from solm.core.models import model_architectures
+
+    names = model_architectures(model)
+    if names and not any(n in ARCHITECTURES for n in names):
+        return (f"architecture {names[0]} cannot be exported to GGUF by solm yet "
+                f"(supported: {', '.join(ARCHITECTURES)})")
+    return None

@@ -42,7 +42,7 @@ class OnnxRuntimeEngine(Engine):
         if getattr(settings, "quantize", None):
             return ("--quantize quantizes torch's weights; on onnxruntime the graph's format "
                     "is --onnx-type")
-        return None
+        return unsupported_architecture(model)
 
     def load(self, model: str, settings, dtype: str, device: str | None, system: str,
              num_registers: int = 16):
@@ -137,3 +137,18 @@ class OrtProbe:
 
     def close(self) -> None:
         self.model = None
+
+
+def unsupported_architecture(model: str | None) -> str | None:
+    """Why the model has no ONNX graph in solm (its config's architecture), or None."""
+    from solm.engines.onnxruntime.graph import ARCHITECTURES
+
+    if model is None or str(model).endswith(".gguf"):
+        return None
+    from solm.core.models import model_architectures
+
+    names = model_architectures(model)
+    if names and not any(n in ARCHITECTURES for n in names):
+        return (f"architecture {names[0]} has no ONNX graph in solm yet (supported: "
+                f"{', '.join(ARCHITECTURES)})")
+    return None
