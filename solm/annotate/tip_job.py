@@ -39,8 +39,8 @@ class TipAnnotateSummary:
 def annotate_tip_rules_job(records: Iterable[Record], output: Path, rejects: Path,
                            count_tokens: Callable[[str], int], registers: int,
                            min_step_tokens: int,
-                           on_row: Callable[[TipAnnotateSummary], None] | None = None
-                           ) -> TipAnnotateSummary:
+                           on_row: Callable[[TipAnnotateSummary], None] | None = None,
+                           rule: str = "refers") -> TipAnnotateSummary:
     summary = TipAnnotateSummary()
     seen = done_ids(output, rejects)
     with JsonlWriter(output) as out, JsonlWriter(rejects) as rej:
@@ -48,7 +48,7 @@ def annotate_tip_rules_job(records: Iterable[Record], output: Path, rejects: Pat
             reason, detail = None, ""
             try:
                 a = annotate_tip_rules(rec.response or "", count_tokens, registers,
-                                       min_step_tokens)
+                                       min_step_tokens, rule, rec.meta.get("needs"))
                 if not tip_faithful(a.annotated, rec.response):
                     reason, detail = "unfaithful", "removing the registers changes the trace"
             except NotAnnotatable as e:
@@ -63,7 +63,7 @@ def annotate_tip_rules_job(records: Iterable[Record], output: Path, rejects: Pat
                            "response": rec.response, "annotated": a.annotated,
                            "steps": a.steps, "registers": registers, "killed": a.killed,
                            "forced": a.forced, "registers_used": a.registers_used,
-                           "annotator": "rules", **rec.meta})
+                           "annotator": "rules", "rule": rule, **rec.meta})
                 summary.annotated += 1
                 summary.reusing += a.reuses
                 summary.steps += a.steps

@@ -30,6 +30,14 @@ the least recently used is taken anyway and the kill is counted as `forced`.
 Reusing a register kills its holder, so a step dies only when the registers run out of free
 ones, and then the step longest without use goes first.
 
+**Rules** (`rule`): `refers` (the default) is the above; `needs` takes who reads whom from
+the problem itself instead (a generated task's rows carry `needs`: per line of the trace,
+the lines it reads; the trace's steps must then be its lines), so a step lives exactly
+until its last reader; `lru` ignores what later steps read: every holder counts as free,
+so a step lives for as many steps as there are registers (with 2 registers: killed by the
+step after next, whatever still reads it). `lru` is the deliberately simple rule a learned
+policy can beat (it keeps what nothing reads and kills what a far step still needs).
+
 **Malformed input.** A trace that already contains register-like text (`<reg_`) is refused
 (removing the registers could not give it back); an empty trace is refused.
 """
@@ -177,17 +185,46 @@ def assign_registers(needed: list[int], refers: list[list[int]], registers: int
     return out, killed, forced
 
 
+RULES = ("refers", "needs", "lru")
+
+
+def needs_to_refers(needs: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+    """`needed_until`'s pair from a problem's own reads: per step its last reader (itself if
+    none), and per step the steps it reads."""
+    needed = list(range(len(needs)))
+    for j, reads in enumerate(needs):
+        for i in reads:
+            if not 0 <= i < j:
+                raise NotAnnotatable("bad_needs", f"step {j} reads step {i}")
+            needed[i] = max(needed[i], j)
+    return needed, [sorted(r) for r in needs]
+
+
 def annotate_tip_rules(text: str, count: Callable[[str], int], registers: int = 4,
-                       min_step_tokens: int = 16) -> TipAnnotation:
+                       min_step_tokens: int = 16, rule: str = "refers",
+                       needs: list[list[int]] | None = None) -> TipAnnotation:
     """The trace with `<reg_i>` opening each step; raises NotAnnotatable."""
     if registers < 1:
         raise ValueError("registers must be >= 1")
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
     if not text or not text.strip():
         raise NotAnnotatable("empty", "no trace text")
     if "<reg_" in text:
         raise NotAnnotatable("register_text", "the trace already contains '<reg_'")
     steps = split_steps(text, count, min_step_tokens)
-    needed, refers = needed_until(steps)
+    if rule == "needs":
+        if needs is None:
+            raise NotAnnotatable("no_needs", "--rule needs reads a row's `needs` (a generated "
+                                             "task's rows carry it)")
+        if len(needs) != len(steps):
+            raise NotAnnotatable("steps_not_lines", f"{len(steps)} steps, {len(needs)} lines "
+                                                    f"in `needs` (lower --min-step-tokens)")
+        needed, refers = needs_to_refers(needs)
+    elif rule == "lru":
+        needed, refers = list(range(len(steps))), [[] for _ in steps]
+    else:
+        needed, refers = needed_until(steps)
     regs, killed, forced = assign_registers(needed, refers, registers)
     annotated = "".join(register_token(r) + s for r, s in zip(regs, steps))
     return TipAnnotation(annotated, len(steps), len(set(regs)), killed, forced, regs)

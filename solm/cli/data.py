@@ -135,14 +135,21 @@ Tasks:
   value of one asked; the solution writes one step per operation, each restating the whole
   state, so every older step stops mattering (TIP's registers drop them) while the prompt
   stays needed to the end.
+- `recall`: tracking's operations plus `x = y from step k` (x takes the value y had right
+  after step k): a recalled step's line must stay alive until its reader, however far, while
+  the others die at the next step; which ones is decided by the problem. Rows carry `needs`
+  (per line, the lines it reads), which `tip annotate --rule needs` reads.
 
 Examples:
 
 - `solm data make tracking -o runs/tip/tracking_train.jsonl --n 2000 --seed 1`
 - `solm data make tracking -o runs/tip/tracking_test.jsonl --n 200 --seed 2`
+- `solm data make recall -o runs/tip/recall_train.jsonl --n 2000 --seed 1`
 """
 
-TASKS = ("tracking",)
+TASKS = ("tracking", "recall")
+# each task's fewest and most operations when the command does not say
+OPERATIONS = {"tracking": (6, 30), "recall": (12, 36)}
 
 
 @app.command(help=MAKE_HELP)
@@ -153,10 +160,17 @@ def make(
                              "one made with other settings is refused; see --force)."),
     n: int = typer.Option(1000, "--n", min=1, help="How many problems."),
     seed: int = typer.Option(0, help="Problems differ by seed; ids name it."),
-    variables: int = typer.Option(3, min=2, max=8, help="tracking: variables per problem."),
-    min_ops: int = typer.Option(6, min=1, help="tracking: fewest operations."),
-    max_ops: int = typer.Option(30, min=1, help="tracking: most operations (counts are "
-                                "log-uniform in between: most short, a long tail)."),
+    variables: int = typer.Option(3, min=2, max=8, help="Variables per problem."),
+    min_ops: Optional[int] = typer.Option(None, min=1, help="Fewest operations (tracking: 6, "
+                                          "recall: 12)."),
+    max_ops: Optional[int] = typer.Option(None, min=1, help="Most operations (tracking: 30, "
+                                          "recall: 36; counts are log-uniform in between: "
+                                          "most short, a long tail)."),
+    recall_share: float = typer.Option(0.3, min=0.0, max=1.0, help="recall: the share of "
+                                       "operations that recall an earlier step."),
+    max_open: int = typer.Option(6, min=1, max=15, help="recall: at most this many earlier "
+                                 "steps wait for a reader at once (live steps a trace needs "
+                                 "beside the last: keep it under the registers)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output made "
                                "with other settings (or with no manifest beside it)."),
     config: Optional[Path] = ConfigOption, quiet: bool = QuietOption, debug: bool = DebugOption,
@@ -168,19 +182,34 @@ def make(
 
     if task not in TASKS:
         raise SolmError(f"unknown task {task!r}: expected one of {', '.join(TASKS)}")
+    min_ops = OPERATIONS[task][0] if min_ops is None else min_ops
+    max_ops = OPERATIONS[task][1] if max_ops is None else max_ops
     if min_ops > max_ops:
         raise SolmError(f"--min-ops {min_ops} is above --max-ops {max_ops}")
-    check_paths([], [out])
-    from solm.data.tracking import make_rows
+    from solm.cli.errors import current_context, given_explicitly
 
+    ctx = current_context()
+    for name in ("recall_share", "max_open"):
+        if task != "recall" and ctx is not None and given_explicitly(ctx, name):
+            raise SolmError(f"--{name.replace('_', '-')} applies to the recall task only")
+    check_paths([], [out])
     settings = {"task": task, "n": n, "seed": seed, "variables": variables,
                 "min_ops": min_ops, "max_ops": max_ops}
+    if task == "recall":
+        settings.update(recall_share=recall_share, max_open=max_open)
     if not force and existing_output(out, settings):
         info(f"{out}: already made with these settings; nothing to do")
         out_console.print_json(json.dumps({"out": str(out), "rows": 0, "skipped": True,
                                            **settings}))
         return
-    rows = make_rows(n, seed, variables, min_ops, max_ops)
+    if task == "recall":
+        from solm.data.recall import make_rows as recall_rows
+
+        rows = recall_rows(n, seed, variables, min_ops, max_ops, recall_share, max_open)
+    else:
+        from solm.data.tracking import make_rows
+
+        rows = make_rows(n, seed, variables, min_ops, max_ops)
     write_jsonl(out, rows)
     write_manifest(out, "solm data make", settings, inputs=[], row_settings=settings)
     info(f"{out}: {len(rows)} {task} problems (seed {seed})")

@@ -123,6 +123,12 @@ def annotate(
                                   "<reg_{N-1}>: fewer registers, more reuse."),
     min_step_tokens: int = typer.Option(16, min=1, help="rules: sentences merge until a step "
                                         "has this many tokens."),
+    rule: str = typer.Option("refers", help="rules: when a step's register may be reused. "
+                             "refers: once no later step refers back to it (shared numbers, "
+                             "variables, named quantities); needs: once its last reader in "
+                             "the row's own `needs` has run (a generated task's rows); lru: "
+                             "the least recently used register, whatever still reads its "
+                             "step (the simple rule a learned policy can beat)."),
     rejects: Optional[Path] = typer.Option(None, help="Rejected rows with a reason (default: "
                                            "OUTPUT with .rejects.jsonl)."),
     tokenizer: str = typer.Option(DEFAULT_MODEL, help="Tokenizer that counts step lengths."),
@@ -148,8 +154,15 @@ def annotate(
             version = tip_prompt_version(registers)
         except ValueError as e:
             raise SolmError(f"--registers {registers}: {e}") from None
+    from solm.annotate.tip_rules import RULES
+
+    if rule not in RULES:
+        raise typer.BadParameter(f"expected one of {', '.join(RULES)}", param_hint="--rule")
+    if rule != "refers" and annotator != "rules":
+        raise typer.BadParameter("applies to --annotator rules only", param_hint="--rule")
     row_settings = {"annotator": annotator, "tokenizer": tokenizer, "registers": registers,
                     "min_step_tokens": min_step_tokens if annotator == "rules" else None,
+                    "rule": rule if annotator == "rules" else None,
                     "temperature": llm["temperature"],
                     "max_output_tokens": llm["max_output_tokens"],
                     "prompt_version": version}
@@ -162,7 +175,7 @@ def annotate(
 
         with progress("annotating", len(records)) as advance:
             summary = annotate_tip_rules_job(
-                records, output, rejects, count, registers, min_step_tokens,
+                records, output, rejects, count, registers, min_step_tokens, rule=rule,
                 on_row=lambda s: advance(status=f"annotated {s.annotated} reusing "
                                                 f"{s.reuse_share:.0%} rejected "
                                                 f"{sum(s.rejected.values())}"))

@@ -67,9 +67,10 @@ def _from_turns(turns: Any, role_key: str, text_key: str, field: str
 def record_from_dict(raw: dict[str, Any], default_id: str) -> Record:
     """Convert one raw record; raises ValueError naming the missing field."""
     rid = str(raw.get("id", raw.get("unique_id", default_id)))
-    # a problem's gold answer and task travel with it, so its decodes are graded
+    # a problem's gold answer and task travel with it, so its decodes are graded; a generated
+    # task's reads per line (`needs`), for `tip annotate --rule needs`
     meta = {k: raw[k] for k in ("dataset", "source", "generator", "answer", "final_answer",
-                                "expected_answer", "task") if k in raw}
+                                "expected_answer", "task", "needs") if k in raw}
     if "conversations" in raw:
         system, prompt, response = _from_turns(raw["conversations"], "from", "value",
                                                "conversations")

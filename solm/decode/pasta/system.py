@@ -221,10 +221,11 @@ def report(rows: list, summary: PastaDecodeSummary, runner, engine: PastaEngine)
     if get_engine(runner.engine).torch_step:
         speed.update(decode_bandwidth(runner.rt.model, summary.forward_passes, summary.kv_read,
                                       summary.decode_s))
-    elif runner.engine == "onnxruntime":
-        speed.update(onnx=engine.onnx, onnx_type=engine.onnx_type)
-    else:
-        speed.update(gguf=engine.gguf, gguf_type=engine.gguf_type)
+    else:  # the engine's weight format and the file it decoded (`gguf_type` -> `gguf`)
+        fmt = get_engine(runner.engine).format_setting
+        speed.update({fmt: getattr(engine, fmt, None),
+                      fmt.removesuffix("_type"): getattr(engine, fmt.removesuffix("_type"),
+                                                         None)})
     return {"format": format_stats(rows).to_dict() if rows else {}, "speed": speed}
 
 
