@@ -71,3 +71,23 @@ def test_the_demo_times_the_kept_model_against_the_baseline_on_the_same_length(t
     assert d["realized"] == pytest.approx(min(d["sequential_s"]) / min(d["pdiff_s"]), rel=1e-2)
     assert d["forward_passes"] == d["plan_passes"] + d["denoise_passes"]
     assert d["annotated"].count("<async>") == len(d["chunks"]) > 0
+
+
+def test_the_demo_records_the_weight_format_of_the_engine_it_ran_on():
+    """A llama.cpp run records its GGUF type, not torch's dtype of the model it exported
+    from; a torch run records the dtype."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from solm.cli.pdiff_demo import weight_format
+
+    model = SimpleNamespace(dtype=torch.float32)
+    llama = weight_format(SimpleNamespace(engine="llama.cpp", gguf_type="q8_0", onnx_type="q8"),
+                          model)
+    assert llama == {"dtype": None, "gguf_type": "q8_0", "onnx_type": None}
+    ort = weight_format(SimpleNamespace(engine="onnxruntime", gguf_type="q8_0", onnx_type="i8"),
+                        model)
+    assert ort == {"dtype": None, "gguf_type": None, "onnx_type": "i8"}
+    assert weight_format(SimpleNamespace(engine="torch", gguf_type="q8_0", onnx_type="q8"),
+                         model)["dtype"] == "torch.float32"

@@ -279,3 +279,12 @@ def test_the_grader_reads_the_last_boxed_integer_however_it_is_written(gold, oth
     assert is_correct(predicted_answer(f"\\boxed{{{gold}}} ... then {boxed}"), str(gold),
                       "integer") == (other == gold)
     assert not is_correct(predicted_answer(f"the answer is {other}"), str(gold), "integer")
+
+
+def test_data_make_help_names_the_step_between_it_and_tip_sft():
+    """`tip sft` reads `tip annotate`'s output, not `solm data make`'s: the help says so."""
+    from solm.cli.main import app
+
+    r = CliRunner().invoke(app, ["data", "make", "--help"], env={"COLUMNS": "200"})
+    flat = " ".join(r.output.replace("│", " ").split())
+    assert "tip annotate -i (whose output tip sft --data reads)" in flat.replace("`", "")
