@@ -1808,10 +1808,10 @@ GPU_STEP = {
         "        keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < top_p[:, None]",
         "        keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < 1.0",
         ["tests/test_device_sampling.py"]),
-    "gathered_step_ignores_the_mask": (
-        "solm/engines/torch/gathered.py",
-        "            mask[at:at + seg.rows, :len(keys)] = seg.mask",
-        "            mask[at:at + seg.rows, :len(keys)] = True",
+    "device_step_ignores_the_mask": (
+        "solm/engines/torch/device_step.py",
+        "        mask = pairwise(self.visible, q, k)\n",
+        "        mask = pairwise(self.visible, q, k) | True\n",
         ["tests/test_compiled_every_system.py"]),
     "pdiff_chunk_choices_copied_per_chunk": (
         "solm/decode/pdiff/runtime.py",

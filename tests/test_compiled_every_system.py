@@ -186,11 +186,12 @@ def test_planned_diffusion_and_sot_runtimes_compile_their_passes(pdiff_model, pd
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("system", ["pasta", "sot", "pdiff"])
 def test_the_all_tensor_step_equals_the_segmented_one(system, compiled, tokenizers, models):
-    """The step CUDA graphs replay (`GatheredSlotStep`: a row per token gathering its
-    request's keys under a mask row) against `SlotStep` (attention per request), on each
-    system's structure, passes of 1 to 16 tokens; nothing in its pass reads a device value."""
+    """The step CUDA graphs replay (`DeviceSlotStep`: one upload, the mask evaluated on the
+    device over the slots' attributes, attention over the pool in place) against `SlotStep`
+    (attention per request), on each system's structure, passes of 1 to 16 tokens; nothing
+    in its pass reads a device value."""
     from solm.engines.torch.host_sync import counting_host_syncs
-    from solm.engines.torch.gathered import GatheredSlotStep
+    from solm.engines.torch.device_step import DeviceSlotStep
 
     tok, model = tokenizers[system], models[system]
     term, names, struct = system_case(system, tok)
@@ -198,7 +199,8 @@ def test_the_all_tensor_step_equals_the_segmented_one(system, compiled, tokenize
     visible = and_masks(same_request, term)
     reference = drive(SlotStep(model, 512, visible, (*names, *BATCH_ATTR_NAMES)), ids, struct,
                       names, prefill=10)
-    step = GatheredSlotStep(model, 512, visible, (*names, *BATCH_ATTR_NAMES), compile=compiled)
+    step = DeviceSlotStep(model, 512, visible, (*names, *BATCH_ATTR_NAMES), compile=compiled,
+                          backend="eager")
     syncs = []
 
     def counted(*args, **kwargs):  # (a dispatch mode keeps dynamo out: eager only)
@@ -223,11 +225,10 @@ def test_continuous_batching_on_the_all_tensor_step_reads_each_solo_decode(tiny,
     from solm.core.systems.pasta import ATTR_NAMES, pasta_visible
     from solm.decode.pasta.batched import BatchedPastaRuntime
     from solm.decode.pasta.runtime import PastaRuntime
-    from solm.engines.torch.gathered import GatheredSlotStep
+    from solm.engines.torch.device_step import DeviceSlotStep
 
-    step = GatheredSlotStep(tiny, 1024, and_masks(same_request, pasta_visible),
-                            (*ATTR_NAMES, *BATCH_ATTR_NAMES), compile=True,
-                            backend="eager")
+    step = DeviceSlotStep(tiny, 1024, and_masks(same_request, pasta_visible),
+                          (*ATTR_NAMES, *BATCH_ATTR_NAMES), compile=True, backend="eager")
     batched = BatchedPastaRuntime(tiny, pasta_tokenizer, pool_size=1024, max_batch=2,
                                   forward=step)
     solo = PastaRuntime(tiny, pasta_tokenizer, pool_size=1024)

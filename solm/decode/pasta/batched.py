@@ -39,11 +39,12 @@ from solm.core.model_features import past_the_window
 from solm.core.structure import BATCH_ATTR_NAMES, and_masks, same_request
 from solm.core.systems.pasta import ATTR_NAMES, PastaTracker, pasta_visible
 from solm.decode.flags import MAX_NEW_TOKENS as FLAG_MAX_NEW_TOKENS
-from solm.decode.pasta.runtime import (MODES, Chooser, PastaDecodeConfig, PastaDecodeResult,
-                                       PastaRunState, PastaRuntime, _Thread,
+from solm.decode.pasta.runtime import (MODES, Chooser, PassChoices, PastaDecodeConfig,
+                                       PastaDecodeResult, PastaRunState, PastaRuntime, _Thread,
                                        choose_next)
 from solm.decode.protocol import Done
-from solm.engines.torch.gathered import slot_step
+from solm.engines.staging import PassStaging
+from solm.engines.torch.device_step import slot_step
 from solm.engines.torch.slots import SlotAllocator
 
 REFUSED = "refused"
@@ -117,6 +118,8 @@ class BatchedPastaRuntime:
         self.rules.join_before_sync = bool(getattr(forward, "join_before_sync", False))
         self.model, self.tokenizer = model, tokenizer
         self.vocab = self.rules.vocab
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        self.device = next(model.parameters()).device
         self.max_batch = max_batch
         self.pool_size = pool_size
         self.forward = forward or slot_step(model, pool_size,
@@ -347,25 +350,37 @@ class BatchedPastaRuntime:
             slots += range(run.next_slot, run.next_slot + len(batch))
             run.next_slot += len(batch)
         reads = [(len(batch), self._reads(run)) for run, batch, _ in fed]
-        built = self.forward.compile_s
-        logits = self.forward(tokens, [a.pos for _, a in rows], self._columns(rows), slots,
-                              reads)
-        built = self.forward.compile_s - built  # a step that built a graph: not decode time
-        self.steps += 1
+        # what each thread fed, and the draws of its next token, before the pass: a draw
+        # reads what its thread fed, not the logits, so the draws' table rides in the
+        # pass's one upload where the step takes a staging (`solm.engines.staging`)
         at, records = 0, []
         for run, batch, _ in fed:
-            state = run.state
-            mine = logits[at:at + len(batch)]
+            records.append((run, batch, at, rules._record_fed(run.state, batch, None)))
             at += len(batch)
+        plan = PassChoices([(run.state, batch[row][0], at + row)
+                            for run, batch, at, asks in records for row in asks],
+                           self.vocab_size)
+        extra = {}
+        if getattr(self.forward, "stages", False):
+            extra["staging"] = PassStaging(self.device)
+            plan.stage(extra["staging"])
+        built = self.forward.compile_s
+        logits = self.forward(tokens, [a.pos for _, a in rows], self._columns(rows), slots,
+                              reads, **extra)
+        built = self.forward.compile_s - built  # a step that built a graph: not decode time
+        self.steps += 1
+        for run, batch, at, _ in records:
+            state = run.state
             state.steps += 1
             state.compile_s += built
             state.fed_total += len(batch)
             state.kv_read += run.next_slot - run.start + (
                 run.prefix.end - run.prefix.start if run.prefix else 0)
-            records.append((run, batch, mine, rules._record_fed(state, batch, mine)))
+            if state.config.record_logits:
+                for row, (th, _) in enumerate(batch):
+                    th.logits.append(logits[at + row])
         # every request's next tokens in one draw: one copy to the host per pass
-        chosen = iter(choose_next([(run.state, batch[row][0], mine[row])
-                                   for run, batch, mine, asks in records for row in asks]))
+        chosen = iter(plan.finish(logits))
         for run, batch, _, asks in records:
             if rules._settle(run.state, batch, {row: next(chosen) for row in asks}):
                 run.state.flags.add(FLAG_MAX_NEW_TOKENS)

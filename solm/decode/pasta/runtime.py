@@ -28,8 +28,8 @@ import torch
 
 from solm.core.models import positions_of
 from solm.core.model_features import past_the_window
-from solm.core.sampling import (Draw, Sampler, SamplingConfig, choose_tokens,
-                                 formatting_token_ids)
+from solm.core.sampling import (Draw, RowTable, Sampler, SamplingConfig, choose_on_device,
+                                 choose_tokens, formatting_token_ids)
 from solm.core.systems.pasta import (ATTR_NAMES, MAIN, PastaTracker, PastaVocab, TokenAttrs,
                                      pasta_visible, walk_training_order)
 from solm.decode.flags import (PASTA_GUARDS, BLOCK_CUT as FLAG_BLOCK_CUT,
@@ -137,42 +137,79 @@ class PastaRunState:
         return self.chooser is None
 
     def next_token(self, th: _Thread, logits: torch.Tensor) -> int | None:
-        return choose_next([(self, th, logits)])[0]
+        return choose_next(logits[None], [(self, th, 0)])[0]
 
 
 _GIVEN = Sampler(SamplingConfig())  # rows whose token is decided: only their log-prob
 
 
-def choose_next(items: Sequence[tuple[PastaRunState, _Thread, torch.Tensor]]
+def choose_next(logits: torch.Tensor, items: Sequence[tuple[PastaRunState, _Thread, int]]
                 ) -> list[int | None]:
-    """Each (state, thread, logits row)'s next token: the thread's script's in a replay, else
-    its state's chooser's. Rows whose chooser draws batched (`GrammarChooser` over a
-    `Sampler`) are chosen together, on the logits' device, with one copy of the ids (and
-    log-probs, where recorded) back to the host for all of them."""
-    out: list[int | None] = [None] * len(items)
-    batched: list[tuple[int, Draw]] = []
-    for i, (state, th, logits) in enumerate(items):
-        th.pending_forced, th.pending_logprob = False, None
-        if th.script is not None:
-            k = len(th.fed)
-            out[i] = th.script[k] if k < len(th.script) else None
-        elif getattr(state.chooser, "draws_batched", False):
-            batched.append((i, state.chooser.draw(th, state)))
-            continue
-        else:
-            out[i] = state.chooser(th, logits, state)
-        if out[i] is not None and state.config.record_logprobs:
-            batched.append((i, _GIVEN.draw(given=out[i])))
-    if batched:
-        rows = torch.stack([items[i][2] for i, _ in batched])
-        want = any(items[i][0].config.record_logprobs for i, _ in batched)
-        ids, logprobs = choose_tokens(rows, [d for _, d in batched], logprobs=want)
-        for k, (i, _) in enumerate(batched):
-            state, th, _ = items[i]
-            out[i] = ids[k]
-            if state.config.record_logprobs:
-                th.pending_logprob = logprobs[k]
-    return out
+    """Each (state, thread, row of `logits`)'s next token: the thread's script's in a
+    replay, else its state's chooser's. Rows whose chooser draws batched (`GrammarChooser`
+    over a `Sampler`) are chosen together, on the logits' device, gathered from `logits` by
+    the draws' own upload, with one copy of the ids (and log-probs, where recorded) back to
+    the host for all of them."""
+    return PassChoices(items, logits.shape[-1]).finish(logits)
+
+
+class PassChoices:
+    """The next tokens a pass asks for, planned before its forward (a thread's draw reads
+    only what it fed, not the logits): scripted tokens now, the batched draws' table ready
+    to ride in the pass's one upload (`stage`), the rest chosen from the logits
+    (`finish`)."""
+
+    def __init__(self, items: Sequence[tuple[PastaRunState, _Thread, int]], vocab_size: int):
+        self.items = list(items)
+        self.out: list[int | None] = [None] * len(self.items)
+        self.batched: list[tuple[int, Draw]] = []
+        self.later: list[int] = []  # rows a chooser that does not draw batched picks
+        for i, (state, th, row) in enumerate(self.items):
+            th.pending_forced, th.pending_logprob = False, None
+            if th.script is not None:
+                k = len(th.fed)
+                self.out[i] = th.script[k] if k < len(th.script) else None
+                if self.out[i] is not None and state.config.record_logprobs:
+                    self.batched.append((i, _GIVEN.draw(given=self.out[i])))
+            elif getattr(state.chooser, "draws_batched", False):
+                self.batched.append((i, state.chooser.draw(th, state)))
+            else:
+                self.later.append(i)
+        self.table = RowTable([d for _, d in self.batched], vocab_size,
+                              [self.items[i][2] for i, _ in self.batched]) \
+            if self.batched else None
+
+    def stage(self, staging) -> None:
+        if self.table is not None:
+            self.table.stage(staging)
+
+    def finish(self, logits: torch.Tensor) -> list[int | None]:
+        for i in self.later:
+            state, th, row = self.items[i]
+            self.out[i] = state.chooser(th, logits[row], state)
+            if self.out[i] is not None and state.config.record_logprobs:
+                th.pending_logprob = choose_tokens(logits, [_GIVEN.draw(given=self.out[i])],
+                                                   logprobs=True, rows=[row])[1][0]
+        if self.batched:
+            want = any(self.items[i][0].config.record_logprobs for i, _ in self.batched)
+            ids, logprobs = _choose_table(logits, self.table, [d for _, d in self.batched],
+                                          want)
+            for k, (i, _) in enumerate(self.batched):
+                state, th, _ = self.items[i]
+                self.out[i] = ids[k]
+                if state.config.record_logprobs:
+                    th.pending_logprob = logprobs[k]
+        return self.out
+
+
+def _choose_table(logits: torch.Tensor, table: RowTable, draws: list[Draw], logprobs: bool
+                  ) -> tuple[list[int], list[float] | None]:
+    """`choose_tokens` over a table planned before the pass (its upload, or the pass's)."""
+    ids, lp = choose_on_device(logits, draws, logprobs, rows=table.row_list, table=table)
+    if lp is None:
+        return ids.tolist(), None
+    chosen, values = torch.stack([ids.double(), lp.double()]).tolist()
+    return [int(t) for t in chosen], values
 
 
 class GrammarChooser:
@@ -460,7 +497,7 @@ class PastaRuntime:
         """Record what each thread fed and choose its next token; True when the token cap
         stopped decoding."""
         asks = self._record_fed(state, batch, logits)
-        chosen = choose_next([(state, batch[row][0], logits[row]) for row in asks])
+        chosen = choose_next(logits, [(state, batch[row][0], row) for row in asks])
         return self._settle(state, batch, dict(zip(asks, chosen)))
 
     def _record_fed(self, state: PastaRunState, batch: list[tuple[_Thread, int]],
@@ -476,7 +513,7 @@ class PastaRuntime:
             th.forced.append(th.pending_forced)
             if config.record_logprobs:
                 th.logprobs.append(th.pending_logprob)
-            if config.record_logits:
+            if config.record_logits and logits is not None:  # (None: recorded by the caller)
                 th.logits.append(logits[row])
             if th is main:
                 if tok == v.sync:

@@ -57,7 +57,7 @@ from solm.decode.flags import MAX_NEW_TOKENS, TOPIC_CAPPED
 from solm.decode.pasta.grammar import PastaGrammar
 from solm.decode.pdiff.config import PdiffDecodeConfig
 from solm.decode.protocol import Done
-from solm.engines.torch.gathered import slot_step
+from solm.engines.torch.device_step import slot_step
 from solm.engines.torch.slots import SlotAllocator
 
 CONTINUATION_CAP = "continuation_cap"  # the continuation after <sync/> reached its cap

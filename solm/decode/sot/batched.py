@@ -25,7 +25,7 @@ from solm.core.sampling import SamplingConfig, choose_tokens
 from solm.core.structure import BATCH_ATTR_NAMES, and_masks, same_request
 from solm.core.systems.sot import ATTR_NAMES, SotTracker, sot_visible
 from solm.decode.flags import MAX_NEW_TOKENS
-from solm.engines.torch.gathered import slot_step
+from solm.engines.torch.device_step import slot_step
 from solm.engines.torch.slots import SlotAllocator
 from solm.decode.sot import runtime as sot_runtime
 from solm.decode.sot.prompts import EXPAND_PRIMER, SKELETON_PRIMER, skeleton_prompt

@@ -87,3 +87,78 @@ def counting_host_syncs() -> Iterator[HostSyncs]:
     finally:
         for name, original in originals.items():
             setattr(torch.Tensor, name, original)
+
+
+# what builds a tensor from host data: on a GPU, a host-to-device copy each
+UPLOADERS = ("tensor", "as_tensor", "asarray", "from_numpy", "frombuffer")
+
+
+class PassWork:
+    """What ran under `counting_pass_work()`: eager ops dispatched (by name), uploads (a
+    tensor built from Python or numpy data, or a copy from a CPU tensor to another device),
+    host syncs (as `counting_host_syncs` counts them)."""
+
+    def __init__(self):
+        self.ops: Counter[str] = Counter()
+        self.uploads: Counter[str] = Counter()
+        self.syncs = HostSyncs()
+
+    @property
+    def op_total(self) -> int:
+        return sum(self.ops.values())
+
+    @property
+    def upload_total(self) -> int:
+        return sum(self.uploads.values())
+
+
+class _CountOps(TorchDispatchMode):
+    def __init__(self, seen: PassWork):
+        super().__init__()
+        self.seen = seen
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.ops[func._schema.name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def counting_pass_work() -> Iterator[PassWork]:
+    """Count, inside the block, every op dispatched, every upload and every host sync: what
+    a pass costs a GPU beyond its kernels (a launch per eager op, a blocking copy per upload,
+    a wait per sync), counted on any device. Not thread-safe (it patches torch); for tests
+    and benchmarks."""
+    seen = PassWork()
+    originals = {name: getattr(torch, name) for name in UPLOADERS if hasattr(torch, name)}
+    to, copy_ = torch.Tensor.to, torch.Tensor.copy_
+
+    def counted(name, original):
+        def build(data, *args, **kwargs):
+            if not isinstance(data, torch.Tensor):
+                seen.uploads[f"torch.{name}"] += 1
+            return original(data, *args, **kwargs)
+        return build
+
+    def counted_to(self, *args, **kwargs):
+        out = to(self, *args, **kwargs)
+        if self.device.type == "cpu" and out.device.type != "cpu":
+            seen.uploads["Tensor.to"] += 1
+        return out
+
+    def counted_copy(self, src, *args, **kwargs):
+        if isinstance(src, torch.Tensor) and src.device.type == "cpu" \
+                and self.device.type != "cpu":
+            seen.uploads["Tensor.copy_"] += 1
+        return copy_(self, src, *args, **kwargs)
+
+    for name, original in originals.items():
+        setattr(torch, name, counted(name, original))
+    torch.Tensor.to, torch.Tensor.copy_ = counted_to, counted_copy
+    try:
+        with counting_host_syncs() as syncs, _CountOps(seen):
+            seen.syncs = syncs
+            yield seen
+    finally:
+        for name, original in originals.items():
+            setattr(torch, name, original)
+        torch.Tensor.to, torch.Tensor.copy_ = to, copy_

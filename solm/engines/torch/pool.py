@@ -18,6 +18,7 @@ class PoolState:
         self.capacity = capacity
         self.write_slots = torch.zeros(0, dtype=torch.long)
         self.kv_len = 0
+        self.kv_start = 0  # attention reads slots [kv_start, kv_len)
 
 
 class PoolLayer(CacheLayerMixin):
@@ -41,14 +42,14 @@ class PoolLayer(CacheLayerMixin):
         slots = self.state.write_slots
         self.keys.index_copy_(2, slots, key_states)
         self.values.index_copy_(2, slots, value_states)
-        n = self.state.kv_len
-        return self.keys[:, :, :n], self.values[:, :, :n]
+        start, n = self.state.kv_start, self.state.kv_len
+        return self.keys[:, :, start:n], self.values[:, :, start:n]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.state.kv_len, 0
+        return self.state.kv_len - self.state.kv_start, 0
 
     def get_seq_length(self) -> int:
-        return self.state.kv_len
+        return self.state.kv_len - self.state.kv_start
 
     def get_max_length(self) -> int:
         return self.state.capacity
