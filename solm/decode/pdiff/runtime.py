@@ -18,12 +18,11 @@ Per request, in phases (each step is one forward pass for every running request)
    pad take their pad without another pass. Slots committed ahead of the schedule shorten
    it: a chunk takes at most `ceil(masked left x steps ratio)` more steps. A finished chunk
    is no longer fed. A model trained with chunk blocks (`block_size` B > 0) denoises each
-   chunk one block at a time, left to right: a pass feeds the chunk's current block (and,
-   in the pass after a block is finished, that block again with its final tokens, so the
+   chunk one block at a time, left to right: a pass feeds the chunk's current block with
+   the finished block's last slot (its row predicts the block's first slot) (and, in the
+   pass after a block is finished, that whole block again with its final tokens, so the
    cache holds what training shows the later blocks); each block takes `ceil(its masked
-   slots x steps ratio)` steps; the first slot of a block reads the row of the finished
-   block's last slot (the shifted convention), computed when that block was last fed.
-   When all are done, their KV
+   slots x steps ratio)` steps. When all are done, their KV
    is written once more from the final tokens in the same pass that feeds the pending
    `<sync/>` (their KV was computed while they were partly masked); at the end of the
    answer nothing reads them, so no pass is spent.
@@ -49,7 +48,7 @@ import torch
 from solm.core.models import block_size_of, positions_of
 from solm.core.model_features import past_the_window
 from solm.core.counter_noise import gumbel, row_keys
-from solm.core.sampling import Draw, Sampler, choose_on_device, formatting_token_ids
+from solm.core.sampling import Draw, RowTable, Sampler, choose_on_device, formatting_token_ids
 from solm.core.structure import BATCH_ATTR_NAMES, and_masks, same_request
 from solm.core.systems.pdiff import (ATTR_NAMES, PdiffTracker, PdiffVocab, chunk_slots,
                                      pdiff_visible, predictor)
@@ -57,6 +56,7 @@ from solm.decode.flags import MAX_NEW_TOKENS, TOPIC_CAPPED
 from solm.decode.pasta.grammar import PastaGrammar
 from solm.decode.pdiff.config import PdiffDecodeConfig
 from solm.decode.protocol import Done
+from solm.engines.staging import PassStaging
 from solm.engines.torch.device_step import slot_step
 from solm.engines.torch.slots import SlotAllocator
 
@@ -120,7 +120,6 @@ class _Chunk:
     block_steps: int = 0  # of those, the current block's
     block: int = 0  # the block being denoised (attrs[j].block of its slots)
     stale: list[int] = field(default_factory=list)  # finished slots whose KV saw masks
-    edge: torch.Tensor | None = None  # the row predicting the current block's first slot
     final: set[int] = field(default_factory=set)  # slots whose KV holds their final tokens
 
     @property
@@ -191,12 +190,14 @@ def slots_to_commit(entropy: Sequence[float], confidence: Sequence[float],
 @dataclass
 class _Unmask:
     """One denoising step of one chunk, waiting for the pass's choice: the masked slots of
-    its current block and the logits rows that predict them."""
+    its current block and the rows of the pass's logits that predict them."""
 
     run: "_Run"
     chunk: _Chunk
     masked: list[int]
-    logits: torch.Tensor  # [len(masked), V], on the model's device
+    rows: list[int]  # per masked slot, its predicting row in the pass's logits
+    fed: list[int]  # the chunk's slots the pass fed (`record`)
+    first: int  # the pass's row of the first of them
 
 
 class PdiffRuntime:
@@ -213,6 +214,7 @@ class PdiffRuntime:
         self.vocab = PdiffVocab.from_tokenizer(tokenizer, positions_of(model),
                                                block_size=block_size_of(model))
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        self.device = next(model.parameters()).device
         self.pool_size, self.max_batch = pool_size, max_batch
         self.forward = forward or slot_step(model, pool_size,
                                           and_masks(same_request, pdiff_visible),
@@ -318,15 +320,18 @@ class PdiffRuntime:
         run.next_slot += len(prompt)
         run.prefill_s = time.perf_counter() - t0
         run.started = time.perf_counter()
-        self._choose_all([(run, logits[-1])], [])
+        draws = [self._draw(run)]
+        last = logits.shape[0] - 1  # (an engine may give the prompt's last row only)
+        table = RowTable(draws, self.vocab_size, [last])
+        self._choose_all(logits, [(run, last)], draws, table, [], None)
         return run
 
     # ---- one pass for every running request ----------------------------------------------
 
     def _forward(self, feeds: list[tuple[_Run, list[int], list, list[int]]],
-                 prefill: bool = False) -> list[torch.Tensor]:
+                 prefill: bool = False, staging=None, whole: bool = False):
         """One forward pass: each feed is (run, tokens, attrs, pool slots); returns each
-        feed's logits rows."""
+        feed's logits rows (`whole`: the pass's logits, feeds' rows in order)."""
         tokens, positions, slots, reads = [], [], [], []
         columns: dict[str, list[int]] = {n: [] for n in (*ATTR_NAMES, *BATCH_ATTR_NAMES)}
         for run, toks, attrs, where in feeds:
@@ -340,7 +345,11 @@ class PdiffRuntime:
             columns["shared"] += [0] * len(toks)
             high = max(run.next_slot, max(where) + 1)
             reads.append((len(toks), [(run.start, high)]))
-        logits = self.forward(tokens, positions, columns, slots, reads, prefill=prefill)
+        extra = {"staging": staging} if staging is not None else {}
+        logits = self.forward(tokens, positions, columns, slots, reads, prefill=prefill,
+                              **extra)
+        if whole:
+            return logits
         out, at = [], 0
         for _, toks, _, _ in feeds:
             out.append(logits[at:at + len(toks)])
@@ -358,36 +367,51 @@ class PdiffRuntime:
             kinds.append(feed[0])
         if not feeds:
             return
-        rows = self._forward(feeds)
-        asks: list[tuple[_Run, torch.Tensor]] = []  # main threads choosing their next token
+        # everything a choice needs but the logits, before the pass: the main threads'
+        # draws (what they fed is known) and each chunk's masked slots with the rows that
+        # predict them; their host data rides in the pass's one upload
+        asks: list[tuple[_Run, int]] = []  # main threads choosing their next token, row
         jobs: list[_Unmask] = []
-        for kind, (run, toks, attrs, where), logits in zip(kinds, feeds, rows):
+        at = 0
+        for kind, (run, toks, attrs, where) in zip(kinds, feeds):
             run.passes += 1
             if kind == "main":
                 run.plan_passes += 1
                 self._advance_main(run, toks[0], where[0])
-                asks.append((run, logits[-1]))
+                asks.append((run, at + len(toks) - 1))
             elif kind == "denoise":
                 run.denoise_passes += 1
                 run.fed_slots.append(len(toks))
                 run.committed.append(0)
-                jobs += self._denoise_jobs(run, logits)
+                jobs += self._denoise_jobs(run, at)
             else:  # the chunks' final KV, and <sync/> read through them
                 run.join_passes += 1
                 self._joined(run, where[-1])
-                asks.append((run, logits[-1]))
-        self._choose_all(asks, jobs)
+                asks.append((run, at + len(toks) - 1))
+            at += len(toks)
+        draws = [self._draw(run) for run, _ in asks]
+        table = RowTable(draws, self.vocab_size, [row for _, row in asks]) if asks else None
+        staging = PassStaging(self.device) if getattr(self.forward, "stages", False) else None
+        if staging is not None:
+            if table is not None:
+                table.stage(staging)
+            if jobs:
+                staging.put("chunks", self._chunk_table(jobs))
+        logits = self._forward(feeds, staging=staging, whole=True)
+        if any(job.run.req.config.record for job in jobs):
+            self._record(jobs, logits)
+        self._choose_all(logits, asks, draws, table, jobs, staging)
 
-    def _choose_all(self, asks: list[tuple[_Run, torch.Tensor]], jobs: list[_Unmask]) -> None:
+    def _choose_all(self, logits: torch.Tensor, asks: list[tuple[_Run, int]], draws: list,
+                    table, jobs: list[_Unmask], staging) -> None:
         """Every choice of a pass, computed on the logits' device and copied to the host
         once: the main threads' next tokens, and for every masked slot a denoising step
         reads its chosen token, confidence, entropy and whether it is a pad."""
         main = chunk = None
         if asks:
-            main, _ = choose_on_device(torch.stack([row for _, row in asks]),
-                                       [self._draw(run) for run, _ in asks])
+            main, _ = choose_on_device(logits, draws, rows=table.row_list, table=table)
         if jobs:
-            chunk = self._chunk_choices(jobs)
+            chunk = self._chunk_choices(logits, jobs, staging)
         parts = ([main.double()] if main is not None else []) + \
             ([chunk.reshape(-1)] if chunk is not None else [])
         host = torch.cat(parts).tolist()  # the pass's one copy
@@ -403,46 +427,61 @@ class PdiffRuntime:
             self._unmask(job, [int(t) for t in chosen[rows]], confidence[rows], entropy[rows],
                          [bool(x) for x in is_pad[rows]])
 
-    def _chunk_choices(self, jobs: list[_Unmask]) -> torch.Tensor:
+    def _chunk_table(self, jobs: list[_Unmask]) -> list[float]:
+        """Per masked slot of the pass: its predicting row, its chunk temperature, its
+        draw's key (seed, 1 + chunk, step << 16 + slot), whether a pad may not end the
+        chunk there yet (`min_fill`) and the confidence a pad needs (`pad_confidence`, 0:
+        any); one row after another, column by column."""
+        cols: list[list[float]] = [[] for _ in range(7)]
+        for job in jobs:
+            cfg = job.run.req.config
+            for j, row in zip(job.masked, job.rows):
+                for col, value in zip(cols, (
+                        row, cfg.chunk_temperature, cfg.sampling.seed, 1 + job.chunk.fid,
+                        (job.chunk.steps << 16) + j,
+                        float((j - 1) < cfg.min_fill * (len(job.chunk.tokens) - 2)),
+                        cfg.pad_confidence or 0.0)):
+                    col.append(float(value))
+        return [v for col in cols for v in col]
+
+    def _chunk_choices(self, logits: torch.Tensor, jobs: list[_Unmask], staging=None
+                       ) -> torch.Tensor:
         """[4, slots] over every job's masked slots in turn: chosen id, its probability
         (confidence), the row's entropy, pad or not; each slot's draw keyed by (seed,
-        1 + chunk, step, slot)."""
-        logits = torch.cat([j.logits for j in jobs]).float()
+        1 + chunk, step, slot). The slots' host data comes from the pass's staging (or one
+        upload of its own) and their rows are gathered from the pass's logits at once."""
+        n = sum(len(job.masked) for job in jobs)
         device = logits.device
+        if staging is not None:
+            data = staging.get("chunks")
+        else:
+            data = torch.tensor(self._chunk_table(jobs), dtype=torch.float64, device=device)
+        table = data.view(7, n)
+        rows, temps, seeds, chunks, slots = (table[0].long(), table[1].float(),
+                                             table[2].long(), table[3].long(), table[4].long())
+        early, need = table[5] > 0, table[6].float()
+        logits = logits.index_select(0, rows).float()
         logits = logits.masked_fill(self._on(device, "chunk")[: logits.shape[-1]],
                                     float("-inf"))
-        probs = torch.softmax(logits, dim=-1)
         pad_ids = self._on(device, "pads")
+        is_pad_id = torch.isin(torch.arange(logits.shape[-1], device=device), pad_ids)
+        probs = torch.softmax(logits, dim=-1)
         # the slots a pad may not end yet (`min_fill`): their choice among the other tokens
-        early = [(j - 1) < job.run.req.config.min_fill * (len(job.chunk.tokens) - 2)
-                 for job in jobs for j in job.masked]
-        if any(early):
-            no_pad = torch.tensor(early, device=device)[:, None] & torch.isin(
-                torch.arange(logits.shape[-1], device=device), pad_ids)[None, :]
-            logits = logits.masked_fill(no_pad, float("-inf"))
+        logits = logits.masked_fill(early[:, None] & is_pad_id[None, :], float("-inf"))
         chosen = torch.softmax(logits, dim=-1).argmax(dim=-1)
-        temps = [j.run.req.config.chunk_temperature for j in jobs for _ in j.masked]
-        if any(t > 0 for t in temps):
-            keys = row_keys(
-                torch.tensor([j.run.req.config.sampling.seed for j in jobs for _ in j.masked],
-                             device=device),
-                torch.tensor([1 + j.chunk.fid for j in jobs for _ in j.masked], device=device),
-                torch.tensor([(j.chunk.steps << 16) + s for j in jobs for s in j.masked],
-                             device=device))
-            t = torch.tensor([x if x > 0 else 1.0 for x in temps], device=device)
+        sampled = temps > 0
+        if any(job.run.req.config.chunk_temperature > 0 for job in jobs):
+            keys = row_keys(seeds, chunks, slots)
+            t = torch.where(sampled, temps, torch.ones_like(temps))
             drawn = torch.argmax(torch.log_softmax(logits / t[:, None], dim=-1)
                                  + gumbel(keys, logits.shape[-1]), dim=-1)
-            chosen = torch.where(torch.tensor(temps, device=device) > 0, drawn, chosen)
+            chosen = torch.where(sampled, drawn, chosen)
         confidence = probs.gather(1, chosen[:, None])[:, 0]
-        thresholds = [job.run.req.config.pad_confidence for job in jobs for _ in job.masked]
-        if any(x is not None for x in thresholds):
-            # a pad the model is not sure of: the slot's most likely other token instead
-            need = torch.tensor([x if x is not None else 0.0 for x in thresholds],
-                                device=device)
-            unsure = torch.isin(chosen, pad_ids) & (confidence < need)
-            other = logits.index_fill(1, pad_ids, float("-inf")).argmax(dim=-1)
-            chosen = torch.where(unsure, other, chosen)
-            confidence = probs.gather(1, chosen[:, None])[:, 0]
+        # a pad the model is not sure of (`pad_confidence`): the most likely other token
+        unsure = torch.isin(chosen, pad_ids) & (confidence < need)
+        other = logits.masked_fill(is_pad_id[None, :], float("-inf")).argmax(dim=-1)
+        chosen = torch.where(unsure, other, chosen)
+        confidence = probs.gather(1, chosen[:, None])[:, 0]
         entropy = -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1)
         is_pad = torch.isin(chosen, pad_ids)
         return torch.stack([chosen.double(), confidence.double(), entropy.double(),
@@ -591,7 +630,12 @@ class PdiffRuntime:
             return [j for j in range(len(c.tokens)) if j not in c.final]
         if self.vocab.block_size == 0:
             return list(range(len(c.tokens)))
-        return [*c.stale, *c.block_slots(c.block)]
+        current = c.block_slots(c.block)
+        # the finished block's last slot predicts the current block's first (the shifted
+        # convention): fed again with the block (its KV unchanged), so every predicting
+        # row is a row of this pass
+        edge = [min(current) - 1] if c.block > 0 and not c.stale else []
+        return [*c.stale, *edge, *current]
 
     def _denoise_feed(self, run: _Run, finished_too: bool = False):
         """Every unfinished chunk's fed slots (with `finished_too`, every chunk's slots)."""
@@ -609,36 +653,40 @@ class PdiffRuntime:
         sync = self.vocab.sync
         return run, toks + [sync], attrs + [run.tracker.main(sync)], where + [run.next_slot]
 
-    def _denoise_jobs(self, run: _Run, logits: torch.Tensor) -> list[_Unmask]:
+    def _denoise_jobs(self, run: _Run, first_row: int) -> list[_Unmask]:
         """Each unfinished chunk's denoising step of this pass: its masked slots and the
-        rows predicting them (a slot is predicted by the row before it)."""
-        cfg = run.req.config
-        at = 0
-        record = {} if cfg.record else None
+        rows (of the pass's logits, the run's feed starting at `first_row`) predicting them
+        (a slot is predicted by the row before it)."""
+        at = first_row
         jobs = []
         for c in run.denoising:
             if c.done:
                 continue
             fed = self._fed_slots(c, False)
-            rows = logits[at:at + len(fed)]
+            row_of = {j: at + i for i, j in enumerate(fed)}
             at += len(fed)
-            if record is not None:  # every slot's row; NaN where the pass fed none
-                full = torch.full((len(c.tokens), rows.shape[-1]), float("nan"))
-                full[fed] = rows.float().cpu()
-                record[run.chunks.index(c)] = (list(c.tokens), full)
-            row_of = {j: rows[i] for i, j in enumerate(fed)}
-            if c.stale:  # the finished block's last row predicts the current block's first
-                c.edge = row_of[c.stale[-1]]
-                c.final |= set(c.stale)  # fed with its final tokens: its KV is final now
+            if c.stale:  # fed now with its final tokens: its KV is final
+                c.final |= set(c.stale)
                 c.stale = []
-            if c.edge is not None:
-                row_of.setdefault(min(c.block_slots(c.block)) - 1, c.edge)
             masked = sorted(j for j in c.masked if c.attrs[j].block == c.block)
-            jobs.append(_Unmask(run, c, masked,
-                                torch.stack([row_of[predictor(j)] for j in masked])))
-        if record is not None:
-            run.recorded.append(record)
+            jobs.append(_Unmask(run, c, masked, [row_of[predictor(j)] for j in masked],
+                                fed, at - len(fed)))
         return jobs
+
+    def _record(self, jobs: list[_Unmask], logits: torch.Tensor) -> None:
+        """`record`: per denoising pass, per chunk it fed, the tokens the chunk held and every
+        slot's row (NaN where the pass fed none)."""
+        passes: dict[int, dict] = {}
+        for job in jobs:
+            run, c = job.run, job.chunk
+            if not run.req.config.record:
+                continue
+            full = torch.full((len(c.tokens), logits.shape[-1]), float("nan"))
+            full[job.fed] = logits[job.first:job.first + len(job.fed)].float().cpu()
+            passes.setdefault(id(run), {})[run.chunks.index(c)] = (list(c.tokens), full)
+        for run in {id(job.run): job.run for job in jobs}.values():
+            if run.req.config.record:
+                run.recorded.append(passes.get(id(run), {}))
 
     def _unmask(self, job: _Unmask, chosen: list[int], confidence: list[float],
                 entropy: list[float], is_pad: list[bool]) -> None:
@@ -661,7 +709,7 @@ class PdiffRuntime:
         if left == 0 and c.masked:  # the block is finished: on to the next with masked slots
             finished = c.block_slots(c.block)
             c.block = min(c.attrs[j].block for j in c.masked)
-            c.stale, c.edge, c.block_steps = finished, None, 0
+            c.stale, c.block_steps = finished, 0
             c.budget = self._block_budget(c, cfg)
             return
         # the steps ratio is a cap: slots committed ahead of the schedule (confident, or

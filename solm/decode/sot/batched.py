@@ -21,10 +21,11 @@ import torch
 
 from solm.core.model_features import past_the_window
 from solm.core.chat import messages_ids, text_ids
-from solm.core.sampling import SamplingConfig, choose_tokens
+from solm.core.sampling import RowTable, SamplingConfig, choose_on_device, choose_tokens
 from solm.core.structure import BATCH_ATTR_NAMES, and_masks, same_request
 from solm.core.systems.sot import ATTR_NAMES, SotTracker, sot_visible
 from solm.decode.flags import MAX_NEW_TOKENS
+from solm.engines.staging import PassStaging
 from solm.engines.torch.device_step import slot_step
 from solm.engines.torch.slots import SlotAllocator
 from solm.decode.sot import runtime as sot_runtime
@@ -73,6 +74,8 @@ class BatchedSotRuntime:
         self.tokenizer = tokenizer
         self.max_batch = max_batch
         self.pool_size = pool_size
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        self.device = next(model.parameters()).device
         self.forward = forward or slot_step(model, pool_size,
                                           and_masks(same_request, sot_visible),
                                           (*ATTR_NAMES, *BATCH_ATTR_NAMES), compile=compile,
@@ -262,9 +265,9 @@ class BatchedSotRuntime:
         if not tokens:
             return
         reads = [(len(kinds), [(q.start, q.next_slot)]) for q, kinds in fed]
-        logits = self.forward(tokens, [a.pos for _, a in rows], self._columns(rows), slots,
-                              reads)
-        self.steps += 1
+        # which rows ask for a next token, and their draws, before the pass (a draw reads
+        # what its point or skeleton wrote, not the logits): the draws ride in the pass's
+        # one upload where the step takes a staging
         at, asks = 0, []  # (question, point index or None for the skeleton, logits row)
         for q, kinds in fed:
             q.steps += 1
@@ -280,15 +283,24 @@ class BatchedSotRuntime:
                 if len(q.generated[i]) >= cfg.max_point_tokens:
                     q.flags.add(MAX_NEW_TOKENS)
                     continue
-                if cfg.record_logits:
-                    q.recorded[i].append(logits[row])
                 asks.append((q, i, row))
-        # every question's next tokens in one draw: one copy to the host per pass
         banned = self.rules.banned
         draws = [q.sampler.draw(banned, q.out, index=len(q.out)) if i is None
                  else q.samplers[i].draw(banned, q.generated[i], index=len(q.generated[i]))
                  for q, i, _ in asks]
-        chosen = choose_tokens(logits[torch.tensor([row for _, _, row in asks])], draws)[0] \
+        table = RowTable(draws, self.vocab_size, [row for _, _, row in asks]) if asks else None
+        extra = {}
+        if table is not None and getattr(self.forward, "stages", False):
+            extra["staging"] = PassStaging(self.device)
+            table.stage(extra["staging"])
+        logits = self.forward(tokens, [a.pos for _, a in rows], self._columns(rows), slots,
+                              reads, **extra)
+        self.steps += 1
+        for q, i, row in asks:
+            if i is not None and q.config.record_logits:
+                q.recorded[i].append(logits[row])
+        # every question's next tokens in one draw: one copy to the host per pass
+        chosen = choose_on_device(logits, draws, rows=table.row_list, table=table)[0].tolist() \
             if asks else []
         for (q, i, _), tok in zip(asks, chosen):
             if i is None:

@@ -23,8 +23,9 @@ import torch
 from solm.core.model_features import past_the_window
 from solm.core.chat import eos_ids
 from solm.core.errors import SolmError
-from solm.core.sampling import Sampler, SamplingConfig, choose_tokens
+from solm.core.sampling import RowTable, Sampler, SamplingConfig, choose_on_device, choose_tokens
 from solm.core.systems.tip import TipVocab
+from solm.engines.staging import PassStaging
 from solm.engines.torch.attention import attention_implementation
 from solm.decode.flags import MAX_NEW_TOKENS as FLAG_MAX_NEW_TOKENS
 from solm.engines.torch.head import OutputHead
@@ -195,7 +196,7 @@ class TipRuntime:
     @torch.no_grad()
     def _forward(self, rows: list[_Row], tokens: list[list[int]], write_slots: list[int],
                  positions: list[list[int]], policy: EvictionPolicy,
-                 prefill_causal: bool = False) -> torch.Tensor:
+                 prefill_causal: bool = False, staging=None) -> torch.Tensor:
         """One forward pass; returns logits of each row's last token [B, V]."""
         vis = ([[(p, len(p.tokens)) for p in rows[0].kv.pages]] if prefill_causal
                else [policy.visible(r.kv) for r in rows])
@@ -203,7 +204,8 @@ class TipRuntime:
             if policy.needs_scores:
                 raise SolmError(f"--policy {policy.name} needs attention mass, which this "
                                 f"engine does not expose: decode it with --engine torch")
-            logits = self.engine_kv.forward(rows, tokens, positions, vis)
+            extra = {"staging": staging} if staging is not None else {}
+            logits = self.engine_kv.forward(rows, tokens, positions, vis, **extra)
             self._account(rows, [sum(n for _, n in v) for v in vis], vis, prefill_causal)
             return logits
         st = self.cache.state
@@ -294,28 +296,41 @@ class TipRuntime:
         row.prefill_s = time.perf_counter() - started
         return row
 
-    def _choose(self, rows: list[_Row], logits: torch.Tensor, config: TipDecodeConfig
-                ) -> list[int]:
-        """Every row's next token from its logits row: a forced request's next recorded
-        token (-1 past its end), the others drawn together on the logits' device (noise keyed
-        by the request's seed and its token count), one copy of the ids back to the host.
-        Recorded log-probs are under the row's temperature (what GRPO's ratio reads)."""
+    def _plan(self, rows: list[_Row], config: TipDecodeConfig):
+        """(forced tokens by row, the draws' table, the draws, their rows): everything a
+        choice reads but the logits."""
         out, draws, at = [-1] * len(rows), [], []
         for i, r in enumerate(rows):
-            if config.record_logits:
-                r.logits.append(logits[i].float().cpu())
             if r.req.forced is not None:
                 k = len(r.ids)
                 out[i] = r.req.forced[k] if k < len(r.req.forced) else -1
             else:
                 draws.append(r.sampler.draw(index=len(r.ids)))
                 at.append(i)
+        temps = [d.sampler.config.temperature for d in draws]
+        table = RowTable(draws, self.model.get_output_embeddings().weight.shape[0], at,
+                         [t if t > 0 else 1.0 for t in temps]) if draws else None
+        return out, table, draws, at
+
+    def _choose(self, rows: list[_Row], logits: torch.Tensor, config: TipDecodeConfig,
+                plan=None) -> list[int]:
+        """Every row's next token from its logits row: a forced request's next recorded
+        token (-1 past its end), the others drawn together on the logits' device (noise keyed
+        by the request's seed and its token count), one copy of the ids back to the host.
+        Recorded log-probs are under the row's temperature (what GRPO's ratio reads)."""
+        out, table, draws, at = plan or self._plan(rows, config)
+        if config.record_logits:
+            for i, r in enumerate(rows):
+                r.logits.append(logits[i].float().cpu())
         if draws:
-            mine = logits if len(at) == len(rows) else logits[torch.tensor(at)]
-            temps = [d.sampler.config.temperature for d in draws]
-            ids, logprobs = choose_tokens(
-                mine, draws, logprobs=config.record_logprobs,
-                logprob_temperatures=[t if t > 0 else 1.0 for t in temps])
+            ids_t, lp_t = choose_on_device(logits, draws, logprobs=config.record_logprobs,
+                                           logprob_temperatures=table.columns[-1],
+                                           rows=at, table=table)
+            if lp_t is None:
+                ids, logprobs = ids_t.tolist(), None
+            else:
+                chosen, logprobs = torch.stack([ids_t.double(), lp_t.double()]).tolist()
+                ids = [int(t) for t in chosen]
             for k, i in enumerate(at):
                 out[i] = ids[k]
                 if config.record_logprobs:
@@ -400,8 +415,16 @@ class TipRuntime:
             positions.append([pos])
             r.ids.append(r.pending)
         built, reads = self.compile_s, self.cache.state.reads
-        logits = self._forward(rows, tokens, slots, positions, policy)
-        chosen = self._choose(rows, logits, config)  # a device waits here: inside the timing
+        # the draws before the pass (they read what each row wrote, not the logits): they
+        # ride in the pass's one upload where the engine's KV takes a staging
+        plan = self._plan(rows, config)
+        staging = None
+        if getattr(self.engine_kv, "stages", False) and plan[1] is not None:
+            staging = PassStaging(self.device)
+            plan[1].stage(staging)
+        logits = self._forward(rows, tokens, slots, positions, policy,
+                               **({"staging": staging} if staging is not None else {}))
+        chosen = self._choose(rows, logits, config, plan)  # a device waits here: timed
         elapsed = time.perf_counter() - started - (self.compile_s - built)
         self.steps_s += elapsed
         self.step_reads += self.cache.state.reads - reads

@@ -74,10 +74,13 @@ class DeviceSlotStep:
                                          cudagraphs=self.device.type == "cuda")
                          if compile else None)
         self._pinned: torch.Tensor | None = None
+        self._released: list[int] = []
         self.compile_s = 0.0
 
     def release(self, start: int, end: int) -> None:
-        self.attrs["request"][start:end] = NO_REQUEST
+        """Slots no request may read any more: freed at the next pass, from its upload (a
+        pass where many requests end costs no op per request)."""
+        self._released.extend(range(start, end))
 
     # ---- one upload ----------------------------------------------------------------------
 
@@ -103,14 +106,18 @@ class DeviceSlotStep:
         n, pad = len(tokens), rows - len(tokens)
         columns = [list(attrs[name]) + [SCRATCH_REQUEST if name == "request" else 0] * pad
                    for name in self.names]
+        released, self._released = self._released, []
         values = [*tokens, *[0] * pad, *positions, *[0] * pad, *slots, *[self.scratch] * pad,
-                  *(v for c in columns for v in c)]
+                  *(v for c in columns for v in c), *released]
         if staging is not None:
             staging.put(self.STAGED, values)
             flat = staging.get(self.STAGED).long()
         else:
             flat = self._upload(values)
-        table = flat.view(3 + len(self.names), rows)
+        body = (3 + len(self.names)) * rows
+        if released:  # slots of requests that ended: nobody's from now on
+            self.attrs["request"].index_fill_(0, flat[body:], NO_REQUEST)
+        table = flat[:body].view(3 + len(self.names), rows)
         return table[0][None], table[1][None], table[2], table[3:]
 
     # ---- the pass ------------------------------------------------------------------------
