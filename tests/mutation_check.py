@@ -608,6 +608,26 @@ MUTATIONS: dict[str, tuple] = {
     "ort_graph_key_ignores_registers": (
         "solm/engines/onnxruntime/session.py", "                       registers=num_registers, format=fmt,",
         "                       format=fmt,", ["tests/test_onnxruntime.py"]),
+    # the GPU step as one graph: a per-row op or an extra upload is seen
+    "device_step_uploads_twice": (
+        "solm/engines/torch/device_step.py", "        released, self._released = self._released, []\n",
+        "        released, self._released = self._released, []\n"
+        "        torch.tensor(list(tokens))\n", ["tests/test_pass_work.py"]),
+    "sampling_stacks_a_mask_per_row": (
+        "solm/core/sampling.py",
+        "        stack = torch.stack([_on_device(m, device, v) for m in table.masks])",
+        "        stack = torch.stack([_on_device(m, device, v) for m in table.masks])\n"
+        "        _ = [stack[0][:1] for _ in range(table.rows)]",
+        ["tests/test_pass_work.py"]),
+    "device_paged_kv_op_per_row": (
+        "solm/engines/torch/device_paged.py", "            books.shown |= set(fresh)\n",
+        "            books.shown |= set(fresh)\n            self.owner[:1].clone()\n",
+        ["tests/test_pass_work.py"]),
+    "pdiff_job_rows_gathered_per_chunk": (
+        "solm/decode/pdiff/runtime.py", "        logits = logits.index_select(0, rows).float()",
+        "        _ = [logits[r] for r in table[0].long().tolist()[:0]] + "
+        "[logits[:1] for _ in jobs]\n        logits = logits.index_select(0, rows).float()",
+        ["tests/test_pass_work.py"]),
     "draining_counts_the_shutdowns_cancels": (
         "solm/serve/engine.py",
         "            if CANCELLED in done.result.flags and self.abort.is_set():\n"
