@@ -6,12 +6,16 @@
 Three sections, each row printed and written to `--out` as it finishes (a run cut short
 keeps what it measured; rows the time budget leaves out are listed as skipped):
 
-1. **sequential**: tokens/s of solm's batched runtime in sequential mode (`--compile`: CUDA
-   graphs per shape bucket over the all-tensor step, sampling on the device) against
-   `model.generate` with a static cache (which transformers compiles, CUDA graphs included),
-   at batch 1, 8, 32 and 64, for a random model of the embedded model's shape (SmolLM2-135M)
-   and one of Llama-3.2-1B's. Both teacher-force the same number of tokens (solm replays
-   fixed answers; `generate` gets `min_new_tokens`), so neither stops early.
+1. **sequential**: tokens/s of solm's batched runtime in sequential mode (`--compile`: the
+   device step, one upload a pass, CUDA graphs per row bucket built before the decode,
+   sampling on the device) against `model.generate` with a static cache (which transformers
+   compiles, CUDA graphs included), both sampling at temperature 0.6 and top-p 0.95 from the
+   logits, for a random model of the embedded model's shape (SmolLM2-135M) and one of
+   Llama-3.2-1B's: short prompts (64 tokens) at batch 1, 8, 32 and 64, prompts of about 2K
+   and 8K tokens at batch 1 and 8. Each point is timed three times in alternating order
+   (solm, generate, generate, solm, solm, generate): the fastest and the spread. On CUDA
+   the row also counts the host syncs per pass (`torch.cuda.set_sync_debug_mode`).
+   `--replayed` adds teacher-forced answers beside each point.
 2. **pasta**: the realized speedup of PASTA's parallel decoding over solm sequential at
    batch 1 and 8, on the kept BoNBoN model's own answers (`--pasta-answers`: a
    `solm pasta decode` JSONL of `pasta-bonbon-cpu`, `make gpu-decode-inputs`). Weights do
@@ -23,8 +27,10 @@ keeps what it measured; rows the time budget leaves out are listed as skipped):
    register tokens, compiled, dense first then TIP, live KV beside tokens/s.
 
 bf16 on CUDA, timed with synchronisation after a warm-up that builds every graph the timed
-run uses (graph building is reported apart). `--device cpu --smoke` runs every section on a
-tiny model for seconds (what the test suite checks); its numbers mean nothing.
+run uses (graph building is reported apart). The run ends with verdict lines: solm against
+`generate` at each point, PASTA's realized speedup, TIP against Dense. `--device cpu
+--smoke` runs every section on a tiny model for seconds (what the test suite checks); its
+numbers mean nothing.
 """
 
 from __future__ import annotations
@@ -127,58 +133,156 @@ def replay_batched(model, tok, prompts, streams, mode: str, compile: bool, ancho
     return run, rt
 
 
-def section_sequential(run: Run, tok, device, dtype, batches, prompt_tokens, new_tokens,
-                       smoke: bool) -> None:
+SAMPLED = {"temperature": 0.6, "top_p": 0.95}
+ORDER = ("solm", "generate", "generate", "solm", "solm", "generate")  # 3 each, alternating
+
+
+def repeated(fns: dict, device: str) -> dict:
+    """Each callable timed three times in alternating order (`ORDER`): per name the fastest
+    time and the spread (slowest over fastest, minus one)."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for name in ORDER:
+        if name in fns:
+            times[name].append(timed(fns[name], device))
+    return {k: (min(v), max(v) / min(v) - 1) for k, v in times.items() if v}
+
+
+def sampled_batched(model, tok, prompts, new_tokens: int, compile: bool):
+    """A callable decoding every prompt at once with the batched runtime in sequential mode,
+    sampled (temperature 0.6, top-p 0.95, a seed per request) up to `new_tokens` each;
+    returns the tokens it decoded."""
+    from solm.core.sampling import SamplingConfig
+    from solm.decode.pasta.batched import BatchedPastaRuntime, BatchRequest
+    from solm.decode.pasta.runtime import PastaDecodeConfig
+
+    pool = sum(len(p) for p in prompts) + len(prompts) * (new_tokens + 4)
+    rt = BatchedPastaRuntime(model, tok, pool_size=pool, max_batch=len(prompts),
+                             compile=compile)
+
+    def run() -> int:
+        reqs = [BatchRequest(i, p, PastaDecodeConfig(
+            mode="sequential", max_new_tokens=new_tokens, max_fork_tokens=new_tokens,
+            sampling=SamplingConfig(seed=i, **SAMPLED))) for i, p in enumerate(prompts)]
+        return sum(len(r.result.ids) for r in rt.run(reqs))
+
+    return run, rt
+
+
+def host_syncs_per_pass(fn, rt, device: str) -> float | None:
+    """CUDA's sync debug mode around one run: the synchronising calls it warned about, per
+    forward pass (None off CUDA)."""
+    if not device.startswith("cuda"):
+        return None
+    import warnings
+
+    steps = rt.steps
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return round(len(seen) / max(1, rt.steps - steps), 2)
+
+
+def section_sequential(run: Run, tok, device, dtype, batches, contexts, long_batches,
+                       new_tokens, smoke: bool, replayed: bool = False) -> None:
+    """solm sequential, sampled (and with `replayed` also on teacher-forced answers),
+    against `model.generate` with a static cache at each shape, context and batch; long
+    contexts at `long_batches` only."""
     gen = torch.Generator().manual_seed(0)
     for name, cfg in shapes(len(tok), smoke).items():
         model = random_model(cfg, device, dtype)
         plain = [1000 + int(x) for x in torch.randint(0, 20000, (512,), generator=gen)]
-        for b in batches:
-            what = f"sequential {name} batch {b}"
-            if run.left() < 30:
-                run.skip(what, "time budget")
-                continue
-            prompts = [[plain[(i * 7 + j) % 512] for j in range(prompt_tokens)]
-                       for i in range(b)]
-            answers = [{0: [plain[(i * 13 + j) % 512] for j in range(new_tokens)]}
-                       for i in range(b)]
-            row = {"section": "sequential", "model": name, "batch": b, "new_tokens": new_tokens}
-            try:
-                solm_run, rt = replay_batched(model, tok, prompts, answers, "sequential",
-                                              compile=not smoke or device != "cpu")
-                t0 = time.perf_counter()
-                solm_run()  # warm-up: builds every graph the timed run replays
-                row["solm_warmup_s"] = round(time.perf_counter() - t0, 2)
-                s = timed(solm_run, device)
-                row["solm_tokens_per_s"] = round(b * new_tokens / s, 1)
-                row["solm_graphs"] = getattr(rt.forward.compiled, "compiles", 0)
-            except Exception as e:  # a row that fails is reported, the run goes on
-                row["solm_error"] = f"{type(e).__name__}: {e}"[:400]
-            try:
-                ids = torch.tensor(prompts, device=device)
-
-                def hf_run():
-                    with torch.no_grad():
-                        model.generate(ids, attention_mask=torch.ones_like(ids),
-                                       max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                                       do_sample=False, pad_token_id=0,
-                                       cache_implementation="static")
-
-                t0 = time.perf_counter()
-                hf_run()
-                hf_run()  # transformers compiles the static-cache step on its first calls
-                row["generate_warmup_s"] = round(time.perf_counter() - t0, 2)
-                h = timed(hf_run, device)
-                row["generate_tokens_per_s"] = round(b * new_tokens / h, 1)
-            except Exception as e:
-                row["generate_error"] = f"{type(e).__name__}: {e}"[:400]
-            if "solm_tokens_per_s" in row and "generate_tokens_per_s" in row:
-                row["solm_over_generate"] = round(row["solm_tokens_per_s"]
-                                                  / row["generate_tokens_per_s"], 3)
-            run.add(row)
+        for context in contexts:
+            for b in (batches if context == contexts[0] else long_batches):
+                for sampled in (True, False) if replayed else (True,):
+                    what = (f"sequential {name} context {context} batch {b} "
+                            f"{'sampled' if sampled else 'replayed'}")
+                    if run.left() < 30:
+                        run.skip(what, "time budget")
+                        continue
+                    run.add(sequential_point(model, tok, device, name, plain, context, b,
+                                             new_tokens, sampled, smoke))
         del model
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
+
+
+def sequential_point(model, tok, device, name, plain, context, b, new_tokens, sampled,
+                     smoke) -> dict:
+    prompts = [[plain[(i * 7 + j) % 512] for j in range(context)] for i in range(b)]
+    row = {"section": "sequential", "model": name, "context": context, "batch": b,
+           "new_tokens": new_tokens, "sampling": SAMPLED if sampled else "replayed"}
+    fns: dict = {}
+    compile = not smoke or device != "cpu"
+    decoded = {"solm": b * new_tokens, "generate": b * new_tokens}
+    try:
+        if sampled:
+            solm_run, rt = sampled_batched(model, tok, prompts, new_tokens, compile)
+        else:
+            answers = [{0: [plain[(i * 13 + j) % 512] for j in range(new_tokens)]}
+                       for i in range(b)]
+            solm_run, rt = replay_batched(model, tok, prompts, answers, "sequential", compile)
+        t0 = time.perf_counter()
+        out = solm_run()  # warm-up: builds every graph the timed runs replay
+        row["solm_warmup_s"] = round(time.perf_counter() - t0, 2)
+        if sampled:
+            decoded["solm"] = out
+        row["solm_graphs"] = getattr(getattr(rt.forward, "compiled", None), "compiles", 0)
+        row["solm_kernel"] = getattr(rt.forward, "kernel", type(rt.forward).__name__)
+        row["solm_host_syncs_per_pass"] = host_syncs_per_pass(solm_run, rt, device)
+        fns["solm"] = solm_run
+    except Exception as e:  # a row that fails is reported, the run goes on
+        row["solm_error"] = f"{type(e).__name__}: {e}"[:400]
+    try:
+        ids = torch.tensor(prompts, device=device)
+        how = dict(do_sample=True, **SAMPLED) if sampled else dict(do_sample=False)
+
+        def hf_run():
+            with torch.no_grad():
+                model.generate(ids, attention_mask=torch.ones_like(ids),
+                               max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                               pad_token_id=0, cache_implementation="static", **how)
+
+        t0 = time.perf_counter()
+        hf_run()
+        hf_run()  # transformers compiles the static-cache step on its first calls
+        row["generate_warmup_s"] = round(time.perf_counter() - t0, 2)
+        fns["generate"] = hf_run
+    except Exception as e:
+        row["generate_error"] = f"{type(e).__name__}: {e}"[:400]
+    try:
+        for who, (fastest, spread) in repeated(fns, device).items():
+            row[f"{who}_tokens_per_s"] = round(decoded[who] / fastest, 1)
+            row[f"{who}_spread"] = round(spread, 3)
+    except Exception as e:
+        row["timing_error"] = f"{type(e).__name__}: {e}"[:400]
+    if "solm_tokens_per_s" in row and "generate_tokens_per_s" in row:
+        row["solm_over_generate"] = round(row["solm_tokens_per_s"]
+                                          / row["generate_tokens_per_s"], 3)
+    return row
+
+
+def verdicts(rows: list[dict]) -> list[str]:
+    """One line per question the run answers: where solm sequential stands against
+    `generate` (sampled, every context), PASTA's realized speedup, TIP against Dense."""
+    out = []
+    for r in rows:
+        if r["section"] == "sequential" and "solm_over_generate" in r:
+            how = "sampled" if r["sampling"] != "replayed" else "replayed"
+            word = "faster than" if r["solm_over_generate"] >= 1 else "slower than"
+            out.append(f"{r['model']} context {r['context']} batch {r['batch']} {how}: solm "
+                       f"{r['solm_over_generate']:.2f}x generate ({word}; spreads "
+                       f"{r['solm_spread']:.0%} / {r['generate_spread']:.0%})")
+        elif r["section"] == "pasta" and "realized_speedup" in r:
+            out.append(f"PASTA batch {r['batch']}: realized {r['realized_speedup']:.2f}x "
+                       "over solm sequential on the same answers")
+        elif r["section"] == "tip" and "tip_over_dense" in r:
+            out.append(f"TIP: {r['tip_over_dense']:.2f}x Dense's tokens/s at "
+                       f"{r['live_kv_vs_dense']:.2f}x its live KV")
+    return out
 
 
 def section_pasta(run: Run, tok, device, dtype, answers_file: Path, batches, limit: int,
@@ -278,7 +382,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sections", default=",".join(SECTIONS))
     ap.add_argument("--batches", default="1,8,32,64")
     ap.add_argument("--pasta-batches", default="1,8")
-    ap.add_argument("--prompt-tokens", type=int, default=64)
+    ap.add_argument("--contexts", default="64,2048,8192",
+                    help="prompt lengths: the first at every --batches, the rest at "
+                         "--long-batches")
+    ap.add_argument("--long-batches", default="1,8")
+    ap.add_argument("--replayed", action="store_true",
+                    help="also time teacher-forced answers beside each sampled point")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--pasta-answers", type=Path, default=None)
     ap.add_argument("--pasta-limit", type=int, default=16)
@@ -306,8 +415,10 @@ def main(argv: list[str] | None = None) -> int:
     sections = args.sections.split(",")
     batches = [int(x) for x in args.batches.split(",")]
     if "sequential" in sections:
-        section_sequential(run, tok, device, dtype, batches, args.prompt_tokens,
-                           args.new_tokens, args.smoke)
+        section_sequential(run, tok, device, dtype, batches,
+                           [int(x) for x in args.contexts.split(",")],
+                           [int(x) for x in args.long_batches.split(",")],
+                           args.new_tokens, args.smoke, args.replayed)
     if "pasta" in sections:
         if args.pasta_answers is None:
             run.skip("pasta", "no --pasta-answers")
@@ -321,6 +432,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             section_tip(run, args.tokenizer, device, dtype, args.tip_traces, args.tip_limit,
                         args.tip_max_tokens, args.smoke)
+    run.summary["verdicts"] = verdicts(run.summary["rows"])
+    for line in run.summary["verdicts"]:
+        print("verdict:", line, flush=True)
     run.save()
     return 0
 
