@@ -80,6 +80,13 @@ MUTATIONS: dict[str, tuple] = {
     "streamingllm_keeps_a_whole_first_page": (
         "solm/decode/tip/policies.py", "[(first, min(self.sinks, len(first.tokens)))]",
         "[(first, len(first.tokens))]", POLICY_TESTS),
+    "streaming_prompt_drops_a_page_the_answer_shares": (
+        "solm/decode/tip/policies.py", "bool(page.tokens) and page.tokens[0] < prompt_tokens",
+        "bool(page.tokens) and page.tokens[-1] < prompt_tokens", POLICY_TESTS),
+    "streaming_prompt_outside_the_budget": (
+        "solm/decode/tip/policies.py",
+        "max(self.min_recent, self.budget // self.page_size - len(prompt))",
+        "max(self.min_recent, self.budget // self.page_size)", POLICY_TESTS),
     # the judge and the job machinery
     "judge_cache_key_ignores_order": (
         "solm/judge/cache.py", "[judge, version, instruction, first, second]",

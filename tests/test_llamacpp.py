@@ -448,7 +448,8 @@ PROBLEMS = ["What is 17 * 23?", "Solve x^2 - 5x + 6 = 0.", "How many primes are 
             "Simplify (a+b)^2 - (a-b)^2."]
 
 
-@pytest.mark.parametrize("policy,budget", [("tip", None), ("streamingllm", 48), ("dense", None)])
+@pytest.mark.parametrize("policy,budget", [("tip", None), ("streamingllm", 48),
+                                           ("streaming-prompt", 48), ("dense", None)])
 def test_tip_runtime_on_llama_cpp_equals_torch(register_happy, policy, budget):
     """4 problems, 2 at a time, greedy: the same tokens up to the first near-tie, the same
     tokens read at every step (the same steps evicted), logits within TOL."""

@@ -47,6 +47,49 @@ def test_streamingllm_shows_everything_until_the_budget_is_passed():
     assert shown(policy, req) == list(range(28)) and policy.evict(req) == []
 
 
+def prompted(policy, prompt_len: int, n_tokens: int, page_size: int) -> RequestKV:
+    """A request of `n_tokens` in pages of `page_size`, its first `prompt_len` the prompt
+    (told to the policy as the runtime tells it)."""
+    req = RequestKV(0)
+    policy.start(req, None)
+    for t in range(n_tokens):
+        policy.step_of(req, 0, t < prompt_len)
+    for i, start in enumerate(range(0, n_tokens, page_size)):
+        req.pages.append(Page(i, list(range(start, min(start + page_size, n_tokens)))))
+    req.slots = list(range(n_tokens))
+    return req
+
+
+@pytest.mark.parametrize("page_size,budget,prompt_len,n_tokens", [
+    (4, 16, 5, 40), (8, 40, 3, 100), (4, 12, 13, 30), (16, 64, 20, 200), (4, 20, 8, 21),
+    (8, 32, 8, 60)])
+def test_streaming_prompt_shows_the_whole_prompt_and_the_newest_pages(page_size, budget,
+                                                                      prompt_len, n_tokens):
+    """Counted in tokens: the prompt rounded up to whole pages, then the newest pages that
+    fit in what the budget leaves (two at least), the last one partly filled."""
+    policy = make_policy("streaming-prompt", budget, page_size)
+    req = prompted(policy, prompt_len, n_tokens, page_size)
+    prompt_end = min(n_tokens, -(-prompt_len // page_size) * page_size)
+    recent_pages = max(2, budget // page_size - prompt_end // page_size)
+    last_page_start = (n_tokens - 1) // page_size * page_size
+    window_start = max(prompt_end, last_page_start - (recent_pages - 1) * page_size)
+    expected = list(range(prompt_end)) + list(range(window_start, n_tokens))
+    assert shown(policy, req) == expected
+    freed = policy.evict(req)
+    kept = sorted(t for p in req.pages for t in p.tokens)
+    assert kept == expected and shown(policy, req) == expected
+    assert sorted(t for p in freed for t in p.tokens) == sorted(set(range(n_tokens)) -
+                                                                 set(expected))
+    if prompt_end + 2 * page_size <= budget:
+        assert len(expected) <= budget
+
+
+def test_streaming_prompt_shows_everything_until_the_budget_is_passed():
+    policy = make_policy("streaming-prompt", 16, 4)
+    req = prompted(policy, 6, 16, 4)
+    assert shown(policy, req) == list(range(16)) and policy.evict(req) == []
+
+
 def test_h2o_keeps_the_newest_pages_and_the_heaviest_older_ones():
     """H2O (Zhang et al. 2023), by pages: half the budget's pages for the most recent, half
     for the heavy hitters, ranked by accumulated attention per token."""

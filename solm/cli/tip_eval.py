@@ -33,11 +33,12 @@ RUN_HELP = f"""Decode maths problems with every policy and budget and score the 
 The thesis' protocol by default: {PROTOCOL['samples']} samples per problem, temperature
 {PROTOCOL['temperature']}, top-p {PROTOCOL['top_p']}, batch {PROTOCOL['batch_size']}, page size
 {PROTOCOL['page_size']}; budgets {', '.join(map(str, PROTOCOL['budgets']))} for the budgeted
-policies (StreamingLLM, H2O; dense and tip take none). The cap `--max-new-tokens` defaults
+policies (StreamingLLM, its variant that keeps the whole prompt, H2O; dense and tip take
+none). The cap `--max-new-tokens` defaults
 to {PROTOCOL['max_new_tokens']} (long enough for distilled reasoning traces; the TIP paper's
 configuration files were not available to check their value, so set it to theirs when you
-have it). `tip` runs `--model`; dense, streamingllm and h2o run `--dense-model` (default: the
-same model).
+have it). `tip` runs `--model`; dense, streamingllm, streaming-prompt and h2o run `--dense-model`
+(default: the same model).
 
 Data (`--data`, repeatable): {', '.join(DATA_SETS)} (from `solm data get NAME`) or a JSONL
 path with a problem and its gold answer. A problem's prompt is the problem plus the maths
@@ -84,9 +85,10 @@ def run(
     data: list[str] = typer.Option(["aime2024", "aime2025"], "--data", "-d",
                                    help="Data set name or JSONL path; repeatable."),
     model: str = ModelOption,
-    dense_model: Optional[str] = typer.Option(None, help="Model of dense / streamingllm / h2o "
+    dense_model: Optional[str] = typer.Option(None, help="Model of every policy but tip "
                                               "(default: --model)."),
-    policies: str = typer.Option("dense,streamingllm,h2o,tip", help="Comma-separated."),
+    policies: str = typer.Option("dense,streamingllm,streaming-prompt,h2o,tip",
+                                  help="Comma-separated."),
     budgets: str = typer.Option(",".join(map(str, PROTOCOL["budgets"])),
                                 help="KV budgets (tokens) of the budgeted policies."),
     registers: Optional[int] = setting_option(TipEngine, "registers"),

@@ -27,7 +27,6 @@ from solm.core.errors import SolmError
 from solm.core.systems.tip import steps_and_kills
 from solm.decode.jobs import DecodeSummary
 
-BUDGETED = ("streamingllm", "h2o")
 DATA_SETS = ("aime2024", "aime2025", "math500", "gsm8k_test")
 # the thesis' protocol (samples, sampling, batch, page); the cap is a flag: long enough for
 # reasoning traces of distilled models

@@ -12,7 +12,8 @@ from solm.eval.tip_eval import read_rows, summarise
 AXES = (("live_response_tokens", "live response KV per decode step (tokens, mean)", "kv"),
         ("throughput_tok_s", "throughput (generated tokens / s, batched)", "throughput"),
         ("decode_s", "decode time per sample (s)", "decode_time"))
-COLORS = {"dense": "black", "tip": "tab:red", "streamingllm": "tab:blue", "h2o": "tab:green"}
+COLORS = {"dense": "black", "tip": "tab:red", "streamingllm": "tab:blue", "h2o": "tab:green",
+          "streaming-prompt": "tab:purple"}
 
 
 def plot_points(summaries: list[dict], axis: str, xlabel: str, png: Path, title: str) -> None:

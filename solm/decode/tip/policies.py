@@ -119,6 +119,51 @@ class StreamingLLMPolicy(EvictionPolicy):
 
 
 @register_policy
+class PromptStreamingPolicy(EvictionPolicy):
+    """StreamingLLM whose sinks are the whole prompt: once a request outgrows the budget,
+    every page holding a prompt token stays, with the newest whole pages that fit in the
+    rest of the budget (two at least, so a prompt longer than the budget still decodes)."""
+
+    name = "streaming-prompt"
+    help = "the whole prompt + the most recent pages (two at least), within --budget"
+    needs_budget = True
+    min_recent = 2
+
+    def start(self, req: RequestKV, vocab: TipVocab | None) -> None:
+        req.prompt_tokens = 0  # type: ignore[attr-defined]
+
+    def step_of(self, req: RequestKV, token: int, is_prompt: bool) -> tuple[int, int | None]:
+        if is_prompt:
+            req.prompt_tokens += 1  # type: ignore[attr-defined]
+        return PROMPT_STEP, None
+
+    def _window(self, req: RequestKV) -> tuple[list[Page], list[Page], int]:
+        """(prompt pages, the newest others within the budget, how many others there are)."""
+        prompt_tokens = getattr(req, "prompt_tokens", 0)
+        def holds_prompt(page: Page) -> bool:
+            return bool(page.tokens) and page.tokens[0] < prompt_tokens
+
+        prompt = [p for p in req.pages if holds_prompt(p)]
+        rest = [p for p in req.pages if not holds_prompt(p)]
+        recent = max(self.min_recent, self.budget // self.page_size - len(prompt))
+        return prompt, rest[-recent:], len(rest)
+
+    def evict(self, req: RequestKV) -> list[Page]:
+        if req.n_tokens <= self.budget:
+            return []
+        prompt, recent, others = self._window(req)
+        if others <= len(recent):
+            return []
+        return self._drop(req, {p.id for p in prompt + recent})
+
+    def visible(self, req: RequestKV) -> list[tuple[Page, int]]:
+        if req.n_tokens <= self.budget:
+            return [(p, len(p.tokens)) for p in req.pages]
+        prompt, recent, _ = self._window(req)
+        return [(p, len(p.tokens)) for p in prompt + recent]
+
+
+@register_policy
 class H2OPolicy(EvictionPolicy):
     """Recent pages and heavy-hitter pages (highest accumulated attention), half each."""
 
