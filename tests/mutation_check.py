@@ -87,6 +87,13 @@ MUTATIONS: dict[str, tuple] = {
         "solm/decode/tip/policies.py",
         "max(self.min_recent, self.budget // self.page_size - len(prompt))",
         "max(self.min_recent, self.budget // self.page_size)", POLICY_TESTS),
+    "resume_takes_a_changed_max_steps": (
+        "solm/train/checkpoint.py",
+        "if max_steps > 0 and was_steps is not None and int(was_steps) != max_steps:",
+        "if False:", ["tests/test_sft.py"]),
+    "resumed_steps_counted_from_zero": (
+        "solm/train/base.py", 'meta["results"]["steps_this_run"] = result.global_step - steps_before',
+        'meta["results"]["steps_this_run"] = result.global_step', ["tests/test_sft.py"]),
     # the judge and the job machinery
     "judge_cache_key_ignores_order": (
         "solm/judge/cache.py", "[judge, version, instruction, first, second]",

@@ -140,6 +140,7 @@ def test_resume_after_a_kill_ends_where_an_uninterrupted_run_ends(tmp_path, tiny
     meta = run_sft(killed)
     assert meta["results"]["resumed_from"].endswith("checkpoint-2")
     assert meta["results"]["global_steps"] == 4
+    assert meta["results"]["steps_this_run"] == 4 - 2  # the checkpoint had taken two
     a = load_file(tmp_path / "a" / "out" / "model.safetensors")
     b = load_file(tmp_path / "b" / "out" / "model.safetensors")
     assert a.keys() == b.keys()
@@ -147,6 +148,30 @@ def test_resume_after_a_kill_ends_where_an_uninterrupted_run_ends(tmp_path, tiny
         assert torch.allclose(a[k], b[k], atol=1e-6), k
     with pytest.raises(SolmError, match="already holds a finished model"):
         run_sft(killed)
+
+
+@pytest.mark.parametrize("change", [{"max_steps": 6}, {"max_steps": -1, "epochs": 3.0}])
+def test_a_resumed_run_refuses_a_changed_schedule_and_keeps_its_checkpoint(tmp_path,
+                                                                          tiny_folder, change):
+    """A checkpoint started for 4 steps resumed for 6 (or for epochs) would decay its
+    learning rate over the old total: refused, naming the checkpoint, and the checkpoint is
+    still there to resume with the settings it was started with."""
+    data = write_rows(tmp_path / "rows.jsonl", ROWS)
+    first = config(tmp_path / "b", data, tiny_folder, max_steps=4, save_every=2)
+
+    def kill_at_step_3(entry):
+        if entry["step"] == 3 and "loss" in entry:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sft(first, on_log=kill_at_step_3)
+    changed = config(tmp_path / "b", data, tiny_folder, save_every=2, **change)
+    asked = "--max-steps 6" if change["max_steps"] > 0 else "--epochs 3"
+    with pytest.raises(SolmError, match=f"checkpoint-2.*4 steps.*{asked}"):
+        run_sft(changed)
+    assert (tmp_path / "b" / "out" / "checkpoints" / "checkpoint-2").is_dir()
+    meta = run_sft(first)
+    assert meta["results"]["global_steps"] == 4 and meta["results"]["steps_this_run"] == 2
 
 
 def test_lora_adapter_and_merged_outputs_load_to_the_same_model(tmp_path, tiny_folder):

@@ -29,7 +29,8 @@ import torch
 from solm.core.errors import SolmError
 from solm.core.models import DEFAULT_MODEL
 from solm.core.settings import setting
-from solm.train.checkpoint import METADATA_FILE, read_metadata, write_metadata
+from solm.train.checkpoint import (METADATA_FILE, read_metadata, resumed_schedule,
+                                   write_metadata)
 
 
 @dataclass(kw_only=True)
@@ -336,6 +337,8 @@ class SolmTrainer:
         ckpt_dir = out / "checkpoints"
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         resume = get_last_checkpoint(str(ckpt_dir))
+        steps_before = (resumed_schedule(resume, cfg.max_steps, cfg.epochs)
+                        if resume is not None else 0)
         args = self.training_arguments(data, ckpt_dir, accum, bf16, grad_ckpt)
         self.before_training(model, tok, vocab, data, args)
         log_path = out / "train_log.jsonl"
@@ -361,6 +364,7 @@ class SolmTrainer:
             fmt = self._save(trainer.model, tok, out, state_dict)
             meta = self._metadata(data, fmt, accum, bf16, grad_ckpt, trainer, result, resume,
                                   eval_before, eval_after, wall)
+            meta["results"]["steps_this_run"] = result.global_step - steps_before
             meta["prompt_instruction"] = self.prompt_instruction(tok)
             write_metadata(out, meta)
             self.write_plots(log_path, out)
