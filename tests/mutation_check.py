@@ -588,7 +588,7 @@ MUTATIONS: dict[str, tuple] = {
                                                        "tests/test_pdiff_blocks.py"]),
     "join_pass_not_counted": (
         "solm/decode/pdiff/runtime.py", "                run.join_passes += 1\n", "",
-        ["tests/test_pdiff_runtime.py"]),
+        ["tests/test_pdiff_blocks.py"]),
     # the audit's modules, each against an oracle written another way
     "trace_work_shows_the_new_value_as_old": (
         "solm/data/tracking.py", 'work = f"{t} = {old} {sign} {op.digit} = {values[t]}"',
@@ -605,8 +605,9 @@ MUTATIONS: dict[str, tuple] = {
         "return [max(correct[i:i + group]) > 0 for i in range(0, len(correct), group)]",
         ["tests/test_tip_grpo.py"]),
     "penalty_raises_negative_logits": (
-        "solm/core/sampling.py", "x[index] = torch.where(vals > 0, vals / factor, vals * factor)",
-        "x[index] = vals / factor", ["tests/test_device_sampling.py"]),
+        "solm/core/sampling.py",
+        "x.index_put((rows, toks), torch.where(vals > 0, vals / factor, vals * factor))",
+        "x.index_put((rows, toks), vals / factor)", ["tests/test_device_sampling.py"]),
     "unpack_drops_generation_config": (
         "solm/core/adapter_packing.py", 'SIDE_FILES = (CONFIG, META, "generation_config.json")',
         "SIDE_FILES = (CONFIG, META)", ["tests/test_adapters.py"]),
