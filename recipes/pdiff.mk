@@ -189,3 +189,37 @@ pdiff-two-copy-select-cpu: pdiff-two-copy-recipes-cpu $(ALPACA)  ## every two-co
 		$(foreach R,$(filter-out whole,$(PDIFF_TC_RECIPES)),--method pdiff:$(R)-fill=$(PDIFF_TC_DIR)/$(R),$(PDIFF_TC_LEVERS),min_fill=0.5) \
 		--repetition-penalty 1.2 --max-new-tokens 384 --no-judge --no-compile -q
 	$(BIN)/pasta eval report $(PDIFF_TC_DIR)/select -o $(PDIFF_TC_DIR)/select/report
+
+# The decode levers on the two-copy recipes, prompts 1-30, each block of methods one run with
+# the baseline in it (bench/results/pdiff_two_copy_cpu.md): min_fill on every recipe,
+# pad_confidence, one token a step (steps_ratio 1.0), confidence order, length_scale. Then
+# the chosen method (PDIFF_TC_CHOSEN with PDIFF_TC_CHOSEN_LEVERS) once on prompts 31-94
+# against the kept Baseline-SFT, one prompt at a time on the fastest engine (`auto`), so
+# the same run gives content, passes and realized tokens per second.
+PDIFF_TC_SELECT = $(BIN)/pasta eval run --prompts $(ALPACA) --limit 30 --batch-size 16 \
+	--method sequential:baseline-sft=baseline-sft-cpu --repetition-penalty 1.2 \
+	--max-new-tokens 384 --no-judge --no-compile -q
+PDIFF_TC_CHOSEN        ?= blocks
+PDIFF_TC_CHOSEN_LEVERS ?= steps_ratio=1.0,min_fill=0.9
+.PHONY: pdiff-two-copy-levers-cpu pdiff-two-copy-final-cpu
+pdiff-two-copy-levers-cpu: pdiff-two-copy-recipes-cpu $(ALPACA)  ## the decode levers on the two-copy recipes (prompts 1-30)
+	$(PDIFF_TC_SELECT) -o $(PDIFF_TC_DIR)/select-levers \
+		--method pdiff:kept-fill=pdiff-cpu,steps_ratio=0.5,min_fill=0.5 \
+		--method pdiff:whole-fill=$(PDIFF_TC_DIR)/whole,steps_ratio=0.5,min_fill=0.5 \
+		--method pdiff:blocks-fill7=$(PDIFF_TC_DIR)/blocks,steps_ratio=0.5,min_fill=0.7 \
+		--method pdiff:blocks-fill-conf=$(PDIFF_TC_DIR)/blocks,steps_ratio=0.5,min_fill=0.5,pad_confidence=0.9
+	$(PDIFF_TC_SELECT) -o $(PDIFF_TC_DIR)/select-steps \
+		--method pdiff:blocks-fill7-s1=$(PDIFF_TC_DIR)/blocks,steps_ratio=1.0,min_fill=0.7 \
+		--method pdiff:blocks-fill7-s1-conf=$(PDIFF_TC_DIR)/blocks,steps_ratio=1.0,min_fill=0.7,order=confidence
+	$(PDIFF_TC_SELECT) -o $(PDIFF_TC_DIR)/select-content \
+		--method pdiff:blocks-s1-fill9=$(PDIFF_TC_DIR)/blocks,steps_ratio=1.0,min_fill=0.9 \
+		--method pdiff:blocks-s1-fill7-len13=$(PDIFF_TC_DIR)/blocks,steps_ratio=1.0,min_fill=0.7,length_scale=1.3
+	for R in select-levers select-steps select-content; do \
+		$(BIN)/pasta eval report $(PDIFF_TC_DIR)/$$R -o $(PDIFF_TC_DIR)/$$R/report -q; done
+
+pdiff-two-copy-final-cpu: pdiff-two-copy-recipes-cpu $(ALPACA)  ## the chosen two-copy method on prompts 31-94, batch 1, timed
+	$(BIN)/pasta eval run -o $(PDIFF_TC_DIR)/final --prompts $(ALPACA) --skip 30 --limit 64 \
+		--batch-size 1 --engine auto --method sequential:baseline-sft=baseline-sft-cpu \
+		--method pdiff:$(PDIFF_TC_CHOSEN)-chosen=$(PDIFF_TC_DIR)/$(PDIFF_TC_CHOSEN),$(PDIFF_TC_CHOSEN_LEVERS) \
+		--repetition-penalty 1.2 --max-new-tokens 384 --no-judge -q
+	$(BIN)/pasta eval report $(PDIFF_TC_DIR)/final -o $(PDIFF_TC_DIR)/final/report -q

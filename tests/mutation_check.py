@@ -615,8 +615,9 @@ MUTATIONS: dict[str, tuple] = {
         "solm/core/models.py", "    for path in [*files, *(p for p in sides if p.is_file())]:",
         "    for path in files:", ["tests/test_adapters.py"]),
     "block_edge_row_from_its_first_slot": (
-        "solm/decode/pdiff/runtime.py", "                c.edge = row_of[c.stale[-1]]\n",
-        "                c.edge = row_of[c.stale[0]]\n", ["tests/test_pdiff_blocks.py"]),
+        "solm/decode/pdiff/runtime.py",
+        "edge = [min(current) - 1] if c.block > 0 and not c.stale else []",
+        "edge = []", ["tests/test_pdiff_blocks.py"]),
     "ort_paged_prefill_not_causal": (
         "solm/engines/onnxruntime/step.py", "np.tril(np.ones((n, n), bool))],",
         "np.ones((n, n), bool)],", ["tests/test_onnxruntime.py"]),
