@@ -94,6 +94,15 @@ MUTATIONS: dict[str, tuple] = {
     "resumed_steps_counted_from_zero": (
         "solm/train/base.py", 'meta["results"]["steps_this_run"] = result.global_step - steps_before',
         'meta["results"]["steps_this_run"] = result.global_step', ["tests/test_sft.py"]),
+    "recall_reads_the_state_before_its_step": (
+        "solm/data/recall.py", "value = history[op.step][op.source]",
+        "value = history[op.step - 1][op.source]", ["tests/test_recall_task.py"]),
+    "recall_needs_drop_the_recalled_line": (
+        "solm/data/recall.py", "            read.add(op.step)\n",
+        "            read.discard(op.step)\n", ["tests/test_recall_task.py"]),
+    "needs_rule_keeps_a_step_one_step_only": (
+        "solm/annotate/tip_rules.py", "needed[i] = max(needed[i], j)",
+        "needed[i] = max(needed[i], i + 1)", ["tests/test_recall_task.py"]),
     # the judge and the job machinery
     "judge_cache_key_ignores_order": (
         "solm/judge/cache.py", "[judge, version, instruction, first, second]",
