@@ -121,6 +121,16 @@ def test_control_token_loss_weight_counts_control_targets_w_times(pasta_tokenize
         assert torch.allclose(weighted_token_loss(tiny, vocab.control_ids, 3.0)(out, labels), own)
 
 
+def killed_at_step_3(cfg) -> None:
+    """A run of `cfg` interrupted during step 3 (its checkpoint-2 written)."""
+    def kill(entry):
+        if entry["step"] == 3 and "loss" in entry:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sft(cfg, on_log=kill)
+
+
 def test_resume_after_a_kill_ends_where_an_uninterrupted_run_ends(tmp_path, tiny_folder):
     from safetensors.torch import load_file
 
@@ -130,12 +140,7 @@ def test_resume_after_a_kill_ends_where_an_uninterrupted_run_ends(tmp_path, tiny
 
     killed = config(tmp_path / "b", data, tiny_folder, max_steps=4, save_every=2)
 
-    def kill_at_step_3(entry):
-        if entry["step"] == 3 and "loss" in entry:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        run_sft(killed, on_log=kill_at_step_3)
+    killed_at_step_3(killed)
     assert not (tmp_path / "b" / "out" / "solm.json").exists()
     meta = run_sft(killed)
     assert meta["results"]["resumed_from"].endswith("checkpoint-2")
@@ -159,12 +164,7 @@ def test_a_resumed_run_refuses_a_changed_schedule_and_keeps_its_checkpoint(tmp_p
     data = write_rows(tmp_path / "rows.jsonl", ROWS)
     first = config(tmp_path / "b", data, tiny_folder, max_steps=4, save_every=2)
 
-    def kill_at_step_3(entry):
-        if entry["step"] == 3 and "loss" in entry:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        run_sft(first, on_log=kill_at_step_3)
+    killed_at_step_3(first)
     changed = config(tmp_path / "b", data, tiny_folder, save_every=2, **change)
     asked = "--max-steps 6" if change["max_steps"] > 0 else "--epochs 3"
     with pytest.raises(SolmError, match=f"checkpoint-2.*4 steps.*{asked}"):

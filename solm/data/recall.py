@@ -26,7 +26,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from solm.data.tracking import MODULUS, NAMES, Operation, _state
+from solm.data.tracking import MODULUS, NAMES, Operation, _state, apply_operation
 
 TASK = "recall"
 MIN_GAP = 3  # a recall reads a step at least this many steps back (else it is the last state)
@@ -112,21 +112,7 @@ def solve(problem: RecallProblem) -> tuple[str, int]:
             values[op.target] = value
             work = f"{op.target} = {value} ({op.source} after step {op.step})"
         else:
-            t, s = op.target, op.source
-            if op.kind in ("add", "sub"):
-                old = values[t]
-                values[t] = (old + op.digit if op.kind == "add" else old - op.digit) % MODULUS
-                work = f"{t} = {old} {'+' if op.kind == 'add' else '-'} {op.digit} = {values[t]}"
-            elif op.kind == "add_var":
-                old = values[t]
-                values[t] = (old + values[s]) % MODULUS
-                work = f"{t} = {old} + {values[s]} = {values[t]}"
-            elif op.kind == "copy":
-                values[t] = values[s]
-                work = f"{t} = {values[t]}"
-            else:
-                values[t], values[s] = values[s], values[t]
-                work = f"{t} = {values[t]} and {s} = {values[s]}"
+            work = apply_operation(values, op)
         history.append(dict(values))
         # no ': ' or '. ' inside a line: the rules annotator's steps are the solver's lines
         lines.append(f"Step {i} ({op.text()}) gives {work}, so {_state(values)}.")

@@ -88,27 +88,33 @@ def _state(values: dict[str, int]) -> str:
     return ", ".join(f"{v}={x}" for v, x in values.items())
 
 
+def apply_operation(values: dict[str, int], op: Operation) -> str:
+    """Apply `op` to `values` in place; returns the work the trace shows for it."""
+    t, s = op.target, op.source
+    if op.kind in ("add", "sub"):
+        old = values[t]
+        values[t] = (old + op.digit if op.kind == "add" else old - op.digit) % MODULUS
+        sign = "+" if op.kind == "add" else "-"
+        work = f"{t} = {old} {sign} {op.digit} = {values[t]}"
+    elif op.kind == "add_var":
+        old = values[t]
+        values[t] = (old + values[s]) % MODULUS
+        work = f"{t} = {old} + {values[s]} = {values[t]}"
+    elif op.kind == "copy":
+        values[t] = values[s]
+        work = f"{t} = {values[t]}"
+    else:
+        values[t], values[s] = values[s], values[t]
+        work = f"{t} = {values[t]} and {s} = {values[s]}"
+    return work
+
+
 def solve(problem: Problem) -> tuple[str, int]:
     """(the step-by-step trace, the answer)."""
     values = dict(problem.start)
     lines = [f"We start with {_state(values)}."]
     for i, op in enumerate(problem.operations, 1):
-        t, s = op.target, op.source
-        if op.kind in ("add", "sub"):
-            old = values[t]
-            values[t] = (old + op.digit if op.kind == "add" else old - op.digit) % MODULUS
-            sign = "+" if op.kind == "add" else "-"
-            work = f"{t} = {old} {sign} {op.digit} = {values[t]}"
-        elif op.kind == "add_var":
-            old = values[t]
-            values[t] = (old + values[s]) % MODULUS
-            work = f"{t} = {old} + {values[s]} = {values[t]}"
-        elif op.kind == "copy":
-            values[t] = values[s]
-            work = f"{t} = {values[t]}"
-        else:
-            values[t], values[s] = values[s], values[t]
-            work = f"{t} = {values[t]} and {s} = {values[s]}"
+        work = apply_operation(values, op)
         # no ': ' or '. ' inside a line: the rules annotator's steps are the solver's lines
         lines.append(f"Step {i} ({op.text()}) gives {work}, so {_state(values)}.")
     answer = values[problem.asked]

@@ -13,6 +13,20 @@ from typing import Any, Sequence
 STEP_KINDS = ("slots", "pdiff", "pool", "paged")
 
 
+def architecture_refusal(model: str | None, supported: Sequence[str], cannot: str) -> str | None:
+    """Why an engine cannot take the model (its config names no architecture in
+    `supported`): "architecture X {cannot} (supported: ...)", or None (a GGUF file, no
+    model named, or a supported architecture)."""
+    if model is None or str(model).endswith(".gguf"):
+        return None
+    from solm.core.models import model_architectures
+
+    names = model_architectures(model)
+    if names and not any(n in supported for n in names):
+        return f"architecture {names[0]} {cannot} (supported: {', '.join(supported)})"
+    return None
+
+
 class Engine:
     """One engine solm decodes on. A subclass names itself, says why it cannot run on this
     machine (None: it can) and which decodes it refuses, loads a model for a decode, gives

@@ -233,10 +233,10 @@ class LlamaCppProbe:
 
 def _architecture_refusal(model: str | None) -> str | None:
     """Why solm cannot export the model to a GGUF (its config's architecture), or None."""
+    from solm.engines.base import architecture_refusal
     from solm.engines.llamacpp.export import ARCHITECTURES
 
-    if model is None or str(model).endswith(".gguf"):
-        return None
+    return architecture_refusal(model, ARCHITECTURES, "cannot be exported to GGUF by solm yet")
     from solm.core.models import model_architectures
 
     names = model_architectures(model)

@@ -141,10 +141,10 @@ class OrtProbe:
 
 def unsupported_architecture(model: str | None) -> str | None:
     """Why the model has no ONNX graph in solm (its config's architecture), or None."""
+    from solm.engines.base import architecture_refusal
     from solm.engines.onnxruntime.graph import ARCHITECTURES
 
-    if model is None or str(model).endswith(".gguf"):
-        return None
+    return architecture_refusal(model, ARCHITECTURES, "has no ONNX graph in solm yet")
     from solm.core.models import model_architectures
 
     names = model_architectures(model)
