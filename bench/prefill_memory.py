@@ -16,19 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import threading
 import time
 
 SIDES = ("plain_every_row", "plain_last_row", "device_step")
-
-
-def cpu_name() -> str:
-    with open("/proc/cpuinfo") as f:
-        names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-    return f"{names[0]}, {os.cpu_count()} cores" if names else platform.machine()
 
 
 def rss_bytes() -> int:
@@ -111,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.side:
         print(json.dumps(measure(args.side, args.model, args.tokens)))
         return 0
+    from solm.engines.bandwidth import cpu_description
+
     rows = []
     for side in SIDES:
         out = subprocess.run([sys.executable, __file__, "--side", side, "--model", args.model,
@@ -121,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     peak = {r["side"]: r["peak_growth_mb"] for r in rows}
     ratio = peak["device_step"] / peak["plain_every_row"]
     ratio_last = peak["device_step"] / peak["plain_last_row"]
-    summary = {"date": time.strftime("%Y-%m-%d"), "cpu": cpu_name(), "model": args.model, "dtype": "fp32",
+    summary = {"date": time.strftime("%Y-%m-%d"), "cpu": cpu_description(), "model": args.model, "dtype": "fp32",
                "command": "python bench/prefill_memory.py " + " ".join(
                    sys.argv[1:] if argv is None else argv),
                "rows": rows, "device_step_over_plain_every_row": round(ratio, 2),
