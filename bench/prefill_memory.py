@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     peak = {r["side"]: r["peak_growth_mb"] for r in rows}
     ratio = peak["device_step"] / peak["plain_every_row"]
     ratio_last = peak["device_step"] / peak["plain_last_row"]
-    summary = {"date": time.strftime("%Y-%m-%d"), "cpu": cpu_description(), "model": args.model, "dtype": "fp32",
+    summary = {"date": time.strftime("%Y-%m-%d"), "cpu": cpu_description(),
+               "model": args.model, "dtype": "fp32",
                "command": "python bench/prefill_memory.py " + " ".join(
                    sys.argv[1:] if argv is None else argv),
                "rows": rows, "device_step_over_plain_every_row": round(ratio, 2),
