@@ -107,7 +107,8 @@ trained  = grep -qs '"complete": true' $(1)/solm.json ||
 # The recipes behind the kept models and the explorations beside them, one file a topic
 # (`make help-recipes` lists their targets)
 include recipes/pasta_rule_rows.mk recipes/pasta_own_answers.mk recipes/pasta_speed_rows.mk \
-	recipes/pdiff.mk recipes/tip_tracking.mk recipes/tip_math.mk recipes/reproduce_paper.mk
+	recipes/pdiff.mk recipes/tip_tracking.mk recipes/tip_math.mk recipes/tip_recall.mk \
+	recipes/reproduce_paper.mk
 
 .PHONY: setup demo tip-demo pdiff-demo data test test-slow test-all gpu-check docs docs-serve \
 	gpu-decode-inputs gpu-decode clean

@@ -103,6 +103,9 @@ MUTATIONS: dict[str, tuple] = {
     "needs_rule_keeps_a_step_one_step_only": (
         "solm/annotate/tip_rules.py", "needed[i] = max(needed[i], j)",
         "needed[i] = max(needed[i], i + 1)", ["tests/test_recall_task.py"]),
+    "needs_rule_takes_fresh_registers_first": (
+        "solm/annotate/tip_rules.py", 'dead_first=rule == "needs")', "dead_first=False)",
+        ["tests/test_recall_task.py"]),
     # the judge and the job machinery
     "judge_cache_key_ignores_order": (
         "solm/judge/cache.py", "[judge, version, instruction, first, second]",

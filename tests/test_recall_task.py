@@ -121,6 +121,35 @@ def test_needs_annotation_is_faithful_and_never_kills_a_step_still_read(register
         assert a.forced == 0
 
 
+def test_needs_annotation_takes_a_dead_steps_register_before_an_unused_one():
+    from solm.annotate.tip_rules import annotate_tip_rules
+
+    tok = _tok()
+
+    def count(text):
+        return len(tok(text, add_special_tokens=False).input_ids)
+
+    for row in make_rows(30, 7, max_open=6):
+        regs = annotate_tip_rules(row["solution"], count, 16, 1, "needs",
+                                  row["needs"]).step_registers
+        _, _, reads = second_solver(row["question"])
+        readers = [[]] + [sorted(r) for r in reads] + [[len(reads)]]
+        last_reader = list(range(len(readers)))
+        for j, read in enumerate(readers):
+            for i in read:
+                last_reader[i] = max(last_reader[i], j)
+        for j in range(1, len(regs)):
+            holder = {regs[i]: i for i in range(j)}  # register -> the step it holds
+            dead = [i for i in holder.values() if last_reader[i] < j]
+            if regs[j] not in holder:  # a fresh register: only when no held step is dead
+                assert not dead, (j, dead)
+            else:
+                assert holder[regs[j]] in dead, j
+        live = [sum(1 for i in {regs[i]: i for i in range(j)}.values() if last_reader[i] >= j)
+                for j in range(1, len(regs))]
+        assert len(set(regs)) <= max(live) + 2  # dead steps do not pile up
+
+
 def test_lru_kills_by_age_alone():
     from solm.annotate.tip_rules import annotate_tip_rules
 

@@ -32,8 +32,9 @@ ones, and then the step longest without use goes first.
 
 **Rules** (`rule`): `refers` (the default) is the above; `needs` takes who reads whom from
 the problem itself instead (a generated task's rows carry `needs`: per line of the trace,
-the lines it reads; the trace's steps must then be its lines), so a step lives exactly
-until its last reader; `lru` ignores what later steps read: every holder counts as free,
+the lines it reads; the trace's steps must then be its lines), and a step takes a dead
+step's register (none of whose readers is still to come) before an unused one, so a step
+lives until its last reader and a dead one is gone by the next step that finds it dead; `lru` ignores what later steps read: every holder counts as free,
 so a step lives for as many steps as there are registers (with 2 registers: killed by the
 step after next, whatever still reads it). `lru` is the deliberately simple rule a learned
 policy can beat (it keeps what nothing reads and kills what a far step still needs).
@@ -158,9 +159,11 @@ class TipAnnotation:
         return self.killed > 0
 
 
-def assign_registers(needed: list[int], refers: list[list[int]], registers: int
-                     ) -> tuple[list[int], int, int]:
-    """Register per step, with the kill count and the forced kills among them."""
+def assign_registers(needed: list[int], refers: list[list[int]], registers: int,
+                     dead_first: bool = False) -> tuple[list[int], int, int]:
+    """Register per step, with the kill count and the forced kills among them. `dead_first`:
+    a step takes a dead step's register (one no later step reads) before an unused one, so
+    only the steps still read stay alive (the `needs` rule, whose reads are exact)."""
     holder: dict[int, int] = {}  # register -> step
     last_use: dict[int, int] = {}  # register -> step index of its last use
     out, killed, forced = [], 0, 0
@@ -170,10 +173,10 @@ def assign_registers(needed: list[int], refers: list[list[int]], registers: int
             if holder.get(reg) == i:
                 last_use[reg] = j
         unused = [r for r in range(registers) if r not in holder]
-        if unused:
+        free = [r for r in holder if needed[holder[r]] < j]
+        if unused and not (dead_first and free):
             reg = unused[0]
         else:
-            free = [r for r in holder if needed[holder[r]] < j]
             pool = free or list(holder)
             # the step longest without use dies; among steps last used together, the older
             reg = min(pool, key=lambda r: (last_use[r], holder[r]))
@@ -225,7 +228,8 @@ def annotate_tip_rules(text: str, count: Callable[[str], int], registers: int = 
         needed, refers = list(range(len(steps))), [[] for _ in steps]
     else:
         needed, refers = needed_until(steps)
-    regs, killed, forced = assign_registers(needed, refers, registers)
+    regs, killed, forced = assign_registers(needed, refers, registers,
+                                            dead_first=rule == "needs")
     annotated = "".join(register_token(r) + s for r, s in zip(regs, steps))
     return TipAnnotation(annotated, len(steps), len(set(regs)), killed, forced, regs)
 

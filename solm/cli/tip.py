@@ -126,7 +126,8 @@ def annotate(
     rule: str = typer.Option("refers", help="rules: when a step's register may be reused. "
                              "refers: once no later step refers back to it (shared numbers, "
                              "variables, named quantities); needs: once its last reader in "
-                             "the row's own `needs` has run (a generated task's rows); lru: "
+                             "the row's own `needs` has run (a generated task's rows), a dead "
+                             "step's register taken before an unused one; lru: "
                              "the least recently used register, whatever still reads its "
                              "step (the simple rule a learned policy can beat)."),
     rejects: Optional[Path] = typer.Option(None, help="Rejected rows with a reason (default: "
