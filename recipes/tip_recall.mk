@@ -6,21 +6,23 @@
 
 # `solm data make recall`: tracking's operations plus `a = b from step k`, so some steps
 # must stay alive across many later ones while the rest die at once, decided by the problem.
-# Seed 1 trains, seed 2 is held out; the solver's traces annotated over RECALL_REGISTERS
+# Problems of 10-24 operations (at most ~1,150 tokens with the prompt); seed 1 trains, seed
+# 2 is held out; the solver's traces annotated over RECALL_REGISTERS
 # registers by the `needs` rule (a step keeps its register while a later step reads it);
 # TIP-SFT and Dense-SFT (the same traces, registers removed) on the same RECALL_ROWS rows,
-# LoRA r 32 (about 25-35 s a step of 8 rows on a 2-core CPU). Resumable: rerun after a kill.
+# LoRA r 32 (about 80 s a step of 8 rows on a 2-core CPU: 49 min). Resumable: rerun after a kill.
 RECALL_DIR       ?= runs/tip-recall
 RECALL_REGISTERS ?= 16
 RECALL_RULE      ?= needs
 RECALL_ROWS      ?= 320
+RECALL_OPS       ?= --min-ops 10 --max-ops 24
 RECALL_SFT_ARGS  ?= --limit $(RECALL_ROWS) --registers $(RECALL_REGISTERS) --lora-r 32 \
-	--lr 1e-3 --epochs 1 --batch-size 8 --micro-batch-size 4 --max-len 1400 --eval-rows 16 \
+	--lr 1e-3 --epochs 1 --batch-size 8 --micro-batch-size 4 --max-len 1200 --eval-rows 16 \
 	--save-every 5 -q
 $(RECALL_DIR)/train.jsonl: | setup
-	$(BIN)/solm data make recall -o $@ --n 2000 --seed 1 -q
+	$(BIN)/solm data make recall -o $@ --n 2000 --seed 1 $(RECALL_OPS) -q
 $(RECALL_DIR)/test.jsonl: | setup
-	$(BIN)/solm data make recall -o $@ --n 300 --seed 2 -q
+	$(BIN)/solm data make recall -o $@ --n 300 --seed 2 $(RECALL_OPS) -q
 $(RECALL_DIR)/traces.jsonl: | $(RECALL_DIR)/train.jsonl
 	$(BIN)/tip annotate -i $(RECALL_DIR)/train.jsonl -o $@ --registers $(RECALL_REGISTERS) \
 		--rule $(RECALL_RULE) --min-step-tokens 1 -q
@@ -34,12 +36,9 @@ tip-sft-16-cpu: setup $(RECALL_DIR)/traces.jsonl  ## the kept sixteen-register T
 	$(PACK) '$(RECALL_DIR)/tip-sft', '$(ARTIFACTS)/tip-sft-16-cpu')"
 	du -sh $(ARTIFACTS)/tip-sft-16-cpu
 
-tip-dense-recall-cpu: setup $(RECALL_DIR)/traces.jsonl  ## the kept Dense model of the recall task (the same traces, no registers)
+tip-dense-recall-cpu: setup $(RECALL_DIR)/traces.jsonl  ## the Dense baseline of the recall task (the same traces, no registers)
 	$(call trained,$(RECALL_DIR)/dense-sft) $(BIN)/tip sft --data $(RECALL_DIR)/traces.jsonl \
 		--strip-registers --out $(RECALL_DIR)/dense-sft $(RECALL_SFT_ARGS)
-	rm -rf $(ARTIFACTS)/tip-dense-recall-cpu
-	$(PACK) '$(RECALL_DIR)/dense-sft', '$(ARTIFACTS)/tip-dense-recall-cpu')"
-	du -sh $(ARTIFACTS)/tip-dense-recall-cpu
 
 # The evaluation: the first RECALL_EVAL_N held-out problems (seed 2), greedy, pages of 16
 # tokens: tip, dense, and on the Dense model StreamingLLM (four sinks), the prompt-keeping
@@ -49,10 +48,10 @@ tip-dense-recall-cpu: setup $(RECALL_DIR)/traces.jsonl  ## the kept Dense model 
 RECALL_EVAL_N   ?= 200
 RECALL_BUDGETS  ?= 96,192
 RECALL_POLICIES ?= tip,dense,streamingllm,streaming-prompt,h2o
-tip-recall-eval-cpu: setup $(RECALL_DIR)/test.jsonl  ## TIP, Dense and the heuristics on held-out recall problems
+tip-recall-eval-cpu: setup tip-dense-recall-cpu $(RECALL_DIR)/test.jsonl  ## TIP, Dense and the heuristics on held-out recall problems
 	$(BIN)/tip eval run -o $(RECALL_DIR)/eval --data $(RECALL_DIR)/test.jsonl \
-		--model tip-sft-16-cpu --dense-model tip-dense-recall-cpu \
+		--model tip-sft-16-cpu --dense-model $(RECALL_DIR)/dense-sft \
 		--policies $(RECALL_POLICIES) --budgets $(RECALL_BUDGETS) --samples 1 \
-		--temperature 0 --max-new-tokens 1400 --limit $(RECALL_EVAL_N) --batch-size 16 \
+		--temperature 0 --max-new-tokens 1000 --limit $(RECALL_EVAL_N) --batch-size 16 \
 		--page-size 16 --engine auto -q
 	$(BIN)/tip eval report $(RECALL_DIR)/eval -o $(RECALL_DIR)/eval/report

@@ -53,7 +53,7 @@ def test_make_help_lists_every_user_target_with_what_it_does():
     assert all(len(listed[t]) > 10 for t in USER_TARGETS)
     recipes = make("help-recipes")
     for target in ("own-kept-cpu", "own-pdiff-kept-cpu", "tip-sft-cpu", "tip-dense-cpu",
-                   "tip-grpo-cpu"):
+                   "tip-grpo-cpu", "tip-sft-16-cpu"):
         assert re.search(rf"^\s+{target}\s+\S", recipes, re.M), target
 
 

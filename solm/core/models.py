@@ -74,6 +74,10 @@ ARTIFACTS: dict[str, str] = {
     "tip-dense-cpu": "Dense-SFT on the embedded model, TIP's baseline: tip-sft-cpu's recipe on "
                      "the same tracking traces with the registers removed (`make "
                      "tip-dense-cpu`)",
+    "tip-sft-16-cpu": "TIP-SFT on the embedded model with 16 thought registers: LoRA r=32 on "
+                      "277 traces of the recall task (`solm data make recall`: some steps "
+                      "are read back many steps later) annotated by the needs rule "
+                      "(`make tip-sft-16-cpu`)",
     "tip-grpo-cpu": "tip-sft-cpu after GRPO on the tracking task (reward = correct - 0.2 x "
                     "live KV; 10 steps of 8 rollouts on problems of 22-32 operations), LoRA "
                     "r=8 over tip-sft-cpu (`make tip-grpo-cpu`)",
@@ -85,7 +89,8 @@ ARTIFACT_TARGETS = {"pasta-sft-cpu": "own-kept-cpu", "baseline-sft-cpu": "own-ke
                     "pasta-sft-overlap-cpu": "own-kept-cpu",
                     "pasta-bonbon-overlap-cpu": "own-kept-cpu",
                     "pdiff-overlap-cpu": "own-pdiff-kept-cpu", "tip-sft-cpu": "tip-sft-cpu",
-                    "tip-dense-cpu": "tip-dense-cpu", "tip-grpo-cpu": "tip-grpo-cpu"}
+                    "tip-dense-cpu": "tip-dense-cpu", "tip-grpo-cpu": "tip-grpo-cpu",
+                    "tip-sft-16-cpu": "tip-sft-16-cpu"}
 
 
 def artifact_folder(name: str) -> str | None:
