@@ -299,8 +299,9 @@ $(R_TIP)/.done/report: $(R_TIP)/.done/eval
 
 # every kept model of the package rebuilt from nothing (hours on a CPU; each step resumes)
 .PHONY: kept-models
-kept-models: own-kept-cpu own-pdiff-kept-cpu tip-sft-cpu tip-dense-cpu tip-grpo-cpu \
-	tip-sft-16-cpu  ## rebuild every kept model from nothing (recipes/)
+KEPT_MODELS := own-kept-cpu own-pdiff-kept-cpu tip-sft-cpu tip-dense-cpu tip-grpo-cpu \
+	tip-sft-16-cpu
+kept-models: $(KEPT_MODELS)  ## rebuild every kept model from nothing (recipes/)
 
 # The reproductions at paper scale (`make repro-pasta-paper`, `repro-tip-paper`,
 # `repro-pdiff-paper`, `repro-paper` for all three) live in recipes/reproduce_paper.mk.

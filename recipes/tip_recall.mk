@@ -1,7 +1,6 @@
 # TIP on the recall task: the problems and traces, the kept sixteen-register TIP model
-# (tip-sft-16-cpu) and its Dense twin (tip-dense-recall-cpu), each rebuilt from nothing by its
-# target, and their evaluation against heuristics that keep the prompt. Included by the
-# Makefile.
+# (tip-sft-16-cpu, rebuilt from nothing by its target), its Dense baseline, and their
+# evaluation against heuristics that keep the prompt. Included by the Makefile.
 .PHONY: tip-recall-traces-cpu tip-sft-16-cpu tip-dense-recall-cpu tip-recall-eval-cpu
 
 # `solm data make recall`: tracking's operations plus `a = b from step k`, so some steps
