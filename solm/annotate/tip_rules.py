@@ -34,9 +34,10 @@ ones, and then the step longest without use goes first.
 the problem itself instead (a generated task's rows carry `needs`: per line of the trace,
 the lines it reads; the trace's steps must then be its lines), and a step takes a dead
 step's register (none of whose readers is still to come) before an unused one, so a step
-lives until its last reader and a dead one is gone by the next step that finds it dead; `lru` ignores what later steps read: every holder counts as free,
-so a step lives for as many steps as there are registers (with 2 registers: killed by the
-step after next, whatever still reads it). `lru` is the deliberately simple rule a learned
+lives until its last reader and a dead one is gone by the next step that finds it dead;
+`lru` ignores what later steps read: every holder counts as free, so a step lives for as
+many steps as there are registers (with 2 registers: killed by the step after next,
+whatever still reads it). `lru` is the deliberately simple rule a learned
 policy can beat (it keeps what nothing reads and kills what a far step still needs).
 
 **Malformed input.** A trace that already contains register-like text (`<reg_`) is refused
