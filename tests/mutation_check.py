@@ -106,6 +106,9 @@ MUTATIONS: dict[str, tuple] = {
     "needs_rule_takes_fresh_registers_first": (
         "solm/annotate/tip_rules.py", 'dead_first=rule == "needs")', "dead_first=False)",
         ["tests/test_recall_task.py"]),
+    "hung_teardown_exits_with_failure": (
+        "solm/train/base.py", "        os._exit(0)", "        os._exit(1)",
+        ["tests/test_ddp_training.py"]),
     # the judge and the job machinery
     "judge_cache_key_ignores_order": (
         "solm/judge/cache.py", "[judge, version, instruction, first, second]",

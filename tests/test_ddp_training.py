@@ -232,3 +232,33 @@ def test_fsdp2_processes_shard_train_save_and_resume_as_one(tmp_path, tiny_folde
     resumed = json.loads((broken / "solm.json").read_text())
     assert resumed["results"]["resumed_from"].endswith("checkpoint-4")
     assert max_diff(weights(broken), two) < 1e-5
+
+
+@pytest.mark.parametrize("teardown_returns", [True, False])
+def test_a_teardown_that_never_returns_ends_the_process_with_success(monkeypatch,
+                                                                      teardown_returns):
+    """After the last barrier, a process-group teardown that hangs (gloo, now and then) ends
+    the process with exit status 0 once the grace has passed; one that returns ends nothing."""
+    import threading
+
+    import torch.distributed as dist
+
+    import solm.train.base as base
+
+    calls, forever = [], threading.Event()
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "barrier", lambda: calls.append("barrier"))
+    monkeypatch.setattr(dist, "destroy_process_group",
+                        lambda: calls.append("destroy") if teardown_returns else forever.wait())
+    exits = []
+
+    def fake_exit(code):
+        exits.append(code)
+
+    monkeypatch.setattr(base.os, "_exit", fake_exit)
+    monkeypatch.setattr(base, "SHUTDOWN_GRACE_S", 0.5)
+    base.end_process_group()
+    forever.set()
+    assert calls[0] == "barrier"
+    assert exits == ([] if teardown_returns else [0])
+    assert ("destroy" in calls) == teardown_returns

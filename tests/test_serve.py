@@ -204,7 +204,8 @@ def test_a_full_queue_answers_429_and_the_rest_complete(server, client):
 def test_greedy_answer_equals_pasta_decode(client):
     served = ask(client, max_tokens=CAP).choices[0].message.content
     cli = subprocess.run([sys.executable, "-m", "solm.cli.main", "pasta", "decode", PROMPT,
-                          "--max-new-tokens", str(CAP), "--dtype", "fp32", "-q"],
+                          "--max-new-tokens", str(CAP), "--engine", "torch", "--dtype", "fp32",
+                          "-q"],
                          capture_output=True, text=True, timeout=600,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert cli.returncode == 0, cli.stderr

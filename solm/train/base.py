@@ -96,15 +96,37 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+# seconds a process waits for its process group to close once every process has passed the
+# final barrier; gloo's teardown now and then never returns (pytorch/pytorch#75097)
+SHUTDOWN_GRACE_S = 60.0
+
+
 def end_process_group() -> None:
     """Wait for every process, then close the process group. A process that leaves with the
     group open can abort at exit (gloo's threads: "terminate called without an active
-    exception"), failing a launch whose training succeeded."""
+    exception"), failing a launch whose training succeeded. Everything is saved before this
+    runs, so a teardown that has not returned after `SHUTDOWN_GRACE_S` ends the process with
+    success rather than hang the launch."""
+    import sys
+    import threading
+
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    dist.barrier()
+    closed = threading.Event()
+
+    def close() -> None:
         dist.destroy_process_group()
+        closed.set()
+
+    threading.Thread(target=close, daemon=True).start()
+    if not closed.wait(SHUTDOWN_GRACE_S):
+        print(f"warning: the process group did not close within {SHUTDOWN_GRACE_S:.0f} s of "
+              "the last barrier; training is saved, exiting", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(0)
 
 
 def accumulation_steps(cfg: TrainConfig) -> int:
