@@ -109,6 +109,9 @@ MUTATIONS: dict[str, tuple] = {
     "hung_teardown_exits_with_failure": (
         "solm/train/base.py", "        os._exit(0)", "        os._exit(1)",
         ["tests/test_ddp_training.py"]),
+    "teardown_grace_ends_a_closed_group_too": (
+        "solm/train/base.py", "if not closed.wait(SHUTDOWN_GRACE_S):",
+        "if closed.wait(SHUTDOWN_GRACE_S):", ["tests/test_ddp_training.py"]),
     # the judge and the job machinery
     "judge_cache_key_ignores_order": (
         "solm/judge/cache.py", "[judge, version, instruction, first, second]",

@@ -112,6 +112,8 @@ def end_process_group() -> None:
 
     import torch.distributed as dist
 
+    from solm.core.notices import notice
+
     if not (dist.is_available() and dist.is_initialized()):
         return
     dist.barrier()
@@ -123,9 +125,10 @@ def end_process_group() -> None:
 
     threading.Thread(target=close, daemon=True).start()
     if not closed.wait(SHUTDOWN_GRACE_S):
-        print(f"warning: the process group did not close within {SHUTDOWN_GRACE_S:.0f} s of "
-              "the last barrier; training is saved, exiting", file=sys.stderr, flush=True)
+        notice(f"the process group did not close within {SHUTDOWN_GRACE_S:.0f} s of the last "
+               "barrier; training is saved, exiting")
         sys.stdout.flush()
+        sys.stderr.flush()
         os._exit(0)
 
 
